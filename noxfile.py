@@ -1,0 +1,63 @@
+"""Every developer and CI task. `nox` with no arguments runs the whole gate CI runs."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = False
+
+# The default run is the whole gate: what CI runs and what a contributor runs before pushing.
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "tests",
+    "conformance-memory",
+    "docs",
+]
+
+PYTHON = "3.11"
+PACKAGES = ["spate", "spate_stores", "spate_testing"]
+
+
+def install_project(session: nox.Session, extras: str = "test") -> None:
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check (with the ASYNC rules) and ruff format --check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the three packages."""
+    install_project(session)
+    session.install("mypy>=1.10")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The project's own tests (unit, scenario, property), real servers excluded."""
+    install_project(session)
+    session.run("pytest", "-m", "not etcd and not nats and not slow", *session.posargs)
+
+
+@nox.session(python=PYTHON, name="conformance-memory")
+def conformance_memory(session: nox.Session) -> None:
+    """The store conformance suite against MemoryStore."""
+    install_project(session)
+    session.run("pytest", "tests/conformance/test_memory_conformance.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with warnings as errors."""
+    install_project(session, "all")
+    session.install("mkdocs-material>=9.5", "mkdocstrings[python]>=0.25")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "build/site")

@@ -1,0 +1,59 @@
+"""The startup probe: refuse a store whose compare-and-swap is broken before trusting it.
+
+Every fence in the protocol is a revision CAS, so a store that lets a duplicate create win,
+or a stale update land, would silently allow two owners. The coordinator runs
+:func:`probe_store` before it joins a job; the conformance suite runs it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+
+from spate.errors import FatalCoordinationError
+from spate.store import Keyspace, Lost, Store, Won
+
+__all__ = ["probe_store"]
+
+
+def _refuse(keyspace: Keyspace, what: str) -> FatalCoordinationError:
+    return FatalCoordinationError(
+        f"the store failed the startup CAS probe in the {keyspace.value} keyspace: {what}. "
+        "Its compare-and-swap cannot fence owners, so spate refuses to use it; check the "
+        "store adapter against the conformance suite (spate conformance --store URL)."
+    )
+
+
+async def probe_store(store: Store, *, key_prefix: str = "_probe") -> None:
+    """Check create-once, duplicate-create, stale-update and guarded-delete in both keyspaces.
+
+    Writes and removes one scratch key per keyspace named ``<key_prefix>.<random>``. Raises
+    :class:`~spate.errors.FatalCoordinationError` naming the first broken rule;
+    :class:`~spate.errors.StoreUnavailable` passes through (the caller retries).
+    """
+    for keyspace in (Keyspace.DURABLE, Keyspace.EPHEMERAL):
+        key = f"{key_prefix}.{secrets.token_hex(8)}"
+        first = await store.create(keyspace, key, b"probe-1")
+        if not isinstance(first, Won):
+            raise _refuse(keyspace, f"creating a fresh key {key!r} did not win")
+        try:
+            if not isinstance(await store.create(keyspace, key, b"probe-2"), Lost):
+                raise _refuse(keyspace, "a second create of the same key won")
+            second = await store.update(keyspace, key, b"probe-3", first.revision)
+            if not isinstance(second, Won) or second.revision <= first.revision:
+                raise _refuse(
+                    keyspace, "an update at the current revision did not win with a larger revision"
+                )
+            if not isinstance(await store.update(keyspace, key, b"probe-4", first.revision), Lost):
+                raise _refuse(keyspace, "an update at a stale revision won")
+            if not isinstance(await store.delete(keyspace, key, first.revision), Lost):
+                raise _refuse(keyspace, "a delete guarded by a stale revision won")
+            entry = await store.get(keyspace, key)
+            if entry is None or entry.value != b"probe-3" or entry.revision != second.revision:
+                raise _refuse(keyspace, "a read did not return the last won write")
+            if not isinstance(await store.delete(keyspace, key, second.revision), Won):
+                raise _refuse(keyspace, "a delete guarded by the current revision did not win")
+        finally:
+            # Best effort: leave no scratch key behind even when refusing the store.
+            with contextlib.suppress(Exception):
+                await store.delete(keyspace, key)

@@ -1,0 +1,259 @@
+"""The store contract: everything the coordination protocol needs from a store, and nothing more.
+
+This module is the specification store adapter authors implement. An adapter is any object
+that satisfies :class:`Store` (a structural protocol: no base class is required). The
+conformance suite in :mod:`spate_testing.conformance` holds an adapter to every sentence below.
+
+Keys and values
+    Keys are ``str`` made of ``[A-Za-z0-9._-]`` (see :func:`validate_key`); values are
+    ``bytes`` of any content, up to :attr:`Capabilities.max_value_size`. A store-level
+    namespace (chosen when the store is opened) isolates tenants: two stores opened on
+    different namespaces never see each other's keys, and an adapter may use ``/``
+    internally to separate its namespace from the key.
+
+Keyspaces
+    :attr:`Keyspace.DURABLE` keeps entries until they are deleted. :attr:`Keyspace.EPHEMERAL`
+    bounds them by one TTL for the whole keyspace (:attr:`Store.ephemeral_ttl`, the job's
+    lease duration), with the semantics the store declares in
+    :attr:`Capabilities.ephemeral`. The two keyspaces are independent: the same key may exist
+    in both with unrelated values and revisions.
+
+Revisions
+    Every entry carries a :data:`Revision`, an ``int > 0`` that strictly increases each time
+    that key is written (a recreated key gets a larger revision than its previous life).
+    Revisions compare within one keyspace of one store; they are the only fence the protocol
+    uses, so compare-and-swap must be exact.
+
+Errors
+    :class:`~spate.errors.StoreUnavailable` for transient trouble (a write that raised it may
+    or may not have landed) and :class:`~spate.errors.StoreError` for permanent trouble (bad
+    credentials, misconfiguration, :class:`~spate.errors.ValueTooLarge`). Never a bare
+    transport exception.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from spate.errors import StoreError
+
+__all__ = [
+    "Capabilities",
+    "Delete",
+    "Entry",
+    "EphemeralSemantics",
+    "Keyspace",
+    "Lost",
+    "Put",
+    "Revision",
+    "SnapshotDone",
+    "Store",
+    "WatchEvent",
+    "Won",
+    "WriteResult",
+    "validate_key",
+]
+
+Revision: TypeAlias = int
+"""A per-key write counter: an ``int > 0`` that strictly increases on every write of a key."""
+
+_KEY_RE = re.compile(r"[A-Za-z0-9._-]+")
+MAX_KEY_LENGTH = 512
+"""Longest key the protocol ever writes; adapters may accept longer ones."""
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a valid store key, else raise :class:`~spate.errors.StoreError`.
+
+    Valid keys are 1 to 512 characters of ``[A-Za-z0-9._-]`` (list/watch prefixes may also
+    be empty).
+    """
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key) or len(key) > MAX_KEY_LENGTH:
+        raise StoreError(
+            f"invalid store key {key!r}: keys are 1-{MAX_KEY_LENGTH} characters of "
+            "[A-Za-z0-9._-]. Use split ids and job names that follow the documented rules."
+        )
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is empty or a valid key, else raise StoreError."""
+    if prefix == "":
+        return prefix
+    return validate_key(prefix)
+
+
+class Keyspace(enum.Enum):
+    """The two keyspaces of a store."""
+
+    DURABLE = "durable"
+    """Entries live until deleted."""
+    EPHEMERAL = "ephemeral"
+    """Entries are bounded by the store's TTL (see :class:`EphemeralSemantics`)."""
+
+
+class EphemeralSemantics(enum.Enum):
+    """How an ephemeral entry's lifetime is bounded; each store declares one."""
+
+    PER_KEY = "per-key"
+    """An entry lives until at least TTL after its last successful create or update, then
+    disappears (soon: within a small slack the store documents). Memory and NATS."""
+    SESSION = "session"
+    """An entry lives while the session of the store client that last wrote it is alive, and
+    disappears within TTL after that session stops (the client closes or dies). etcd leases."""
+
+
+@attrs.frozen
+class Capabilities:
+    """What a store promises; the conformance suite holds it to exactly this."""
+
+    system: str
+    """Short name of the store system for telemetry (``"memory"``, ``"etcd"``, ``"nats"``)."""
+    ephemeral: EphemeralSemantics
+    """How ephemeral entries expire."""
+    expiry_reaches_watchers: bool
+    """Whether an expired ephemeral entry produces a :class:`Delete` on watches. When False the
+    coordinator's periodic reconcile listing is what notices expiries."""
+    max_value_size: int
+    """Largest value in bytes the store accepts; larger values raise ValueTooLarge."""
+    expiry_slack: float = 1.0
+    """Seconds after its deadline within which an expired entry is gone (and, when
+    ``expiry_reaches_watchers``, its Delete delivered)."""
+
+
+@attrs.frozen
+class Entry:
+    """One stored key with its value and the revision of its last write."""
+
+    key: str
+    value: bytes
+    revision: Revision
+
+
+@attrs.frozen
+class Won:
+    """A conditional write applied; ``revision`` is the revision it produced.
+
+    For a delete, ``revision`` is the store's revision of the deletion (it is only
+    informative: the key no longer exists).
+    """
+
+    revision: Revision
+
+
+@attrs.frozen
+class Lost:
+    """A conditional write was not applied because its condition did not hold."""
+
+
+WriteResult: TypeAlias = Won | Lost
+"""The outcome of a conditional write."""
+
+
+@attrs.frozen
+class Put:
+    """A watch event: ``entry`` was created or updated (or exists, during the snapshot)."""
+
+    entry: Entry
+
+
+@attrs.frozen
+class Delete:
+    """A watch event: ``key`` was deleted or expired at ``revision``."""
+
+    key: str
+    revision: Revision
+
+
+@attrs.frozen
+class SnapshotDone:
+    """A watch event: every entry that existed when the watch began has been delivered."""
+
+
+WatchEvent: TypeAlias = Put | Delete | SnapshotDone
+"""What a watch yields."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The store contract. Adapters implement it; the protocol uses nothing else.
+
+    A store is an async context manager that owns its connections: enter it before use and
+    leave it to close them. One store object may be shared by many coordinators in one
+    process (that is how fleets run in-process on the memory store), so every method must be
+    safe to call from many Trio tasks at once.
+    """
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this store promises (ephemeral semantics, watch expiry, value size limit)."""
+        ...
+
+    @property
+    def ephemeral_ttl(self) -> float:
+        """The TTL in seconds of the ephemeral keyspace (the job's lease duration)."""
+        ...
+
+    async def __aenter__(self) -> Store:
+        """Open the store's connections; returns the store itself."""
+        ...
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the store's connections (ending a session store's session)."""
+        ...
+
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """Return the entry for ``key``, or None if it does not exist (or has expired)."""
+        ...
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Return every entry whose key starts with ``prefix``, sorted by key.
+
+        The result is one consistent snapshot: it reflects every write that completed before
+        the call began and no partial state of any later write.
+        """
+        ...
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        """Create ``key`` if it does not exist: Won(revision) exactly once, else Lost."""
+        ...
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> WriteResult:
+        """Compare-and-swap: write ``value`` only if ``key`` exists at revision ``expected``.
+
+        Returns Won(new revision, strictly greater than ``expected``) or Lost (the key moved
+        on, or does not exist). In the ephemeral keyspace a won update restarts the entry's
+        TTL (per-key) or attaches it to this client's session (session).
+        """
+        ...
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Delete ``key``; when ``expected`` is given, only if it is at that revision.
+
+        Guarded: Won if the key existed at ``expected`` and is now gone, else Lost.
+        Unguarded: Won if the key existed, Lost if it did not.
+        """
+        ...
+
+    def watch(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        """Watch every key starting with ``prefix``.
+
+        The iterator yields a :class:`Put` for every entry that exists when the watch starts,
+        then one :class:`SnapshotDone`, then live :class:`Put` / :class:`Delete` events in
+        revision order, with no gap between the snapshot and the live events. Expiries are
+        delivered as Delete when ``capabilities.expiry_reaches_watchers``. A watch that
+        breaks raises :class:`~spate.errors.StoreUnavailable`; the caller opens a new one.
+        """
+        ...

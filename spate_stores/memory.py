@@ -1,0 +1,344 @@
+"""An exact, in-process store on the Trio clock.
+
+:class:`MemoryStore` implements the store contract (:mod:`spate.store`) with per-key ephemeral
+semantics measured on ``trio.current_time()``, so ``trio.testing.MockClock`` drives expiry.
+It is what the demo and the fleet simulator run on, so it is exact (every revision and
+every event as the contract says) and cheap (no background task: expiry is applied lazily by
+whichever operation or watcher next looks at a keyspace, at the exact deadline).
+
+Many :class:`MemoryStore` clients can share one :class:`MemoryServer`, the way several
+processes share a real server; clients on different namespaces never see each other.
+Fault injection wraps a store (see :mod:`spate_testing.faults`) rather than living here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate.store import (
+    Capabilities,
+    Delete,
+    Entry,
+    EphemeralSemantics,
+    Keyspace,
+    Lost,
+    Put,
+    Revision,
+    SnapshotDone,
+    WatchEvent,
+    Won,
+    WriteResult,
+    validate_key,
+    validate_prefix,
+)
+
+__all__ = ["DEFAULT_EPHEMERAL_TTL", "DEFAULT_MAX_VALUE_SIZE", "MemoryServer", "MemoryStore"]
+
+DEFAULT_EPHEMERAL_TTL = 30.0
+"""Default TTL of the ephemeral keyspace: the default lease duration."""
+DEFAULT_MAX_VALUE_SIZE = 1024 * 1024
+"""Default value size limit, matching etcd's default request limit."""
+
+
+@attrs.define
+class _Watcher:
+    prefix: str
+    send: trio.MemorySendChannel[WatchEvent]
+
+
+@attrs.define
+class _Table:
+    """One keyspace of one namespace: entries, their deadlines, and watchers."""
+
+    ttl: float | None
+    entries: dict[str, Entry] = attrs.field(factory=dict)
+    deadlines: dict[str, float] = attrs.field(factory=dict)
+    # (deadline, key) pairs; stale pairs (key rewritten or deleted since) are skipped on pop.
+    heap: list[tuple[float, str]] = attrs.field(factory=list)
+    revision: Revision = 0
+    watchers: list[_Watcher] = attrs.field(factory=list)
+
+    def next_deadline(self) -> float:
+        while self.heap:
+            deadline, key = self.heap[0]
+            if self.deadlines.get(key) == deadline:
+                return deadline
+            heapq.heappop(self.heap)
+        return math.inf
+
+    def expire(self, now: float) -> None:
+        while self.heap and self.heap[0][0] <= now:
+            deadline, key = heapq.heappop(self.heap)
+            if self.deadlines.get(key) == deadline:
+                self._remove(key)
+
+    def put(self, key: str, value: bytes, now: float) -> Revision:
+        self.revision += 1
+        entry = Entry(key, value, self.revision)
+        self.entries[key] = entry
+        if self.ttl is not None:
+            deadline = now + self.ttl
+            self.deadlines[key] = deadline
+            heapq.heappush(self.heap, (deadline, key))
+        self._publish(key, Put(entry))
+        return self.revision
+
+    def _remove(self, key: str) -> Revision:
+        del self.entries[key]
+        self.deadlines.pop(key, None)
+        self.revision += 1
+        self._publish(key, Delete(key, self.revision))
+        return self.revision
+
+    def remove(self, key: str) -> Revision:
+        return self._remove(key)
+
+    def _publish(self, key: str, event: WatchEvent) -> None:
+        for watcher in self.watchers:
+            if key.startswith(watcher.prefix):
+                # Unbounded channel: a writer never waits for a slow watcher.
+                watcher.send.send_nowait(event)
+
+
+class MemoryServer:
+    """The shared state behind any number of :class:`MemoryStore` clients in one process."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[str, Keyspace], _Table] = {}
+        self._ttls: dict[str, float] = {}
+
+    def _bind(self, namespace: str, ttl: float) -> None:
+        known = self._ttls.setdefault(namespace, ttl)
+        if known != ttl:
+            raise StoreError(
+                f"memory namespace {namespace!r} already uses an ephemeral TTL of {known} s, "
+                f"not {ttl} s; open it with ttl={known} or use another namespace."
+            )
+
+    def _table(self, namespace: str, keyspace: Keyspace) -> _Table:
+        table = self._tables.get((namespace, keyspace))
+        if table is None:
+            ttl = self._ttls[namespace] if keyspace is Keyspace.EPHEMERAL else None
+            table = self._tables[(namespace, keyspace)] = _Table(ttl)
+        return table
+
+
+class MemoryStore:
+    """The in-memory store: exact CAS, per-key TTL on the Trio clock, gap-free watches.
+
+    ``MemoryStore()`` makes a private server; pass ``server=`` to share one between
+    clients (each client a "process"), and ``namespace=`` to isolate tenants on it.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str = "",
+        ephemeral_ttl: float = DEFAULT_EPHEMERAL_TTL,
+        max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+        server: MemoryServer | None = None,
+    ) -> None:
+        if not (ephemeral_ttl > 0 and math.isfinite(ephemeral_ttl)):
+            raise StoreError(
+                f"ephemeral_ttl must be a positive number of seconds, not {ephemeral_ttl!r}"
+            )
+        if max_value_size < 1:
+            raise StoreError(f"max_value_size must be at least 1 byte, not {max_value_size!r}")
+        self._server = server if server is not None else MemoryServer()
+        self._server._bind(namespace, ephemeral_ttl)
+        self._namespace = namespace
+        self._ttl = float(ephemeral_ttl)
+        self._capabilities = Capabilities(
+            system="memory",
+            ephemeral=EphemeralSemantics.PER_KEY,
+            expiry_reaches_watchers=True,
+            max_value_size=max_value_size,
+            expiry_slack=0.0,
+        )
+        self._closed = False
+        self._watch_channels: set[trio.MemorySendChannel[WatchEvent]] = set()
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(namespace={self._namespace!r}, ephemeral_ttl={self._ttl})"
+
+    @property
+    def server(self) -> MemoryServer:
+        """The shared state this client talks to (pass it to another client to share it)."""
+        return self._server
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this client reads and writes."""
+        return self._namespace
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Per-key expiry, delivered to watchers exactly at the deadline."""
+        return self._capabilities
+
+    @property
+    def ephemeral_ttl(self) -> float:
+        """TTL in seconds of the ephemeral keyspace."""
+        return self._ttl
+
+    async def __aenter__(self) -> MemoryStore:
+        """Nothing to connect; returns the store."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the client: its open watches end with StoreUnavailable."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client; further calls raise StoreError, open watches raise StoreUnavailable."""
+        self._closed = True
+        for send in list(self._watch_channels):
+            send.close()
+        self._watch_channels.clear()
+
+    # -- the contract -------------------------------------------------------------------
+
+    async def _enter(self, keyspace: Keyspace) -> _Table:
+        # A checkpoint before touching state: the call can be cancelled before it applies
+        # (never after), and other tasks get to run as they would around real I/O.
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise StoreError(f"{self!r} is closed; open a new store to keep working.")
+        if not isinstance(keyspace, Keyspace):
+            raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
+        table = self._server._table(self._namespace, keyspace)
+        table.expire(trio.current_time())
+        return table
+
+    def _check_value(self, key: str, value: bytes) -> None:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
+        if len(value) > self._capabilities.max_value_size:
+            raise ValueTooLarge(key, len(value), self._capabilities.max_value_size)
+
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """Return the live entry for ``key`` or None."""
+        validate_key(key)
+        table = await self._enter(keyspace)
+        return table.entries.get(key)
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Every live entry under ``prefix``, sorted by key, from one instant."""
+        validate_prefix(prefix)
+        table = await self._enter(keyspace)
+        return sorted(
+            (e for k, e in table.entries.items() if k.startswith(prefix)), key=lambda e: e.key
+        )
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        """Create-if-absent."""
+        validate_key(key)
+        self._check_value(key, value)
+        table = await self._enter(keyspace)
+        if key in table.entries:
+            return Lost()
+        return Won(table.put(key, bytes(value), trio.current_time()))
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> WriteResult:
+        """Compare-and-swap on the key's revision."""
+        validate_key(key)
+        self._check_value(key, value)
+        table = await self._enter(keyspace)
+        current = table.entries.get(key)
+        if current is None or current.revision != expected:
+            return Lost()
+        return Won(table.put(key, bytes(value), trio.current_time()))
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Delete, guarded by ``expected`` when given."""
+        validate_key(key)
+        table = await self._enter(keyspace)
+        current = table.entries.get(key)
+        if current is None or (expected is not None and current.revision != expected):
+            return Lost()
+        return Won(table.remove(key))
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        """Snapshot, SnapshotDone, then live events in revision order (see the contract)."""
+        validate_prefix(prefix)
+        return self._watch(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _watch(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        table = await self._enter(keyspace)
+        send, receive = trio.open_memory_channel[WatchEvent](math.inf)
+        # Snapshot and registration happen with no checkpoint between them, so no write can
+        # fall into a gap between the snapshot and the live events.
+        for key in sorted(table.entries):
+            if key.startswith(prefix):
+                send.send_nowait(Put(table.entries[key]))
+        send.send_nowait(SnapshotDone())
+        watcher = _Watcher(prefix, send)
+        table.watchers.append(watcher)
+        self._watch_channels.add(send)
+        try:
+            yield self._events(table, receive)
+        finally:
+            table.watchers.remove(watcher)
+            self._watch_channels.discard(send)
+            send.close()
+            receive.close()
+
+    def _events(
+        self, table: _Table, receive: trio.MemoryReceiveChannel[WatchEvent]
+    ) -> AsyncIterator[WatchEvent]:
+        return _WatchIterator(self, table, receive)
+
+
+class _WatchIterator:
+    """Yields queued events; while idle, wakes at the next expiry deadline and applies it.
+
+    A watcher is what makes expiry happen on time when nobody writes, so no background task
+    is needed and MockClock drives expiry exactly.
+    """
+
+    def __init__(
+        self, store: MemoryStore, table: _Table, receive: trio.MemoryReceiveChannel[WatchEvent]
+    ) -> None:
+        self._store = store
+        self._table = table
+        self._receive = receive
+
+    def __aiter__(self) -> _WatchIterator:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        try:
+            # Check for cancellation before taking an event and never after, so a cancelled
+            # call loses nothing.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            while True:
+                try:
+                    event = self._receive.receive_nowait()
+                except trio.WouldBlock:
+                    pass
+                else:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    return event
+                with trio.move_on_at(self._table.next_deadline()):
+                    return await self._receive.receive()
+                self._table.expire(trio.current_time())
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StoreUnavailable(
+                f"{self._store!r} was closed while a watch was open; re-open the store and "
+                "watch again."
+            ) from None
