@@ -1,0 +1,256 @@
+"""A fault-injecting wrapper around any store.
+
+:class:`FaultyStore` implements the store contract by delegating to another store and
+injecting the trouble real fleets meet. Some faults are switched by the test (``freeze``,
+``partition``); the rest are drawn per call from a seeded :class:`random.Random`, so a run is
+reproducible from its seed. Every injected fault is counted in :attr:`FaultyStore.injected`.
+
+The faults, and the real-world event each one stands for:
+
+``freeze()`` / ``thaw()``
+    A stopped process (SIGSTOP, a GC pause, a VM migration): calls block before reaching the
+    store and proceed, in order, after the thaw — a write sent before the pause lands after
+    it, as a zombie's would.
+``partition()`` / ``heal()``
+    This client is cut off while others are not: calls raise StoreUnavailable without
+    reaching the store, and open watches break.
+``latency``
+    A slow store; may exceed the lease.
+``unavailable_rate``
+    A call fails with StoreUnavailable before it reaches the store.
+``maybe_landed_rate``
+    A write lands but its reply is lost: the caller sees StoreUnavailable.
+``duplicate_rate`` / ``watch_drop_rate``
+    A watch delivers an event twice, or breaks mid-stream (the caller must re-watch).
+``silent_expiry``
+    Expiries do not reach watchers (NATS before 2.11): Delete events for ephemeral keys that
+    this client did not delete itself are dropped. Capabilities say so honestly.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from spate.errors import StoreUnavailable
+from spate.store import (
+    Capabilities,
+    Delete,
+    Entry,
+    Keyspace,
+    Revision,
+    Store,
+    WatchEvent,
+    Won,
+    WriteResult,
+)
+
+__all__ = ["FaultRates", "FaultyStore"]
+
+
+@attrs.frozen
+class FaultRates:
+    """Per-call probabilities of the random faults (each in [0, 1])."""
+
+    unavailable_rate: float = 0.0
+    maybe_landed_rate: float = 0.0
+    duplicate_rate: float = 0.0
+    watch_drop_rate: float = 0.0
+    latency: float = 0.0
+    """Seconds added before every call reaches the store."""
+    silent_expiry: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("unavailable_rate", "maybe_landed_rate", "duplicate_rate", "watch_drop_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], not {value!r}")
+        if self.latency < 0:
+            raise ValueError(f"latency must be >= 0 seconds, not {self.latency!r}")
+
+
+class FaultyStore:
+    """Delegates to ``inner`` and injects faults; see the module docstring for the list.
+
+    ``inner`` is not entered or closed by this wrapper when ``owns_inner`` is False (the
+    default), so many wrappers can share one store (one wrapper per simulated process).
+    """
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        rng: random.Random | None = None,
+        rates: FaultRates | None = None,
+        owns_inner: bool = False,
+        name: str = "",
+    ) -> None:
+        self.inner = inner
+        self.rng = rng if rng is not None else random.Random(0)
+        self.rates = rates if rates is not None else FaultRates()
+        self.name = name
+        self._owns_inner = owns_inner
+        self._thawed = trio.Event()
+        self._thawed.set()
+        self._partition_generation = 0
+        self._partitioned = False
+        # (key, revision) of ephemeral deletions this client made itself: their Delete events
+        # are real, not expiry, so silent_expiry must not drop them.
+        self._own_deletes: set[tuple[str, Revision]] = set()
+        self.injected: collections.Counter[str] = collections.Counter()
+        """How many faults of each kind were injected."""
+
+    def __repr__(self) -> str:
+        return f"FaultyStore({self.name or self.inner!r})"
+
+    # -- switches ----------------------------------------------------------------------
+
+    def freeze(self) -> None:
+        """Block every call (and watch delivery) until :meth:`thaw`."""
+        if self._thawed.is_set():
+            self._thawed = trio.Event()
+            self.injected["freeze"] += 1
+
+    def thaw(self) -> None:
+        """Let frozen calls proceed, in the order they were made."""
+        self._thawed.set()
+
+    @property
+    def frozen(self) -> bool:
+        """Whether calls are currently blocked."""
+        return not self._thawed.is_set()
+
+    def partition(self) -> None:
+        """Cut this client off: calls raise StoreUnavailable and open watches break."""
+        if not self._partitioned:
+            self._partitioned = True
+            self._partition_generation += 1
+            self.injected["partition"] += 1
+
+    def heal(self) -> None:
+        """End the partition."""
+        self._partitioned = False
+
+    # -- the contract -------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The inner store's, with watch expiry switched off under ``silent_expiry``."""
+        caps = self.inner.capabilities
+        if self.rates.silent_expiry:
+            return attrs.evolve(caps, expiry_reaches_watchers=False)
+        return caps
+
+    @property
+    def ephemeral_ttl(self) -> float:
+        """The inner store's TTL."""
+        return self.inner.ephemeral_ttl
+
+    async def __aenter__(self) -> FaultyStore:
+        """Enter the inner store too when this wrapper owns it."""
+        if self._owns_inner:
+            await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the inner store when this wrapper owns it."""
+        if self._owns_inner:
+            await self.inner.__aexit__(*exc_info)
+
+    def _roll(self, rate: float) -> bool:
+        return rate > 0.0 and self.rng.random() < rate
+
+    async def _gate(self, what: str) -> None:
+        if self.rates.latency > 0:
+            await trio.sleep(self.rates.latency)
+        await self._thawed.wait()
+        if self._partitioned:
+            raise StoreUnavailable(f"{self!r}: partitioned from the store during {what}")
+        if self._roll(self.rates.unavailable_rate):
+            self.injected["unavailable"] += 1
+            raise StoreUnavailable(f"{self!r}: injected unavailability during {what}")
+
+    def _maybe_lose_reply(self, what: str) -> None:
+        if self._roll(self.rates.maybe_landed_rate):
+            self.injected["maybe_landed"] += 1
+            raise StoreUnavailable(f"{self!r}: injected lost reply after {what} (it landed)")
+
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """Delegate after the gate."""
+        await self._gate("get")
+        return await self.inner.get(keyspace, key)
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Delegate after the gate."""
+        await self._gate("list")
+        return await self.inner.list(keyspace, prefix)
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        """Delegate after the gate; the reply may be lost."""
+        await self._gate("create")
+        result = await self.inner.create(keyspace, key, value)
+        self._maybe_lose_reply("create")
+        return result
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> WriteResult:
+        """Delegate after the gate; the reply may be lost."""
+        await self._gate("update")
+        result = await self.inner.update(keyspace, key, value, expected)
+        self._maybe_lose_reply("update")
+        return result
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Delegate after the gate; the reply may be lost."""
+        await self._gate("delete")
+        result = await self.inner.delete(keyspace, key, expected)
+        if keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
+            self._own_deletes.add((key, result.revision))
+        self._maybe_lose_reply("delete")
+        return result
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        """The inner watch, with drops, duplicates, silent expiry, freeze and partition."""
+        return self._watch(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _watch(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        await self._gate("watch")
+        async with (
+            self.inner.watch(keyspace, prefix) as events,
+            aclosing(self._filter(keyspace, events, self._partition_generation)) as filtered,
+        ):
+            yield filtered
+
+    async def _filter(
+        self, keyspace: Keyspace, events: AsyncIterator[WatchEvent], generation: int
+    ) -> AsyncGenerator[WatchEvent, None]:
+        async for event in events:
+            await self._thawed.wait()
+            if self._partitioned or self._partition_generation != generation:
+                raise StoreUnavailable(f"{self!r}: watch broken by a partition")
+            if self._roll(self.rates.watch_drop_rate):
+                self.injected["watch_drop"] += 1
+                raise StoreUnavailable(f"{self!r}: injected watch break")
+            if (
+                isinstance(event, Delete)
+                and keyspace is Keyspace.EPHEMERAL
+                and self.rates.silent_expiry
+            ) and (event.key, event.revision) not in self._own_deletes:
+                self.injected["silent_expiry"] += 1
+                continue
+            yield event
+            if self._roll(self.rates.duplicate_rate):
+                self.injected["duplicate"] += 1
+                yield event
