@@ -5,6 +5,7 @@ from the private modules behind it.
 """
 
 from spate._version import __version__
+from spate.config import Config
 from spate.errors import (
     ConfigError,
     FatalCoordinationError,
@@ -15,13 +16,39 @@ from spate.errors import (
     StoreUnavailable,
     ValueTooLarge,
 )
+from spate.events import (
+    AllComplete,
+    Event,
+    Gained,
+    Lost,
+    Progress,
+    Quarantined,
+    RevokeRequested,
+    Stalled,
+)
+from spate.metrics import Gauges, MetricsHooks
+from spate.plan import Plan, PlanContext, SplitSpec
 
 __all__ = [
+    "AllComplete",
+    "Config",
     "ConfigError",
+    "Event",
     "FatalCoordinationError",
     "Fenced",
+    "Gained",
+    "Gauges",
+    "Lost",
+    "MetricsHooks",
+    "Plan",
+    "PlanContext",
     "PlanError",
+    "Progress",
+    "Quarantined",
+    "RevokeRequested",
     "SpateError",
+    "SplitSpec",
+    "Stalled",
     "StoreError",
     "StoreUnavailable",
     "ValueTooLarge",

@@ -1,0 +1,376 @@
+"""The records spate keeps in a store, their encoding, and the key layout of a job.
+
+One store may host many jobs: every key of job ``J`` starts with ``"J."`` (job names carry no
+dot, so one job's keys never fall under another's prefix). Within a job:
+
+==========  =====================  ========================  =====================================
+keyspace    key                    record                    written by
+==========  =====================  ========================  =====================================
+durable     ``J.plan``             :class:`PlanRecord`       leader (join creates it)
+durable     ``J.spec.<split>``     :class:`SpecRecord`       leader, once (immutable)
+durable     ``J.split.<split>``    :class:`ProgressRecord`   claimant, owner, leader (seeding)
+durable     ``J.assign.<inst>``    :class:`AssignmentRecord` leader
+ephemeral   ``J.leader``           :class:`LeaderRecord`     leader
+ephemeral   ``J.worker.<inst>``    :class:`PresenceRecord`   each worker
+ephemeral   ``J.split.<split>``    :class:`LeaseRecord`      owner
+both        ``J._probe.<random>``  opaque scratch bytes      the startup probe
+==========  =====================  ========================  =====================================
+
+The progress record's CAS revision is the only fence; lease keys are liveness. The prefixes
+after ``J.`` never overlap, so a key is classified by its prefix alone.
+
+Encoding: compact JSON objects with a ``schema`` field (:data:`SCHEMA`), structured with one
+cattrs converter from frozen attrs classes. Bytes (descriptor, resume state, planner cursor)
+are standard base64 with padding. Unknown or missing fields, a foreign schema or undecodable
+bytes raise :class:`UnreadableRecord`; the coordinator decides whether that is fatal (records
+that carry ownership) or a warning (records that do not).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+import time
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+
+from spate.errors import StoreError
+from spate.events import Progress
+
+__all__ = [
+    "SCHEMA",
+    "AssignmentRecord",
+    "Finality",
+    "KeyKind",
+    "Keys",
+    "LeaderRecord",
+    "LeaseRecord",
+    "PlanRecord",
+    "PresenceRecord",
+    "ProgressRecord",
+    "SpecRecord",
+    "Status",
+    "UnreadableRecord",
+    "decode",
+    "encode",
+    "now_ms",
+]
+
+SCHEMA = 1
+"""The record schema this version of spate reads and writes."""
+
+
+class UnreadableRecord(StoreError):
+    """A stored value is not a record this version of spate can read.
+
+    ``key`` names the store key; the message says what is wrong (foreign schema, bad JSON,
+    unknown or missing fields, undecodable base64).
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(
+            f"the record at key {key!r} is unreadable: {problem}. Another program (or another "
+            "spate version with a different record schema) may be writing to this job; give "
+            "each job its own name, or upgrade every worker of the job together."
+        )
+        self.key = key
+        self.problem = problem
+
+
+class Status(enum.Enum):
+    """Lifecycle of a split; completed and quarantined are terminal."""
+
+    RUNNABLE = "runnable"
+    COMPLETED = "completed"
+    QUARANTINED = "quarantined"
+
+
+class Finality(enum.Enum):
+    """Whether a job's plan can still grow."""
+
+    OPEN = "open"
+    FINAL = "final"
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, for advisory ``written_at_ms`` fields (never used by a rule)."""
+    return int(time.time() * 1000)
+
+
+@attrs.frozen(kw_only=True)
+class PlanRecord:
+    """The job's plan: who may join (fingerprint), the leader generation, and the plan's shape.
+
+    ``planned`` is the number of progress records at the last publish: a lower bound, not a
+    census (the terminal verdict always recounts).
+    """
+
+    schema: int = SCHEMA
+    fingerprint: str
+    generation: int = 0
+    finality: Finality = Finality.OPEN
+    planned: int = 0
+    cursor: bytes | None = None
+    updated_at_ms: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class SpecRecord:
+    """A split's immutable description: what the planner said about it."""
+
+    schema: int = SCHEMA
+    id: str
+    generation: int = 0
+    weight: int = 1
+    descriptor: bytes = b""
+
+
+@attrs.frozen(kw_only=True)
+class ProgressRecord:
+    """A split's mutable state and the fence: its CAS revision guards every ownership change.
+
+    ``epoch`` rises by one on every change of ownership (claim, quarantine); 0 means never
+    owned. ``owner`` is the current or last tenant, ``None`` after a graceful hand-back.
+    ``attempts`` counts non-graceful ends.
+    """
+
+    schema: int = SCHEMA
+    id: str
+    epoch: int = 0
+    status: Status = Status.RUNNABLE
+    owner: str | None = None
+    attempts: int = 0
+    watermark: int | None = None
+    state: bytes = b""
+    completed: bool = False
+    written_at_ms: int = 0
+
+    @property
+    def progress(self) -> Progress:
+        """The resume point this record holds."""
+        return Progress(self.watermark, self.state, self.completed)
+
+
+@attrs.frozen(kw_only=True)
+class LeaseRecord:
+    """A split's lease: liveness of its owner (``nonce`` tells two processes apart)."""
+
+    schema: int = SCHEMA
+    owner: str
+    nonce: str
+    epoch: int
+
+
+@attrs.frozen(kw_only=True)
+class LeaderRecord:
+    """The leader key: who leads, which process (``nonce``), at which generation."""
+
+    schema: int = SCHEMA
+    owner: str
+    nonce: str
+    generation: int
+
+
+@attrs.frozen(kw_only=True)
+class PresenceRecord:
+    """A live worker: its process nonce and its advertised lane budget."""
+
+    schema: int = SCHEMA
+    nonce: str
+    max_in_flight: int
+
+
+@attrs.frozen(kw_only=True)
+class AssignmentRecord:
+    """The leader's instruction to one worker: hold exactly these splits.
+
+    An instruction, not ownership: a missing record means "nothing decided, keep what you
+    hold". Workers ignore a record below the highest generation they have seen for themselves.
+    """
+
+    schema: int = SCHEMA
+    generation: int
+    splits: tuple[str, ...] = ()
+
+
+Record = (
+    PlanRecord
+    | SpecRecord
+    | ProgressRecord
+    | LeaseRecord
+    | LeaderRecord
+    | PresenceRecord
+    | AssignmentRecord
+)
+R = TypeVar("R", bound=Record)
+
+
+def _strict_int(value: Any, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _strict_str(value: Any, _: type) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _strict_bool(value: Any, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected a boolean, got {value!r}")
+    return value
+
+
+def _bytes_from_b64(value: Any, _: type) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a base64 string, got {value!r}")
+    try:
+        return base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise ValueError(f"undecodable base64 {value[:40]!r}") from exc
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(int, _strict_int)
+    converter.register_structure_hook(str, _strict_str)
+    converter.register_structure_hook(bool, _strict_bool)
+    converter.register_structure_hook(bytes, _bytes_from_b64)
+    converter.register_unstructure_hook(bytes, lambda b: base64.b64encode(b).decode("ascii"))
+    converter.register_structure_hook_func(
+        lambda t: t == tuple[str, ...], lambda v, _: tuple(_strict_str(x, str) for x in _list(v))
+    )
+    return converter
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return value
+
+
+_converter = _make_converter()
+
+
+def encode(record: Record) -> bytes:
+    """The stored bytes of ``record``: compact JSON."""
+    return json.dumps(_converter.unstructure(record), separators=(",", ":")).encode()
+
+
+def decode(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> R:
+    """Read a ``cls`` record stored at ``key``, or raise :class:`UnreadableRecord`.
+
+    When ``split`` is given, a spec or progress record must name that split.
+    """
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise UnreadableRecord(key, "not JSON") from None
+    if not isinstance(raw, dict):
+        raise UnreadableRecord(key, "not a JSON object")
+    schema = raw.get("schema")
+    if schema != SCHEMA or isinstance(schema, bool):
+        raise UnreadableRecord(key, f"schema {schema!r}, this spate reads schema {SCHEMA}")
+    try:
+        record = _converter.structure(raw, cls)
+    except Exception as exc:  # cattrs raises ClassValidationError groups and plain errors
+        raise UnreadableRecord(key, f"not a valid {cls.__name__} ({_summary(exc)})") from None
+    if split is not None and isinstance(record, SpecRecord | ProgressRecord) and record.id != split:
+        raise UnreadableRecord(key, f"it names split {record.id!r}, not the key's split")
+    return record
+
+
+def _summary(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_summary(e) for e in exc.exceptions)
+    notes = getattr(exc, "__notes__", None) or []
+    return " ".join([str(exc), *notes]).strip() or type(exc).__name__
+
+
+class KeyKind(enum.Enum):
+    """What a key of a job holds, by prefix."""
+
+    PLAN = "plan"
+    SPEC = "spec"
+    SPLIT = "split"
+    ASSIGN = "assign"
+    LEADER = "leader"
+    WORKER = "worker"
+    PROBE = "_probe"
+
+
+_PREFIXED = (KeyKind.SPEC, KeyKind.SPLIT, KeyKind.ASSIGN, KeyKind.WORKER, KeyKind.PROBE)
+
+
+@attrs.frozen
+class Keys:
+    """The key layout of one job: every key starts with ``"<job>."``."""
+
+    job: str
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every key of this job (what coordinators watch and list)."""
+        return f"{self.job}."
+
+    @property
+    def plan(self) -> str:
+        """Durable key of the plan record."""
+        return f"{self.job}.plan"
+
+    @property
+    def leader(self) -> str:
+        """Ephemeral key of the leader record."""
+        return f"{self.job}.leader"
+
+    @property
+    def probe_prefix(self) -> str:
+        """Prefix of the startup probe's scratch keys."""
+        return f"{self.job}._probe"
+
+    @property
+    def split_prefix(self) -> str:
+        """Prefix of the progress records (durable) and leases (ephemeral)."""
+        return f"{self.job}.split."
+
+    def spec(self, split: str) -> str:
+        """Durable key of a split's spec record."""
+        return f"{self.job}.spec.{split}"
+
+    def split(self, split: str) -> str:
+        """Key of a split's progress record (durable) and lease (ephemeral)."""
+        return f"{self.job}.split.{split}"
+
+    def assign(self, instance: str) -> str:
+        """Durable key of an instance's assignment record."""
+        return f"{self.job}.assign.{instance}"
+
+    def worker(self, instance: str) -> str:
+        """Ephemeral key of an instance's presence record."""
+        return f"{self.job}.worker.{instance}"
+
+    def classify(self, key: str) -> tuple[KeyKind, str] | None:
+        """``(kind, name)`` of a key of this job, or None for a key spate does not write.
+
+        ``name`` is the split id or instance id the key names ("" for plan and leader).
+        """
+        if not key.startswith(self.prefix):
+            return None
+        rest = key[len(self.prefix) :]
+        if rest == "plan":
+            return KeyKind.PLAN, ""
+        if rest == "leader":
+            return KeyKind.LEADER, ""
+        for kind in _PREFIXED:
+            head = f"{kind.value}."
+            if rest.startswith(head) and len(rest) > len(head):
+                return kind, rest[len(head) :]
+        return None
