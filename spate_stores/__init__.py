@@ -14,6 +14,11 @@ URL                         store                                           extr
 
 Common query parameters: ``namespace=`` (or the URL path) isolates jobs and tenants, and
 ``ttl=`` sets the ephemeral keyspace's TTL in seconds (the job's lease duration).
+
+Every adapter module exposes ``store_from_url(url) -> Store``: a synchronous constructor that
+validates the URL and connects nothing; connecting happens when the store is entered.
+``memory://`` stores of one process share one server while any of them is open, so in-process
+workers opening the same URL see the same data.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import parse_qs, urlsplit
+from typing import cast
+from urllib.parse import urlsplit
 
 from spate.errors import ConfigError, StoreError
 from spate.store import Store
 
-__all__ = ["SUPPORTED_SCHEMES", "open_store"]
+__all__ = ["SUPPORTED_SCHEMES", "open_store", "redact_url", "store_from_url"]
 
 # scheme -> (module that implements it, the extra that installs its dependencies)
 _ADAPTERS: dict[str, tuple[str, str | None]] = {
@@ -44,66 +50,60 @@ SUPPORTED_SCHEMES = tuple(_ADAPTERS)
 """Every URL scheme :func:`open_store` understands."""
 
 
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+def redact_url(url: str) -> str:
+    """``url`` with any user name and password replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None and parts.username is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        # An unparseable netloc (a bad port, say) may still hold a secret: drop it whole.
+        return "<unparseable store URL>"
     return parts._replace(netloc=f"***@{host}").geturl()
 
 
-def _memory_from_url(url: str) -> Store:
-    from spate_stores.memory import MemoryStore
+def store_from_url(url: str) -> Store:
+    """The (not yet opened) store a URL names; enter it to connect.
 
-    parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(query) - {"namespace", "ttl", "max_value_size"}
-    if unknown:
-        raise ConfigError(
-            f"unknown parameter(s) {sorted(unknown)} in {url!r}; memory:// takes "
-            "namespace, ttl and max_value_size"
-        )
-    namespace = query.get("namespace") or (parts.netloc + parts.path).strip("/")
-    kwargs: dict[str, float | int] = {}
+    Raises :class:`~spate.errors.ConfigError` for an unknown scheme (naming the supported
+    ones) or a malformed URL, and :class:`~spate.errors.StoreError` when the scheme's extra
+    is not installed (naming the extra to install). Credentials never appear in messages.
+    """
     try:
-        if "ttl" in query:
-            kwargs["ephemeral_ttl"] = float(query["ttl"])
-        if "max_value_size" in query:
-            kwargs["max_value_size"] = int(query["max_value_size"])
-    except ValueError:
+        scheme = urlsplit(url).scheme.lower()
+    except (ValueError, AttributeError):
         raise ConfigError(
-            f"ttl must be a number of seconds and max_value_size an int in {url!r}"
+            f"not a store URL: {redact_url(url) if isinstance(url, str) else url!r}"
         ) from None
-    return MemoryStore(namespace=namespace, **kwargs)  # type: ignore[arg-type]
+    if scheme not in _ADAPTERS:
+        raise ConfigError(
+            f"unsupported store URL {redact_url(url)!r}: the scheme must be one of "
+            f"{', '.join(s + '://' for s in SUPPORTED_SCHEMES)}"
+        )
+    module_name, extra = _ADAPTERS[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if extra is None:
+            raise
+        raise StoreError(
+            f"{scheme}:// stores need the optional dependencies of spate[{extra}] "
+            f"({exc.name or module_name} could not be imported); "
+            f"run: pip install 'spate[{extra}]'"
+        ) from None
+    return cast(Store, module.store_from_url(url))
 
 
 @asynccontextmanager
 async def open_store(url: str) -> AsyncIterator[Store]:
     """Open the store a URL names, yield it, and close it on exit.
 
-    Raises :class:`~spate.errors.ConfigError` for an unknown scheme (naming the supported
-    ones) or a malformed URL, and :class:`~spate.errors.StoreError` when the scheme's extra
-    is not installed (naming the extra to install).
+    Raises what :func:`store_from_url` raises, and whatever entering the store raises
+    (:class:`~spate.errors.StoreUnavailable` when the server cannot be reached).
     """
-    scheme = urlsplit(url).scheme.lower()
-    if scheme not in _ADAPTERS:
-        raise ConfigError(
-            f"unsupported store URL {_redact(url)!r}: the scheme must be one of "
-            f"{', '.join(s + '://' for s in SUPPORTED_SCHEMES)}"
-        )
-    module_name, extra = _ADAPTERS[scheme]
-    if module_name == "spate_stores.memory":
-        store = _memory_from_url(url)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise StoreError(
-                f"{scheme}:// needs the optional dependencies of spate[{extra}] "
-                f"({exc.name or exc} is not installed); run: pip install 'spate[{extra}]'"
-            ) from None
-        store = module.store_from_url(url)
+    store = store_from_url(url)
     async with store:
         yield store

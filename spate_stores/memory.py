@@ -7,7 +7,10 @@ every event as the contract says) and cheap (no background task: expiry is appli
 whichever operation or watcher next looks at a keyspace, at the exact deadline).
 
 Many :class:`MemoryStore` clients can share one :class:`MemoryServer`, the way several
-processes share a real server; clients on different namespaces never see each other.
+processes share a real server; clients on different namespaces never see each other. Stores
+opened from ``memory://`` URLs (:func:`store_from_url`) share one process-wide server while any
+of them is open, so every worker of an in-process fleet that opens the same URL sees the same
+data; when the last one closes, that data is gone.
 Fault injection wraps a store (see :mod:`spate_testing.faults`) rather than living here.
 """
 
@@ -18,11 +21,12 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import trio
 
-from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate.errors import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import (
     Capabilities,
     Delete,
@@ -40,7 +44,13 @@ from spate.store import (
     validate_prefix,
 )
 
-__all__ = ["DEFAULT_EPHEMERAL_TTL", "DEFAULT_MAX_VALUE_SIZE", "MemoryServer", "MemoryStore"]
+__all__ = [
+    "DEFAULT_EPHEMERAL_TTL",
+    "DEFAULT_MAX_VALUE_SIZE",
+    "MemoryServer",
+    "MemoryStore",
+    "store_from_url",
+]
 
 DEFAULT_EPHEMERAL_TTL = 30.0
 """Default TTL of the ephemeral keyspace: the default lease duration."""
@@ -131,6 +141,30 @@ class MemoryServer:
         return table
 
 
+class _ProcessServer:
+    """The server every ``memory://`` URL of this process shares while any client is open."""
+
+    def __init__(self) -> None:
+        self._server: MemoryServer | None = None
+        self._clients = 0
+
+    def acquire(self) -> MemoryServer:
+        if self._server is None:
+            self._server = MemoryServer()
+        self._clients += 1
+        return self._server
+
+    def release(self) -> None:
+        self._clients -= 1
+        if self._clients == 0:
+            # Nobody can observe the data any more; dropping it lets the next user of a
+            # namespace pick another TTL instead of tripping over a forgotten one.
+            self._server = None
+
+
+_PROCESS_SERVER = _ProcessServer()
+
+
 class MemoryStore:
     """The in-memory store: exact CAS, per-key TTL on the Trio clock, gap-free watches.
 
@@ -152,8 +186,9 @@ class MemoryStore:
             )
         if max_value_size < 1:
             raise StoreError(f"max_value_size must be at least 1 byte, not {max_value_size!r}")
-        self._server = server if server is not None else MemoryServer()
+        self._server: MemoryServer | None = server if server is not None else MemoryServer()
         self._server._bind(namespace, ephemeral_ttl)
+        self._shares_process_server = False
         self._namespace = namespace
         self._ttl = float(ephemeral_ttl)
         self._capabilities = Capabilities(
@@ -169,9 +204,38 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"MemoryStore(namespace={self._namespace!r}, ephemeral_ttl={self._ttl})"
 
+    @classmethod
+    def process_shared(
+        cls,
+        *,
+        namespace: str = "",
+        ephemeral_ttl: float = DEFAULT_EPHEMERAL_TTL,
+        max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+    ) -> MemoryStore:
+        """A client of the process-wide server that every ``memory://`` URL shares.
+
+        The server is joined when the store is entered and left when it closes; it lives
+        while any such client is open. Entering raises StoreError if the namespace is in use
+        by an open client with another TTL.
+        """
+        store = cls(namespace=namespace, ephemeral_ttl=ephemeral_ttl, max_value_size=max_value_size)
+        # Validated against a private server; the shared one is joined in __aenter__, since a
+        # store that is never entered must not keep the process-wide data alive.
+        store._server = None
+        store._shares_process_server = True
+        return store
+
     @property
     def server(self) -> MemoryServer:
         """The shared state this client talks to (pass it to another client to share it)."""
+        return self._connected_server()
+
+    def _connected_server(self) -> MemoryServer:
+        if self._server is None:
+            raise StoreError(
+                f"{self!r} shares the process-wide memory server and is not open; "
+                "use it inside `async with store:`."
+            )
         return self._server
 
     @property
@@ -190,7 +254,18 @@ class MemoryStore:
         return self._ttl
 
     async def __aenter__(self) -> MemoryStore:
-        """Nothing to connect; returns the store."""
+        """Join the process-wide server if this store shares it; returns the store."""
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise StoreError(f"{self!r} is closed; open a new store to keep working.")
+        if self._shares_process_server and self._server is None:
+            server = _PROCESS_SERVER.acquire()
+            try:
+                server._bind(self._namespace, self._ttl)
+            except StoreError:
+                _PROCESS_SERVER.release()
+                raise
+            self._server = server
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -199,10 +274,15 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         """Close the client; further calls raise StoreError, open watches raise StoreUnavailable."""
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            return
         self._closed = True
         for send in list(self._watch_channels):
             send.close()
         self._watch_channels.clear()
+        if self._shares_process_server and self._server is not None:
+            _PROCESS_SERVER.release()
 
     # -- the contract -------------------------------------------------------------------
 
@@ -214,7 +294,7 @@ class MemoryStore:
             raise StoreError(f"{self!r} is closed; open a new store to keep working.")
         if not isinstance(keyspace, Keyspace):
             raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
-        table = self._server._table(self._namespace, keyspace)
+        table = self._connected_server()._table(self._namespace, keyspace)
         table.expire(trio.current_time())
         return table
 
@@ -342,3 +422,39 @@ class _WatchIterator:
                 f"{self._store!r} was closed while a watch was open; re-open the store and "
                 "watch again."
             ) from None
+
+
+def store_from_url(url: str) -> MemoryStore:
+    """The store a ``memory://`` URL names, sharing this process's memory server.
+
+    ``memory://[namespace][?namespace=...&ttl=SECONDS&max_value_size=BYTES]``: the query's
+    namespace wins over the one in the URL's host and path. Raises
+    :class:`~spate.errors.ConfigError` for unknown or malformed parameters.
+    """
+    parts = urlsplit(url)
+    try:
+        raw = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise ConfigError(f"malformed query string in {url!r}") from None
+    query = {k: v[-1] for k, v in raw.items()}
+    unknown = set(query) - {"namespace", "ttl", "max_value_size"}
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter(s) {sorted(unknown)} in {url!r}; memory:// takes "
+            "namespace, ttl and max_value_size"
+        )
+    namespace = query.get("namespace") or (parts.netloc + parts.path).strip("/")
+    try:
+        ttl = float(query.get("ttl", DEFAULT_EPHEMERAL_TTL))
+        max_value_size = int(query.get("max_value_size", DEFAULT_MAX_VALUE_SIZE))
+    except ValueError:
+        raise ConfigError(
+            f"in {url!r}, ttl must be a number of seconds and max_value_size a whole number "
+            "of bytes"
+        ) from None
+    try:
+        return MemoryStore.process_shared(
+            namespace=namespace, ephemeral_ttl=ttl, max_value_size=max_value_size
+        )
+    except StoreError as exc:
+        raise ConfigError(f"in {url!r}: {exc}") from None

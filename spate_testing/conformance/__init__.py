@@ -1,0 +1,32 @@
+"""The store conformance suite: hold any store adapter to the store contract.
+
+Run it against your own store from your own tests, the way ``trio.testing`` offers
+``check_two_way_stream`` to every stream implementation::
+
+    import pytest
+    from spate_testing.conformance import StoreConformance, StoreFactory
+
+    class TestMyStoreConformance(StoreConformance):
+        @pytest.fixture
+        def store_factory(self) -> StoreFactory:
+            return lambda namespace: MyStore(url, namespace=namespace, ephemeral_ttl=2.0)
+
+or run it against a store URL with :func:`run_conformance` (``spate conformance --store URL``).
+"""
+
+import pytest
+
+# The suite's assertions live in this package rather than in a test module; ask pytest to
+# rewrite them so a failure shows the values compared (must precede the imports below).
+pytest.register_assert_rewrite(
+    *(
+        f"spate_testing.conformance.{name}"
+        for name in ("_cas", "_concurrency", "_data", "_expiry", "_support", "_watch")
+    )
+)
+
+from spate_testing.conformance._runner import run_conformance  # noqa: E402
+from spate_testing.conformance._suite import StoreConformance  # noqa: E402
+from spate_testing.conformance._support import StoreFactory  # noqa: E402
+
+__all__ = ["StoreConformance", "StoreFactory", "run_conformance"]
