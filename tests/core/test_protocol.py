@@ -1,0 +1,246 @@
+"""The pure rules: claim candidates, desired assignment (properties), hashing and jitter."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spate.protocol import (
+    Candidate,
+    ClaimKind,
+    Placement,
+    SplitFacts,
+    claim_candidates,
+    desired_assignment,
+    fingerprint_hash,
+    jitter,
+    live_workers,
+    stable_hash,
+    stable_hash_str,
+)
+from spate.records import Status
+
+# -- desired_assignment -----------------------------------------------------------------------
+
+member_names = st.sampled_from([f"w{i}" for i in range(6)])
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[dict[str, int], dict[str, Placement], frozenset[str], int]:
+    members = draw(st.dictionaries(member_names, st.integers(0, 5), min_size=1, max_size=6))
+    n = draw(st.integers(0, 30))
+    owners = st.one_of(st.none(), member_names, st.just("gone"))
+    splits = {f"s{i:02d}": Placement(draw(st.integers(1, 50)), draw(owners)) for i in range(n)}
+    reserved = draw(st.frozensets(st.sampled_from(sorted(splits)) if splits else st.nothing()))
+    seed = draw(st.integers(0, 2**64 - 1))
+    return members, splits, reserved, seed
+
+
+def caps(members: dict[str, int], default: int) -> dict[str, int]:
+    return {m: max(1, c if c > 0 else default) for m, c in members.items()}
+
+
+DEFAULT_CAP = 3
+
+
+@given(fleets())
+def test_assignment_is_deterministic_and_independent_of_who_computes_it(fleet) -> None:  # type: ignore[no-untyped-def]
+    members, splits, reserved, seed = fleet
+    first = desired_assignment(
+        members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed
+    )
+    shuffled_members = dict(random.Random(1).sample(sorted(members.items()), len(members)))
+    shuffled_splits = dict(random.Random(2).sample(sorted(splits.items()), len(splits)))
+    again = desired_assignment(
+        shuffled_members,
+        shuffled_splits,
+        reserved=set(reserved),
+        default_cap=DEFAULT_CAP,
+        seed=seed,
+    )
+    assert first == again
+
+
+@given(fleets())
+def test_assignment_places_each_split_once_within_every_cap(fleet) -> None:  # type: ignore[no-untyped-def]
+    members, splits, reserved, seed = fleet
+    out = desired_assignment(members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
+    assert set(out) == set(members)
+    placed = [s for ids in out.values() for s in ids]
+    assert len(placed) == len(set(placed))
+    assert set(placed) <= set(splits) - reserved
+    cap = caps(members, DEFAULT_CAP)
+    for member, ids in out.items():
+        assert len(ids) <= cap[member]
+        assert list(ids) == sorted(ids)
+    # Totality: a split is left in the queue only when every member is full.
+    if len(placed) < len(set(splits) - reserved):
+        assert all(len(out[m]) == cap[m] for m in members)
+
+
+@given(fleets())
+def test_assignment_is_balanced_within_one_splits_weight(fleet) -> None:  # type: ignore[no-untyped-def]
+    members, splits, reserved, seed = fleet
+    out = desired_assignment(members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
+    cap = caps(members, DEFAULT_CAP)
+    load = {m: sum(splits[s].weight for s in ids) for m, ids in out.items()}
+    for a, ids in out.items():
+        for b in out:
+            if b == a or len(out[b]) >= cap[b]:
+                continue
+            for s in ids:
+                # No single split could move to a member with spare budget and lower imbalance.
+                assert load[a] - load[b] <= splits[s].weight
+
+
+@given(fleets())
+def test_a_balanced_fleet_maps_to_itself(fleet) -> None:  # type: ignore[no-untyped-def]
+    members, splits, reserved, seed = fleet
+    out = desired_assignment(members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
+    owner_of = {s: m for m, ids in out.items() for s in ids}
+    settled = {
+        s: Placement(p.weight, owner_of.get(s)) for s, p in splits.items() if s not in reserved
+    }
+    assert desired_assignment(members, settled, default_cap=DEFAULT_CAP, seed=seed) == out
+
+
+@given(fleets(), st.sampled_from([f"w{i}" for i in range(6)]))
+def test_sticky_owner_keeps_its_split_when_under_cap(fleet, member) -> None:  # type: ignore[no-untyped-def]
+    members, _splits, _, seed = fleet
+    members = {**members, member: 0}
+    heavy = {"only": Placement(7, member)}
+    out = desired_assignment(members, heavy, default_cap=DEFAULT_CAP, seed=seed)
+    assert out[member] == ("only",)
+
+
+def test_a_heavy_split_ends_alone_against_light_ones() -> None:
+    splits = {"big": Placement(100, None)} | {f"small{i}": Placement(1, None) for i in range(4)}
+    out = desired_assignment({"a": 0, "b": 0}, splits, default_cap=8, seed=7)
+    assert sorted(out.values(), key=len) == [("big",), ("small0", "small1", "small2", "small3")]
+
+
+def test_a_member_advertising_cap_one_gets_one_split() -> None:
+    splits = {f"s{i}": Placement(1, None) for i in range(6)}
+    out = desired_assignment({"tiny": 1, "big": 0}, splits, default_cap=8, seed=3)
+    assert len(out["tiny"]) == 1
+    assert len(out["big"]) == 5
+
+
+def test_an_owner_that_left_loses_its_splits_and_reserved_splits_are_withheld() -> None:
+    splits = {"a": Placement(1, "gone"), "b": Placement(1, "gone")}
+    out = desired_assignment({"w": 0}, splits, reserved={"b"}, default_cap=8, seed=0)
+    assert out == {"w": ("a",)}
+
+
+def test_no_members_means_no_assignment() -> None:
+    assert desired_assignment({}, {"a": Placement(1, None)}, default_cap=8, seed=0) == {}
+
+
+@settings(max_examples=20)
+@given(st.integers(0, 2**64 - 1))
+def test_ties_break_by_fingerprint_seed_not_by_member_name(seed: int) -> None:
+    # Two empty members and one split: which member gets it depends only on the seed.
+    out = desired_assignment({"a": 0, "b": 0}, {"s": Placement(1, None)}, default_cap=1, seed=seed)
+    winner = "a" if out["a"] else "b"
+    expected = min(("a", "b"), key=lambda m: stable_hash_str(seed, m))
+    assert winner == expected
+
+
+# -- claim_candidates -------------------------------------------------------------------------
+
+
+def facts(
+    *,
+    status: Status = Status.RUNNABLE,
+    owner: str | None = None,
+    epoch: int = 0,
+    attempts: int = 0,
+    lease: str | None = None,
+    spec: bool = True,
+) -> SplitFacts:
+    return SplitFacts(status, owner, epoch, attempts, lease, spec)
+
+
+def candidates(
+    splits: dict[str, SplitFacts], held: set[str] | None = None, max_attempts: int = 4
+) -> list[Candidate]:
+    return claim_candidates(
+        sorted(splits.items()), held=held or set(), instance="me", max_attempts=max_attempts
+    )
+
+
+def test_claim_kinds_follow_the_table_and_order_by_priority() -> None:
+    out = candidates(
+        {
+            "e": facts(owner="dead", epoch=3),
+            "r": facts(lease="me", owner="me", epoch=2),
+            "n": facts(),
+            "h": facts(epoch=5),
+            "f": facts(lease="peer", owner="peer", epoch=1),
+            "done": facts(status=Status.COMPLETED),
+            "q": facts(status=Status.QUARANTINED),
+        }
+    )
+    assert out == [
+        Candidate("n", ClaimKind.CREATE, False),
+        Candidate("h", ClaimKind.RELEASED, False),
+        Candidate("r", ClaimKind.RECLAIM, False),
+        Candidate("e", ClaimKind.EXPIRED, False),
+    ]
+
+
+def test_held_splits_and_splits_without_spec_are_not_claimed() -> None:
+    out = candidates({"held": facts(), "nospec": facts(spec=False)}, held={"held"})
+    assert out == []
+
+
+def test_only_non_graceful_kinds_consume_attempts_and_quarantine_at_the_cap() -> None:
+    assert ClaimKind.EXPIRED.consumes_attempt
+    assert ClaimKind.RECLAIM.consumes_attempt
+    assert not ClaimKind.CREATE.consumes_attempt
+    assert not ClaimKind.RELEASED.consumes_attempt
+    out = candidates(
+        {
+            "poison": facts(owner="dead", epoch=4, attempts=3, spec=False),
+            "handed-back": facts(epoch=4, attempts=9),
+            "young": facts(owner="dead", epoch=1, attempts=2),
+        }
+    )
+    assert out == [
+        Candidate("handed-back", ClaimKind.RELEASED, False),
+        Candidate("poison", ClaimKind.EXPIRED, True),
+        Candidate("young", ClaimKind.EXPIRED, False),
+    ]
+
+
+def test_max_attempts_one_quarantines_the_first_takeover() -> None:
+    out = candidates({"x": facts(owner="dead", epoch=1)}, max_attempts=1)
+    assert out == [Candidate("x", ClaimKind.EXPIRED, True)]
+
+
+# -- hashing, jitter, counts --------------------------------------------------------------------
+
+
+def test_stable_hashes_are_pinned() -> None:
+    # Pinned values: changing the hash would re-break every tie of every running fleet.
+    assert stable_hash_str(0, "a") != stable_hash_str(1, "a")
+    assert fingerprint_hash("schema-v3") == stable_hash_str(0, "schema-v3")
+    assert stable_hash(0, 0) == PINNED_INT
+    assert stable_hash_str(0, "spate") == PINNED_STR
+
+
+PINNED_INT = 11168919776225494047
+PINNED_STR = 4238296424844127533
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 10**6))
+def test_jitter_stays_within_twenty_percent(seed: int, round_: int) -> None:
+    value = jitter(seed, round_, 9.0)
+    assert 0.8 * 9.0 <= value < 1.2 * 9.0
+
+
+def test_live_workers_counts_self_once() -> None:
+    assert live_workers({"a", "b"}, "c") == 3
+    assert live_workers({"a", "c"}, "c") == 2

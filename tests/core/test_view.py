@@ -1,0 +1,197 @@
+"""The folded view: stale-echo guards, pending records, listings, and tallies (properties)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spate.records import (
+    AssignmentRecord,
+    Keys,
+    LeaseRecord,
+    ProgressRecord,
+    SpecRecord,
+    Status,
+    encode,
+)
+from spate.store import Entry, Keyspace
+from spate.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
+
+KEYS = Keys("job")
+D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+
+
+def progress(split: str, status: Status = Status.RUNNABLE, **kw: object) -> bytes:
+    return encode(ProgressRecord(id=split, status=status, **kw))  # type: ignore[arg-type]
+
+
+def lease(owner: str, epoch: int = 1, nonce: str = "n") -> bytes:
+    return encode(LeaseRecord(owner=owner, nonce=nonce, epoch=epoch))
+
+
+def new_view() -> View:
+    return View(KEYS, max_attempts=4)
+
+
+def test_lease_seen_before_its_progress_record_is_attached_when_the_record_arrives() -> None:
+    view = new_view()
+    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 5))
+    assert "a" not in view.splits
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a", owner="w1", epoch=1), 3))
+    assert view.splits["a"].lease is not None
+    assert view.splits["a"].current_owner == "w1"
+
+
+def test_spec_seen_before_its_progress_record_is_attached() -> None:
+    view = new_view()
+    spec = encode(SpecRecord(id="a", weight=3, descriptor=b"d"))
+    view.apply_put(D, Entry(KEYS.spec("a"), spec, 2))
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 3))
+    assert view.splits["a"].spec is not None
+    assert view.splits["a"].spec.weight == 3
+
+
+def test_stale_echo_of_a_put_is_ignored() -> None:
+    view = new_view()
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a", epoch=2), 9))
+    assert view.apply_put(D, Entry(KEYS.split("a"), progress("a", epoch=1), 8)) == []
+    assert view.splits["a"].progress.epoch == 2
+
+
+def test_delete_older_than_the_held_revision_is_ignored() -> None:
+    view = new_view()
+    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 4))
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    assert view.apply_delete(E, KEYS.split("a"), 3) == []
+    assert view.splits["a"].lease is not None
+    assert view.apply_delete(E, KEYS.split("a"), 6) == [LeaseGone("a", 6)]
+
+
+def test_listing_cannot_resurrect_a_key_deleted_after_it_started() -> None:
+    view = new_view()
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 4))
+    since = view.seq
+    view.apply_delete(E, KEYS.split("a"), 5)  # the watch saw the delete first
+    view.apply_listing(E, [Entry(KEYS.split("a"), lease("w1"), 4)], since=since)
+    assert view.splits["a"].lease is None
+
+
+def test_listing_absence_only_deletes_keys_learned_before_it_started() -> None:
+    view = new_view()
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(D, Entry(KEYS.split("b"), progress("b"), 2))
+    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 1))
+    since = view.seq
+    view.put_lease("b", LeaseRecord(owner="me", nonce="n", epoch=1), 2)  # own claim, in flight
+    notices = view.apply_listing(E, [], since=since)
+    assert notices == [LeaseGone("a", None)]
+    assert view.splits["b"].lease is not None
+
+
+def test_durable_listing_prunes_only_assignment_records() -> None:
+    view = new_view()
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(D, Entry(KEYS.assign("w1"), encode(AssignmentRecord(generation=1)), 2))
+    notices = view.apply_listing(D, [], since=view.seq + 1)
+    assert notices == [AssignmentGone("w1")]
+    assert "a" in view.splits
+
+
+def test_unreadable_assignment_is_skipped_and_presence_still_counts() -> None:
+    view = new_view()
+    assert view.apply_put(D, Entry(KEYS.assign("w1"), b"garbage", 2)) == []
+    view.apply_put(E, Entry(KEYS.worker("w2"), b"garbage", 3))
+    assert "w2" in view.presence
+    assert view.presence["w2"] is None
+
+
+def test_probe_keys_and_foreign_keys_are_invisible() -> None:
+    view = new_view()
+    assert view.apply_put(D, Entry("job._probe.abc", b"probe", 1)) == []
+    assert view.apply_put(D, Entry("other.split.a", b"x", 1)) == []
+    assert view.splits == {}
+
+
+def test_own_delete_of_an_unfolded_lease_blocks_its_resurrection() -> None:
+    view = new_view()
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    since = view.seq
+    view.forget_own(E, KEYS.split("a"), 7)
+    view.apply_listing(E, [Entry(KEYS.split("a"), lease("me"), 7)], since=since)
+    assert view.splits["a"].lease is None
+
+
+# -- property: tallies equal a recount, and a fresh listing makes the view exact -------------
+
+SPLITS = ["a", "b", "c", "d"]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("progress"), st.sampled_from(SPLITS), st.sampled_from(list(Status))),
+        st.tuples(st.just("lease"), st.sampled_from(SPLITS), st.sampled_from(["w1", "w2"])),
+        st.tuples(st.just("unlease"), st.sampled_from(SPLITS), st.just(None)),
+        st.tuples(st.just("echo"), st.integers(0, 50), st.just(None)),
+        st.tuples(st.just("list"), st.sampled_from([D, E]), st.just(None)),
+        st.tuples(st.just("drop"), st.integers(0, 50), st.just(None)),
+    ),
+    max_size=60,
+)
+
+
+@given(ops)
+def test_tallies_always_equal_a_recount_and_listings_converge(steps: list[tuple]) -> None:  # type: ignore[type-arg]
+    view = new_view()
+    model: dict[Keyspace, dict[str, Entry]] = {D: {}, E: {}}
+    revision = {D: 0, E: 0}
+    history: list[tuple[Keyspace, Entry]] = []
+    for op, arg, extra in steps:
+        if op == "progress":
+            revision[D] += 1
+            entry = Entry(KEYS.split(arg), progress(arg, extra), revision[D])
+            model[D][entry.key] = entry
+            history.append((D, entry))
+            view.apply_put(D, entry)
+        elif op == "lease":
+            revision[E] += 1
+            entry = Entry(KEYS.split(arg), lease(extra), revision[E])
+            model[E][entry.key] = entry
+            history.append((E, entry))
+            view.apply_put(E, entry)
+        elif op == "unlease":
+            key = KEYS.split(arg)
+            if key in model[E]:
+                revision[E] += 1
+                del model[E][key]
+                view.apply_delete(E, key, revision[E])
+        elif op == "echo" and history:
+            keyspace, entry = history[arg % len(history)]
+            view.apply_put(keyspace, entry)
+        elif op == "drop" and history:
+            # A watch event that never arrived: model it by writing without telling the view.
+            revision[E] += 1
+            key = KEYS.split(SPLITS[arg % len(SPLITS)])
+            model[E].pop(key, None)
+        elif op == "list":
+            view.apply_listing(
+                arg, sorted(model[arg].values(), key=lambda e: e.key), since=view.seq
+            )
+        assert view.tallies == view.recount()
+    for keyspace in (D, E):
+        view.apply_listing(keyspace, list(model[keyspace].values()), since=view.seq)
+    assert view.tallies == view.recount()
+    for split, state in view.splits.items():
+        stored = model[D][KEYS.split(split)]
+        assert state.progress_rev == stored.revision
+        lease_entry = model[E].get(KEYS.split(split))
+        assert (state.lease is None) == (lease_entry is None)
+        if lease_entry is not None:
+            assert state.lease_rev == lease_entry.revision
+
+
+def test_notices_report_progress_and_lease_changes() -> None:
+    view = new_view()
+    notices = view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    assert isinstance(notices[0], ProgressChanged)
+    assert notices[0].previous is None
+    notices = view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 1))
+    assert isinstance(notices[0], LeaseChanged)
