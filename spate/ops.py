@@ -1,0 +1,256 @@
+"""Operator actions on a job, from outside the fleet: read its status, requeue quarantined splits.
+
+Both read the store directly with the job's key layout, so they work against a live fleet
+without joining it. :func:`requeue` is a fenced write like any other: it moves a quarantined
+split back to runnable with one compare-and-swap on its progress record (attempts reset,
+epoch bumped), so it can never race a worker into two owners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from spate import fenced
+from spate.errors import ConfigError, StoreError
+from spate.plan import validate_job, validate_split_id
+from spate.records import (
+    KeyKind,
+    Keys,
+    LeaderRecord,
+    LeaseRecord,
+    PlanRecord,
+    PresenceRecord,
+    ProgressRecord,
+    SpecRecord,
+    Status,
+    UnreadableRecord,
+    decode,
+    encode,
+    now_ms,
+)
+from spate.store import Keyspace, Lost, Store
+
+__all__ = ["JobStatus", "RequeueRefused", "SplitStatus", "WorkerStatus", "read_status", "requeue"]
+
+
+@attrs.frozen
+class SplitStatus:
+    """One split as the store records it."""
+
+    id: str
+    status: str
+    owner: str | None
+    lease_owner: str | None
+    epoch: int
+    attempts: int
+    watermark: int | None
+    completed: bool
+    written_at_ms: int
+    weight: int
+    revision: int
+    state: bytes = attrs.field(repr=False, default=b"")
+
+
+@attrs.frozen
+class WorkerStatus:
+    """One live worker (its presence record)."""
+
+    instance: str
+    max_in_flight: int
+    leader: bool
+    holding: int
+
+
+@attrs.frozen
+class JobStatus:
+    """A job as an operator needs to see it, read from the store in one pass."""
+
+    job: str
+    exists: bool
+    fingerprint: str | None
+    generation: int | None
+    finality: str | None
+    planned: int
+    leader: str | None
+    workers: list[WorkerStatus]
+    splits: dict[str, SplitStatus]
+    unreadable: list[str]
+
+    def counts(self) -> dict[str, int]:
+        """How many splits are in each status (plus ``owned``: runnable with a live lease)."""
+        out = {"runnable": 0, "completed": 0, "quarantined": 0, "owned": 0}
+        for split in self.splits.values():
+            out[split.status] = out.get(split.status, 0) + 1
+            if split.status == "runnable" and split.lease_owner is not None:
+                out["owned"] += 1
+        return out
+
+    def ordered_splits(self) -> list[SplitStatus]:
+        """Quarantined splits first, then runnable, then completed; by id within each."""
+        rank = {"quarantined": 0, "runnable": 1, "completed": 2}
+        return sorted(self.splits.values(), key=lambda s: (rank.get(s.status, 3), s.id))
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict (``spate status --json``)."""
+        return {
+            "job": self.job,
+            "exists": self.exists,
+            "fingerprint": self.fingerprint,
+            "generation": self.generation,
+            "finality": self.finality,
+            "planned": self.planned,
+            "leader": self.leader,
+            "counts": self.counts(),
+            "workers": [attrs.asdict(w) for w in self.workers],
+            "splits": [
+                {k: v for k, v in attrs.asdict(s).items() if k != "state"}
+                for s in self.ordered_splits()
+            ],
+            "unreadable": self.unreadable,
+        }
+
+
+async def read_status(store: Store, job: str) -> JobStatus:
+    """Read everything the store holds about ``job`` (two listings, no writes)."""
+    validate_job(job)
+    keys = Keys(job)
+    durable = await store.list(Keyspace.DURABLE, keys.prefix)
+    ephemeral = await store.list(Keyspace.EPHEMERAL, keys.prefix)
+    unreadable: list[str] = []
+    plan: PlanRecord | None = None
+    progress: dict[str, tuple[ProgressRecord, int]] = {}
+    weights: dict[str, int] = {}
+    for entry in durable:
+        kind = keys.classify(entry.key)
+        try:
+            if kind == (KeyKind.PLAN, ""):
+                plan = decode(PlanRecord, entry.key, entry.value)
+            elif kind is not None and kind[0] is KeyKind.SPLIT:
+                record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
+                progress[kind[1]] = (record, entry.revision)
+            elif kind is not None and kind[0] is KeyKind.SPEC:
+                weights[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1]).weight
+        except UnreadableRecord:
+            unreadable.append(entry.key)
+    leader: str | None = None
+    presence: dict[str, int] = {}
+    leases: dict[str, str] = {}
+    for entry in ephemeral:
+        kind = keys.classify(entry.key)
+        try:
+            if kind == (KeyKind.LEADER, ""):
+                leader = decode(LeaderRecord, entry.key, entry.value).owner
+            elif kind is not None and kind[0] is KeyKind.WORKER:
+                presence[kind[1]] = decode(PresenceRecord, entry.key, entry.value).max_in_flight
+            elif kind is not None and kind[0] is KeyKind.SPLIT:
+                leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value).owner
+        except UnreadableRecord:
+            unreadable.append(entry.key)
+    splits = {
+        split_id: SplitStatus(
+            id=split_id,
+            status=record.status.value,
+            owner=record.owner,
+            lease_owner=leases.get(split_id),
+            epoch=record.epoch,
+            attempts=record.attempts,
+            watermark=record.watermark,
+            completed=record.completed,
+            written_at_ms=record.written_at_ms,
+            weight=weights.get(split_id, 1),
+            revision=revision,
+            state=record.state,
+        )
+        for split_id, (record, revision) in sorted(progress.items())
+    }
+    holding: dict[str, int] = {}
+    for owner in leases.values():
+        holding[owner] = holding.get(owner, 0) + 1
+    workers = [
+        WorkerStatus(instance, cap, instance == leader, holding.get(instance, 0))
+        for instance, cap in sorted(presence.items())
+    ]
+    return JobStatus(
+        job=job,
+        exists=plan is not None,
+        fingerprint=plan.fingerprint if plan else None,
+        generation=plan.generation if plan else None,
+        finality=plan.finality.value if plan else None,
+        planned=plan.planned if plan else 0,
+        leader=leader,
+        workers=workers,
+        splits=splits,
+        unreadable=unreadable,
+    )
+
+
+class RequeueRefused(StoreError):
+    """A split named for requeue is missing or not quarantined; nothing was changed for it."""
+
+
+_MAX_RACES = 8
+OPERATOR = "operator"
+"""The instance name operator writes carry in their spans."""
+
+
+async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
+    """Return quarantined splits to the queue: attempts reset, epoch bumped, owner cleared.
+
+    Each split is moved with a compare-and-swap on its progress record, re-read and retried
+    if a concurrent write moved it. Raises :class:`RequeueRefused` naming every split that
+    does not exist or is not quarantined (those are left untouched; the others are
+    requeued). Returns the ids requeued.
+    """
+    validate_job(job)
+    ids = [validate_split_id(s) for s in splits]
+    if not ids:
+        raise ConfigError("name at least one split to requeue")
+    keys = Keys(job)
+    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    done: list[str] = []
+    refused: list[str] = []
+    for split in ids:
+        key = keys.split(split)
+        for _ in range(_MAX_RACES):
+            entry = await store.get(Keyspace.DURABLE, key)
+            if entry is None:
+                refused.append(f"{split} (no such split in job {job!r})")
+                break
+            record = decode(ProgressRecord, key, entry.value, split=split)
+            if record.status is not Status.QUARANTINED:
+                refused.append(f"{split} (it is {record.status.value}, not quarantined)")
+                break
+            fresh = attrs.evolve(
+                record,
+                status=Status.RUNNABLE,
+                attempts=0,
+                owner=None,
+                epoch=record.epoch + 1,
+                written_at_ms=now_ms(),
+            )
+            result = await fenced.write(
+                store,
+                scope,
+                "requeue",
+                "update",
+                Keyspace.DURABLE,
+                key,
+                encode(fresh),
+                expected=entry.revision,
+                split=split,
+                epoch=fresh.epoch,
+            )
+            if not isinstance(result, Lost):
+                done.append(split)
+                break
+        else:
+            refused.append(f"{split} (it kept changing under concurrent writes; try again)")
+    if refused:
+        raise RequeueRefused(
+            f"refused to requeue {', '.join(refused)}"
+            + (f"; requeued {', '.join(done)}" if done else "")
+            + ". Only quarantined splits can be requeued (see `spate status`)."
+        )
+    return done

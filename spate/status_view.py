@@ -1,0 +1,116 @@
+"""``spate status``: a job as an operator needs it, as a table, live, or as JSON."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import trio
+
+from spate.ops import JobStatus, read_status
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = ["render_status", "show_status"]
+
+
+def _when(ms: int) -> str:
+    if not ms:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).strftime("%H:%M:%S")
+
+
+def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
+    """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    if not status.exists:
+        return (
+            f"[yellow]job {status.job!r} has no plan record in this store "
+            "(not started yet, or another namespace?)[/yellow]"
+        )
+    counts = status.counts()
+    header = (
+        f"[bold]{status.job}[/bold]  plan generation {status.generation} · {status.finality} · "
+        f"{len(status.splits)} splits: {counts['completed']} completed, "
+        f"{counts['runnable']} runnable ({counts['owned']} owned), "
+        f"{counts['quarantined']} quarantined · leader: {status.leader or '[red]none[/red]'}"
+    )
+    workers = Table(title="live workers", title_justify="left")
+    for column in ("instance", "capacity", "holding", "leader"):
+        workers.add_column(column)
+    for worker in status.workers:
+        workers.add_row(
+            worker.instance,
+            str(worker.max_in_flight),
+            str(worker.holding),
+            "★" if worker.leader else "",
+        )
+    splits = Table(title="splits", title_justify="left")
+    for column in (
+        "split",
+        "status",
+        "owner",
+        "lease",
+        "epoch",
+        "attempts",
+        "watermark",
+        "written",
+    ):
+        splits.add_column(column)
+    ordered = status.ordered_splits()
+    for split in ordered[:limit]:
+        colour = {"quarantined": "red", "completed": "green"}.get(split.status, "white")
+        splits.add_row(
+            split.id,
+            f"[{colour}]{split.status}[/{colour}]",
+            split.owner or "-",
+            split.lease_owner or "-",
+            str(split.epoch),
+            str(split.attempts),
+            "-" if split.watermark is None else str(split.watermark),
+            _when(split.written_at_ms),
+        )
+    parts: list[RenderableType] = [header, workers, splits]
+    if len(ordered) > limit:
+        parts.append(f"… and {len(ordered) - limit} more (use --json for all)")
+    if status.unreadable:
+        parts.append(f"[red]unreadable records:[/red] {', '.join(status.unreadable)}")
+    return Group(*parts)
+
+
+async def show_status(
+    url: str, job: str, *, watch: bool = False, as_json: bool = False, interval: float = 1.0
+) -> int:
+    """Print the status of ``job`` in the store at ``url``.
+
+    With ``watch``, refresh every ``interval`` seconds until cancelled.
+    """
+    from spate_stores import open_store
+
+    async with open_store(url) as store:
+        if as_json:
+            while True:
+                print(
+                    json.dumps((await read_status(store, job)).to_json(), sort_keys=True),
+                    flush=True,
+                )
+                if not watch:
+                    return 0
+                await trio.sleep(interval)
+        from rich.console import Console
+
+        console = Console()
+        if not watch:
+            console.print(render_status(await read_status(store, job)))
+            return 0
+        from rich.live import Live
+
+        with Live(console=console, auto_refresh=False, screen=sys.stdout.isatty()) as live:
+            while True:
+                live.update(render_status(await read_status(store, job)), refresh=True)
+                await trio.sleep(interval)

@@ -1,0 +1,313 @@
+"""The high-level runner: one handler task per owned split, graceful leave on cancellation.
+
+:func:`run_worker` is what most users call. It opens a coordinator, starts the user's
+handler for every split the worker gains (each in its own task under its own cancel scope),
+turns the coordinator's events into handler cancellations and revocation requests, and
+returns the verdict of a bounded job. Cancelling it leaves gracefully: every split is handed
+back without consuming an attempt, presence and leadership are given up, and it waits
+(bounded) until the splits are held elsewhere, so a rolling deploy loses no time to lease
+expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from spate.config import Config
+from spate.coordinator import Coordinator, open_coordinator
+from spate._groups import single_error
+from spate.errors import ConfigError, Fenced
+from spate.events import (
+    AllComplete,
+    Gained,
+    Lost,
+    Progress,
+    Quarantined,
+    RevokeRequested,
+    Stalled,
+)
+from spate.handover import wait_until_held_elsewhere
+from spate.plan import Plan, PlanContext
+from spate.store import Store
+
+__all__ = ["Handler", "Planner", "SplitHandle", "Verdict", "run_worker"]
+
+logger = logging.getLogger("spate.worker")
+
+Verdict = AllComplete | Stalled
+"""What a bounded job ends with."""
+Planner = Callable[[PlanContext], Plan | Awaitable[Plan]]
+"""A function (sync or async) that returns the splits to add to the job."""
+Handler = Callable[["SplitHandle"], Awaitable[None]]
+"""The user's work function, called once per gained split."""
+
+DEFAULT_LEAVE_DEADLINE = 30.0
+"""Seconds a graceful leave may take (hand-back plus waiting for new owners)."""
+
+
+@attrs.define(eq=False, kw_only=True)
+class SplitHandle:
+    """One split this worker owns, as its handler sees it.
+
+    ``progress`` is the resume point (the last committed watermark and state) and moves
+    forward with every successful :meth:`commit`. ``revoke_requested`` is set when the leader
+    wants the split elsewhere: commit what you have and return, and the split is handed back
+    with nothing replayed. If the split is lost (another worker took it, or this worker could
+    not renew its lease) the handler is cancelled at once and any later commit raises
+    :class:`~spate.errors.Fenced` without writing.
+    """
+
+    id: str
+    """The split id."""
+    descriptor: bytes
+    """What the planner said this split is (opaque to spate)."""
+    weight: int
+    """The split's relative size, used to balance the fleet."""
+    epoch: int
+    """This tenancy's fencing epoch: it increases every time the split changes hands."""
+    progress: Progress
+    """The last committed progress (the resume point when the split was gained)."""
+    _coordinator: Coordinator = attrs.field(repr=False, alias="_coordinator")
+    revoke_requested: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the leader asks for the split back; return soon after a commit."""
+    _lost: bool = attrs.field(default=False, alias="_lost")
+    _completed: bool = attrs.field(default=False, alias="_completed")
+
+    @property
+    def lost(self) -> bool:
+        """True once the split is no longer this worker's; commits will raise Fenced."""
+        return self._lost
+
+    @property
+    def completed(self) -> bool:
+        """True once a ``completed=True`` commit has landed."""
+        return self._completed
+
+    async def commit(
+        self, watermark: int | None, *, state: bytes = b"", completed: bool = False
+    ) -> None:
+        """Record progress with one fenced compare-and-swap; return once it has landed.
+
+        ``watermark`` must never move backwards (a regression is treated as a bug in the
+        work source and stops the worker). ``completed=True`` finishes the split and
+        releases it. Raises :class:`~spate.errors.Fenced` (nothing written) if the split is
+        no longer owned by this worker.
+        """
+        if self._lost:
+            raise Fenced(self.id, "it was lost earlier")
+        progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
+        try:
+            await self._coordinator.commit(self.id, progress)
+        except Fenced:
+            self._lost = True
+            raise
+        self.progress = progress
+        if completed:
+            self._completed = True
+
+
+@attrs.define(eq=False)
+class _Running:
+    handle: SplitHandle
+    scope: trio.CancelScope
+
+
+class _Runner:
+    """Dispatches coordinator events to handler tasks; owned by one run_worker call."""
+
+    def __init__(self, coordinator: Coordinator, handler: Handler) -> None:
+        self._coord = coordinator
+        self._handler = handler
+        self._running: dict[str, _Running] = {}
+
+    async def dispatch(self, nursery: trio.Nursery) -> AllComplete | Stalled:
+        async for event in self._coord.events():
+            if isinstance(event, Gained):
+                self._start(nursery, event)
+            elif isinstance(event, Lost):
+                running = self._running.pop(event.split, None)
+                if running is not None:
+                    running.handle._lost = True
+                    running.scope.cancel()
+            elif isinstance(event, RevokeRequested):
+                running = self._running.get(event.split)
+                if running is not None:
+                    running.handle.revoke_requested.set()
+            elif isinstance(event, Quarantined):
+                logger.warning(
+                    "split %s quarantined after %d attempts; fix the cause, then run "
+                    "`spate requeue` to retry it",
+                    event.split,
+                    event.attempts,
+                )
+            elif isinstance(event, AllComplete | Stalled):
+                return event
+        raise RuntimeError("the coordinator's event stream ended without a verdict")
+
+    def _start(self, nursery: trio.Nursery, event: Gained) -> None:
+        previous = self._running.pop(event.split, None)
+        if previous is not None:
+            # A re-gain always follows a loss; never let two handlers run one split.
+            previous.handle._lost = True
+            previous.scope.cancel()
+        handle = SplitHandle(
+            id=event.split,
+            descriptor=event.descriptor,
+            weight=event.weight,
+            epoch=event.epoch,
+            progress=event.progress,
+            _coordinator=self._coord,
+        )
+        running = _Running(handle, trio.CancelScope())
+        self._running[event.split] = running
+        nursery.start_soon(self._run_handler, running, name=f"spate handler {event.split}")
+
+    async def _run_handler(self, running: _Running) -> None:
+        handle = running.handle
+        try:
+            with running.scope:
+                try:
+                    await self._handler(handle)
+                except Fenced:
+                    handle._lost = True
+                    return
+                except Exception as exc:
+                    if handle._lost:
+                        return
+                    logger.exception("handler for split %s raised; failing the split", handle.id)
+                    await self._settle(self._coord.fail(handle.id, f"{type(exc).__name__}: {exc}"))
+                    return
+                if not handle._lost and not handle._completed:
+                    # Returning without completing hands the split back; nothing replays
+                    # because everything the handler did was committed.
+                    await self._settle(self._coord.release([handle.id]))
+        finally:
+            if self._running.get(handle.id) is running:
+                del self._running[handle.id]
+
+    async def _settle(self, call: Awaitable[None]) -> None:
+        try:
+            await call
+        except Fenced:
+            pass  # lost in the meantime: its new owner resumes from the last commit
+
+    def cancel_handlers(self) -> None:
+        for running in self._running.values():
+            running.scope.cancel()
+
+    @property
+    def handles(self) -> list[SplitHandle]:
+        """Handles of the splits whose handlers are running."""
+        return [r.handle for r in self._running.values()]
+
+
+async def run_worker(
+    store: Store,
+    *,
+    job: str,
+    instance: str | None = None,
+    planner: Planner,
+    handler: Handler,
+    config: Config | None = None,
+    fingerprint: str = "",
+    leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
+) -> AllComplete | Stalled:
+    """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
+
+    Returns the verdict of a bounded job (:class:`~spate.events.AllComplete` or
+    :class:`~spate.events.Stalled`); for an open plan it runs until cancelled. A handler
+    that returns without a completed commit hands its split back; one that raises fails
+    the split (consuming an attempt) while the worker keeps going.
+
+    Cancelling ``run_worker`` leaves gracefully, bounded by ``leave_deadline`` seconds:
+    handlers are cancelled, every split is handed back with no attempt consumed, presence
+    and leadership are given up, and it waits until the splits are held elsewhere. Then the
+    cancellation propagates as usual.
+    """
+    if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
+        raise ConfigError(
+            f"leave_deadline must be a finite number of seconds >= 0, not {leave_deadline!r}"
+        )
+    verdict: AllComplete | Stalled | None = None
+    with single_error():
+        verdict = await _run_shielded(
+            store, job, instance, planner, handler, config, fingerprint, leave_deadline
+        )
+    if verdict is None:
+        # We left because we were cancelled; let the cancellation continue outward.
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("run_worker left without a verdict and without being cancelled")
+    return verdict
+
+
+async def _run_shielded(
+    store: Store,
+    job: str,
+    instance: str | None,
+    planner: Planner,
+    handler: Handler,
+    config: Config | None,
+    fingerprint: str,
+    leave_deadline: float,
+) -> AllComplete | Stalled | None:
+    leave = trio.Event()
+
+    async def notice_cancellation() -> None:
+        # Runs outside the shield below: the caller's cancellation lands here and asks the
+        # shielded part to leave gracefully instead of dying mid-protocol.
+        try:
+            await trio.sleep_forever()
+        finally:
+            leave.set()
+
+    verdict: AllComplete | Stalled | None = None
+    async with trio.open_nursery() as outer:
+        outer.start_soon(notice_cancellation, name="spate leave sentinel")
+        with trio.CancelScope(shield=True):
+            async with open_coordinator(
+                store,
+                job=job,
+                instance=instance,
+                planner=planner,
+                config=config,
+                fingerprint=fingerprint,
+            ) as coord:
+                verdict = await _work_until_verdict_or_leave(coord, handler, leave, leave_deadline)
+        outer.cancel_scope.cancel()
+    return verdict
+
+
+async def _work_until_verdict_or_leave(
+    coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
+) -> AllComplete | Stalled | None:
+    runner = _Runner(coord, handler)
+    verdict: AllComplete | Stalled | None = None
+    async with trio.open_nursery() as nursery:
+
+        async def dispatch() -> None:
+            nonlocal verdict
+            verdict = await runner.dispatch(nursery)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(dispatch, name="spate event dispatch")
+        await leave.wait()
+        nursery.cancel_scope.cancel()
+    if verdict is not None:
+        return verdict
+    held = sorted(coord.owned)
+    with trio.move_on_after(leave_deadline) as scope:
+        await coord.depart()
+        await wait_until_held_elsewhere(coord.store, coord.job, coord.instance, held)
+    if scope.cancelled_caught:
+        logger.warning(
+            "graceful leave of %s did not finish within %.1f s; the remaining splits move "
+            "when their leases expire",
+            coord.instance,
+            leave_deadline,
+        )
+    return None
