@@ -170,6 +170,11 @@ class MemoryStore:
 
     ``MemoryStore()`` makes a private server; pass ``server=`` to share one between
     clients (each client a "process"), and ``namespace=`` to isolate tenants on it.
+    :meth:`process_shared` (what ``memory://`` URLs open) joins the process-wide server.
+
+    Raises :class:`~spate.errors.ConfigError` for a non-positive or infinite TTL or a size
+    limit under one byte, and :class:`~spate.errors.StoreError` when ``namespace`` is already
+    bound to another TTL on ``server``.
     """
 
     def __init__(
@@ -181,11 +186,11 @@ class MemoryStore:
         server: MemoryServer | None = None,
     ) -> None:
         if not (ephemeral_ttl > 0 and math.isfinite(ephemeral_ttl)):
-            raise StoreError(
+            raise ConfigError(
                 f"ephemeral_ttl must be a positive number of seconds, not {ephemeral_ttl!r}"
             )
         if max_value_size < 1:
-            raise StoreError(f"max_value_size must be at least 1 byte, not {max_value_size!r}")
+            raise ConfigError(f"max_value_size must be at least 1 byte, not {max_value_size!r}")
         self._server: MemoryServer | None = server if server is not None else MemoryServer()
         self._server._bind(namespace, ephemeral_ttl)
         self._shares_process_server = False
@@ -456,5 +461,5 @@ def store_from_url(url: str) -> MemoryStore:
         return MemoryStore.process_shared(
             namespace=namespace, ephemeral_ttl=ttl, max_value_size=max_value_size
         )
-    except StoreError as exc:
+    except ConfigError as exc:
         raise ConfigError(f"in {url!r}: {exc}") from None

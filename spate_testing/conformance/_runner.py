@@ -47,7 +47,10 @@ def with_namespace(url: str, namespace: str) -> str:
     existing = next((v for k, v in reversed(query) if k == "namespace" and v), "")
     query = [(k, v) for k, v in query if k != "namespace"]
     query.append(("namespace", f"{existing}-{namespace}" if existing else namespace))
-    return parts._replace(query=urlencode(query)).geturl()
+    # Keep everything before the query verbatim: urlunsplit would turn memory:// into memory:.
+    head = url.split("#", 1)[0].split("?", 1)[0]
+    fragment = f"#{parts.fragment}" if parts.fragment else ""
+    return f"{head}?{urlencode(query)}{fragment}"
 
 
 def url_store_factory(url: str) -> StoreFactory:
