@@ -40,7 +40,7 @@ async def run_demo_worker(
 
     async def handler(split: SplitHandle) -> None:
         if log is None:
-            await inner(split)  # type: ignore[misc]
+            await inner(split)
             return
         commit = split.commit
 
@@ -64,7 +64,7 @@ async def run_demo_worker(
             await log.flush()
 
         split.commit = audited_commit  # type: ignore[method-assign]
-        await inner(split)  # type: ignore[misc]
+        await inner(split)
 
     try:
         async with open_store(store_url) as store:

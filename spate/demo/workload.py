@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from spate.errors import Fenced
 from spate.plan import Plan, PlanContext, SplitSpec
-from spate.worker import SplitHandle
+
+if TYPE_CHECKING:
+    from spate.worker import SplitHandle
 
 __all__ = [
     "Dataset",
@@ -172,7 +175,7 @@ def make_handler(
     batch: int = 50,
     batch_seconds: float = 0.05,
     poison: Callable[[str], bool] = lambda split: False,
-) -> Callable[[SplitHandle], object]:
+) -> Callable[[SplitHandle], Awaitable[None]]:
     """The backfill handler one worker runs for each split it gains.
 
     Folds ``batch`` records per step, pretending each step takes ``batch_seconds``, and
