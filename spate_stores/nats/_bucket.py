@@ -1,0 +1,167 @@
+"""Creating a keyspace's KV bucket if absent and verifying it if present.
+
+Both keyspaces keep one message per key (history 1), so a bucket's stream sequence numbers are
+the keys' revisions and the stream never grows beyond one message per key. The ephemeral
+bucket's ``max_age`` is the TTL: every write replaces the key's message, so a key expires TTL
+after its last write. On nats-server 2.11+ the bucket also gets subject delete markers, so an
+expiry leaves a marker that watchers receive; 2.9 silently ignores that setting, which is how
+its absence is detected (from the configuration the server echoes back).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from spate.errors import StoreError
+from spate.store import Keyspace
+from spate_stores.nats._jetstream import (
+    ERR_STREAM_EXISTS,
+    ERR_STREAM_NOT_FOUND,
+    ApiError,
+    JetStream,
+)
+
+__all__ = ["Bucket", "ensure_bucket"]
+
+_NS = 1_000_000_000
+# max_age is compared with this tolerance: servers echo it back in nanoseconds exactly, but a
+# bucket created by another client from a float TTL may round differently.
+_TTL_TOLERANCE_NS = 1_000_000
+_MARKERS_SINCE = (2, 11)
+
+
+@attrs.frozen
+class Bucket:
+    """One KV bucket as the store uses it."""
+
+    name: str
+    """The bucket name (``nats kv ls`` shows it)."""
+    stream: str
+    """Its stream, ``KV_<name>``."""
+    subject_prefix: str
+    """``$KV.<name>.``: a key's subject is this plus the encoded key."""
+    direct: bool
+    """Whether direct gets are allowed (else reads use STREAM.MSG.GET)."""
+    expiry_markers: bool
+    """Whether expiries leave markers that reach watchers (2.11+ ephemeral buckets)."""
+
+
+def _desired_config(
+    name: str, keyspace: Keyspace, ttl: float, namespace: str, markers: bool
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": f"KV_{name}",
+        "description": f"spate {keyspace.value} keyspace of namespace {namespace!r}",
+        "subjects": [f"$KV.{name}.>"],
+        "retention": "limits",
+        "max_msgs_per_subject": 1,
+        "max_msgs": -1,
+        "max_bytes": -1,
+        "max_msg_size": -1,
+        "discard": "new",
+        "storage": "file",
+        "num_replicas": 1,
+        "deny_delete": True,
+        "allow_rollup_hdrs": True,
+        "allow_direct": True,
+        "max_age": 0,
+    }
+    if keyspace is Keyspace.EPHEMERAL:
+        config["max_age"] = round(ttl * _NS)
+        if markers:
+            config.update(_marker_fields(ttl))
+    return config
+
+
+def _verify(
+    config: dict[str, Any], desired: dict[str, Any], keyspace: Keyspace, ttl: float
+) -> None:
+    name = desired["name"][3:]
+    if config.get("subjects") != desired["subjects"]:
+        raise StoreError(
+            f"the NATS stream {desired['name']} exists but listens on {config.get('subjects')}, "
+            f"not {desired['subjects']}; it was not made by spate. Delete it or use another "
+            "namespace."
+        )
+    if config.get("max_msgs_per_subject") != 1:
+        raise StoreError(
+            f"the NATS KV bucket {name} keeps {config.get('max_msgs_per_subject')} revisions per "
+            "key; spate needs history 1. Delete the bucket or use another namespace."
+        )
+    max_age = int(config.get("max_age") or 0)
+    if keyspace is Keyspace.DURABLE and max_age != 0:
+        raise StoreError(
+            f"the NATS KV bucket {name} for the durable keyspace expires entries after "
+            f"{max_age / _NS:g} s; durable records must never expire. Delete the bucket or use "
+            "another namespace."
+        )
+    if keyspace is Keyspace.EPHEMERAL and abs(max_age - desired["max_age"]) > _TTL_TOLERANCE_NS:
+        raise StoreError(
+            f"this namespace's ephemeral keyspace (NATS KV bucket {name}) already uses a TTL of "
+            f"{max_age / _NS:g} s, not {ttl:g} s; open the store with ttl={max_age / _NS:g} "
+            "(every worker of a job must use the same lease duration) or use another namespace."
+        )
+
+
+async def ensure_bucket(
+    js: JetStream, name: str, keyspace: Keyspace, ttl: float, namespace: str
+) -> Bucket:
+    """Create the bucket if it is missing, verify it if present, and describe it.
+
+    Raises StoreError when an existing bucket cannot serve this keyspace (another TTL, more
+    history, foreign subjects), StoreUnavailable when JetStream does not answer.
+    """
+    stream = f"KV_{name}"
+    markers_supported = js.connection.server_version >= _MARKERS_SINCE
+    desired = _desired_config(name, keyspace, ttl, namespace, markers_supported)
+    config = await _stream_config(js, stream)
+    if config is None:
+        try:
+            config = (await js.api(f"STREAM.CREATE.{stream}", desired))["config"]
+        except ApiError as exc:
+            if exc.err_code != ERR_STREAM_EXISTS:
+                raise exc.translate() from None
+            # Another client created it first, with a different configuration.
+            config = await _stream_config(js, stream)
+            if config is None:
+                raise exc.translate() from None
+    assert config is not None
+    _verify(config, desired, keyspace, ttl)
+    markers = bool(config.get("subject_delete_marker_ttl"))
+    if keyspace is Keyspace.EPHEMERAL and markers_supported and not markers:
+        # Made by a server before 2.11 (or another client): add markers so expiry reaches
+        # watchers now that the server can.
+        try:
+            updated = await js.api(f"STREAM.UPDATE.{stream}", {**config, **_marker_fields(ttl)})
+            markers = bool(updated["config"].get("subject_delete_marker_ttl"))
+        except ApiError:
+            markers = False
+    return Bucket(
+        name=name,
+        stream=stream,
+        subject_prefix=f"$KV.{name}.",
+        direct=bool(config.get("allow_direct")),
+        expiry_markers=keyspace is Keyspace.EPHEMERAL and markers,
+    )
+
+
+def _marker_fields(ttl: float) -> dict[str, Any]:
+    # Markers must outlive a watcher's reconnection window, so they live as long as the TTL
+    # (in whole seconds, the server's granularity).
+    return {"subject_delete_marker_ttl": max(1, math.ceil(ttl)) * _NS, "allow_msg_ttl": True}
+
+
+async def _stream_config(js: JetStream, stream: str) -> dict[str, Any] | None:
+    try:
+        info = await js.api(f"STREAM.INFO.{stream}")
+    except ApiError as exc:
+        if exc.err_code == ERR_STREAM_NOT_FOUND:
+            return None
+        raise exc.translate() from None
+    config = info.get("config")
+    if not isinstance(config, dict):
+        raise StoreError(f"the NATS server described stream {stream} without a configuration")
+    return config

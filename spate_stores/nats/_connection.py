@@ -1,0 +1,605 @@
+"""A Trio NATS connection: handshake, request/reply, subscriptions, PINGs and reconnection.
+
+One :class:`NatsConnection` owns one server connection at a time and every task that serves
+it (reader, pinger, WebSocket internals) in one nursery, opened by ``__aenter__`` and closed by
+``__aexit__``. When the connection breaks it reconnects with capped exponential backoff,
+re-subscribes, and carries on. Exactly what happens to work in flight:
+
+* a request whose bytes may have reached the server fails with
+  :class:`~spate.errors.StoreUnavailable` ("may or may not have landed") and is never resent:
+  resending a write that landed could apply it twice;
+* a request not yet sent waits for the connection to come back (up to its timeout), then goes
+  out on the new connection;
+* bytes queued for a broken connection are dropped, never sent on the next one;
+* every subscription receives a :class:`ConnectionLost` marker in its channel, so its reader
+  knows messages may have been missed while the connection was down.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import random
+import secrets
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import attrs
+import trio
+
+from spate._version import __version__
+from spate.errors import StoreError, StoreUnavailable
+from spate_stores.nats._options import ConnectOptions
+from spate_stores.nats._protocol import (
+    Err,
+    Event,
+    Info,
+    Msg,
+    Parser,
+    Ping,
+    Pong,
+    ProtocolError,
+    encode_connect,
+    encode_ping,
+    encode_pong,
+    encode_pub,
+    encode_sub,
+    encode_unsub,
+)
+from spate_stores.nats._transport import (
+    TcpTransport,
+    Transport,
+    TransportError,
+    WebSocketTransport,
+)
+
+__all__ = ["ConnectionLost", "NatsConnection", "Subscription", "TlsVerificationFailed"]
+
+log = logging.getLogger("spate.nats")
+
+_INBOX_SID = 1
+_MAX_PINGS_OUTSTANDING = 2
+_AUTH_ERRORS = ("authorization violation", "authentication", "user authentication expired")
+
+
+class TlsVerificationFailed(TransportError):
+    """The server's TLS certificate did not verify (a permanent misconfiguration)."""
+
+
+class _ServerError(Exception):
+    """The server sent a fatal ``-ERR`` (it closes the connection after it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"server error: {message}")
+        self.message = message
+
+    @property
+    def is_auth(self) -> bool:
+        return self.message.lower().startswith(_AUTH_ERRORS)
+
+
+@attrs.frozen
+class ConnectionLost:
+    """Put in every subscription's channel when the connection breaks: messages may be lost."""
+
+    reason: str
+
+
+@attrs.define(eq=False)
+class Subscription:
+    """Messages on one subject, in order, as a Trio memory channel (unbounded).
+
+    The channel never makes the connection's reader wait: JetStream flow control, answered
+    by whoever consumes the channel, is what bounds it.
+    """
+
+    sid: int
+    subject: str
+    receive: trio.MemoryReceiveChannel[Msg | ConnectionLost]
+    send: trio.MemorySendChannel[Msg | ConnectionLost]
+
+
+class _Pending:
+    __slots__ = ("event", "result", "subject")
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        self.event = trio.Event()
+        self.result: Msg | Exception | None = None
+
+    def resolve(self, result: Msg | Exception) -> None:
+        if self.result is None:
+            self.result = result
+            self.event.set()
+
+
+def _parse_version(text: object) -> tuple[int, ...]:
+    numbers = []
+    for part in str(text).split("-")[0].split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+class NatsConnection:
+    """One logical connection to a NATS server that survives reconnections (see module doc)."""
+
+    def __init__(self, options: ConnectOptions) -> None:
+        self.options = options
+        self._info: dict[str, Any] = {}
+        self._transport: Transport | None = None
+        self._ready = trio.Event()
+        self._closed = False
+        self._fatal: StoreError | None = None
+        self._loss: Exception | None = None
+        self._last_loss = "not connected yet"
+        self._session_scope = trio.CancelScope()
+        self._pending: dict[str, _Pending] = {}
+        self._subs: dict[int, Subscription] = {}
+        self._sids = itertools.count(_INBOX_SID + 1)
+        self._tokens = itertools.count(1)
+        self._inbox = f"_INBOX.{secrets.token_hex(11)}"
+        self._outbuf = bytearray()
+        self._flushing = False
+        self._pings_outstanding = 0
+        self._parser = Parser()
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+        self.reconnects = 0
+        """How many times the connection was re-established (for tests and telemetry)."""
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The latest INFO the server sent (merged across INFO updates)."""
+        return self._info
+
+    @property
+    def server_version(self) -> tuple[int, ...]:
+        """The server version from INFO, e.g. ``(2, 11, 4)``."""
+        return _parse_version(self._info.get("version", "0"))
+
+    @property
+    def max_payload(self) -> int:
+        """Largest message (headers plus payload) the server accepts."""
+        return int(self._info.get("max_payload", 1024 * 1024))
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is up right now."""
+        return self._transport is not None and self._loss is None
+
+    def new_inbox(self) -> str:
+        """A fresh subject nobody else subscribes to (for JetStream deliveries)."""
+        return f"{self._inbox}.s{next(self._tokens)}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> NatsConnection:
+        """Connect (one attempt); raises StoreUnavailable if unreachable, StoreError if refused."""
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        try:
+            await self._nursery.start(self._run)
+        except BaseException:
+            self._closed = True
+            self._nursery.cancel_scope.cancel()
+            await self._nursery_manager.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close: requests in flight fail with StoreUnavailable, subscriptions end."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection and stop every task serving it (idempotent)."""
+        if self._nursery_manager is None or self._nursery is None:
+            return
+        self._closed = True
+        reason = StoreUnavailable(
+            f"the store's connection to {self.options.url} was closed while a request waited "
+            "for its reply; it may or may not have been applied"
+        )
+        for pending in list(self._pending.values()):
+            pending.resolve(reason)
+        for sub in list(self._subs.values()):
+            sub.send.close()
+        self._subs.clear()
+        self._ready.set()
+        self._nursery.cancel_scope.cancel()
+        manager, self._nursery_manager = self._nursery_manager, None
+        await manager.__aexit__(None, None, None)
+
+    # -- the connection loop ----------------------------------------------------------------
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        first = True
+        delay = 0.05
+        while not self._closed:
+            started = trio.current_time()
+            connected, reason = await self._session(task_status if first else None)
+            if first and not connected:
+                raise self._first_failure(reason)
+            first = False
+            if self._is_closed():
+                return
+            if isinstance(reason, _ServerError) and reason.is_auth:
+                # Requests fail fast with a clear error until the credentials work again.
+                self._fatal = StoreError(
+                    f"{self.options.url} now refuses the credentials ({reason.message}); "
+                    "check the user and password or token in the store URL."
+                )
+                self._ready.set()
+            log.warning("connection to %s lost (%s); reconnecting", self.options.url, reason)
+            if trio.current_time() - started > 10 * self.options.reconnect_wait_max:
+                delay = 0.05  # the last session lived a while: retry promptly
+            await trio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self.options.reconnect_wait_max)
+
+    def _first_failure(self, reason: Exception) -> Exception:
+        url = self.options.url
+        if isinstance(reason, _ServerError) and reason.is_auth:
+            return StoreError(
+                f"{url} refused the credentials ({reason.message}); check the user and "
+                "password or token in the store URL."
+            )
+        if isinstance(reason, TlsVerificationFailed):
+            return StoreError(
+                f"the TLS certificate of {url} did not verify ({reason}); pass the CA bundle "
+                "that signed it as ?ca=/path/to/ca.pem, or fix the server's certificate."
+            )
+        if isinstance(reason, StoreError):
+            return reason
+        if isinstance(reason, ProtocolError):
+            return StoreError(
+                f"{url} does not speak the NATS client protocol ({reason}); check the scheme "
+                "and port (TCP clients use 4222, WebSocket clients the websocket port)."
+            )
+        return StoreUnavailable(
+            f"cannot connect to NATS at {url}: {reason}. Check that nats-server is running "
+            "there (with -js for JetStream) and reachable; the caller may retry."
+        )
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    async def _session(self, task_status: trio.TaskStatus[None] | None) -> tuple[bool, Exception]:
+        """Connect and serve until the connection ends; return if it connected, and why it ended."""
+        self._loss = None
+        self._pings_outstanding = 0
+        transport: Transport | None = None
+        with trio.CancelScope() as scope:
+            self._session_scope = scope
+            async with trio.open_nursery() as nursery:
+                try:
+                    transport = await self._connect(nursery)
+                except (TransportError, ProtocolError, _ServerError, StoreError) as exc:
+                    self._loss = exc
+                    nursery.cancel_scope.cancel()
+                except trio.TooSlowError:
+                    self._loss = TransportError(
+                        f"no connection and handshake within {self.options.timeout} s"
+                    )
+                    nursery.cancel_scope.cancel()
+                else:
+                    self._transport = transport
+                    self._fatal = None
+                    self._ready.set()
+                    if task_status is not None:
+                        task_status.started()
+                    else:
+                        self.reconnects += 1
+                        log.info("reconnected to %s", self.options.url)
+                    nursery.start_soon(self._ping_loop)
+                    await self._read_loop(transport)
+        if transport is not None:
+            await transport.aclose()
+        self._transport = None
+        return transport is not None, self._loss_reason()
+
+    def _loss_reason(self) -> Exception:
+        return self._loss or TransportError("the connection ended")
+
+    def _lose(self, reason: Exception) -> None:
+        """The connection broke: fail what was in flight, warn subscribers, end the session."""
+        if self._loss is not None:
+            return
+        self._loss = reason
+        self._last_loss = str(reason)
+        self._outbuf.clear()
+        self._ready = trio.Event()
+        failure = StoreUnavailable(
+            f"the connection to NATS at {self.options.url} broke ({reason}) while waiting for "
+            "a reply; the request may or may not have been applied"
+        )
+        for pending in list(self._pending.values()):
+            pending.resolve(failure)
+        marker = ConnectionLost(str(reason))
+        for sub in self._subs.values():
+            sub.send.send_nowait(marker)
+        self._session_scope.cancel()
+
+    async def _connect(self, nursery: trio.Nursery) -> Transport:
+        options = self.options
+        transport: Transport
+        with trio.fail_after(options.timeout):
+            if options.transport == "ws":
+                context = options.ssl_context() if options.tls else None
+                transport = await WebSocketTransport.connect(
+                    nursery, options.host, options.port, context
+                )
+            else:
+                transport = await TcpTransport.connect(options.host, options.port)
+            try:
+                await self._handshake(transport)
+            except BaseException:
+                await transport.aclose()
+                raise
+        return transport
+
+    async def _handshake(self, transport: Transport) -> None:
+        options = self.options
+        self._parser = parser = Parser()
+        info: dict[str, Any] | None = None
+        early: list[Event] = []
+        while info is None:
+            data = await transport.receive_some()
+            if not data:
+                raise TransportError("the server closed the connection before sending INFO")
+            for event in parser.receive_data(data):
+                if info is not None:
+                    early.append(event)
+                elif isinstance(event, Info):
+                    info = event.data
+                else:
+                    raise ProtocolError(f"expected INFO first, got {event!r}")
+        self._info = dict(info)
+        if isinstance(transport, TcpTransport) and (options.tls or info.get("tls_required")):
+            if early or parser.buffered:
+                raise ProtocolError("the server sent data after INFO before the TLS upgrade")
+            try:
+                await transport.start_tls(options.ssl_context(), options.host)
+            except TransportError as exc:
+                if "certificate" in str(exc).lower():
+                    raise TlsVerificationFailed(str(exc)) from exc
+                raise
+        if info.get("headers") is False:
+            raise StoreError(
+                f"the NATS server at {options.url} does not support message headers; "
+                "JetStream KV needs nats-server 2.2 or later (spate is tested on 2.9+)."
+            )
+        connect: dict[str, Any] = {
+            "verbose": False,
+            "pedantic": False,
+            "headers": True,
+            "no_responders": True,
+            "protocol": 1,
+            "lang": "python-spate-trio",
+            "version": __version__,
+            "name": options.name,
+            "tls_required": options.tls,
+        }
+        if options.user is not None:
+            connect["user"] = options.user
+            connect["pass"] = options.password or ""
+        if options.token is not None:
+            connect["auth_token"] = options.token
+        subs = [encode_sub(f"{self._inbox}.*", _INBOX_SID)]
+        subs += [encode_sub(sub.subject, sub.sid) for sub in self._subs.values()]
+        await transport.send_all(encode_connect(connect) + encode_ping())
+        while True:
+            for event in early:
+                if isinstance(event, Pong):
+                    # Subscriptions go out before anything else on this connection, so a
+                    # request written after this cannot overtake its own reply subscription.
+                    await transport.send_all(b"".join(subs))
+                    return
+                if isinstance(event, Info):
+                    self._info.update(event.data)
+                elif isinstance(event, Ping):
+                    await transport.send_all(encode_pong())
+                elif isinstance(event, Err):
+                    raise _ServerError(event.message)
+            data = await transport.receive_some()
+            if not data:
+                raise TransportError("the server closed the connection during the handshake")
+            early = parser.receive_data(data)
+
+    async def _read_loop(self, transport: Transport) -> None:
+        parser = self._parser
+        while True:
+            try:
+                data = await transport.receive_some()
+            except TransportError as exc:
+                self._lose(exc)
+                return
+            if not data:
+                self._lose(TransportError("the server closed the connection"))
+                return
+            try:
+                events = parser.receive_data(data)
+            except ProtocolError as exc:
+                self._lose(exc)
+                return
+            for event in events:
+                if type(event) is Msg:
+                    self._deliver(event)
+                elif isinstance(event, Ping):
+                    await self._write(encode_pong(), quiet=True)
+                elif isinstance(event, Pong):
+                    self._pings_outstanding = 0
+                elif isinstance(event, Info):
+                    self._info.update(event.data)
+                elif isinstance(event, Err):
+                    self._server_error(event)
+            if self._loss is not None:
+                return
+
+    def _deliver(self, msg: Msg) -> None:
+        if msg.sid == _INBOX_SID:
+            pending = self._pending.get(msg.subject[len(self._inbox) + 1 :])
+            if pending is not None:
+                pending.resolve(msg)
+            return
+        sub = self._subs.get(msg.sid)
+        if sub is not None:
+            sub.send.send_nowait(msg)
+
+    def _server_error(self, err: Err) -> None:
+        if err.fatal:
+            self._lose(_ServerError(err.message))
+            return
+        log.warning("NATS server %s: %s", self.options.url, err.message)
+        _, _, quoted = err.message.partition('"')
+        subject = quoted.rstrip('"')
+        if err.message.lower().startswith("permissions violation for publish") and subject:
+            failure = StoreError(
+                f"the NATS account used for {self.options.url} may not publish to {subject} "
+                f"({err.message}); grant it the JetStream API and $KV subjects."
+            )
+            for pending in list(self._pending.values()):
+                if pending.subject == subject:
+                    pending.resolve(failure)
+
+    async def _ping_loop(self) -> None:
+        while True:
+            await trio.sleep(self.options.ping_interval)
+            if self._pings_outstanding >= _MAX_PINGS_OUTSTANDING:
+                self._lose(TransportError("the server stopped answering PINGs"))
+                return
+            self._pings_outstanding += 1
+            await self._write(encode_ping(), quiet=True)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def _write(self, data: bytes, *, quiet: bool = False) -> None:
+        """Queue ``data`` and make sure someone is flushing the queue.
+
+        The first writer flushes for everyone (later writers just append), inside a shield:
+        a send cancelled halfway would leave half an operation on the wire and break the
+        stream for every other user of the connection.
+        """
+        transport = self._transport
+        if transport is None or self._loss is not None:
+            if quiet:
+                return
+            raise StoreUnavailable(
+                f"the connection to NATS at {self.options.url} is down ({self._last_loss}); "
+                "nothing was sent"
+            )
+        self._outbuf += data
+        if self._flushing:
+            await trio.lowlevel.checkpoint()
+            return
+        self._flushing = True
+        try:
+            with trio.CancelScope(shield=True):
+                while self._outbuf and self._transport is transport and self._loss is None:
+                    chunk = bytes(self._outbuf)
+                    self._outbuf.clear()
+                    await transport.send_all(chunk)
+        except TransportError as exc:
+            self._lose(exc)
+            if not quiet:
+                raise StoreUnavailable(
+                    f"the connection to NATS at {self.options.url} broke while sending ({exc})"
+                ) from None
+        finally:
+            self._flushing = False
+
+    async def _write_quietly(self, data: bytes) -> None:
+        await self._write(data, quiet=True)
+
+    async def wait_connected(self, deadline: float) -> None:
+        """Return once connected; StoreUnavailable at ``deadline``, StoreError if closed."""
+        while True:
+            if self._closed:
+                raise StoreError(f"the NATS store for {self.options.url} is closed")
+            if self._fatal is not None:
+                raise StoreError(str(self._fatal))
+            if self.connected:
+                return
+            with trio.move_on_at(deadline):
+                await self._ready.wait()
+                continue
+            raise StoreUnavailable(
+                f"not connected to NATS at {self.options.url} ({self._last_loss}); still "
+                "reconnecting in the background, retry later"
+            )
+
+    async def publish(
+        self, subject: str, payload: bytes = b"", headers: bytes | None = None
+    ) -> None:
+        """Send a message without waiting for anything (fire and forget)."""
+        await self.wait_connected(trio.current_time() + self.options.timeout)
+        await self._write(encode_pub(subject, payload, headers=headers))
+
+    async def publish_if_connected(self, subject: str, payload: bytes = b"") -> None:
+        """Send a message now if connected, else drop it (for best-effort cleanup)."""
+        if self.connected:
+            await self._write(encode_pub(subject, payload), quiet=True)
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        headers: bytes | None = None,
+        reply_within: float | None = None,
+    ) -> Msg:
+        """Send a request and return its reply.
+
+        Raises StoreUnavailable when no reply arrives in time or the connection breaks after
+        the request may have been sent (it may have been applied), StoreError when closed.
+        """
+        wait = self.options.timeout if reply_within is None else reply_within
+        deadline = trio.current_time() + wait
+        await self.wait_connected(deadline)
+        token = str(next(self._tokens))
+        pending = _Pending(subject)
+        self._pending[token] = pending
+        try:
+            await self._write(
+                encode_pub(subject, payload, reply=f"{self._inbox}.{token}", headers=headers)
+            )
+            with trio.move_on_at(deadline):
+                await pending.event.wait()
+        finally:
+            del self._pending[token]
+        result = pending.result
+        if result is None:
+            raise StoreUnavailable(
+                f"no reply from NATS at {self.options.url} to a request on {subject} within "
+                f"{wait:g} s; it may or may not have been applied"
+            )
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def subscribe(self, subject: str) -> Subscription:
+        """Subscribe to ``subject``; the subscription survives reconnections."""
+        send, receive = trio.open_memory_channel[Msg | ConnectionLost](math.inf)
+        sub = Subscription(next(self._sids), subject, receive, send)
+        self._subs[sub.sid] = sub
+        if self.connected:
+            await self._write(encode_sub(subject, sub.sid), quiet=True)
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        """End a subscription (its channel closes; never raises)."""
+        if self._subs.pop(sub.sid, None) is None:
+            return
+        sub.send.close()
+        if self.connected:
+            await self._write(encode_unsub(sub.sid), quiet=True)
+
+    def close_subscription_soon(self, sub: Subscription) -> None:
+        """Forget a subscription without awaiting (for cleanup paths that cannot wait)."""
+        if self._subs.pop(sub.sid, None) is not None:
+            sub.send.close()
+            if self._nursery is not None and not self._closed:
+                self._nursery.start_soon(self._write_quietly, encode_unsub(sub.sid))

@@ -1,0 +1,225 @@
+"""The JetStream API subset a KV store needs: API calls, conditional publish, last-message reads.
+
+JetStream answers in JSON (``{"error": {"code", "err_code", "description"}}`` on failure) or,
+for direct gets, with a header-only status (``NATS/1.0 404 Message Not Found``). This module
+turns both into Python values and a few precise exceptions; the store decides what each means
+for the contract (Lost, None, StoreError or StoreUnavailable).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+import attrs
+
+from spate.errors import StoreError, StoreUnavailable
+from spate_stores.nats._connection import NatsConnection
+from spate_stores.nats._protocol import Headers, Msg, ProtocolError, encode_headers, parse_headers
+
+__all__ = [
+    "ERR_CONSUMER_NOT_FOUND",
+    "ERR_NO_MESSAGE",
+    "ERR_STREAM_EXISTS",
+    "ERR_STREAM_NOT_FOUND",
+    "ERR_WRONG_LAST_SEQUENCE",
+    "ApiError",
+    "JetStream",
+    "StoredMessage",
+    "WrongLastSequence",
+    "is_tombstone",
+]
+
+ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_STREAM_EXISTS = 10058
+ERR_STREAM_NOT_FOUND = 10059
+ERR_NO_MESSAGE = 10037
+ERR_CONSUMER_NOT_FOUND = 10014
+
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+KV_OPERATION = "KV-Operation"
+MARKER_REASON = "Nats-Marker-Reason"
+
+
+class ApiError(Exception):
+    """JetStream refused a request; ``err_code`` is its stable error number."""
+
+    def __init__(self, what: str, code: int, err_code: int, description: str) -> None:
+        super().__init__(f"{what}: {description} (code {code}, err_code {err_code})")
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+    def translate(self) -> StoreError | StoreUnavailable:
+        """The contract's error for an unexpected refusal: 5xx transient, 4xx permanent."""
+        if self.code >= 500:
+            return StoreUnavailable(f"JetStream is unavailable ({self}); retry later")
+        return StoreError(f"JetStream refused the request ({self})")
+
+
+class WrongLastSequence(Exception):
+    """A conditional publish lost: the subject's last sequence was not the expected one."""
+
+    def __init__(self, last: int | None) -> None:
+        super().__init__(f"wrong last sequence: {last}")
+        self.last = last
+
+
+def is_tombstone(headers: Headers | None) -> bool:
+    """Whether a stored KV message marks its key as absent.
+
+    ``KV-Operation: DEL|PURGE`` is a delete; 2.11+ expiry markers carry ``Nats-Marker-Reason``
+    and no ``KV-Operation``, so both must be checked.
+    """
+    if headers is None:
+        return False
+    operation = headers.get(KV_OPERATION)
+    return operation in ("DEL", "PURGE") or headers.get(MARKER_REASON) is not None
+
+
+@attrs.frozen
+class StoredMessage:
+    """The last message stored on a subject."""
+
+    subject: str
+    sequence: int
+    payload: bytes
+    headers: Headers | None
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether it marks the key as deleted or expired."""
+        return is_tombstone(self.headers)
+
+
+def _json(msg: Msg, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(msg.payload)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise StoreUnavailable(
+            f"JetStream sent an unreadable reply to {what}: {msg.payload[:80]!r}"
+        )
+    return data
+
+
+def _api_error(data: dict[str, Any], what: str) -> ApiError | None:
+    error = data.get("error")
+    if not isinstance(error, dict):
+        return None
+    return ApiError(
+        what,
+        int(error.get("code", 500)),
+        int(error.get("err_code", 0)),
+        str(error.get("description", "unknown error")),
+    )
+
+
+class JetStream:
+    """JetStream requests over one :class:`NatsConnection`."""
+
+    def __init__(self, connection: NatsConnection) -> None:
+        self.connection = connection
+
+    def _no_responders(self, what: str) -> StoreError | StoreUnavailable:
+        if self.connection.server_info.get("jetstream") is False:
+            return StoreError(
+                f"JetStream is not enabled on the NATS server at {self.connection.options.url}; "
+                "start nats-server with -js (or a jetstream {} block in its config)."
+            )
+        return StoreUnavailable(
+            f"nothing answered {what} on {self.connection.options.url} (no JetStream responder: "
+            "the stream may be missing or electing a leader); nothing was applied"
+        )
+
+    async def api(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call ``$JS.API.<name>`` and return the JSON reply; raises ApiError if refused."""
+        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
+        msg = await self.connection.request(f"$JS.API.{name}", payload)
+        if msg.status == 503:
+            raise self._no_responders(f"the JetStream API call {name}")
+        data = _json(msg, name)
+        error = _api_error(data, name)
+        if error is not None:
+            raise error
+        return data
+
+    async def publish(
+        self, subject: str, payload: bytes, headers: list[tuple[str, str]] | None = None
+    ) -> int:
+        """Store a message and return its stream sequence.
+
+        Raises WrongLastSequence when an expected-sequence header did not hold, ApiError for
+        other refusals, StoreUnavailable when the outcome is unknown.
+        """
+        block = encode_headers(headers) if headers else None
+        msg = await self.connection.request(subject, payload, headers=block)
+        if msg.status == 503:
+            raise self._no_responders(f"a write to {subject}")
+        data = _json(msg, f"a write to {subject}")
+        error = _api_error(data, f"write to {subject}")
+        if error is not None:
+            if error.err_code == ERR_WRONG_LAST_SEQUENCE:
+                _, _, last = error.description.rpartition(" ")
+                raise WrongLastSequence(int(last) if last.isdigit() else None)
+            raise error
+        sequence = data.get("seq")
+        if not isinstance(sequence, int) or sequence <= 0:
+            raise StoreUnavailable(
+                f"JetStream acknowledged a write to {subject} without a sequence"
+            )
+        return sequence
+
+    async def last_message(
+        self, stream: str, subject: str, *, direct: bool
+    ) -> StoredMessage | None:
+        """The last message stored on ``subject`` (tombstones included), or None."""
+        if direct:
+            return await self._direct_get(stream, subject)
+        return await self._msg_get(stream, subject)
+
+    async def _direct_get(self, stream: str, subject: str) -> StoredMessage | None:
+        msg = await self.connection.request(f"$JS.API.DIRECT.GET.{stream}.{subject}")
+        status = msg.status
+        if status == 404:
+            return None
+        if status == 503:
+            raise self._no_responders(f"a read of {subject}")
+        if status is not None or msg.headers is None:
+            description = msg.headers.description if msg.headers is not None else "no headers"
+            raise StoreUnavailable(f"a read of {subject} failed: status {status} {description}")
+        sequence = msg.headers.get("Nats-Sequence")
+        if sequence is None or not sequence.isdigit():
+            raise StoreUnavailable(f"a read of {subject} came back without Nats-Sequence")
+        return StoredMessage(subject, int(sequence), msg.payload, msg.headers)
+
+    async def _msg_get(self, stream: str, subject: str) -> StoredMessage | None:
+        try:
+            data = await self.api(f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
+        except ApiError as exc:
+            if exc.err_code == ERR_NO_MESSAGE:
+                return None
+            raise exc.translate() from None
+        message = data.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("seq"), int):
+            raise StoreUnavailable(f"a read of {subject} returned no message: {data!r:.120}")
+        try:
+            payload = base64.b64decode(message.get("data") or "", validate=True)
+            raw_headers = base64.b64decode(message.get("hdrs") or "", validate=True)
+            headers = parse_headers(raw_headers) if raw_headers else None
+        except (binascii.Error, ProtocolError) as exc:
+            raise StoreUnavailable(
+                f"a read of {subject} returned a corrupt message: {exc}"
+            ) from None
+        return StoredMessage(subject, message["seq"], payload, headers)
+
+    async def delete_consumer_soon(self, stream: str, consumer: str) -> None:
+        """Ask the server to delete a consumer, without waiting (best effort, never raises).
+
+        Abandoned consumers are also removed by the server after their inactive threshold;
+        this just frees them at once.
+        """
+        await self.connection.publish_if_connected(f"$JS.API.CONSUMER.DELETE.{stream}.{consumer}")

@@ -1,0 +1,173 @@
+"""Connection options and the ``nats://`` URL format.
+
+::
+
+    nats://[user:password@ | token@]host[:port][/namespace][?param=value&...]
+
+Schemes: ``nats://`` (TCP; TLS when the server requires it or ``ca=`` is given), ``tls://`` and
+``nats+tls://`` (TCP, TLS required), ``nats+ws://`` (WebSocket) and ``nats+wss://`` (WebSocket
+over TLS). Default ports: 4222 for TCP, 80 for ``ws``, 443 for ``wss``.
+
+Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral keyspace's TTL,
+at least 1), ``timeout`` (seconds per request, default 5), ``ca`` (a PEM file of CA certificates
+to verify the server with, instead of the system store), ``name`` (the client name the server
+shows in its monitoring). User, password and token are percent-decoded.
+"""
+
+from __future__ import annotations
+
+import math
+import ssl
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import attrs
+
+from spate.errors import ConfigError
+
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
+
+DEFAULT_TTL = 30.0
+"""Default ephemeral TTL in seconds (the default lease duration)."""
+DEFAULT_TIMEOUT = 5.0
+"""Default seconds to wait for one request's reply (or for a connection to come back)."""
+MIN_TTL = 1.0
+"""Shortest TTL: JetStream expiry markers have one-second granularity."""
+
+_TRANSPORTS = {
+    "nats": ("tcp", False),
+    "tls": ("tcp", True),
+    "nats+tls": ("tcp", True),
+    "nats+ws": ("ws", False),
+    "nats+wss": ("ws", True),
+}
+_DEFAULT_PORTS = {("tcp", False): 4222, ("tcp", True): 4222, ("ws", False): 80, ("ws", True): 443}
+_PARAMS = {"namespace", "ttl", "timeout", "ca", "name"}
+
+
+@attrs.frozen(repr=False)
+class ConnectOptions:
+    """How to reach and authenticate to one NATS server."""
+
+    host: str
+    port: int
+    transport: str = "tcp"
+    """``"tcp"`` or ``"ws"``."""
+    tls: bool = False
+    """Require TLS (TCP: upgrade after INFO; WebSocket: ``wss``)."""
+    ca_file: str | None = None
+    """PEM bundle of CA certificates that verify the server; None uses the system store."""
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    name: str = "spate"
+    """The client name the server shows in its monitoring endpoints."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds to wait for a connection, a handshake or one request's reply."""
+    ping_interval: float = 5.0
+    """Seconds between client PINGs; two unanswered PINGs mean the connection is dead."""
+    reconnect_wait_max: float = 2.0
+    """Longest pause between reconnection attempts (the backoff doubles up to it)."""
+
+    @property
+    def url(self) -> str:
+        """The server address with credentials redacted, for messages and logs."""
+        scheme = {
+            ("tcp", False): "nats",
+            ("tcp", True): "tls",
+            ("ws", False): "nats+ws",
+            ("ws", True): "nats+wss",
+        }[(self.transport, self.tls)]
+        auth = "***@" if self.user or self.token else ""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{auth}{host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"ConnectOptions({self.url!r})"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context verifying the server (against ``ca_file`` or the system store)."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        return context
+
+
+@attrs.frozen
+class StoreOptions:
+    """Everything a NATS store is opened with."""
+
+    connect: ConnectOptions
+    namespace: str = ""
+    ttl: float = DEFAULT_TTL
+
+
+def _number(query: dict[str, str], name: str, default: float, url: str) -> float:
+    if name not in query:
+        return default
+    try:
+        value = float(query[name])
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name} must be a positive number of seconds in {url!r}")
+    return value
+
+
+def parse_url(url: str) -> StoreOptions:
+    """Parse a NATS store URL (see the module docstring); raises ConfigError if malformed."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    redacted = _redact(url)
+    if scheme not in _TRANSPORTS:
+        raise ConfigError(
+            f"{redacted!r} is not a NATS URL: use one of "
+            + ", ".join(s + "://" for s in _TRANSPORTS)
+        )
+    transport, tls = _TRANSPORTS[scheme]
+    try:
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"invalid host or port in {redacted!r}") from None
+    if not host:
+        raise ConfigError(f"{redacted!r} names no host; write {scheme}://host:port")
+    query: dict[str, str] = {}
+    for key, values in parse_qs(parts.query, keep_blank_values=True).items():
+        query[key] = values[-1]
+    unknown = set(query) - _PARAMS
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter(s) {sorted(unknown)} in {redacted!r}; NATS URLs take "
+            + ", ".join(sorted(_PARAMS))
+        )
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    token = None
+    if user is not None and password is None:
+        token, user = user, None
+    ttl = _number(query, "ttl", DEFAULT_TTL, redacted)
+    if ttl < MIN_TTL:
+        raise ConfigError(
+            f"ttl={query['ttl']} is too short for NATS in {redacted!r}: JetStream expiry "
+            f"markers have one-second granularity, so use ttl >= {MIN_TTL:g}"
+        )
+    ca_file = query.get("ca") or None
+    connect = ConnectOptions(
+        host=host,
+        port=port or _DEFAULT_PORTS[(transport, tls)],
+        transport=transport,
+        tls=tls or ca_file is not None,
+        ca_file=ca_file,
+        user=user,
+        password=password,
+        token=token,
+        name=query.get("name") or "spate",
+        timeout=_number(query, "timeout", DEFAULT_TIMEOUT, redacted),
+    )
+    namespace = query["namespace"] if "namespace" in query else unquote(parts.path.strip("/"))
+    return StoreOptions(connect=connect, namespace=namespace, ttl=ttl)
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()

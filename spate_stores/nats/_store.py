@@ -1,0 +1,350 @@
+"""The store contract on NATS JetStream KV (see ``docs/stores/nats.md``).
+
+Revisions are bucket stream sequences: every write of any key takes the next one, so a key's
+revisions strictly increase across updates, deletion and re-creation. Conditional writes use
+``Nats-Expected-Last-Subject-Sequence``, checked atomically by the stream leader:
+
+* create expects 0, or, when the key's last message is a tombstone (a delete or an expiry
+  marker), that tombstone's sequence: read it, check it is a tombstone, retry;
+* update and guarded delete expect the given revision;
+* unguarded delete reads the key and deletes it guarded by what it read, so it wins only when
+  the key existed.
+
+A write that got no answer raised StoreUnavailable and is never retried here: it may have
+landed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+
+from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate.store import (
+    Capabilities,
+    Entry,
+    EphemeralSemantics,
+    Keyspace,
+    Lost,
+    Revision,
+    WatchEvent,
+    Won,
+    WriteResult,
+    validate_key,
+    validate_prefix,
+)
+from spate_stores.nats._bucket import Bucket, ensure_bucket
+from spate_stores.nats._connection import NatsConnection
+from spate_stores.nats._jetstream import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    KV_OPERATION,
+    ApiError,
+    JetStream,
+    StoredMessage,
+    WrongLastSequence,
+)
+from spate_stores.nats._keys import bucket_name, encode_key
+from spate_stores.nats._options import StoreOptions, parse_url
+from spate_stores.nats._watch import KeyWatch
+
+__all__ = ["HEADER_OVERHEAD", "NatsStore", "store_from_url"]
+
+HEADER_OVERHEAD = 1024
+"""Bytes of ``max_payload`` kept for the subject, reply and headers of a write."""
+EXPIRY_SLACK = 1.5
+"""Seconds after TTL by which an expired key is gone: JetStream checks ages on a timer
+(measured: 0.1-0.4 s late, up to ~1.1 s for a tombstone aging out), plus delivery."""
+_MAX_ATTEMPTS = 8
+
+
+def _heartbeat_for(ttl: float) -> float:
+    # Short enough that two missed heartbeats are noticed well within the window in which an
+    # ephemeral watch can still resume exactly (3/4 of the TTL), never chattier than 4/s.
+    return min(5.0, max(0.25, ttl / 8))
+
+
+class NatsStore:
+    """A spate store on NATS JetStream KV, over a Trio-native NATS client.
+
+    Open it with :func:`spate_stores.open_store` (``nats://``, ``tls://``, ``nats+ws://``,
+    ``nats+wss://``) or :meth:`from_url`, then use it as an async context manager: entering
+    connects, creates (or verifies) the two buckets of the namespace, and learns what the
+    server supports; leaving closes the connection and ends open watches.
+    """
+
+    def __init__(self, options: StoreOptions, *, heartbeat: float | None = None) -> None:
+        self._options = options
+        self._heartbeat = heartbeat if heartbeat is not None else _heartbeat_for(options.ttl)
+        self._stack: AsyncExitStack | None = None
+        self._conn: NatsConnection | None = None
+        self._js: JetStream | None = None
+        self._buckets: dict[Keyspace, Bucket] = {}
+        self._closed = False
+        self._capabilities = Capabilities(
+            system="nats",
+            ephemeral=EphemeralSemantics.PER_KEY,
+            expiry_reaches_watchers=False,
+            max_value_size=1024 * 1024 - HEADER_OVERHEAD,
+            expiry_slack=EXPIRY_SLACK,
+        )
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        namespace: str | None = None,
+        ttl: float | None = None,
+        heartbeat: float | None = None,
+    ) -> NatsStore:
+        """A store for ``url`` (format in ``spate_stores.nats``), optionally overriding parts.
+
+        Raises ConfigError for a malformed URL.
+        """
+        options = parse_url(url)
+        if namespace is not None or ttl is not None:
+            options = StoreOptions(
+                connect=options.connect,
+                namespace=options.namespace if namespace is None else namespace,
+                ttl=options.ttl if ttl is None else ttl,
+            )
+        return cls(options, heartbeat=heartbeat)
+
+    def __repr__(self) -> str:
+        return (
+            f"NatsStore({self._options.connect.url!r}, namespace={self._options.namespace!r}, "
+            f"ttl={self._options.ttl:g})"
+        )
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Per-key expiry; expiry reaches watchers on nats-server 2.11+ only."""
+        return self._capabilities
+
+    @property
+    def ephemeral_ttl(self) -> float:
+        """TTL in seconds of the ephemeral keyspace (the ephemeral bucket's max_age)."""
+        return self._options.ttl
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this store reads and writes."""
+        return self._options.namespace
+
+    @property
+    def connection(self) -> NatsConnection:
+        """The underlying NATS connection (open stores only)."""
+        if self._conn is None:
+            raise StoreError(f"{self!r} is not open; use it as `async with store:`")
+        return self._conn
+
+    def bucket(self, keyspace: Keyspace) -> Bucket:
+        """The KV bucket behind ``keyspace`` (open stores only)."""
+        return self._bucket(keyspace)
+
+    async def __aenter__(self) -> NatsStore:
+        """Connect and prepare both buckets.
+
+        Raises StoreUnavailable if the server is unreachable and StoreError if it refuses
+        the credentials or the namespace's buckets do not fit (another TTL, say).
+        """
+        if self._stack is not None or self._closed:
+            raise StoreError(f"{self!r} was already opened; make a new store")
+        options = self._options
+        async with AsyncExitStack() as stack:
+            conn = await stack.enter_async_context(NatsConnection(options.connect))
+            js = JetStream(conn)
+            buckets = {
+                keyspace: await ensure_bucket(
+                    js,
+                    bucket_name(options.namespace, keyspace),
+                    keyspace,
+                    options.ttl,
+                    options.namespace,
+                )
+                for keyspace in Keyspace
+            }
+            self._stack = stack.pop_all()
+        self._conn, self._js, self._buckets = conn, js, buckets
+        self._capabilities = Capabilities(
+            system="nats",
+            ephemeral=EphemeralSemantics.PER_KEY,
+            expiry_reaches_watchers=buckets[Keyspace.EPHEMERAL].expiry_markers,
+            max_value_size=conn.max_payload - HEADER_OVERHEAD,
+            expiry_slack=EXPIRY_SLACK,
+        )
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the connection; open watches end with StoreUnavailable."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store (idempotent); later calls raise StoreError."""
+        self._closed = True
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _bucket(self, keyspace: Keyspace) -> Bucket:
+        if self._closed:
+            raise StoreError(f"{self!r} is closed; open a new store to keep working.")
+        if self._js is None:
+            raise StoreError(f"{self!r} is not open; use it as `async with store:`")
+        if not isinstance(keyspace, Keyspace):
+            raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
+        return self._buckets[keyspace]
+
+    def _jetstream(self) -> JetStream:
+        assert self._js is not None
+        return self._js
+
+    def _check_value(self, key: str, value: bytes) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
+        limit = self._capabilities.max_value_size
+        if len(value) > limit:
+            raise ValueTooLarge(key, len(value), limit)
+        return bytes(value)
+
+    async def _last(self, bucket: Bucket, key: str) -> StoredMessage | None:
+        subject = bucket.subject_prefix + encode_key(key)
+        return await self._jetstream().last_message(bucket.stream, subject, direct=bucket.direct)
+
+    async def _write(
+        self, bucket: Bucket, key: str, value: bytes, headers: list[tuple[str, str]]
+    ) -> int:
+        try:
+            return await self._jetstream().publish(
+                bucket.subject_prefix + encode_key(key), value, headers
+            )
+        except ApiError as exc:
+            raise exc.translate() from None
+
+    # -- the contract ----------------------------------------------------------------------
+
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """The key's entry, or None if it does not exist (deleted and expired keys included)."""
+        validate_key(key)
+        message = await self._last(self._bucket(keyspace), key)
+        if message is None or message.tombstone:
+            return None
+        return Entry(key, message.payload, message.sequence)
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Every entry under ``prefix``, sorted by key, from one ordered consumer's snapshot."""
+        validate_prefix(prefix)
+        watch = self._key_watch(self._bucket(keyspace), keyspace, prefix)
+        try:
+            await watch.start()
+            return await watch.snapshot()
+        finally:
+            await watch.aclose()
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        """Create-if-absent, also over a deleted or expired key's tombstone."""
+        validate_key(key)
+        value = self._check_value(key, value)
+        bucket = self._bucket(keyspace)
+        expected = 0
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                sequence = await self._write(
+                    bucket, key, value, [(EXPECTED_LAST_SUBJECT_SEQUENCE, str(expected))]
+                )
+            except WrongLastSequence:
+                current = await self._last(bucket, key)
+                if current is not None and not current.tombstone:
+                    return Lost()
+                # Absent (its tombstone aged out meanwhile) or a tombstone: expect exactly
+                # that, so a concurrent create still makes this one lose.
+                expected = 0 if current is None else current.sequence
+                continue
+            return Won(sequence)
+        raise StoreUnavailable(
+            f"create of {key!r} kept racing with deletes of the same key ({_MAX_ATTEMPTS} "
+            "attempts); nothing was written, retry"
+        )
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> WriteResult:
+        """Compare-and-swap on the key's revision (restarts an ephemeral key's TTL)."""
+        validate_key(key)
+        value = self._check_value(key, value)
+        bucket = self._bucket(keyspace)
+        if not isinstance(expected, int) or expected < 1:
+            return Lost()
+        try:
+            sequence = await self._write(
+                bucket, key, value, [(EXPECTED_LAST_SUBJECT_SEQUENCE, str(expected))]
+            )
+        except WrongLastSequence:
+            return Lost()
+        return Won(sequence)
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Delete (leaving a tombstone), guarded by ``expected`` when given."""
+        validate_key(key)
+        bucket = self._bucket(keyspace)
+        if expected is not None:
+            return await self._delete_at(bucket, key, expected)
+        for _ in range(_MAX_ATTEMPTS):
+            current = await self._last(bucket, key)
+            if current is None or current.tombstone:
+                return Lost()
+            result = await self._delete_at(bucket, key, current.sequence)
+            if isinstance(result, Won):
+                return result
+        raise StoreUnavailable(
+            f"delete of {key!r} kept racing with writes of the same key ({_MAX_ATTEMPTS} "
+            "attempts); nothing was deleted, retry"
+        )
+
+    async def _delete_at(self, bucket: Bucket, key: str, expected: Revision) -> WriteResult:
+        if not isinstance(expected, int) or expected < 1:
+            return Lost()
+        headers = [(KV_OPERATION, "DEL"), (EXPECTED_LAST_SUBJECT_SEQUENCE, str(expected))]
+        try:
+            return Won(await self._write(bucket, key, b"", headers))
+        except WrongLastSequence:
+            return Lost()
+
+    def watch(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        """Snapshot, SnapshotDone, then live events in revision order (see the contract)."""
+        validate_prefix(prefix)
+        return self._watch(self._bucket(keyspace), keyspace, prefix)
+
+    @asynccontextmanager
+    async def _watch(
+        self, bucket: Bucket, keyspace: Keyspace, prefix: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        watch = self._key_watch(bucket, keyspace, prefix)
+        await watch.start()
+        try:
+            yield watch
+        finally:
+            await watch.aclose()
+
+    def _key_watch(self, bucket: Bucket, keyspace: Keyspace, prefix: str) -> KeyWatch:
+        ttl = self._options.ttl
+        return KeyWatch(
+            self.connection,
+            self._jetstream(),
+            bucket,
+            prefix,
+            heartbeat=self._heartbeat,
+            resume_window=0.75 * ttl if keyspace is Keyspace.EPHEMERAL else None,
+            timeout=self._options.connect.timeout,
+        )
+
+
+def store_from_url(url: str) -> NatsStore:
+    """The NATS store a URL describes (not yet connected); used by ``open_store``."""
+    return NatsStore.from_url(url)

@@ -1,0 +1,141 @@
+"""Byte transports under the NATS protocol: TCP (optionally upgraded to TLS) and WebSocket.
+
+Both look the same to the connection: ``send_all(bytes)``, ``receive_some() -> bytes`` (empty
+at end of stream) and ``aclose()``. WebSocket messages are treated as a byte stream, because
+nats-server packs several operations into one frame or splits one across frames.
+Transport failures surface as :class:`TransportError` so the connection has exactly one
+exception to translate.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Protocol
+
+import trio
+import trio_websocket
+
+__all__ = ["TcpTransport", "Transport", "TransportError", "WebSocketTransport"]
+
+_RECEIVE_SIZE = 256 * 1024
+# nats-server frames can carry a whole max_payload message plus its headers and more ops.
+_MAX_WS_MESSAGE = 80 * 1024 * 1024
+
+
+class TransportError(Exception):
+    """The transport failed (refused, reset, closed, TLS or WebSocket handshake failed)."""
+
+
+class Transport(Protocol):
+    """A bidirectional byte stream to one server."""
+
+    async def send_all(self, data: bytes) -> None:
+        """Send every byte of ``data``; raises TransportError if the stream broke."""
+        ...
+
+    async def receive_some(self) -> bytes:
+        """The next bytes received; ``b""`` when the peer closed the stream."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the stream (never raises)."""
+        ...
+
+
+class TcpTransport:
+    """A TCP stream that can be upgraded to TLS in place (NATS sends INFO in clear first)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> TcpTransport:
+        """Open a TCP connection; raises TransportError if it cannot."""
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            raise TransportError(f"cannot connect: {exc.strerror or exc}") from exc
+        return cls(stream)
+
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        """Upgrade the stream to TLS; raises TransportError if the handshake fails."""
+        stream = trio.SSLStream(self._stream, context, server_hostname=server_hostname)
+        try:
+            await stream.do_handshake()
+        except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+            raise TransportError(f"TLS handshake failed: {cause or exc}") from exc
+        self._stream = stream
+
+    async def send_all(self, data: bytes) -> None:
+        """Send every byte of ``data``."""
+        try:
+            await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise TransportError(f"connection broken while sending: {exc}") from exc
+
+    async def receive_some(self) -> bytes:
+        """The next bytes received; ``b""`` at end of stream."""
+        try:
+            return bytes(await self._stream.receive_some(_RECEIVE_SIZE))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise TransportError(f"connection broken while receiving: {exc}") from exc
+
+    async def aclose(self) -> None:
+        """Close the stream without waiting for the peer."""
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(self._stream)
+
+
+class WebSocketTransport:
+    """NATS over a WebSocket (binary messages carry the same bytes as TCP would)."""
+
+    def __init__(self, connection: trio_websocket.WebSocketConnection) -> None:
+        self._ws = connection
+
+    @classmethod
+    async def connect(
+        cls, nursery: trio.Nursery, host: str, port: int, context: ssl.SSLContext | None
+    ) -> WebSocketTransport:
+        """Open a WebSocket to ``host:port``; its background tasks live in ``nursery``."""
+        try:
+            ws = await trio_websocket.connect_websocket(
+                nursery,
+                host,
+                port,
+                "/",
+                use_ssl=context if context is not None else False,
+                max_message_size=_MAX_WS_MESSAGE,
+                message_queue_size=4,
+            )
+        except (OSError, trio_websocket.HandshakeError, trio.BrokenResourceError) as exc:
+            raise TransportError(f"cannot open a WebSocket: {exc}") from exc
+        except trio_websocket.ConnectionClosed as exc:
+            raise TransportError(f"the WebSocket closed during its handshake: {exc}") from exc
+        return cls(ws)
+
+    async def send_all(self, data: bytes) -> None:
+        """Send ``data`` as one binary message."""
+        try:
+            await self._ws.send_message(data)
+        except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, OSError) as exc:
+            raise TransportError(f"WebSocket broken while sending: {exc}") from exc
+
+    async def receive_some(self) -> bytes:
+        """The next message's bytes; ``b""`` once the WebSocket closed."""
+        try:
+            message = await self._ws.get_message()
+        except trio_websocket.ConnectionClosed:
+            return b""
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise TransportError(f"WebSocket broken while receiving: {exc}") from exc
+        return message.encode() if isinstance(message, str) else bytes(message)
+
+    async def aclose(self) -> None:
+        """Close the WebSocket, waiting at most a moment for the peer's close frame."""
+        with trio.move_on_after(1.0) as scope:
+            scope.shield = True
+            try:
+                await self._ws.aclose()
+            except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, OSError):
+                pass
