@@ -6,6 +6,7 @@ from the private modules behind it.
 
 from spate._version import __version__
 from spate.config import Config
+from spate.coordinator import Coordinator, open_coordinator
 from spate.errors import (
     ConfigError,
     FatalCoordinationError,
@@ -33,6 +34,7 @@ __all__ = [
     "AllComplete",
     "Config",
     "ConfigError",
+    "Coordinator",
     "Event",
     "FatalCoordinationError",
     "Fenced",
@@ -53,4 +55,5 @@ __all__ = [
     "StoreUnavailable",
     "ValueTooLarge",
     "__version__",
+    "open_coordinator",
 ]

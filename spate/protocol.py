@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
+from spate.metrics import AcquireReason
 from spate.records import Status
 
 __all__ = [
@@ -99,12 +100,12 @@ class ClaimKind(enum.Enum):
         return self in (ClaimKind.RECLAIM, ClaimKind.EXPIRED)
 
     @property
-    def acquire_reason(self) -> str:
+    def acquire_reason(self) -> AcquireReason:
         """The metrics reason of a claim of this kind."""
         return _REASONS[self]
 
 
-_REASONS = {
+_REASONS: dict[ClaimKind, AcquireReason] = {
     ClaimKind.CREATE: "create",
     ClaimKind.RELEASED: "reassigned",
     ClaimKind.RECLAIM: "reclaimed",

@@ -1,0 +1,568 @@
+"""A worker's own splits: claiming, renewing, committing, failing, releasing, quarantining.
+
+The rules, each with the race it prevents:
+
+- **Only assigned splits, only under the lane budget.** The leader's assignment is the only
+  thing that picks work; a claimable split nobody assigned here is another worker's or the
+  queue's. An absent assignment means "nothing decided": claim nothing new, keep what is held.
+- **Two-key claim: lease first, then the progress-record CAS** that bumps the epoch and sets
+  the owner. The lease alone is liveness; the record's revision is the fence, so a claim is
+  won only when that CAS lands.
+- **A zombie's late commit is adopted**: if the CAS loses because the previous owner committed
+  just before (legal: it still owned the split), re-read and retry once with its progress.
+- **One durable read settles the release/expiry race**: a cooperative hand-back clears the
+  owner and then drops the lease, on two watch streams; a claimant that sees the lease vanish
+  first would misread a clean hand-back as an expiry and burn an attempt. A fresh read that
+  shows the owner already cleared downgrades the claim to "released".
+- **Attempts count non-graceful ends only** (expiry takeover, reclaim, explicit failure); at
+  ``max_attempts`` the split is quarantined, by any worker, assigned or not and at any budget —
+  or a fleet of full workers could never reach the Stalled verdict.
+- **Renewals at a third of the lease**, each a CAS on the lease; a lost CAS reads back: our own
+  maybe-landed write is adopted, our instance id under a foreign nonce is fatal (two live
+  workers share an id), anyone else is a thief (Lost "fenced"). No successful lease write for a
+  whole lease means self-fence (Lost "starved") before peers must fight our zombie.
+- **Commit is one CAS** on the progress record. A watermark never regresses (fatal: a source
+  bug). A lost CAS reads back before reporting Fenced: our own maybe-landed commit is adopted.
+  A completed commit hands the lease back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import outcome
+
+from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
+from spate.events import Gained, Lost, Progress, Quarantined
+from spate.flows import Flow, Hold, Op
+from spate.metrics import LossReason
+from spate.protocol import Candidate, ClaimKind, SplitFacts, claim_candidates
+from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode, now_ms
+from spate.store import Entry, Keyspace, Won
+from spate.view import AssignmentChanged, AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged
+
+if TYPE_CHECKING:
+    from spate.loop import Core
+
+__all__ = ["Claims", "Owned", "ReleaseOutcome"]
+
+logger = logging.getLogger("spate.claims")
+
+D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+RETRY_AFTER_ERROR = 1.0
+"""Seconds before a split whose claim or quarantine hit a store error is tried again."""
+
+ReleaseOutcome = Literal["released", "fenced", "failed", "missing"]
+"""How one hand-back ended: landed, a peer had it already, the write failed, not held."""
+
+
+@attrs.define(eq=False)
+class Owned:
+    """A split this worker holds: the epoch of its tenancy and its lease's state."""
+
+    epoch: int
+    lease_rev: int
+    last_ok: float
+    """When a lease write last succeeded (renewal cadence and the starvation self-fence)."""
+
+
+class Claims:
+    """The splits this worker holds, and every flow that changes that."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.owned: dict[str, Owned] = {}
+        self.busy: set[str] = set()
+        """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
+        self.claiming = 0
+        self.assigned: frozenset[str] = frozenset()
+        self.assignment_seen = False
+        self.assign_generation = 0
+        self.awaiting: dict[str, float] = {}
+        self.retry_at: dict[str, float] = {}
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def step(self, now: float) -> None:
+        """Claim what is assigned and claimable; quarantine what is out of attempts."""
+        core = self.core
+        view = core.view
+        slots = core.config.max_in_flight - len(self.owned) - self.claiming
+        ids = set(view.near_quarantine)
+        if slots > 0:
+            ids |= self.assigned
+        for split in [s for s, t in self.retry_at.items() if t <= now]:
+            del self.retry_at[split]
+        facts: list[tuple[str, SplitFacts]] = []
+        for split in sorted(ids):
+            state = view.splits.get(split)
+            if state is None or split in self.busy or split in self.retry_at:
+                continue
+            facts.append(
+                (
+                    split,
+                    SplitFacts(
+                        state.progress.status,
+                        state.progress.owner,
+                        state.progress.epoch,
+                        state.progress.attempts,
+                        None if state.lease is None else state.lease.owner,
+                        state.spec is not None,
+                    ),
+                )
+            )
+        for candidate in claim_candidates(
+            facts, held=self.owned, instance=core.instance, max_attempts=core.config.max_attempts
+        ):
+            if candidate.quarantine:
+                self._begin(candidate.split, self._quarantine(candidate))
+            elif candidate.split in self.assigned and slots > 0:
+                slots -= 1
+                self.claiming += 1
+                self._begin(candidate.split, self._claim(candidate.split, candidate.kind))
+
+    def next_deadline(self) -> float:
+        """When a split held back after an error may be tried again."""
+        return min(self.retry_at.values(), default=math.inf)
+
+    def _begin(self, split: str, flow: Flow[None]) -> None:
+        self.busy.add(split)
+
+        def done(result: outcome.Outcome[None]) -> None:
+            self.busy.discard(split)
+            result.unwrap()
+
+        self.core.start(flow, done)
+
+    # -- what the view tells us --------------------------------------------------------------
+
+    def on_notice(self, notice: LeaseChanged | LeaseGone | ProgressChanged) -> None:
+        """Fence held splits that someone else moved."""
+        core = self.core
+        if isinstance(notice, ProgressChanged):
+            record = notice.record
+            previous = notice.previous
+            if record.status is Status.QUARANTINED and (
+                previous is None or previous.status is not Status.QUARANTINED
+            ):
+                core.metrics.quarantined()
+                core.emit(Quarantined(notice.split, record.attempts))
+            held = self.owned.get(notice.split)
+            if held is not None and record.epoch > held.epoch:
+                # A claimant CASed the record past our tenancy.
+                self.drop(notice.split, "fenced")
+            return
+        held = self.owned.get(notice.split)
+        if held is None:
+            return
+        if isinstance(notice, LeaseChanged):
+            lease = notice.lease
+            if lease.nonce != core.nonce:
+                if lease.owner == core.instance:
+                    raise core.duplicate_instance(f"the lease of split {notice.split!r}")
+                logger.warning("split %s: lease taken by %s; split lost", notice.split, lease.owner)
+                self.drop(notice.split, "fenced")
+            return
+        if notice.revision is None or notice.revision > held.lease_rev:
+            # Our lease expired while we believed we held the split: renewals have been
+            # failing for a whole lease, and a peer may already be claiming it.
+            self.drop(notice.split, "starved")
+
+    def on_assignment(self, notice: AssignmentChanged | AssignmentGone) -> None:
+        """Adopt this worker's assignment (or its withdrawal: "nothing decided")."""
+        now = self.core.now()
+        if isinstance(notice, AssignmentGone):
+            self.assignment_seen = False
+            self.assigned = frozenset()
+            self.awaiting.clear()
+            return
+        record = notice.record
+        if record.generation < self.assign_generation:
+            # A deposed leader's late write must not walk this worker backwards.
+            logger.debug("ignoring an assignment of superseded generation %d", record.generation)
+            return
+        self.assign_generation = record.generation
+        named = frozenset(record.splits)
+        for split in named - self.assigned:
+            if split not in self.owned:
+                self.awaiting[split] = now
+        for split in [s for s in self.awaiting if s not in named]:
+            del self.awaiting[split]
+        self.assigned = named
+        self.assignment_seen = True
+
+    def drop(self, split: str, reason: LossReason) -> None:
+        """Stop holding ``split`` involuntarily and tell the user (Lost)."""
+        if self.owned.pop(split, None) is None:
+            return
+        # A split lost mid-drain ends its revocation the expensive way.
+        self.core.revocations.settle(split, "forced")
+        self.core.metrics.lost(reason)
+        self.core.emit(Lost(split, reason))
+
+    # -- claim -------------------------------------------------------------------------------
+
+    def _claim(self, split: str, kind: ClaimKind) -> Flow[None]:
+        try:
+            yield from self._claim_steps(split, kind)
+        finally:
+            self.claiming -= 1
+
+    def _claim_steps(self, split: str, kind: ClaimKind) -> Flow[None]:
+        core = self.core
+        key = core.keys.split(split)
+        if kind is ClaimKind.EXPIRED:
+            try:
+                entry = yield Op("get", D, key)
+            except StoreUnavailable:
+                entry = None
+            if entry is not None:
+                state = core.view.splits.get(split)
+                # Only a read at least as fresh as the view may downgrade: a lagging replica's
+                # old owner-less record must not make a real expiry takeover attempt-free.
+                fresh = state is None or entry.revision >= state.progress_rev
+                record = decode(ProgressRecord, key, entry.value, split=split)
+                core.fold(core.view.apply_put(D, entry))
+                if record.owner is None and fresh:
+                    kind = ClaimKind.RELEASED
+        state = core.view.splits.get(split)
+        if state is None or state.progress.status is not Status.RUNNABLE or split in self.owned:
+            return
+        epoch = state.progress.epoch + 1
+        lease = LeaseRecord(owner=core.instance, nonce=core.nonce, epoch=epoch)
+        yield Hold(E, key)
+        try:
+            if kind is ClaimKind.RECLAIM and state.lease is not None:
+                result = yield Op(
+                    "update", E, key, encode(lease), expected=state.lease_rev,
+                    operation="claim-lease", split=split, epoch=epoch,
+                )  # fmt: skip
+            else:
+                result = yield Op(
+                    "create", E, key, encode(lease), operation="claim-lease", split=split,
+                    epoch=epoch,
+                )  # fmt: skip
+        except StoreUnavailable as exc:
+            logger.warning("split %s: lease write failed (%s); retrying later", split, exc)
+            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            return
+        if not isinstance(result, Won):
+            return  # a peer won the lease; the watch brings its write
+        lease_rev = result.revision
+        core.fold(core.view.put_lease(split, lease, lease_rev))
+        for attempt in range(2):
+            state = core.view.splits.get(split)
+            if state is None or state.spec is None or core.parting:
+                break
+            record = attrs.evolve(
+                state.progress,
+                epoch=epoch,
+                owner=core.instance,
+                attempts=state.progress.attempts + int(kind.consumes_attempt and attempt == 0),
+                written_at_ms=now_ms(),
+            )
+            yield Hold(D, key)
+            try:
+                result = yield Op(
+                    "update", D, key, encode(record), expected=state.progress_rev,
+                    operation="claim", split=split, epoch=epoch,
+                )  # fmt: skip
+            except StoreUnavailable as exc:
+                logger.warning("split %s: claim write failed (%s); checking", split, exc)
+                result = yield from self._landed(split, record)
+                if result is None:
+                    break
+            if isinstance(result, Won):
+                self._gained(split, kind, record, result.revision, lease_rev)
+                return
+            # Lost: a zombie's late commit (adopt it and retry once), or a rival claim.
+            try:
+                entry = yield Op("get", D, key)
+            except StoreUnavailable:
+                break
+            if entry is None:
+                break
+            core.fold(core.view.apply_put(D, entry))
+            fresh = core.view.splits[split].progress
+            if fresh.status is not Status.RUNNABLE or fresh.epoch >= epoch:
+                break
+        yield from self._drop_lease(split, lease_rev)
+
+    def _landed(self, split: str, record: ProgressRecord) -> Flow[Won | None]:
+        """After an unknown outcome, find out whether our write landed (Won) or not (None)."""
+        core = self.core
+        try:
+            entry = yield Op("get", D, core.keys.split(split))
+        except StoreUnavailable:
+            return None
+        if entry is None:
+            return None
+        stored = decode(ProgressRecord, entry.key, entry.value, split=split)
+        if attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0):
+            return Won(entry.revision)
+        core.fold(core.view.apply_put(D, entry))
+        return None
+
+    def _gained(
+        self, split: str, kind: ClaimKind, record: ProgressRecord, revision: int, lease_rev: int
+    ) -> None:
+        core = self.core
+        self.owned[split] = Owned(record.epoch, lease_rev, core.now())
+        core.fold(core.view.put_progress(split, record, revision))
+        core.metrics.acquired(kind.acquire_reason)
+        since = self.awaiting.pop(split, None)
+        if since is not None:
+            core.metrics.assignment_latency(core.now() - since)
+        spec = core.view.splits[split].spec
+        assert spec is not None
+        core.emit(Gained(split, record.epoch, record.progress, spec.descriptor, spec.weight))
+        if core.parting:
+            # Departure began while this claim was in flight: hand it straight back.
+            core.start(self.release_flow(split))
+
+    def _drop_lease(self, split: str, lease_rev: int) -> Flow[None]:
+        """Best-effort removal of a lease this worker wrote (guarded by its revision)."""
+        core = self.core
+        key = core.keys.split(split)
+        yield Hold(E, key)
+        try:
+            result = yield Op(
+                "delete", E, key, expected=lease_rev, operation="lease-release", split=split
+            )
+        except StoreUnavailable as exc:
+            logger.debug("split %s: lease clean-up failed (%s); it will expire", split, exc)
+            return
+        if isinstance(result, Won):
+            core.fold(core.view.forget_own(E, key, lease_rev))
+
+    # -- quarantine --------------------------------------------------------------------------
+
+    def _quarantine(self, candidate: Candidate) -> Flow[None]:
+        core = self.core
+        split = candidate.split
+        key = core.keys.split(split)
+        yield Hold(D, key)
+        state = core.view.splits.get(split)
+        if state is None or state.progress.status is not Status.RUNNABLE:
+            return
+        stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
+        record = attrs.evolve(
+            state.progress,
+            epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write
+            status=Status.QUARANTINED,
+            owner=None,
+            attempts=state.progress.attempts + int(candidate.kind.consumes_attempt),
+            written_at_ms=now_ms(),
+        )
+        try:
+            result = yield Op(
+                "update", D, key, encode(record), expected=state.progress_rev,
+                operation="quarantine", split=split, epoch=record.epoch,
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            logger.warning("split %s: quarantine write failed (%s); retrying later", split, exc)
+            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            return
+        if not isinstance(result, Won):
+            return  # someone else moved it; the watch brings the news
+        logger.warning("split %s quarantined after %d attempts", split, record.attempts)
+        core.fold(core.view.put_progress(split, record, result.revision))
+        if stale_lease:
+            yield from self._drop_lease(split, stale_lease)
+
+    # -- renewals ----------------------------------------------------------------------------
+
+    def heartbeat(self, now: float) -> None:
+        """Renew every held lease that is due; fence the splits whose lease starved."""
+        core = self.core
+        renew_every = core.lease / 3
+        for split, held in list(self.owned.items()):
+            if now - held.last_ok >= core.lease:
+                logger.warning("split %s: no lease write succeeded for a whole lease", split)
+                self.drop(split, "starved")
+            elif now - held.last_ok >= renew_every and not core.driver.busy(
+                E, core.keys.split(split)
+            ):
+                core.start(self._renew(split, held))
+
+    def _renew(self, split: str, held: Owned) -> Flow[None]:
+        core = self.core
+        key = core.keys.split(split)
+        yield Hold(E, key)
+        if self.owned.get(split) is not held:
+            return
+        lease = LeaseRecord(owner=core.instance, nonce=core.nonce, epoch=held.epoch)
+        try:
+            result = yield Op(
+                "update", E, key, encode(lease), expected=held.lease_rev,
+                operation="renew", split=split, epoch=held.epoch,
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            logger.warning("split %s: renewal failed (%s); the next heartbeat retries", split, exc)
+            return
+        if isinstance(result, Won):
+            self._renewed(split, held, lease, result.revision)
+            return
+        try:
+            entry: Entry | None = yield Op("get", E, key)
+        except StoreUnavailable:
+            return  # cannot tell; the next beat (or the self-fence) decides
+        if self.owned.get(split) is not held:
+            return
+        if entry is None:
+            self.drop(split, "starved")
+            return
+        current = decode(LeaseRecord, key, entry.value)
+        if current.owner == core.instance and current.nonce == core.nonce:
+            # A renewal that reported an error but landed: the lease is still ours.
+            self._renewed(split, held, current, entry.revision)
+        elif current.owner == core.instance:
+            raise core.duplicate_instance(f"the lease of split {split!r}")
+        else:
+            self.drop(split, "fenced")
+
+    def _renewed(self, split: str, held: Owned, lease: LeaseRecord, revision: int) -> None:
+        held.lease_rev = max(held.lease_rev, revision)
+        held.last_ok = self.core.now()
+        self.core.fold(self.core.view.put_lease(split, lease, revision))
+
+    # -- commit, fail, release -----------------------------------------------------------------
+
+    def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
+        """One fenced CAS on the progress record; returns the error for the caller, if any."""
+        core = self.core
+        key = core.keys.split(split)
+        if split not in self.owned:
+            return Fenced(split, "this worker does not hold it; nothing was written")
+        yield Hold(D, key)
+        held = self.owned.get(split)
+        if held is None:
+            return Fenced(split, "it was lost before the commit could be written")
+        state = core.view.splits[split]
+        previous = state.progress.watermark
+        if previous is not None and (progress.watermark is None or progress.watermark < previous):
+            raise FatalCoordinationError(
+                f"split {split!r}: a commit would move the watermark back from {previous} to "
+                f"{progress.watermark}. Watermarks never move backwards; this is a bug in the "
+                "work source (commit positions must only grow). The worker stopped so that no "
+                "progress is lost."
+            )
+        record = attrs.evolve(
+            state.progress,
+            watermark=progress.watermark,
+            state=progress.state,
+            completed=progress.completed,
+            status=Status.COMPLETED if progress.completed else state.progress.status,
+            written_at_ms=now_ms(),
+        )
+        try:
+            result = yield Op(
+                "update", D, key, encode(record), expected=state.progress_rev,
+                operation="commit", split=split, epoch=held.epoch,
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            return StoreUnavailable(
+                f"committing split {split!r} failed ({exc}); it may or may not have landed. "
+                "Retry the same commit: a landed one is recognised and adopted."
+            )
+        if not isinstance(result, Won):
+            # A lost CAS may be our own earlier attempt that landed with its reply lost.
+            result = yield from self._landed(split, record)
+            if result is None:
+                self.drop(split, "fenced")
+                return Fenced(split, "another worker took it over; nothing was written")
+        core.revocations.note_progress(split)
+        core.fold(core.view.put_progress(split, record, result.revision))
+        if progress.completed and self.owned.get(split) is held:
+            self.owned.pop(split)
+            # Finishing mid-revocation is the cooperative outcome: nothing replays.
+            core.revocations.settle(split, "drained")
+            yield from self._drop_lease_of(split, held)
+        return None
+
+    def _drop_lease_of(self, split: str, held: Owned) -> Flow[None]:
+        # Hold first: a renewal in flight moves the lease revision this delete is guarded by.
+        yield Hold(E, self.core.keys.split(split))
+        yield from self._drop_lease(split, held.lease_rev)
+
+    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
+        """Report a failure: consumes an attempt, clears the owner, quarantines at the cap."""
+        core = self.core
+        key = core.keys.split(split)
+        if split not in self.owned:
+            return Fenced(split, "this worker does not hold it; nothing was written")
+        core.metrics.failed()
+        yield Hold(D, key)
+        held = self.owned.get(split)
+        if held is None:
+            return Fenced(split, "it was lost before the failure could be written")
+        state = core.view.splits[split]
+        attempts = state.progress.attempts + 1
+        quarantine = attempts >= core.config.max_attempts
+        record = attrs.evolve(
+            state.progress,
+            attempts=attempts,
+            owner=None,
+            status=Status.QUARANTINED if quarantine else state.progress.status,
+            epoch=state.progress.epoch + int(quarantine),
+            written_at_ms=now_ms(),
+        )
+        logger.warning(
+            "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
+            core.config.max_attempts, ", quarantining" if quarantine else "",
+        )  # fmt: skip
+        try:
+            result = yield Op(
+                "update", D, key, encode(record), expected=state.progress_rev,
+                operation="fail", split=split, epoch=held.epoch,
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            return StoreUnavailable(f"reporting the failure of split {split!r} failed ({exc})")
+        if not isinstance(result, Won):
+            self.drop(split, "fenced")
+            return Fenced(split, "another worker took it over; nothing was written")
+        # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
+        # quarantine cannot read as a peer's fence.
+        self.owned.pop(split, None)
+        core.revocations.settle(split, "forced")
+        core.fold(core.view.put_progress(split, record, result.revision))
+        yield from self._drop_lease_of(split, held)
+        return None
+
+    def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
+        """Hand ``split`` back cleanly: clear the owner (no attempt consumed), drop the lease."""
+        core = self.core
+        key = core.keys.split(split)
+        yield Hold(D, key)
+        held = self.owned.get(split)
+        state = core.view.splits.get(split)
+        if held is None or state is None:
+            return "missing"
+        self.busy.add(split)
+        try:
+            record = attrs.evolve(state.progress, owner=None, written_at_ms=now_ms())
+            try:
+                result = yield Op(
+                    "update", D, key, encode(record), expected=state.progress_rev,
+                    operation="release", split=split, epoch=held.epoch,
+                )  # fmt: skip
+            except StoreUnavailable as exc:
+                logger.warning("split %s: release failed (%s); the lease will expire", split, exc)
+                self.owned.pop(split, None)
+                core.revocations.settle(split, "forced")
+                yield from self._drop_lease_of(split, held)
+                return "failed"
+            if not isinstance(result, Won):
+                self.drop(split, "fenced")
+                return "fenced"
+            self.owned.pop(split, None)
+            core.fold(core.view.put_progress(split, record, result.revision))
+            # The tail is committed and the owner cleared: the next owner replays nothing.
+            core.revocations.settle(split, "drained")
+            yield from self._drop_lease_of(split, held)
+            return "released"
+        finally:
+            self.busy.discard(split)

@@ -1,0 +1,423 @@
+"""The coordinator's public face: :func:`open_coordinator` and :class:`Coordinator`.
+
+``open_coordinator`` checks its arguments, runs the startup steps (refuse a store whose CAS
+is broken, join the job with a fingerprint check, announce presence — each retried with
+capped backoff against an unavailable store), starts the control loop with its watches and
+timers in one nursery, and yields a :class:`Coordinator` once the first snapshots are in.
+Leaving the block stops every task. A fatal error comes out of the ``async with`` as itself
+(``FatalCoordinationError``, ``PlanError``, ``StoreError``), never wrapped in an
+ExceptionGroup, and so does an exception raised by the block's own body.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import outcome
+import trio
+
+from spate import fenced
+from spate.config import Config
+from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
+from spate.events import Event, Progress
+from spate.flows import Flow
+from spate.leader import Planner, fingerprint_mismatch
+from spate.loop import Core, Reply
+from spate.metrics import MetricsHooks
+from spate.plan import default_instance_id, validate_instance, validate_job
+from spate.probe import probe_store
+from spate.pumps import heartbeat_ticker, interval_ticker, watch_pump
+from spate.records import PlanRecord, UnreadableRecord, decode, encode
+from spate.store import Keyspace, Store, Won
+
+__all__ = ["Coordinator", "open_coordinator"]
+
+logger = logging.getLogger("spate.coordinator")
+
+T = TypeVar("T")
+STARTUP_BACKOFF = (0.2, 5.0)
+"""First and largest delay between tries of a startup step."""
+
+
+class Coordinator:
+    """One worker's membership in a job: the events of its splits, and the calls to act on them.
+
+    Get one from :func:`open_coordinator`. All methods are safe to call from any task of the
+    Trio run that opened it. Commands return once their write landed (or was refused).
+    """
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._events_taken = False
+
+    @property
+    def job(self) -> str:
+        """The job this worker is part of."""
+        return self._core.job
+
+    @property
+    def instance(self) -> str:
+        """This worker's instance id."""
+        return self._core.instance
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force, resolved against the store (lease and op timeout set)."""
+        return self._core.config
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this worker currently leads the job (for live views)."""
+        return self._core.leader.leading
+
+    @property
+    def owned(self) -> frozenset[str]:
+        """The splits this worker holds right now (for live views)."""
+        return frozenset(self._core.claims.owned)
+
+    def events(self) -> AsyncIterator[Event]:
+        """The event stream (one consumer): Gained, Lost, RevokeRequested, Quarantined, verdicts.
+
+        The stream ends when the coordinator stops. Calling this twice raises RuntimeError:
+        events are a queue, and two consumers would each miss half of them.
+        """
+        if self._events_taken:
+            raise RuntimeError(
+                "Coordinator.events() has one consumer and was already called; share the "
+                "events from that one loop instead."
+            )
+        self._events_taken = True
+        return self._core.events_receive
+
+    async def commit(self, split: str, progress: Progress) -> None:
+        """Record ``progress`` for a held split with one fenced write; return once it landed.
+
+        Raises :class:`~spate.errors.Fenced` (nothing written) if this worker does not hold
+        the split or lost it, :class:`~spate.errors.StoreUnavailable` if the outcome is
+        unknown (retry the same commit), and :class:`~spate.errors.FatalCoordinationError`
+        if the watermark would move backwards (the coordinator stops). A completed commit
+        also hands the split's lease back.
+        """
+        _check_split(split)
+        if not isinstance(progress, Progress):
+            raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
+        core = self._core
+        await self._call(
+            lambda reply: core.start(core.claims.commit_flow(split, progress), _answer(reply))
+        )
+
+    async def fail(self, split: str, reason: str) -> None:
+        """Report that work on a held split failed: consumes an attempt and gives it back.
+
+        At ``max_attempts`` the split is quarantined (every worker then sees Quarantined).
+        Raises :class:`~spate.errors.Fenced` if this worker does not hold it.
+        """
+        _check_split(split)
+        core = self._core
+        await self._call(
+            lambda reply: core.start(core.claims.fail_flow(split, str(reason)), _answer(reply))
+        )
+
+    async def release(self, splits: Iterable[str]) -> None:
+        """Hand held splits back cleanly (no attempt consumed); return once done.
+
+        Raises :class:`~spate.errors.Fenced`, writing nothing, if any of them is not held.
+        """
+        ids = [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
+        core = self._core
+
+        def command(reply: Reply) -> None:
+            for split in ids:
+                if split not in core.claims.owned:
+                    reply.set(
+                        outcome.Error(
+                            Fenced(split, "this worker does not hold it; nothing was released")
+                        )
+                    )
+                    return
+            core.start(_release_all(core, ids), _answer(reply))
+
+        await self._call(command)
+
+    async def decline_revoke(self, split: str) -> None:
+        """Say the split cannot stop at a safe boundary: a revocation is then forced at once.
+
+        The split goes back the replaying way (Lost "revoked" follows); a revocation the
+        leader already took back simply ends.
+        """
+        _check_split(split)
+        core = self._core
+
+        def command(reply: Reply) -> None:
+            core.revocations.decline(split)
+            reply.set(outcome.Value(None))
+
+        await self._call(command)
+
+    async def depart(self) -> None:
+        """Leave the job gracefully and return when done.
+
+        Hands every held split back (no attempt consumed), stops claiming, resigns leadership
+        and deletes this worker's presence, so the others rebalance at once instead of after
+        a lease. The coordinator keeps watching (a bounded job's verdict still arrives).
+        """
+        core = self._core
+        await self._call(lambda reply: core.start(_depart(core), _answer(reply)))
+
+    async def _call(self, command: Callable[[Reply], None]) -> None:
+        core = self._core
+        if core.stopped is not None:
+            raise _stopped_error(core.stopped)
+        reply = Reply()
+        core.replies.add(reply)
+        try:
+            core.post(lambda: command(reply))
+            await reply.event.wait()
+        finally:
+            core.replies.discard(reply)
+        assert reply.result is not None
+        reply.result.unwrap()
+
+
+def _stopped_error(cause: BaseException) -> BaseException:
+    if isinstance(cause, FatalCoordinationError):
+        return cause
+    return FatalCoordinationError(
+        "the coordinator has stopped; open a new one (open_coordinator) to keep working"
+    )
+
+
+def _check_split(split: object) -> str:
+    if not isinstance(split, str):
+        raise ConfigError(f"a split id is a str, not {type(split).__name__}")
+    return split
+
+
+def _answer(reply: Reply) -> Callable[[outcome.Outcome[Any]], None]:
+    """Deliver a command flow's result to its caller.
+
+    A returned exception goes to the caller; a raised one goes to the caller *and* stops the
+    coordinator (it is fatal).
+    """
+
+    def done(result: outcome.Outcome[Any]) -> None:
+        if isinstance(result, outcome.Error):
+            reply.set(result)
+            result.unwrap()
+        value = result.unwrap()
+        reply.set(outcome.Error(value) if isinstance(value, BaseException) else outcome.Value(None))
+
+    return done
+
+
+def _release_all(core: Core, splits: list[str]) -> Flow[None]:
+    released = 0
+    for split in splits:
+        if (yield from core.claims.release_flow(split)) == "released":
+            released += 1
+    core.metrics.released(released)
+
+
+def _depart(core: Core) -> Flow[None]:
+    core.parting = True
+    core.leader.demote(resign=True)
+    yield from _release_all(core, sorted(core.claims.owned))
+    yield from core.delete_presence()
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_coordinator(
+    store: Store,
+    *,
+    job: str,
+    instance: str | None = None,
+    planner: Callable[[Any], Any] | Planner,
+    config: Config | None = None,
+    fingerprint: str = "",
+    metrics: MetricsHooks | None = None,
+) -> AsyncIterator[Coordinator]:
+    """Join ``job`` on ``store`` as ``instance`` and coordinate until the block ends.
+
+    ``planner`` is called (on whichever worker leads) with a :class:`~spate.plan.PlanContext`
+    and returns a :class:`~spate.plan.Plan`; sync planners run in a thread, async ones as a
+    task. ``fingerprint`` must be equal across the fleet (a worker with another one is
+    refused). ``instance`` defaults to the host name. ``metrics`` receives every outcome.
+
+    Raises :class:`~spate.errors.ConfigError` for invalid arguments,
+    :class:`~spate.errors.FatalCoordinationError` when the store fails the startup probe, the
+    fingerprint differs, another live worker uses this instance id, or a watermark would
+    regress, and :class:`~spate.errors.PlanError` (on the leader) for an invalid plan.
+    """
+    validate_job(job)
+    instance = validate_instance(default_instance_id() if instance is None else instance)
+    if not callable(planner):
+        raise ConfigError(f"planner must be a function taking a PlanContext, not {planner!r}")
+    if config is None:
+        config = Config()
+    elif not isinstance(config, Config):
+        raise ConfigError(f"config must be a spate.Config, not {type(config).__name__}")
+    if not isinstance(fingerprint, str):
+        raise ConfigError(f"fingerprint must be a str, not {type(fingerprint).__name__}")
+    if not isinstance(store, Store):
+        raise ConfigError(
+            f"store must implement spate.store.Store (use spate_stores.open_store), not "
+            f"{type(store).__name__}"
+        )
+    core = Core(
+        store,
+        job=job,
+        instance=instance,
+        planner=planner,
+        config=config.resolve(store.ephemeral_ttl),
+        fingerprint=fingerprint,
+        metrics=metrics if metrics is not None else MetricsHooks(),
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            core.attach(nursery)
+            try:
+                await _startup(core)
+                nursery.start_soon(core.run)
+                nursery.start_soon(core.alarm_task)
+                for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
+                    nursery.start_soon(watch_pump, core, keyspace)
+                nursery.start_soon(heartbeat_ticker, core)
+                nursery.start_soon(
+                    interval_ticker,
+                    core.config.reconcile_interval,
+                    lambda: core.post(core.reconcile),
+                )
+                nursery.start_soon(
+                    interval_ticker,
+                    core.config.replan_interval,
+                    lambda: core.post(core.leader.replan_tick),
+                )
+                await core.ready.wait()
+                yield Coordinator(core)
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        leaf = _single(group)
+        if leaf is None:
+            raise
+        context = leaf.__context__
+        try:
+            raise leaf
+        finally:
+            leaf.__context__ = context
+    finally:
+        if core.stopped is None:
+            core.stop(_Closed())
+
+
+class _Closed(Exception):
+    """Marks a coordinator stopped by leaving its block."""
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one real exception in ``group`` (ignoring cancellations), or None."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+# -- startup ---------------------------------------------------------------------------------
+
+
+class _Retry(Exception):
+    """A startup step lost a benign race; try it again."""
+
+
+async def _startup(core: Core) -> None:
+    await _budgeted(core, "probing the store", _probe)
+    await _budgeted(core, "joining the job", _join)
+    await _budgeted(core, "announcing presence", _announce)
+
+
+async def _budgeted(core: Core, what: str, step: Callable[[Core], Awaitable[None]]) -> None:
+    """Try a startup step with capped backoff; give up (fatally) after the configured tries."""
+    low, high = STARTUP_BACKOFF
+    delay = low
+    attempts = core.config.startup_max_attempts
+    for attempt in range(1, attempts + 1):
+        try:
+            with trio.fail_after(core.op_timeout * 3):
+                await step(core)
+            return
+        except (StoreUnavailable, _Retry, trio.TooSlowError) as exc:
+            if attempt == attempts:
+                raise FatalCoordinationError(
+                    f"{what} did not succeed in {attempts} attempts (last: "
+                    f"{exc or type(exc).__name__}); "
+                    "check that the store is reachable, or raise Config.startup_max_attempts"
+                ) from exc
+            logger.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+        await trio.sleep(delay)
+        delay = min(high, delay * 2)
+
+
+async def _probe(core: Core) -> None:
+    with fenced.span(core.scope, "probe"):
+        await probe_store(core.store, key_prefix=core.keys.probe_prefix)
+
+
+async def _join(core: Core) -> None:
+    key = core.keys.plan
+    entry = await core.store.get(Keyspace.DURABLE, key)
+    if entry is not None:
+        try:
+            plan = decode(PlanRecord, key, entry.value)
+        except UnreadableRecord as exc:
+            raise FatalCoordinationError(str(exc)) from exc
+        if plan.fingerprint != core.fingerprint:
+            raise fingerprint_mismatch(core.job, plan.fingerprint, core.fingerprint)
+        return
+    fresh = encode(PlanRecord(fingerprint=core.fingerprint))
+    result = await fenced.write(
+        core.store, core.scope, "plan-create", "create", Keyspace.DURABLE, key, fresh
+    )
+    if not isinstance(result, Won):
+        raise _Retry("another worker created the plan record first; reading it")
+
+
+async def _announce(core: Core) -> None:
+    key = core.keys.worker(core.instance)
+    value = core.presence_record()
+    result = await fenced.write(
+        core.store, core.scope, "announce", "create", Keyspace.EPHEMERAL, key, value
+    )
+    if isinstance(result, Won):
+        core.presence_rev = result.revision
+        return
+    # A presence key under our id: a predecessor not yet expired (take it over), or a live
+    # twin (it finds our nonce at its next renewal and stops).
+    entry = await core.store.get(Keyspace.EPHEMERAL, key)
+    if entry is None:
+        raise _Retry("the old presence key vanished; announcing again")
+    result = await fenced.write(
+        core.store,
+        core.scope,
+        "announce",
+        "update",
+        Keyspace.EPHEMERAL,
+        key,
+        value,
+        expected=entry.revision,
+    )
+    if not isinstance(result, Won):
+        raise _Retry("the presence key changed while taking it over")
+    core.presence_rev = result.revision

@@ -1,0 +1,124 @@
+"""The one door every guarded store write of the protocol goes through.
+
+Claims, renewals, commits, failures, releases, quarantines, elections, leader renewals, plan
+and spec seeding, assignment publishing and clean-up, presence: each is one call to
+:func:`write`, which
+
+- opens an OpenTelemetry span ``spate.<operation>`` (tracer ``"spate"``) carrying the job,
+  instance, split, epoch, keyspace, expected and new revision, the outcome
+  (``won``/``lost``/``error``) and ``db.system``; a lost compare-and-swap or an error sets the
+  span's status and adds an event;
+- reports the outcome and its duration to the :class:`~spate.metrics.MetricsHooks`.
+
+Keeping this the only place that calls ``create``/``update``/``delete`` on a store is what
+lets a test prove that no write escapes telemetry. Store adapters add client spans beneath.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+import attrs
+import trio
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from spate.errors import StoreError, StoreUnavailable
+from spate.metrics import MetricsHooks
+from spate.store import Keyspace, Lost, Store, Won, WriteResult
+
+__all__ = ["Scope", "WriteKind", "span", "write"]
+
+WriteKind = Literal["create", "update", "delete"]
+"""The three guarded store writes."""
+
+_tracer = trace.get_tracer("spate")
+
+
+@attrs.frozen
+class Scope:
+    """Who is writing: the job and instance every span carries, and where outcomes go."""
+
+    job: str
+    instance: str
+    system: str
+    metrics: MetricsHooks = attrs.field(factory=MetricsHooks)
+
+
+@contextmanager
+def span(scope: Scope, operation: str, **attributes: str | int) -> Iterator[Span]:
+    """A ``spate.<operation>`` span for work that is not a single write (the startup probe)."""
+    base: dict[str, str | int] = {
+        "spate.job": scope.job,
+        "spate.instance": scope.instance,
+        "db.system": scope.system,
+    }
+    base.update(attributes)
+    with _tracer.start_as_current_span(f"spate.{operation}", attributes=base) as current:
+        yield current
+
+
+async def write(
+    store: Store,
+    scope: Scope,
+    operation: str,
+    kind: WriteKind,
+    keyspace: Keyspace,
+    key: str,
+    value: bytes = b"",
+    *,
+    expected: int | None = None,
+    split: str | None = None,
+    epoch: int | None = None,
+) -> WriteResult:
+    """Perform one guarded write inside its span and report its outcome.
+
+    ``kind`` picks ``create(key, value)``, ``update(key, value, expected)`` or
+    ``delete(key, expected)``. Store errors propagate unchanged after being recorded.
+    """
+    attributes: dict[str, str | int] = {"spate.keyspace": keyspace.value, "spate.key": key}
+    if split is not None:
+        attributes["spate.split"] = split
+    if epoch is not None:
+        attributes["spate.epoch"] = epoch
+    if expected is not None:
+        attributes["spate.expected_revision"] = expected
+    started = trio.current_time()
+    with span(scope, operation, **attributes) as current:
+        try:
+            if kind == "create":
+                result = await store.create(keyspace, key, value)
+            elif kind == "update":
+                if expected is None:
+                    raise ValueError("an update needs the expected revision")
+                result = await store.update(keyspace, key, value, expected)
+            else:
+                result = await store.delete(keyspace, key, expected)
+        except (StoreError, StoreUnavailable, trio.Cancelled) as exc:
+            _record_error(current, exc)
+            scope.metrics.write(operation, "error", trio.current_time() - started)
+            raise
+        if isinstance(result, Won):
+            current.set_attribute("spate.new_revision", result.revision)
+            current.set_attribute("spate.outcome", "won")
+            scope.metrics.write(operation, "won", trio.current_time() - started)
+        else:
+            assert isinstance(result, Lost)
+            current.set_attribute("spate.outcome", "lost")
+            current.set_status(Status(StatusCode.ERROR, "condition did not hold"))
+            current.add_event("spate.cas_lost", {"spate.key": key})
+            scope.metrics.write(operation, "lost", trio.current_time() - started)
+        return result
+
+
+def _record_error(current: Span, exc: BaseException) -> None:
+    current.set_attribute("spate.outcome", "error")
+    if isinstance(exc, trio.Cancelled):
+        # Cancelled mid-flight: the write may or may not have landed.
+        current.set_status(Status(StatusCode.ERROR, "cancelled; outcome unknown"))
+        current.add_event("spate.cancelled")
+        return
+    current.set_status(Status(StatusCode.ERROR, str(exc)))
+    current.record_exception(exc)

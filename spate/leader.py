@@ -1,0 +1,583 @@
+"""Leadership: election, the generation fence, planning, and publishing the assignment.
+
+The rules, each with the race it prevents:
+
+- **Election** is a create of the ephemeral ``leader`` key, tried only when none is seen. The
+  winner bumps the plan record's generation by CAS (up to three tries, else it steps down
+  rather than lead unfenced). Every later leader write is fenced by that generation: a plan
+  publish CASes the plan record at the revision its run started from, and assignment records
+  carry the generation (workers ignore older ones). A deposed leader's writes therefore lose,
+  or are ignored; brief double leadership costs balance, never ownership.
+- **Deposition**: a leader key written by another process, a leader key deleted after ours
+  (expiry), a plan record with a newer generation, or a lost leader renewal ends leadership
+  and cancels a planner run in progress.
+- **Planning** runs the user's planner off the loop (a thread for a sync planner, a task under
+  its own cancel scope for an async one) and awaits it as one more input: a slow plan never
+  stalls renewals. Its result is validated before anything is written (an invalid plan is a
+  ``PlanError``); then spec records, then progress records (so a progress record implies its
+  spec), then the plan record (planned count recounted from a listing, finality). A planner
+  that raises is logged and retried with backoff.
+- **Assignment** is the pure :func:`~spate.protocol.desired_assignment`, recomputed only when
+  an input moved, published only where it changed (a steady fleet writes nothing). The splits
+  of a departed worker are withheld for ``rebalance_delay`` so a restarting worker reclaims its
+  own; records of instances gone past that window are deleted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import attrs
+import outcome
+import trio
+
+from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
+from spate.flows import Batch, Flow, Hold, Op
+from spate.plan import Plan, PlanContext, SplitSpec, validate_plan
+from spate.protocol import Placement, desired_assignment
+from spate.records import (
+    AssignmentRecord,
+    Finality,
+    LeaderRecord,
+    PlanRecord,
+    ProgressRecord,
+    SpecRecord,
+    Status,
+    encode,
+    now_ms,
+)
+from spate.store import Keyspace, Won
+from spate.view import LeaderChanged, LeaderGone, PlanChanged
+
+if TYPE_CHECKING:
+    from spate.loop import Core
+
+__all__ = ["Leadership", "Planner"]
+
+logger = logging.getLogger("spate.leader")
+
+Planner: TypeAlias = Callable[[PlanContext], Plan | Awaitable[Plan]]
+"""A planner: called with a PlanContext, returns a Plan (sync or async)."""
+
+D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+BUMP_TRIES = 3
+PLANNER_BACKOFF = (1.0, 60.0)
+"""First and largest delay before a failed planner run is retried."""
+PUBLISH_RETRY = 1.0
+"""Seconds before an assignment publish that hit a store error is retried."""
+
+
+@attrs.define(eq=False)
+class _PlanRun:
+    scope: trio.CancelScope
+    plan: PlanRecord
+    plan_rev: int
+    started: float
+
+
+class Leadership:
+    """This worker's part in leading the job (most of the time: watching someone else lead)."""
+
+    def __init__(self, core: Core, planner: Planner) -> None:
+        self.core = core
+        self.planner = planner
+        self.rev: int | None = None
+        """Revision of the leader key while this worker leads."""
+        self.generation = 0
+        self.plan_now = False
+        self.departed: dict[str, float] = {}
+        self._electing = False
+        self._run: _PlanRun | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._debounce_until = 0.0
+        self._publish_not_before = 0.0
+        self._publishing: set[str] = set()
+
+    @property
+    def leading(self) -> bool:
+        """Whether this worker holds the leader key."""
+        return self.rev is not None
+
+    # -- step --------------------------------------------------------------------------------
+
+    def step(self, now: float) -> None:
+        """Elect, plan and publish as the state says."""
+        view = self.core.view
+        if not self.leading:
+            if view.leader is None and not self._electing and view.plan is not None:
+                self._electing = True
+                self.core.start(self._elect(view.plan.generation + 1))
+            return
+        if view.plan is None or view.plan.generation != self.generation:
+            return  # the generation bump has not landed: no unfenced leader write
+        if self.plan_now and self._run is None and now >= self._retry_at:
+            self._start_plan(now)
+        self._publish(now)
+
+    def next_deadline(self, now: float) -> float:
+        """The next time-based leader decision (grace windows, retries, debounce)."""
+        times = [math.inf]
+        delay = self.core.config.rebalance_delay
+        if self.departed and delay > 0:
+            times.append(min(self.departed.values()) + delay)
+        for t in (self._debounce_until, self._publish_not_before):
+            if t > now:
+                times.append(t)
+        if self.plan_now and self._retry_at > now:
+            times.append(self._retry_at)
+        return min(times)
+
+    # -- membership ----------------------------------------------------------------------------
+
+    def on_departure(self, instance: str, now: float) -> None:
+        """A peer's presence vanished: open its grace window.
+
+        Every worker tracks it, not only the leader: leadership can move between the
+        departure and the next publish, and a successor must still honour the window.
+        """
+        self.departed.setdefault(instance, now)
+        self._membership_changed(now)
+
+    def on_arrival(self, instance: str, new: bool, now: float) -> None:
+        """A peer's presence was written: a returning instance closes its own grace window."""
+        self.departed.pop(instance, None)
+        if new:
+            self._membership_changed(now)
+
+    def _membership_changed(self, now: float) -> None:
+        debounce = self.core.config.membership_debounce
+        if debounce > 0:
+            self._debounce_until = now + debounce
+
+    def prune_departed(self, now: float) -> None:
+        """Expire grace windows (on every worker, so the map never grows without bound)."""
+        for instance in [i for i in self.departed if i in self.core.view.presence]:
+            del self.departed[instance]
+        delay = self.core.config.rebalance_delay
+        if delay == 0:
+            # Its own branch: a zero that flowed through the general comparison is how
+            # "withhold nothing" turns into "withhold forever".
+            self.departed.clear()
+            return
+        expired = [i for i, since in self.departed.items() if now - since >= delay]
+        for instance in expired:
+            del self.departed[instance]
+        if expired:
+            self.core.view.assign_dirty = True
+
+    # -- what the view tells us ----------------------------------------------------------------
+
+    def on_notice(self, notice: LeaderChanged | LeaderGone | PlanChanged) -> None:
+        """Check the fingerprint; step down when deposed."""
+        core = self.core
+        if isinstance(notice, PlanChanged):
+            if notice.plan.fingerprint != core.fingerprint:
+                raise fingerprint_mismatch(core.job, notice.plan.fingerprint, core.fingerprint)
+            if self.leading and notice.plan.generation > self.generation:
+                logger.warning("deposed: plan generation %d is newer", notice.plan.generation)
+                self.demote(resign=False)
+            return
+        if not self.leading or self.rev is None:
+            return
+        if isinstance(notice, LeaderChanged):
+            if notice.leader.nonce != core.nonce:
+                logger.warning("deposed: %s holds the leader key", notice.leader.owner)
+                self.demote(resign=False)
+        elif notice.revision is None or notice.revision > self.rev:
+            logger.warning("leadership lease expired")
+            self.demote(resign=False)
+
+    def demote(self, *, resign: bool) -> None:
+        """Stop leading; ``resign`` also deletes the leader key so a successor is elected now."""
+        rev, self.rev = self.rev, None
+        self.plan_now = False
+        if self._run is not None:
+            self._run.scope.cancel()
+            self._run = None
+        if resign and rev is not None:
+            self.core.start(self._resign(rev))
+
+    def _resign(self, rev: int) -> Flow[None]:
+        key = self.core.keys.leader
+        yield Hold(E, key)
+        try:
+            result = yield Op("delete", E, key, expected=rev, operation="resign")
+        except StoreUnavailable:
+            return  # the key expires on its own
+        if isinstance(result, Won):
+            self.core.fold(self.core.view.forget_own(E, key, rev))
+
+    # -- election ------------------------------------------------------------------------------
+
+    def _elect(self, target: int) -> Flow[None]:
+        core = self.core
+        try:
+            record = LeaderRecord(owner=core.instance, nonce=core.nonce, generation=target)
+            try:
+                result = yield Op("create", E, core.keys.leader, encode(record), operation="elect")
+            except StoreUnavailable as exc:
+                logger.warning("election attempt failed (%s); retrying later", exc)
+                return
+            if not isinstance(result, Won) or core.parting:
+                if isinstance(result, Won):
+                    yield from self._resign(result.revision)
+                return  # another worker won; its key arrives on the watch
+            self.rev, self.generation = result.revision, target
+            core.fold(core.view.put_leader(record, result.revision))
+            logger.info("elected leader at generation %d", target)
+            yield from self._bump(target)
+        finally:
+            self._electing = False
+
+    def _bump(self, target: int) -> Flow[None]:
+        core = self.core
+        for _ in range(BUMP_TRIES):
+            plan, rev = core.view.plan, core.view.plan_rev
+            if plan is None or not self.leading:
+                return
+            if plan.generation >= target:
+                break  # a racing successor fenced past us
+            bumped = attrs.evolve(plan, generation=target, updated_at_ms=now_ms())
+            yield Hold(D, core.keys.plan)
+            try:
+                result = yield Op(
+                    "update", D, core.keys.plan, encode(bumped), expected=rev,
+                    operation="generation-bump",
+                )  # fmt: skip
+            except StoreUnavailable as exc:
+                logger.warning("generation bump failed (%s); retrying", exc)
+                continue
+            if isinstance(result, Won):
+                core.fold(core.view.put_plan(bumped, result.revision))
+                # Every new leader plans at least once, even a final plan: a predecessor may
+                # have died between seeding and publishing.
+                self.plan_now = True
+                core.view.assign_dirty = True
+                return
+            entry = yield Op("get", D, core.keys.plan)
+            if entry is None:
+                raise FatalCoordinationError(
+                    f"the plan record {core.keys.plan!r} vanished during an election; something "
+                    "other than spate deleted it. Restore it or start the job under a new name."
+                )
+            core.fold(core.view.apply_put(D, entry))
+        # Never lead without the fence.
+        self.demote(resign=True)
+
+    def heartbeat(self) -> None:
+        """Renew the leader key (while leading)."""
+        if self.leading and not self.core.driver.busy(E, self.core.keys.leader):
+            self.core.start(self._renew())
+
+    def _renew(self) -> Flow[None]:
+        core = self.core
+        yield Hold(E, core.keys.leader)
+        rev = self.rev
+        if rev is None:
+            return
+        record = LeaderRecord(owner=core.instance, nonce=core.nonce, generation=self.generation)
+        try:
+            result = yield Op(
+                "update", E, core.keys.leader, encode(record), expected=rev,
+                operation="leader-renew",
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            logger.warning("leader renewal failed (%s); the next heartbeat retries", exc)
+            return
+        if self.rev != rev:
+            return
+        if isinstance(result, Won):
+            self.rev = result.revision
+            core.fold(core.view.put_leader(record, result.revision))
+        else:
+            logger.warning("leader renewal lost its compare-and-swap; stepping down")
+            self.demote(resign=False)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def replan_tick(self) -> None:
+        """The replan timer: an open plan is planned again."""
+        plan = self.core.view.plan
+        if self.leading and plan is not None and plan.finality is Finality.OPEN:
+            self.plan_now = True
+
+    def _start_plan(self, now: float) -> None:
+        core = self.core
+        plan, rev = core.view.plan, core.view.plan_rev
+        assert plan is not None
+        self.plan_now = False
+        ctx = PlanContext(
+            job=core.job,
+            known=frozenset(core.view.splits),
+            generation=self.generation,
+            cursor=plan.cursor,
+            final=plan.finality is Finality.FINAL,
+        )
+        run = self._run = _PlanRun(trio.CancelScope(), plan, rev, now)
+        core.nursery.start_soon(self._call_planner, run, ctx)
+
+    async def _call_planner(self, run: _PlanRun, ctx: PlanContext) -> None:
+        result: outcome.Outcome[Any]
+        with run.scope:
+            try:
+                if inspect.iscoroutinefunction(self.planner):
+                    value: Any = await self.planner(ctx)
+                elif self.core.config.planner_thread:
+                    value = await trio.to_thread.run_sync(self.planner, ctx, abandon_on_cancel=True)
+                else:
+                    value = self.planner(ctx)
+                if inspect.isawaitable(value):
+                    value = await value
+                result = outcome.Value(value)
+            except Exception as exc:
+                result = outcome.Error(exc)
+        if not run.scope.cancelled_caught:
+            self.core.post(lambda: self._planned(run, result))
+
+    def _planned(self, run: _PlanRun, result: outcome.Outcome[Any]) -> None:
+        if run is not self._run:
+            return  # leadership changed while it ran: its result is not ours to write
+        core = self.core
+        if isinstance(result, outcome.Error):
+            error = result.error
+            if isinstance(error, PlanError):
+                raise error
+            logger.error("the planner raised; retrying with backoff", exc_info=error)
+            self._failed(run)
+            return
+        plan = validate_plan(result.unwrap())
+        limit = core.store.capabilities.max_value_size
+        specs: list[tuple[SplitSpec, bytes]] = []
+        for spec in plan.splits:
+            data = encode(
+                SpecRecord(
+                    id=spec.id,
+                    generation=self.generation,
+                    weight=spec.weight,
+                    descriptor=spec.descriptor,
+                )
+            )
+            if len(data) > limit:
+                raise PlanError(
+                    f"split {spec.id!r}: its spec record is {len(data)} bytes (descriptor "
+                    f"{len(spec.descriptor)} bytes, base64-encoded), over this store's limit of "
+                    f"{limit} bytes; keep descriptors small (a pointer to the data, not the "
+                    "data). Nothing of this plan was written."
+                )
+            specs.append((spec, data))
+        core.start(self._write_plan(run, plan, specs), self._written(run))
+
+    def _written(self, run: _PlanRun) -> Callable[[outcome.Outcome[None]], None]:
+        def done(result: outcome.Outcome[None]) -> None:
+            if self._run is run:
+                self._run = None
+            result.unwrap()
+
+        return done
+
+    def _failed(self, run: _PlanRun) -> None:
+        core = self.core
+        core.metrics.replan("error", core.now() - run.started)
+        low, high = PLANNER_BACKOFF
+        self._backoff = min(high, max(low, self._backoff * 2))
+        self._retry_at = core.now() + self._backoff
+        self.plan_now = True
+        if self._run is run:
+            self._run = None
+
+    def _write_plan(
+        self, run: _PlanRun, plan: Plan, specs: list[tuple[SplitSpec, bytes]]
+    ) -> Flow[None]:
+        core, view, keys = self.core, self.core.view, self.core.keys
+        fresh = [(spec, data) for spec, data in specs if spec.id not in view.splits]
+        created = 0
+        if fresh:
+            spec_results = yield Batch(
+                tuple(
+                    Op("create", D, keys.spec(s.id), data, operation="seed-spec", split=s.id)
+                    for s, data in fresh
+                )
+            )
+            if any(isinstance(r, Exception) for r in spec_results):
+                logger.warning("seeding spec records failed; the plan is retried")
+                self._failed(run)
+                return
+            records = [(s, ProgressRecord(id=s.id, written_at_ms=now_ms())) for s, _ in fresh]
+            results = yield Batch(
+                tuple(
+                    Op("create", D, keys.split(s.id), encode(r), operation="seed-split", split=s.id)
+                    for s, r in records
+                )
+            )
+            for (spec, record), spec_result, result in zip(
+                records, spec_results, results, strict=True
+            ):
+                if isinstance(spec_result, Won):
+                    view.put_spec(
+                        spec.id,
+                        SpecRecord(
+                            id=spec.id,
+                            generation=self.generation,
+                            weight=spec.weight,
+                            descriptor=spec.descriptor,
+                        ),
+                        spec_result.revision,
+                    )
+                if isinstance(result, Won):
+                    created += 1
+                    core.fold(view.put_progress(spec.id, record, result.revision))
+            if any(isinstance(r, Exception) for r in results):
+                logger.warning("seeding progress records failed; the plan is retried")
+                self._failed(run)
+                return
+        core.metrics.planned(created)
+        try:
+            listed = yield Op("list", D, keys.split_prefix)
+        except StoreUnavailable as exc:
+            logger.warning("recounting splits failed (%s); the plan is retried", exc)
+            self._failed(run)
+            return
+        if self._run is not run:
+            return
+        finality = Finality.FINAL if plan.final else Finality.OPEN
+        published = attrs.evolve(
+            run.plan,
+            planned=len(listed),
+            finality=finality,
+            cursor=plan.cursor if plan.cursor is not None else run.plan.cursor,
+            updated_at_ms=now_ms(),
+        )
+        yield Hold(D, keys.plan)
+        try:
+            result = yield Op(
+                "update", D, keys.plan, encode(published), expected=run.plan_rev,
+                operation="plan-publish",
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            logger.warning("publishing the plan failed (%s); retrying", exc)
+            self._failed(run)
+            return
+        if not isinstance(result, Won):
+            # A successor bumped the generation meanwhile; what we seeded is what it seeds.
+            core.metrics.replan("error", core.now() - run.started)
+            self.demote(resign=True)
+            return
+        core.fold(view.put_plan(published, result.revision))
+        changed = (
+            created or finality is not run.plan.finality or published.planned != run.plan.planned
+        )
+        core.metrics.replan("ok" if changed else "noop", core.now() - run.started)
+        self._backoff = 0.0
+
+    # -- assignment ----------------------------------------------------------------------------
+
+    def _publish(self, now: float) -> None:
+        core, view = self.core, self.core.view
+        if not view.assign_dirty or now < self._debounce_until or now < self._publish_not_before:
+            return
+        members = {i: (p.max_in_flight if p is not None else 0) for i, p in view.presence.items()}
+        if not members:
+            return
+        view.assign_dirty = False
+        pool = {
+            split: Placement(state.spec.weight, state.current_owner)
+            for split, state in view.splits.items()
+            if state.spec is not None
+            and state.progress.status is Status.RUNNABLE
+            and not state.progress.completed
+        }
+        reserved: set[str] = set()
+        if self.departed:
+            reserved = {s for s in pool if view.splits[s].progress.owner in self.departed}
+        desired = desired_assignment(
+            members,
+            pool,
+            reserved=reserved,
+            default_cap=core.config.max_in_flight,
+            seed=core.tie_seed,
+        )
+        for instance, splits in desired.items():
+            current = view.assignments.get(instance)
+            if (
+                current is not None
+                and current[0].splits == splits
+                and (current[0].generation == self.generation)
+            ):
+                continue  # unchanged: the common case, and free
+            if instance in self._publishing:
+                view.assign_dirty = True
+                continue
+            self._publishing.add(instance)
+            core.start(self._write_assignment(instance, splits))
+        for instance in list(view.assignments):
+            if (
+                instance not in view.presence
+                and instance not in self.departed
+                and instance not in self._publishing
+            ):
+                self._publishing.add(instance)
+                core.start(self._delete_assignment(instance))
+
+    def _write_assignment(self, instance: str, splits: tuple[str, ...]) -> Flow[None]:
+        core, view = self.core, self.core.view
+        key = core.keys.assign(instance)
+        try:
+            yield Hold(D, key)
+            if not self.leading:
+                return
+            record = AssignmentRecord(generation=self.generation, splits=splits)
+            current = view.assignments.get(instance)
+            try:
+                if current is None:
+                    result = yield Op("create", D, key, encode(record), operation="assign")
+                else:
+                    result = yield Op(
+                        "update", D, key, encode(record), expected=current[1], operation="assign"
+                    )
+            except StoreUnavailable as exc:
+                logger.debug("publishing the assignment of %s failed (%s)", instance, exc)
+                view.assign_dirty = True
+                self._publish_not_before = core.now() + PUBLISH_RETRY
+                return
+            if isinstance(result, Won):
+                # Adopt our own write: the leader is a worker too, and the echo of its own
+                # write is (rightly) dropped as stale, so waiting for it would leave the
+                # leader the one worker that never learns its assignment.
+                core.fold(view.put_assignment(instance, record, result.revision))
+            else:
+                # Someone else wrote it, or our cached revision is a ghost: forget it, so the
+                # next attempt creates, and a concurrent leader's write comes on the watch.
+                view.forget_assignment(instance)
+        finally:
+            self._publishing.discard(instance)
+
+    def _delete_assignment(self, instance: str) -> Flow[None]:
+        core, view = self.core, self.core.view
+        key = core.keys.assign(instance)
+        try:
+            yield Hold(D, key)
+            current = view.assignments.get(instance)
+            if current is None or instance in view.presence or not self.leading:
+                return
+            try:
+                result = yield Op("delete", D, key, expected=current[1], operation="assign-cleanup")
+            except StoreUnavailable:
+                return
+            if isinstance(result, Won):
+                core.fold(view.forget_own(D, key, current[1]))
+        finally:
+            self._publishing.discard(instance)
+
+
+def fingerprint_mismatch(job: str, stored: str, ours: str) -> FatalCoordinationError:
+    """The error for a worker whose fingerprint differs from the job's."""
+    return FatalCoordinationError(
+        f"job {job!r} was started with fingerprint {stored!r}, but this worker uses {ours!r}; "
+        "workers with different fingerprints cannot share a job. Deploy the same fingerprint "
+        "everywhere, or run the new configuration under a new job name."
+    )

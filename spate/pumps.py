@@ -1,0 +1,87 @@
+"""What feeds the loop: a watch pump per keyspace, and the timers.
+
+None of these write or decide anything; each posts inputs to the loop. A watch pump
+re-watches with backoff when its stream breaks, and hands the loop each new snapshot as an
+authoritative listing (rebuilding the view). The heartbeat is jittered around a third of the
+lease so workers started together do not renew in lockstep; reconcile and replan are plain
+intervals.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+
+from spate.errors import StoreUnavailable
+from spate.protocol import jitter
+from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone
+
+if TYPE_CHECKING:
+    from spate.loop import Core
+
+__all__ = ["heartbeat_ticker", "interval_ticker", "watch_pump"]
+
+logger = logging.getLogger("spate.pumps")
+
+REWATCH_BACKOFF = (0.2, 5.0)
+"""First and largest delay before re-establishing a broken watch."""
+
+
+async def watch_pump(core: Core, keyspace: Keyspace) -> None:
+    """Keep a watch of the job's keys in ``keyspace`` open, forever, posting what it sees."""
+    low, high = REWATCH_BACKOFF
+    delay = low
+    while True:
+        # Posted before opening, so the loop knows which keys it learned after the snapshot.
+        core.post(partial(core.watch_opening, keyspace))
+        try:
+            # Establishing the watch (up to its snapshot) is bounded; the live tail is not.
+            with trio.CancelScope(deadline=trio.current_time() + core.op_timeout) as opening:
+                async with core.store.watch(keyspace, core.keys.prefix) as events:
+                    snapshot: list[Entry] | None = []
+                    async for event in events:
+                        if snapshot is not None:
+                            if isinstance(event, Put):
+                                snapshot.append(event.entry)
+                            elif isinstance(event, SnapshotDone):
+                                opening.deadline = math.inf
+                                core.post(partial(core.watch_snapshot, keyspace, snapshot))
+                                snapshot = None
+                                delay = low
+                        elif isinstance(event, Put):
+                            core.post(partial(core.watch_put, keyspace, event.entry))
+                        elif isinstance(event, Delete):
+                            core.post(
+                                partial(core.watch_delete, keyspace, event.key, event.revision)
+                            )
+            if opening.cancelled_caught:
+                logger.warning(
+                    "opening the %s watch took longer than op_timeout; re-watching", keyspace.value
+                )
+            else:
+                logger.warning("the %s watch ended; re-watching", keyspace.value)
+        except StoreUnavailable as exc:
+            logger.warning("the %s watch broke (%s); re-watching", keyspace.value, exc)
+        await trio.sleep(delay)
+        delay = min(high, delay * 2)
+
+
+async def heartbeat_ticker(core: Core) -> None:
+    """Post a heartbeat every jittered third of the lease."""
+    round_ = 0
+    while True:
+        await trio.sleep(jitter(core.jitter_seed, round_, core.lease / 3))
+        round_ += 1
+        core.post(core.heartbeat)
+
+
+async def interval_ticker(interval: float, post: Callable[[], None]) -> None:
+    """Call ``post`` every ``interval`` seconds."""
+    while True:
+        await trio.sleep(interval)
+        post()
