@@ -2,37 +2,48 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-import pytest
 import trio
 import trio.testing
 
-from spate.store import Store
-from spate_testing.conformance._support import StoreFactory
+if TYPE_CHECKING:
+    from spate.store import Store
 
-__all__ = ["run_conformance", "url_store_factory"]
+__all__ = ["clock_for_url", "run_conformance", "url_store_factory", "with_namespace"]
 
-_TEST_MODULE = '''\
+URL_VARIABLE = "SPATE_CONFORMANCE_URL"
+"""Environment variable carrying the URL to the pytest process (never written to disk)."""
+
+_TEST_MODULE = f'''\
 """The store conformance suite against the URL given to run_conformance."""
+
+import os
 
 import pytest
 
 from spate_testing.conformance import StoreConformance
+from spate_testing.conformance._runner import clock_for_url, url_store_factory
+
+URL = os.environ[{URL_VARIABLE!r}]
 
 
 class TestStoreConformance(StoreConformance):
     @pytest.fixture
-    def store_factory(self, spate_conformance_factory):
-        return spate_conformance_factory
+    def store_factory(self):
+        return url_store_factory(URL)
 
     @pytest.fixture
-    def spate_clock(self, spate_conformance_clock):
-        return spate_conformance_clock
+    def spate_clock(self):
+        return clock_for_url(URL)
 '''
 
 
@@ -53,7 +64,7 @@ def with_namespace(url: str, namespace: str) -> str:
     return f"{head}?{urlencode(query)}{fragment}"
 
 
-def url_store_factory(url: str) -> StoreFactory:
+def url_store_factory(url: str) -> Callable[[str], AbstractAsyncContextManager[Store]]:
     """A :data:`StoreFactory` opening a new client of ``url`` per call, via ``open_store``."""
     from spate_stores import open_store
 
@@ -63,7 +74,8 @@ def url_store_factory(url: str) -> StoreFactory:
     return factory
 
 
-def _clock_for(url: str) -> trio.abc.Clock | None:
+def clock_for_url(url: str) -> trio.abc.Clock | None:
+    """The clock to test ``url``'s store on: virtual for ``memory://``, else the real one."""
     # memory:// measures TTLs on the Trio clock, so virtual time makes its TTL tests instant;
     # every other store expires on a server's real clock.
     if urlsplit(url).scheme.lower() == "memory":
@@ -71,28 +83,15 @@ def _clock_for(url: str) -> trio.abc.Clock | None:
     return None
 
 
-class _ConformancePlugin:
-    """Hands the URL's factory and clock to the generated test module."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    @pytest.fixture
-    def spate_conformance_factory(self) -> StoreFactory:
-        return url_store_factory(self._url)
-
-    @pytest.fixture
-    def spate_conformance_clock(self) -> trio.abc.Clock | None:
-        return _clock_for(self._url)
-
-
 def run_conformance(url: str, pytest_args: Sequence[str] = ()) -> int:
     """Run the whole conformance suite against the store ``url`` names; return pytest's exit code.
 
-    Each test opens its clients with :func:`spate_stores.open_store`, setting the URL's
-    ``namespace=`` (an existing namespace becomes a prefix). Give real servers a short TTL
-    (``?ttl=2``) so the expiry tests finish in seconds; ``memory://`` runs on a virtual clock.
-    ``pytest_args`` are passed through (``["-x", "-k", "watch"]``, say).
+    The suite runs in a fresh ``python -m pytest`` process (so its assertions are rewritten
+    and no pytest or Trio state is shared with the caller), printing its report to this
+    process's stdout. Each test opens its clients with :func:`spate_stores.open_store`,
+    setting the URL's ``namespace=`` (an existing namespace becomes a prefix). Give real
+    servers a short TTL (``?ttl=2``) so the expiry tests finish in seconds; ``memory://`` runs
+    on a virtual clock. ``pytest_args`` are passed through (``["-x", "-k", "watch"]``, say).
 
     Raises :class:`~spate.errors.ConfigError` or :class:`~spate.errors.StoreError` before
     running anything when the URL cannot name a store (unknown scheme, missing extra).
@@ -104,14 +103,21 @@ def run_conformance(url: str, pytest_args: Sequence[str] = ()) -> int:
         root = Path(tmp)
         (root / "pytest.ini").write_text("[pytest]\n")
         (root / "test_store_conformance.py").write_text(_TEST_MODULE)
-        args = [
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
             str(root),
             "-c",
             str(root / "pytest.ini"),
             "--rootdir",
             str(root),
+            "--confcutdir",
+            str(root),
             "-p",
             "no:cacheprovider",
             *pytest_args,
         ]
-        return int(pytest.main(args, plugins=[_ConformancePlugin(url)]))
+        # The URL may carry credentials: hand it over in the environment, not on disk or argv.
+        env = {**os.environ, URL_VARIABLE: url}
+        return subprocess.run(command, cwd=root, env=env, check=False).returncode

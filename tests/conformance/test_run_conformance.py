@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from spate.errors import ConfigError
@@ -12,27 +9,28 @@ from spate_testing.conformance import run_conformance
 from spate_testing.conformance._runner import with_namespace
 
 
-def _run(url: str, *pytest_args: str) -> subprocess.CompletedProcess[str]:
-    # A separate interpreter: pytest.main inside this pytest run would share its state.
-    code = (
-        "import sys; from spate_testing.conformance import run_conformance; "
-        f"sys.exit(run_conformance({url!r}, {list(pytest_args)!r}))"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
+def test_the_suite_passes_against_a_memory_url(capfd: pytest.CaptureFixture[str]) -> None:
+    assert run_conformance("memory://?ttl=5", ["-q", "-rs"]) == 0
+    out = capfd.readouterr().out
+    assert " passed" in out
+    assert "memory declares ephemeral='per-key'" in out
 
 
-def test_the_suite_passes_against_a_memory_url() -> None:
-    result = _run("memory://?ttl=5", "-q", "-rs")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert " passed" in result.stdout
-    assert "memory declares ephemeral='per-key'" in result.stdout
+def test_pytest_arguments_pass_through_and_the_exit_code_comes_back(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    code = run_conformance("memory://", ["-q", "-k", "no_test_has_this_name"])
+    assert code == pytest.ExitCode.NO_TESTS_COLLECTED, capfd.readouterr().out
 
 
-def test_pytest_arguments_pass_through_and_the_exit_code_comes_back() -> None:
-    result = _run("memory://", "-q", "-k", "no_test_has_this_name")
-    assert result.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, result.stdout
+def test_a_failing_test_fails_the_run_and_is_reported(capfd: pytest.CaptureFixture[str]) -> None:
+    # A one-byte limit makes a real store unable to hold the suite's sample values.
+    code = run_conformance("memory://?max_value_size=1", ["-q", "-k", "values_round_trip"])
+    out = capfd.readouterr().out
+    assert code == pytest.ExitCode.TESTS_FAILED, out
+    assert "FAILED" in out
+    assert "test_values_round_trip_byte_exact" in out
+    assert "ValueTooLarge" in out
 
 
 def test_an_unusable_url_fails_before_any_test_runs() -> None:
