@@ -1,4 +1,4 @@
-"""Real nats-server fixtures for the NATS tests: the pip server (2.11+) and, when installed, a 2.9."""
+"""Real nats-server fixtures: the pip server (2.11+) and, when one is installed, a 2.9."""
 
 from __future__ import annotations
 
@@ -16,11 +16,15 @@ LEGACY_CANDIDATES = ("/usr/sbin/nats-server", "/usr/bin/nats-server")
 
 
 def legacy_nats_binary() -> str | None:
-    """A nats-server older than 2.11 (Debian ships 2.9), from $NATS_SERVER_LEGACY_BIN or the system."""
+    """A nats-server before 2.11 (Debian ships 2.9): $NATS_SERVER_LEGACY_BIN or the system's."""
     for candidate in (os.environ.get("NATS_SERVER_LEGACY_BIN"), *LEGACY_CANDIDATES):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            if nats_server_version(candidate) < (2, 11):
-                return candidate
+        if (
+            candidate
+            and Path(candidate).is_file()
+            and os.access(candidate, os.X_OK)
+            and nats_server_version(candidate) < (2, 11)
+        ):
+            return candidate
     return None
 
 

@@ -86,7 +86,8 @@ def test_url_with_credentials_namespace_and_parameters() -> None:
     )
     assert (connect.user, connect.password, connect.token) == ("alice", "s@cret", None)
     assert (options.namespace, options.ttl, connect.timeout) == ("job-7", 15.0, 2.0)
-    assert "s@cret" not in repr(connect) and "alice" not in connect.url
+    assert "s@cret" not in repr(connect)
+    assert "alice" not in connect.url
 
 
 def test_url_token_and_defaults() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,9 +87,7 @@ def test_info_is_parsed_with_its_trailing_space() -> None:
 
 
 def test_msg_with_double_space_and_no_reply() -> None:
-    assert parse_all(PUB_ACK_2_9) == [
-        Msg("_I.r", 1, None, b'{"stream":"KV_t", "seq":1}', None)
-    ]
+    assert parse_all(PUB_ACK_2_9) == [Msg("_I.r", 1, None, b'{"stream":"KV_t", "seq":1}', None)]
 
 
 def test_msg_with_reply_subject() -> None:
@@ -107,13 +107,15 @@ def test_no_responders_status() -> None:
 
 def test_status_with_description() -> None:
     [msg] = parse_all(NOT_FOUND)
-    assert isinstance(msg, Msg) and msg.headers is not None
+    assert isinstance(msg, Msg)
+    assert msg.headers is not None
     assert (msg.status, msg.headers.description) == (404, "Message Not Found")
 
 
 def test_headers_keep_order_and_lookup_is_case_insensitive() -> None:
     [msg] = parse_all(DIRECT_GET)
-    assert isinstance(msg, Msg) and msg.headers is not None
+    assert isinstance(msg, Msg)
+    assert msg.headers is not None
     assert msg.status is None
     assert msg.headers.items[0] == ("KV-Operation", "DEL")
     assert msg.headers.get("nats-sequence") == "2"
@@ -122,10 +124,12 @@ def test_headers_keep_order_and_lookup_is_case_insensitive() -> None:
 
 def test_heartbeat_and_flow_control() -> None:
     heartbeat, flow = parse_all(HEARTBEAT + FLOW_CONTROL)
-    assert isinstance(heartbeat, Msg) and heartbeat.headers is not None
+    assert isinstance(heartbeat, Msg)
+    assert heartbeat.headers is not None
     assert heartbeat.headers.description == "Idle Heartbeat"
     assert heartbeat.headers.get("Nats-Last-Consumer") == "4"
-    assert isinstance(flow, Msg) and flow.headers is not None
+    assert isinstance(flow, Msg)
+    assert flow.headers is not None
     assert (flow.status, flow.reply) == (100, "$JS.FC.KV_t.abc.1")
 
 
@@ -157,7 +161,8 @@ def test_operations_are_case_insensitive_and_tolerate_tabs() -> None:
 def test_payload_may_contain_crlf_and_protocol_words() -> None:
     payload = b"PING\r\nMSG x 1 2\r\n"
     [msg] = parse_all(b"MSG s 1 %d\r\n" % len(payload) + payload + b"\r\n")
-    assert isinstance(msg, Msg) and msg.payload == payload
+    assert isinstance(msg, Msg)
+    assert msg.payload == payload
 
 
 def test_byte_at_a_time_parses_the_same() -> None:
@@ -209,7 +214,7 @@ def test_message_size_is_bounded() -> None:
 @given(st.lists(st.integers(min_value=0, max_value=len(CONVERSATION)), max_size=30))
 def test_any_chunking_parses_to_the_same_events(cuts: list[int]) -> None:
     bounds = sorted({0, len(CONVERSATION), *cuts})
-    chunks = [CONVERSATION[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    chunks = [CONVERSATION[a:b] for a, b in itertools.pairwise(bounds)]
     assert parse_all(*chunks) == parse_all(CONVERSATION)
 
 
@@ -219,7 +224,7 @@ def test_arbitrary_bytes_give_events_or_protocol_error_only(data: bytes, cuts: l
     parser = Parser()
     bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
     try:
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             parser.receive_data(data[a:b])
     except ProtocolError:
         pass
@@ -252,9 +257,7 @@ def test_published_messages_parse_back_as_delivered(
         subject.encode(), subject.encode() + b" 9", 1
     )
     [msg] = parse_all(delivered)
-    assert msg == Msg(
-        subject, 9, reply, payload, Headers(tuple(headers)) if headers else None
-    )
+    assert msg == Msg(subject, 9, reply, payload, Headers(tuple(headers)) if headers else None)
 
 
 def test_encoders_are_byte_exact() -> None:
