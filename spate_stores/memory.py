@@ -278,16 +278,18 @@ class MemoryStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the client; further calls raise StoreError, open watches raise StoreUnavailable."""
+        """Close the client; further calls raise StoreError, open watches raise StoreUnavailable.
+
+        Closes even when cancelled (then raises Cancelled), like every Trio resource.
+        """
+        if not self._closed:
+            self._closed = True
+            for send in list(self._watch_channels):
+                send.close()
+            self._watch_channels.clear()
+            if self._shares_process_server and self._server is not None:
+                _PROCESS_SERVER.release()
         await trio.lowlevel.checkpoint()
-        if self._closed:
-            return
-        self._closed = True
-        for send in list(self._watch_channels):
-            send.close()
-        self._watch_channels.clear()
-        if self._shares_process_server and self._server is not None:
-            _PROCESS_SERVER.release()
 
     # -- the contract -------------------------------------------------------------------
 

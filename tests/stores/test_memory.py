@@ -57,6 +57,18 @@ async def test_closed_store_refuses_every_call() -> None:
             pass
 
 
+async def test_a_cancelled_close_still_closes() -> None:
+    store = MemoryStore.process_shared(namespace="cancelled-close", ephemeral_ttl=5)
+    with trio.CancelScope() as scope:
+        async with store:
+            scope.cancel()
+    with pytest.raises(StoreError, match="is closed"):
+        await store.get(DURABLE, "k")
+    # The process-wide server was released too: the namespace may take another TTL now.
+    async with MemoryStore.process_shared(namespace="cancelled-close", ephemeral_ttl=6):
+        pass
+
+
 async def test_closing_one_client_leaves_the_server_to_the_others() -> None:
     server = MemoryServer()
     async with MemoryStore(server=server) as survivor:
