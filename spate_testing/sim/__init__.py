@@ -1,0 +1,1 @@
+"""The fleet simulator, its history recorder and its invariant checker."""

@@ -1,0 +1,325 @@
+"""Recording a run into a :class:`~spate_testing.sim.history.History`.
+
+Three taps, one per side of the protocol:
+
+- :class:`RecordingStore` wraps a store and records every write with its true outcome. Put it
+  *beneath* any fault injection (``FaultyStore(RecordingStore(inner))``): then a write whose
+  reply is lost still shows as landed, and a frozen worker's write shows when it really lands.
+- :func:`recorded_handler` wraps a ``run_worker`` handler and records what the worker was
+  told: the gain (split and epoch), every acknowledged commit, and how the handler ended.
+- :class:`RecordingMetrics` is a :class:`~spate.metrics.MetricsHooks` that counts what the
+  coordinator reports (revocation outcomes, acquisitions, losses), for the checker's
+  revocation identity.
+
+:class:`Recorder` bundles the three for one history, which is how a test records its own
+fleet.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import trio
+
+from spate.errors import Fenced
+from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
+from spate.store import Capabilities, Entry, Keyspace, Lost, Revision, Store, Won, WriteResult
+from spate_testing.sim.history import (
+    Acked,
+    Action,
+    Gained,
+    HandlerEnded,
+    HandlerHow,
+    History,
+    Revocations,
+    StoreWrite,
+    WriteOp,
+)
+
+if TYPE_CHECKING:
+    from spate.worker import SplitHandle
+
+__all__ = ["RecordedSplit", "Recorder", "RecordingMetrics", "RecordingStore", "recorded_handler"]
+
+HandlerFn = Callable[["SplitHandle"], Awaitable[None]]
+
+
+def _now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # outside a Trio run (a final snapshot taken afterwards)
+        return float("nan")
+
+
+class RecordingStore:
+    """Delegates to ``inner`` and appends a :class:`StoreWrite` for every write it makes.
+
+    Reads and watches pass through unrecorded. ``actor`` names who writes through this
+    wrapper (one wrapper per worker incarnation). The wrapper never enters or closes ``inner``.
+    """
+
+    def __init__(self, inner: Store, history: History, actor: str) -> None:
+        self.inner = inner
+        self.history = history
+        self.actor = actor
+
+    def __repr__(self) -> str:
+        return f"RecordingStore({self.actor!r}, {self.inner!r})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The inner store's."""
+        return self.inner.capabilities
+
+    @property
+    def ephemeral_ttl(self) -> float:
+        """The inner store's TTL."""
+        return self.inner.ephemeral_ttl
+
+    async def __aenter__(self) -> RecordingStore:
+        """Nothing to open: the inner store is managed by whoever made it."""
+        await trio.lowlevel.checkpoint()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Nothing to close."""
+        await trio.lowlevel.checkpoint()
+
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """Delegate."""
+        return await self.inner.get(keyspace, key)
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Delegate."""
+        return await self.inner.list(keyspace, prefix)
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        """Delegate."""
+        return self.inner.watch(keyspace, prefix)
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        """Delegate and record."""
+        return await self._write(
+            "create", keyspace, key, None, value, self.inner.create(keyspace, key, value)
+        )
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> WriteResult:
+        """Delegate and record."""
+        return await self._write(
+            "update",
+            keyspace,
+            key,
+            expected,
+            value,
+            self.inner.update(keyspace, key, value, expected),
+        )
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Delegate and record."""
+        return await self._write(
+            "delete", keyspace, key, expected, None, self.inner.delete(keyspace, key, expected)
+        )
+
+    async def _write(
+        self,
+        op: WriteOp,
+        keyspace: Keyspace,
+        key: str,
+        expected: Revision | None,
+        value: bytes | None,
+        call: Awaitable[WriteResult],
+    ) -> WriteResult:
+        try:
+            result = await call
+        except BaseException:
+            # A call that raised (or was cancelled mid-flight) may have landed: indeterminate.
+            self._record(op, keyspace, key, expected, "error", None, None)
+            raise
+        # Recorded in the same scheduling step as the reply, so history order is store order.
+        if isinstance(result, Won):
+            self._record(op, keyspace, key, expected, "won", result.revision, value)
+        else:
+            assert isinstance(result, Lost)
+            self._record(op, keyspace, key, expected, "lost", None, None)
+        return result
+
+    def _record(
+        self,
+        op: WriteOp,
+        keyspace: Keyspace,
+        key: str,
+        expected: Revision | None,
+        outcome: Any,
+        revision: Revision | None,
+        value: bytes | None,
+    ) -> None:
+        self.history.append(
+            StoreWrite(
+                at=_now(),
+                actor=self.actor,
+                op=op,
+                keyspace=keyspace.value,
+                key=key,
+                expected=expected,
+                outcome=outcome,
+                revision=revision,
+                value=None if value is None else bytes(value),
+            )
+        )
+
+
+class RecordingMetrics(MetricsHooks):
+    """Counts the coordinator's outcomes for one actor (revocations, acquisitions, losses)."""
+
+    def __init__(self, actor: str) -> None:
+        self.actor = actor
+        self.revocations: collections.Counter[str] = collections.Counter()
+        self.acquisitions: collections.Counter[str] = collections.Counter()
+        self.losses: collections.Counter[str] = collections.Counter()
+        # The final counts alone could hide a broken identity (an outcome counted before its
+        # request, a revocation never settled), so the first live inconsistency is kept.
+        self.problem: str | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Revocations requested and not yet drained, forced or cancelled."""
+        r = self.revocations
+        return r["requested"] - r["drained"] - r["forced"] - r["cancelled"]
+
+    def revocation(self, outcome: RevocationOutcome) -> None:
+        """Count one revocation outcome."""
+        self.revocations[outcome] += 1
+        if self.in_flight < 0 and self.problem is None:
+            self.problem = f"{outcome} #{self.revocations[outcome]} was counted before its request"
+
+    def gauges(self, levels: Gauges) -> None:
+        """Compare revocations in flight with the drains the worker reports."""
+        # A revocation in flight is a drain in progress; the gauge also counts drains whose
+        # revocation was cancelled, so it may exceed the in-flight count but never trail it.
+        if self.in_flight > levels.draining and self.problem is None:
+            self.problem = (
+                f"{self.in_flight} revocation(s) in flight but only {levels.draining} drain(s) "
+                "reported"
+            )
+
+    def acquired(self, reason: AcquireReason) -> None:
+        """Count one acquisition."""
+        self.acquisitions[reason] += 1
+
+    def lost(self, reason: LossReason) -> None:
+        """Count one loss."""
+        self.losses[reason] += 1
+
+    def snapshot(self, *, settled: bool) -> Revocations:
+        """The revocation counters as a history event (``settled``: the coordinator closed)."""
+        return Revocations(
+            at=_now(),
+            actor=self.actor,
+            requested=self.revocations["requested"],
+            drained=self.revocations["drained"],
+            forced=self.revocations["forced"],
+            cancelled=self.revocations["cancelled"],
+            settled=settled,
+            problem=self.problem,
+        )
+
+
+class RecordedSplit:
+    """A split handle that records acknowledged commits; everything else is the real handle's.
+
+    The handler receives this in place of the :class:`~spate.worker.SplitHandle` (attribute
+    access is forwarded, so ``split.id``, ``split.progress``, ``split.revoke_requested``...
+    behave as usual).
+    """
+
+    def __init__(self, inner: SplitHandle, history: History, actor: str) -> None:
+        self._inner = inner
+        self._history = history
+        self._actor = actor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def commit(
+        self, watermark: int | None, *, state: bytes = b"", completed: bool = False
+    ) -> None:
+        """Commit through the real handle; record the acknowledgement once it returns."""
+        await self._inner.commit(watermark, state=state, completed=completed)
+        self._history.append(
+            Acked(
+                at=_now(),
+                actor=self._actor,
+                split=self._inner.id,
+                epoch=self._inner.epoch,
+                watermark=watermark,
+                completed=completed,
+            )
+        )
+
+
+def recorded_handler(handler: HandlerFn, history: History, actor: str) -> HandlerFn:
+    """Wrap a ``run_worker`` handler so gains, acknowledged commits and endings are recorded."""
+
+    async def handle(split: SplitHandle) -> None:
+        history.append(
+            Gained(
+                at=_now(),
+                actor=actor,
+                split=split.id,
+                epoch=split.epoch,
+                watermark=split.progress.watermark,
+            )
+        )
+        how: HandlerHow = "returned"
+        try:
+            await handler(cast("SplitHandle", RecordedSplit(split, history, actor)))
+            if split.completed:
+                how = "completed"
+        except Fenced:
+            how = "fenced"
+            raise
+        except trio.Cancelled:
+            how = "cancelled"
+            raise
+        except Exception:
+            how = "raised"
+            raise
+        finally:
+            history.append(
+                HandlerEnded(at=_now(), actor=actor, split=split.id, epoch=split.epoch, how=how)
+            )
+
+    return handle
+
+
+class Recorder:
+    """The recording taps of one history: store, handler and metrics wrappers per actor."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.metrics_by_actor: dict[str, RecordingMetrics] = {}
+
+    def store(self, inner: Store, actor: str) -> RecordingStore:
+        """A store wrapper recording ``actor``'s writes."""
+        return RecordingStore(inner, self.history, actor)
+
+    def handler(self, handler: HandlerFn, actor: str) -> HandlerFn:
+        """``handler`` wrapped to record ``actor``'s gains, acknowledged commits and endings."""
+        return recorded_handler(handler, self.history, actor)
+
+    def metrics(self, actor: str) -> RecordingMetrics:
+        """The metrics hooks to give ``actor``'s coordinator."""
+        hooks = self.metrics_by_actor.get(actor)
+        if hooks is None:
+            hooks = self.metrics_by_actor[actor] = RecordingMetrics(actor)
+        return hooks
+
+    def action(self, actor: str, what: str, detail: str = "") -> None:
+        """Record something done to ``actor`` (a kill, a freeze, ...)."""
+        self.history.append(Action(at=_now(), actor=actor, what=what, detail=detail))

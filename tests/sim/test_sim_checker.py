@@ -1,0 +1,387 @@
+"""The invariant checker flags each invariant's violation in a hand-made history, and nothing
+in a clean one."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from spate.records import ProgressRecord, Status, encode
+from spate_testing.sim.checker import INVARIANTS, check
+from spate_testing.sim.history import (
+    Acked,
+    Final,
+    FinalSplit,
+    Gained,
+    History,
+    HistoryEvent,
+    Revocations,
+    StoreWrite,
+    Verdict,
+)
+
+JOB = "j"
+
+
+class Builder:
+    """Writes a history the way a fleet would, one progress write at a time."""
+
+    def __init__(self) -> None:
+        self.history = History(job=JOB, seed=None)
+        self.t = 0.0
+        self.revisions = 0
+        self.records: dict[str, ProgressRecord] = {}
+
+    def add(self, event: HistoryEvent) -> None:
+        self.history.append(event)
+
+    def tick(self) -> float:
+        self.t += 1.0
+        return self.t
+
+    def write(self, actor: str, split: str, **changes: object) -> ProgressRecord:
+        previous = self.records.get(split)
+        record = (
+            attrs.evolve(previous, **changes)  # type: ignore[arg-type]
+            if previous is not None
+            else ProgressRecord(id=split, **changes)  # type: ignore[arg-type]
+        )
+        self.revisions += 1
+        self.add(
+            StoreWrite(
+                at=self.tick(),
+                actor=actor,
+                op="create" if previous is None else "update",
+                keyspace="durable",
+                key=f"{JOB}.split.{split}",
+                expected=None if previous is None else self.revisions - 1,
+                outcome="won",
+                revision=self.revisions,
+                value=encode(record),
+            )
+        )
+        self.records[split] = record
+        return record
+
+    def claim(self, actor: str, split: str) -> int:
+        epoch = self.records[split].epoch + 1
+        self.write(actor, split, epoch=epoch, owner=actor.split("#")[0])
+        self.add(
+            Gained(
+                at=self.tick(),
+                actor=actor,
+                split=split,
+                epoch=epoch,
+                watermark=self.records[split].watermark,
+            )
+        )
+        return epoch
+
+    def commit(self, actor: str, split: str, watermark: int, completed: bool = False) -> None:
+        changes: dict[str, object] = {"watermark": watermark, "completed": completed}
+        if completed:
+            changes.update(status=Status.COMPLETED, owner=None)
+        self.write(actor, split, **changes)
+        self.ack(actor, split, watermark, completed)
+
+    def ack(self, actor: str, split: str, watermark: int, completed: bool = False) -> None:
+        self.add(
+            Acked(
+                at=self.tick(),
+                actor=actor,
+                split=split,
+                epoch=self.records[split].epoch,
+                watermark=watermark,
+                completed=completed,
+            )
+        )
+
+    def final(self, *, terminated: bool = True, expected: tuple[str, ...] | None = None) -> None:
+        self.add(
+            Final(
+                at=self.tick(),
+                plan_final=True,
+                expected=expected if expected is not None else tuple(sorted(self.records)),
+                splits=tuple(
+                    FinalSplit(
+                        split=r.id,
+                        status=r.status.value,
+                        epoch=r.epoch,
+                        watermark=r.watermark,
+                        completed=r.completed,
+                        owner=r.owner,
+                    )
+                    for r in sorted(self.records.values(), key=lambda r: r.id)
+                ),
+                terminated=terminated,
+                bound=60.0,
+            )
+        )
+
+
+def clean_run(b: Builder, *, finish: bool = True) -> None:
+    """Two splits: `a` moves from w1 to w2 and completes; `b` is quarantined."""
+    b.write("w1#1", "a")
+    b.write("w1#1", "b")
+    b.claim("w1#1", "a")
+    b.commit("w1#1", "a", 5)
+    b.claim("w2#1", "a")  # w1 expired: w2 takes over at epoch 2
+    b.commit("w2#1", "a", 8)
+    b.commit("w2#1", "a", 10, completed=True)
+    b.claim("w2#1", "b")
+    b.write("w2#1", "b", owner=None, attempts=1)  # failed
+    b.write("w1#2", "b", epoch=2, status=Status.QUARANTINED, attempts=2)
+    b.add(
+        Revocations(
+            at=b.tick(), actor="w2#1", requested=2, drained=1, forced=1, cancelled=0, settled=True
+        )
+    )
+    if finish:
+        b.add(Verdict(at=b.tick(), actor="w1#2", all_complete=False, completed=1, quarantined=1))
+        b.final()
+
+
+def names(b: Builder) -> set[str]:
+    return {v.invariant for v in check(b.history)}
+
+
+def verdict(b: Builder, completed: int = 1, quarantined: int = 0) -> None:
+    all_complete = quarantined == 0
+    b.add(
+        Verdict(
+            at=b.tick(),
+            actor="w1#2",
+            all_complete=all_complete,
+            completed=None if all_complete else completed,
+            quarantined=None if all_complete else quarantined,
+        )
+    )
+
+
+def test_a_clean_history_passes() -> None:
+    b = Builder()
+    clean_run(b)
+    assert check(b.history) == []
+
+
+def test_a_write_at_a_lower_epoch_is_flagged_as_stale() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.write("w1#1", "a", epoch=1)
+    b.final()
+    assert "stale-epoch" in names(b)
+
+
+def test_a_zombie_write_at_the_current_epoch_by_another_incarnation_is_flagged_as_stale() -> None:
+    b = Builder()
+    b.write("w1#1", "a")
+    b.claim("w1#1", "a")
+    b.commit("w1#1", "a", 3)
+    b.write("w1#2", "a", watermark=4)  # a restarted w1 writes without claiming the split
+    b.commit("w1#1", "a", 5, completed=True)
+    verdict(b)
+    b.final()
+    assert names(b) == {"stale-epoch"}
+
+
+def test_acknowledged_commits_out_of_epoch_order_are_flagged_as_stale_without_store_writes() -> (
+    None
+):
+    history = History(job=JOB)
+    history.extend(
+        [
+            Acked(at=1, actor="w1", split="a", epoch=2, watermark=5, completed=False),
+            Acked(at=2, actor="w2", split="a", epoch=1, watermark=7, completed=False),
+        ]
+    )
+    assert "stale-epoch" in {v.invariant for v in check(history)}
+
+
+def test_two_gains_of_one_epoch_are_flagged() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.add(Gained(at=b.tick(), actor="w3#1", split="a", epoch=2, watermark=5))
+    verdict(b, 1, 1)
+    b.final()
+    assert names(b) == {"two-owners"}
+
+
+def test_acknowledgements_to_two_actors_at_one_epoch_are_flagged() -> None:
+    history = History(job=JOB)
+    history.extend(
+        [
+            Acked(at=1, actor="w1", split="a", epoch=3, watermark=5, completed=False),
+            Acked(at=2, actor="w2", split="a", epoch=3, watermark=6, completed=False),
+        ]
+    )
+    assert "two-owners" in {v.invariant for v in check(history)}
+
+
+def test_an_acknowledged_commit_that_never_landed_is_flagged_as_lost() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.claim("w1#2", "a")
+    b.ack("w1#2", "a", 12)  # told it landed; the store never saw it
+    verdict(b, 1, 1)
+    b.final()
+    assert names(b) == {"lost-ack"}
+
+
+def test_a_final_watermark_below_an_acknowledged_commit_is_flagged_as_lost() -> None:
+    b = Builder()
+    clean_run(b)
+    final = b.history.events[-1]
+    assert isinstance(final, Final)
+    lowered = tuple(attrs.evolve(s, watermark=9) if s.split == "a" else s for s in final.splits)
+    b.history.events[-1] = attrs.evolve(final, splits=lowered)
+    assert names(b) == {"lost-ack"}
+
+
+def test_a_watermark_moving_back_in_the_store_is_flagged() -> None:
+    b = Builder()
+    b.write("w1#1", "a")
+    b.claim("w1#1", "a")
+    b.commit("w1#1", "a", 5)
+    b.write("w1#1", "a", watermark=4)
+    b.write("w1#1", "a", watermark=6, completed=True, status=Status.COMPLETED)
+    verdict(b)
+    b.final()
+    assert names(b) == {"watermark-regression"}
+
+
+def test_an_uncompleted_split_is_flagged_as_a_regression() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.write("w2#1", "a", completed=False, status=Status.RUNNABLE)
+    b.write("w2#1", "a", completed=True, status=Status.COMPLETED)
+    verdict(b, 1, 1)
+    b.final()
+    assert names(b) == {"watermark-regression"}
+
+
+def test_a_deleted_progress_record_is_flagged_as_a_regression() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.add(
+        StoreWrite(
+            at=b.tick(),
+            actor="w1#2",
+            op="delete",
+            keyspace="durable",
+            key=f"{JOB}.split.a",
+            expected=None,
+            outcome="won",
+            revision=99,
+        )
+    )
+    verdict(b, 1, 1)
+    b.final()
+    assert "watermark-regression" in names(b)
+
+
+def test_a_runnable_split_at_the_end_of_a_final_plan_is_flagged() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.write("w1#2", "c")
+    verdict(b, 1, 1)
+    b.final()
+    assert "unfinished-split" in names(b)
+
+
+def test_a_planned_split_missing_from_the_listing_is_flagged() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    verdict(b, 1, 1)
+    b.final(expected=("a", "b", "c"))
+    assert names(b) == {"unfinished-split"}
+
+
+@pytest.mark.parametrize(
+    ("completed", "quarantined"), [(2, 0), (1, 2), (0, 1)], ids=["all", "more-q", "fewer-c"]
+)
+def test_a_verdict_that_disagrees_with_the_listing_is_flagged(
+    completed: int, quarantined: int
+) -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    verdict(b, completed, quarantined)
+    b.final()
+    assert names(b) == {"verdict-mismatch"}
+
+
+@pytest.mark.parametrize(
+    ("counts", "problem"),
+    [
+        ({"requested": 1, "drained": 1, "forced": 1, "cancelled": 0, "settled": False}, None),
+        ({"requested": 2, "drained": 1, "forced": 0, "cancelled": 0, "settled": True}, None),
+        (
+            {"requested": 1, "drained": 0, "forced": 0, "cancelled": 0, "settled": False},
+            "1 revocation(s) in flight but only 0 drain(s) reported",
+        ),
+    ],
+    ids=["over-settled", "open-at-close", "live-problem"],
+)
+def test_a_broken_revocation_identity_is_flagged(
+    counts: dict[str, int | bool], problem: str | None
+) -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(Revocations(at=b.tick(), actor="w3#1", problem=problem, **counts))  # type: ignore[arg-type]
+    assert names(b) == {"revocation-identity"}
+
+
+def test_a_job_cut_off_at_its_bound_is_flagged() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    verdict(b, 1, 1)
+    b.final(terminated=False)
+    assert names(b) == {"termination"}
+
+
+def test_a_history_without_an_ending_is_flagged() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    assert names(b) == {"termination"}
+
+
+def test_a_run_that_ends_without_any_verdict_is_flagged() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    b.final()
+    assert names(b) == {"termination"}
+
+
+def test_every_invariant_is_exercised_by_a_violating_history() -> None:
+    # Pins the list: a new invariant needs a test above that shows the checker can fail it.
+    tested = {
+        "stale-epoch",
+        "two-owners",
+        "lost-ack",
+        "watermark-regression",
+        "unfinished-split",
+        "verdict-mismatch",
+        "revocation-identity",
+        "termination",
+    }
+    assert tested == set(INVARIANTS)
+
+
+def test_skip_drops_the_named_invariant() -> None:
+    b = Builder()
+    clean_run(b, finish=False)
+    verdict(b, 1, 1)
+    b.final(terminated=False)
+    assert check(b.history, skip=["termination"]) == []
+
+
+def test_skip_rejects_unknown_invariants() -> None:
+    with pytest.raises(ValueError, match="unknown invariant"):
+        check(History(job=JOB), skip=["no-such-rule"])
+
+
+def test_a_history_survives_a_round_trip_through_json_lines() -> None:
+    b = Builder()
+    clean_run(b)
+    again = History.from_jsonl(b.history.to_jsonl())
+    assert again.events == b.history.events
+    assert again.digest() == b.history.digest()
