@@ -103,8 +103,15 @@ class KeyWatch:
         self._closed = False
         self.resets = 0
         """How many times the consumer was recreated (for tests and telemetry)."""
+        self.flow_control_replies = 0
+        """How many flow-control requests were answered (for tests and telemetry)."""
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def consumer_name(self) -> str | None:
+        """The server-side name of the current consumer (None while it is being replaced)."""
+        return self._consumer
 
     async def start(self) -> None:
         """Create the first consumer (raises StoreUnavailable/StoreError if it cannot)."""
@@ -218,6 +225,7 @@ class KeyWatch:
         if status == 100 and headers is not None:
             if msg.reply:
                 # A flow-control request: everything before it has been consumed by now.
+                self.flow_control_replies += 1
                 await self._conn.publish_if_connected(msg.reply)
                 return
             stalled = headers.get("Nats-Consumer-Stalled")
