@@ -1,0 +1,52 @@
+"""Observability: spans on every fenced write, metrics for every outcome, OTLP export.
+
+spate depends on the OpenTelemetry API only. Every guarded store write the protocol makes
+runs inside a ``spate.<operation>`` span (:mod:`spate.fenced`), and every outcome the
+coordinator counts goes to a :class:`~spate.metrics.MetricsHooks`; :class:`OTelMetrics`
+records them on OpenTelemetry instruments. Until an SDK is installed all of it is the API's
+no-op, so an application that does not export telemetry pays next to nothing.
+
+To export, either configure the OpenTelemetry SDK yourself (spate uses the global
+providers) or call :func:`configure` once at start-up (the ``otel`` extra)::
+
+    telemetry = spate.telemetry.configure(service_name="backfill", endpoint="http://127.0.0.1:4318")
+    try:
+        await spate.run_worker(...)
+    finally:
+        await telemetry.ashutdown()
+
+A handler's own spans and the commits it makes share one trace: :func:`capture` and
+:func:`attached` carry the handler's context to the coordinator task that writes.
+"""
+
+from __future__ import annotations
+
+from spate.telemetry._configure import Telemetry, configure
+from spate.telemetry._context import attached, capture
+from spate.telemetry._metrics import (
+    SECONDS_BUCKETS,
+    Instruments,
+    OTelMetrics,
+    instruments,
+)
+
+__all__ = [
+    "SECONDS_BUCKETS",
+    "Instruments",
+    "OTelMetrics",
+    "Telemetry",
+    "attached",
+    "capture",
+    "configure",
+    "instruments",
+    "metrics_for",
+]
+
+
+def metrics_for(job: str, instance: str) -> OTelMetrics:
+    """Metrics hooks for one coordinator on the global meter provider's instruments.
+
+    What a coordinator uses when it is given no hooks of its own: cheap no-ops until an SDK
+    meter provider is installed, then real series labelled with ``job`` and ``instance``.
+    """
+    return instruments().hooks(job, instance)

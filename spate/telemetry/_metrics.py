@@ -1,0 +1,304 @@
+"""The coordinator's metrics hooks on the OpenTelemetry metrics API.
+
+:class:`Instruments` creates spate's instruments once on one meter;
+:meth:`Instruments.hooks` gives each coordinator its own :class:`OTelMetrics` (a
+:class:`~spate.metrics.MetricsHooks`), whose series carry ``spate.job`` and
+``spate.instance`` so the workers of an in-process fleet stay apart.
+
+Levels (splits owned, live workers, leader...) are observable instruments: the coordinator
+reports them after every step, which can be thousands of times a second, so a report only
+stores the latest :class:`~spate.metrics.Gauges` and the SDK reads it when it collects.
+Levels whose sum across the fleet means something (splits owned, draining, leaders, idle
+workers) are up-down counters; the ones every worker reports for the whole job (completed,
+quarantined, live workers) are gauges, since adding them up would multiply them.
+
+With no SDK configured the API's instruments are no-ops, so a counter bump costs a method
+call; once an SDK meter provider is installed globally they start recording.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+
+from spate._version import __version__
+from spate.metrics import (
+    AcquireReason,
+    Gauges,
+    LossReason,
+    MetricsHooks,
+    ReplanOutcome,
+    RevocationOutcome,
+    WriteOutcome,
+)
+
+__all__ = ["SECONDS_BUCKETS", "Instruments", "OTelMetrics", "instruments"]
+
+SECONDS_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+"""Histogram boundaries (seconds) for every spate duration: store round trips to drains."""
+
+_Attrs = dict[str, str]
+
+
+class Instruments:
+    """spate's instruments on one meter (the global meter provider's unless given).
+
+    Get them with :func:`instruments`, which makes one set per meter provider: a second set
+    on the same provider would have its observable callbacks ignored by the SDK, and the
+    levels of the coordinators using it would silently go unreported.
+    """
+
+    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+        meter: Meter = (
+            meter_provider.get_meter("spate", __version__)
+            if meter_provider is not None
+            else metrics.get_meter("spate", __version__)
+        )
+        self._live: weakref.WeakSet[OTelMetrics] = weakref.WeakSet()
+        self._lock = threading.Lock()  # the SDK collects on its reader's thread
+
+        def counter(name: str, unit: str, description: str) -> metrics.Counter:
+            return meter.create_counter(name, unit=unit, description=description)
+
+        def histogram(name: str, description: str) -> metrics.Histogram:
+            return meter.create_histogram(
+                name,
+                unit="s",
+                description=description,
+                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+            )
+
+        p = "spate.coordination."
+        self.writes = counter(
+            p + "writes", "{write}", "Guarded store writes, by operation and outcome."
+        )
+        self.write_duration = histogram(
+            p + "write.duration", "Duration of guarded store writes, by operation and outcome."
+        )
+        self.acquisitions = counter(
+            p + "acquisitions", "{split}", "Splits gained (claim CAS won), by reason."
+        )
+        self.losses = counter(p + "losses", "{split}", "Splits lost involuntarily, by reason.")
+        self.releases = counter(p + "releases", "{split}", "Voluntary hand-backs that landed.")
+        self.failures = counter(p + "failures", "{split}", "Splits reported failed by a handler.")
+        self.quarantines = counter(
+            p + "quarantines", "{split}", "Splits seen becoming quarantined (every worker counts)."
+        )
+        self.revocations = counter(
+            p + "revocations",
+            "{revocation}",
+            "Revocations by outcome: requested = drained + forced + cancelled + in flight.",
+        )
+        self.drain_duration = histogram(
+            p + "drain.duration", "Revocation request to cooperative release (drained only)."
+        )
+        self.assignment_latency = histogram(
+            p + "assignment.latency",
+            "A split named in this worker's assignment until its claim won.",
+        )
+        self.reconcile_duration = histogram(
+            p + "reconcile.duration", "One reconcile listing of both keyspaces."
+        )
+        self.planned = counter(
+            p + "planned", "{split}", "Progress records this worker created while leading."
+        )
+        self.replans = counter(p + "replans", "{run}", "Planner runs while leading, by outcome.")
+        self.replan_duration = histogram(p + "replan.duration", "One planner run, by outcome.")
+
+        def level(
+            name: str, unit: str, description: str, read: Callable[[Gauges], int], additive: bool
+        ) -> None:
+            def observe(options: CallbackOptions) -> Iterable[Observation]:
+                return [Observation(read(levels), attrs) for levels, attrs in self._levels()]
+
+            create = (
+                meter.create_observable_up_down_counter
+                if additive
+                else meter.create_observable_gauge
+            )
+            create(name, callbacks=[observe], unit=unit, description=description)
+
+        level(p + "splits.owned", "{split}", "Splits this worker holds.", lambda g: g.owned, True)
+        level(
+            p + "splits.draining",
+            "{split}",
+            "Drains in progress (including cancelled revocations' drains).",
+            lambda g: g.draining,
+            True,
+        )
+        level(p + "leader", "{worker}", "1 while this worker leads.", lambda g: int(g.leader), True)
+        level(
+            p + "idle",
+            "{worker}",
+            "1 while this worker holds nothing.",
+            lambda g: int(g.idle),
+            True,
+        )
+        level(
+            p + "splits.completed",
+            "{split}",
+            "Completed splits in this worker's view of the job.",
+            lambda g: g.completed,
+            False,
+        )
+        level(
+            p + "splits.quarantined",
+            "{split}",
+            "Quarantined splits in this worker's view of the job (alert when > 0).",
+            lambda g: g.quarantined,
+            False,
+        )
+        level(
+            p + "workers.live",
+            "{worker}",
+            "Workers with a live presence key, as this worker sees them (itself included).",
+            lambda g: g.live_workers,
+            False,
+        )
+
+    def hooks(self, job: str, instance: str) -> OTelMetrics:
+        """The metrics hooks of one coordinator (``job``, ``instance``) on these instruments."""
+        hooks = OTelMetrics(self, job, instance)
+        with self._lock:
+            self._live.add(hooks)
+        return hooks
+
+    def _forget(self, hooks: OTelMetrics) -> None:
+        with self._lock:
+            self._live.discard(hooks)
+
+    def _levels(self) -> list[tuple[Gauges, _Attrs]]:
+        with self._lock:
+            live = list(self._live)
+        return [(h.levels, h.attributes) for h in live if h.levels is not None]
+
+
+class OTelMetrics(MetricsHooks):
+    """One coordinator's outcomes, recorded on :class:`Instruments`.
+
+    Every series carries ``spate.job`` and ``spate.instance``. Call :meth:`close` when the
+    coordinator stops so its levels stop being reported (a departed worker must not keep
+    counting as a leader); a forgotten close is covered by garbage collection.
+    """
+
+    def __init__(self, instruments: Instruments, job: str, instance: str) -> None:
+        self._i = instruments
+        self.attributes: _Attrs = {"spate.job": job, "spate.instance": instance}
+        self.levels: Gauges | None = None
+        """The latest levels reported (None until the first step)."""
+        self._cache: dict[tuple[str, str], _Attrs] = {}
+        self._write_cache: dict[tuple[str, str], _Attrs] = {}
+
+    def _with(self, key: str, value: str) -> _Attrs:
+        # Attribute dicts are reused: hot paths (a write per renewal) then allocate nothing.
+        cached = self._cache.get((key, value))
+        if cached is None:
+            cached = {**self.attributes, key: value}
+            self._cache[(key, value)] = cached
+        return cached
+
+    def write(self, operation: str, outcome: WriteOutcome, duration: float) -> None:
+        """A guarded store write ended."""
+        cached = self._write_cache.get((operation, outcome))
+        if cached is None:
+            cached = {**self.attributes, "spate.operation": operation, "spate.outcome": outcome}
+            self._write_cache[(operation, outcome)] = cached
+        self._i.writes.add(1, cached)
+        self._i.write_duration.record(duration, cached)
+
+    def acquired(self, reason: AcquireReason) -> None:
+        """A split was gained."""
+        self._i.acquisitions.add(1, self._with("spate.reason", reason))
+
+    def lost(self, reason: LossReason) -> None:
+        """A split was lost involuntarily."""
+        self._i.losses.add(1, self._with("spate.reason", reason))
+
+    def released(self, count: int) -> None:
+        """Voluntary hand-backs landed."""
+        self._i.releases.add(count, self.attributes)
+
+    def failed(self) -> None:
+        """A split was reported failed."""
+        self._i.failures.add(1, self.attributes)
+
+    def quarantined(self) -> None:
+        """A split was seen becoming quarantined."""
+        self._i.quarantines.add(1, self.attributes)
+
+    def revocation(self, outcome: RevocationOutcome) -> None:
+        """A revocation was requested or settled."""
+        self._i.revocations.add(1, self._with("spate.outcome", outcome))
+
+    def drain_duration(self, seconds: float) -> None:
+        """A revocation drained cooperatively."""
+        self._i.drain_duration.record(seconds, self.attributes)
+
+    def assignment_latency(self, seconds: float) -> None:
+        """An assigned split was acquired."""
+        self._i.assignment_latency.record(seconds, self.attributes)
+
+    def reconcile_duration(self, seconds: float) -> None:
+        """One reconcile listing ended."""
+        self._i.reconcile_duration.record(seconds, self.attributes)
+
+    def planned(self, count: int) -> None:
+        """Progress records were created while leading."""
+        self._i.planned.add(count, self.attributes)
+
+    def replan(self, outcome: ReplanOutcome, seconds: float) -> None:
+        """One planner run ended."""
+        attrs = self._with("spate.outcome", outcome)
+        self._i.replans.add(1, attrs)
+        self._i.replan_duration.record(seconds, attrs)
+
+    def gauges(self, levels: Gauges) -> None:
+        """Keep the latest levels for the next collection."""
+        self.levels = levels
+
+    def close(self) -> None:
+        """Stop reporting this coordinator's levels (its counters keep their totals)."""
+        self._i._forget(self)
+
+
+_global: Instruments | None = None
+_by_provider: weakref.WeakKeyDictionary[MeterProvider, Instruments] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+def instruments(meter_provider: MeterProvider | None = None) -> Instruments:
+    """The spate instruments on ``meter_provider`` (default: the global one), made once each.
+
+    The global set is created through the API's proxy meter, so it starts recording as soon
+    as an SDK meter provider is installed globally — before or after this call.
+    """
+    global _global
+    with _cache_lock:
+        if meter_provider is None:
+            if _global is None:
+                _global = Instruments()
+            return _global
+        found = _by_provider.get(meter_provider)
+        if found is None:
+            found = _by_provider[meter_provider] = Instruments(meter_provider)
+        return found
