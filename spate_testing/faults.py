@@ -10,7 +10,8 @@ The faults, and the real-world event each one stands for:
 ``freeze()`` / ``thaw()``
     A stopped process (SIGSTOP, a GC pause, a VM migration): calls block before reaching the
     store and proceed, in order, after the thaw — a write sent before the pause lands after
-    it, as a zombie's would.
+    it, as a zombie's would. The wait ignores the caller's cancellation (a stopped process
+    cannot time out its own requests), so those late writes really reach the store.
 ``partition()`` / ``heal()``
     This client is cut off while others are not: calls raise StoreUnavailable without
     reaching the store, and open watches break.
@@ -169,7 +170,11 @@ class FaultyStore:
     async def _gate(self, what: str) -> None:
         if self.rates.latency > 0:
             await trio.sleep(self.rates.latency)
-        await self._thawed.wait()
+        if not self._thawed.is_set():
+            # A stopped process cannot time out its own requests: they reach the store when
+            # it wakes, whatever deadline the caller set. That late write is what fencing is for.
+            with trio.CancelScope(shield=True):
+                await self._thawed.wait()
         if self._partitioned:
             raise StoreUnavailable(f"{self!r}: partitioned from the store during {what}")
         if self._roll(self.rates.unavailable_rate):
