@@ -1,0 +1,44 @@
+"""The etcd store: etcd v3 through its HTTP/JSON gateway (``pip install 'spate[etcd]'``).
+
+Open it by URL::
+
+    async with open_store("etcd://user:password@etcd.internal:2379/my-job?ttl=10") as store:
+        ...
+
+or build one: ``EtcdStore(EtcdConfig(endpoint="https://...", namespace="my-job", ...))``.
+URL format, semantics and security notes: ``docs/stores/etcd.md``.
+"""
+
+from __future__ import annotations
+
+from spate_stores.etcd._config import (
+    DEFAULT_EPHEMERAL_TTL as DEFAULT_EPHEMERAL_TTL,
+)
+from spate_stores.etcd._config import (
+    DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_REQUEST_BYTES,
+)
+from spate_stores.etcd._config import (
+    DEFAULT_TIMEOUT as DEFAULT_TIMEOUT,
+)
+from spate_stores.etcd._config import EtcdConfig as EtcdConfig
+from spate_stores.etcd._store import EXPIRY_SLACK as EXPIRY_SLACK
+from spate_stores.etcd._store import EtcdStore as EtcdStore
+
+__all__ = [
+    "DEFAULT_EPHEMERAL_TTL",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_TIMEOUT",
+    "EXPIRY_SLACK",
+    "EtcdConfig",
+    "EtcdStore",
+    "store_from_url",
+]
+
+
+def store_from_url(url: str) -> EtcdStore:
+    """An unopened :class:`EtcdStore` for an ``etcd://`` / ``etcd+http(s)://`` URL.
+
+    Raises :class:`~spate.errors.ConfigError` for a malformed URL. Connecting happens when
+    the store is entered.
+    """
+    return EtcdStore.from_url(url)

@@ -1,0 +1,241 @@
+"""What an etcd store connects to and how: parsed from an ``etcd://`` URL, validated once.
+
+URL grammar (documented in ``docs/stores/etcd.md``)::
+
+    etcd://[user:password@]host[:port][/namespace][?param=value&...]
+    etcd+http://...      the same as etcd://
+    etcd+https://...     TLS (params ca=, cert=, key=)
+
+Parameters: ``namespace`` (or the path), ``ttl`` (seconds, a whole number >= 2; omitted:
+adopt the namespace's recorded TTL, or 30 s for a new namespace), ``ca``, ``cert``, ``key``
+(PEM files), ``timeout`` (seconds per request, default 5), ``max_request_bytes`` (the
+server's ``--max-request-bytes``, default 1.5 MiB).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import ssl
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import attrs
+
+from spate.errors import ConfigError, StoreError
+from spate.store import MAX_KEY_LENGTH, Keyspace
+
+__all__ = [
+    "DEFAULT_EPHEMERAL_TTL",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_TIMEOUT",
+    "EtcdConfig",
+    "KeyLayout",
+]
+
+DEFAULT_EPHEMERAL_TTL = 30
+"""TTL in seconds of a new namespace's ephemeral keyspace when the URL gives none."""
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a unary request may take before it raises StoreUnavailable."""
+DEFAULT_MAX_REQUEST_BYTES = 1536 * 1024
+"""etcd's default ``--max-request-bytes`` (1.5 MiB)."""
+MIN_TTL = 2
+"""etcd grants no lease shorter than about 1.5 s (it silently rounds up to 2 s)."""
+DEFAULT_PORT = 2379
+
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
+_MAX_NAMESPACE_LENGTH = 200
+_SCHEMES = {"etcd": "http", "etcd+http": "http", "etcd+https": "https"}
+_PARAMS = {"namespace", "ttl", "ca", "cert", "key", "timeout", "max_request_bytes"}
+# Room for the txn around a value: the key twice (compare and put), the lease, and the
+# protobuf framing, so a value of max_value_size always fits the server's request limit.
+_TXN_OVERHEAD = 512
+
+
+def _check_namespace(namespace: str) -> str:
+    if namespace and (
+        not _NAMESPACE_RE.fullmatch(namespace) or len(namespace) > _MAX_NAMESPACE_LENGTH
+    ):
+        raise ConfigError(
+            f"invalid etcd namespace {namespace!r}: use up to {_MAX_NAMESPACE_LENGTH} "
+            "characters of [A-Za-z0-9._-], optionally in '/'-separated segments"
+        )
+    return namespace
+
+
+def _check_ttl(ttl: float | None) -> float | None:
+    if ttl is None:
+        return None
+    if not (math.isfinite(ttl) and ttl >= MIN_TTL and ttl == int(ttl)):
+        raise ConfigError(
+            f"etcd ephemeral ttl must be a whole number of seconds >= {MIN_TTL} (etcd leases "
+            f"have whole-second TTLs and a minimum of about 2 s), not {ttl!r}"
+        )
+    return float(ttl)
+
+
+@attrs.frozen(repr=False)
+class EtcdConfig:
+    """Validated connection settings of an :class:`~spate_stores.etcd.EtcdStore`.
+
+    The password never appears in ``repr``, logs or error messages.
+    """
+
+    endpoint: str = attrs.field(default="http://127.0.0.1:2379")
+    """``http://host:port`` or ``https://host:port`` (no credentials, no path)."""
+    namespace: str = attrs.field(default="", converter=_check_namespace)
+    """Isolates jobs and tenants: every key lives under this namespace's prefix."""
+    ephemeral_ttl: float | None = attrs.field(default=None, converter=_check_ttl)
+    """Seconds; None adopts the namespace's recorded TTL (or the default for a new one)."""
+    username: str | None = None
+    """etcd user name, when the server has authentication enabled."""
+    password: str | None = None
+    """That user's password."""
+    ca: str | None = None
+    """PEM file of the CA that signed the server's certificate (TLS only)."""
+    cert: str | None = None
+    """PEM file of the client certificate (TLS client-certificate auth)."""
+    key: str | None = None
+    """PEM file of the client certificate's private key."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds a unary request (and a stream's connect) may take."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """The server's request size limit; values are limited to this minus txn overhead."""
+
+    def __attrs_post_init__(self) -> None:
+        parts = urlsplit(self.endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"etcd endpoint must be http(s)://host:port, not {self.endpoint!r}")
+        if parts.scheme == "http" and (self.ca or self.cert or self.key):
+            raise ConfigError(
+                "ca=, cert= and key= need TLS: use an etcd+https:// URL (https:// endpoint)"
+            )
+        if (self.cert is None) != (self.key is None):
+            raise ConfigError("a client certificate needs both cert= and key=")
+        if (self.username is None) != (self.password is None):
+            raise ConfigError("etcd credentials need both a user name and a password")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout}")
+        if self.max_request_bytes < 64 * 1024:
+            raise ConfigError(
+                f"max_request_bytes={self.max_request_bytes} is too small; etcd's default is "
+                f"{DEFAULT_MAX_REQUEST_BYTES}"
+            )
+
+    def __repr__(self) -> str:
+        user = f", username={self.username!r}, password='***'" if self.username else ""
+        return f"EtcdConfig(endpoint={self.endpoint!r}, namespace={self.namespace!r}{user})"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the endpoint is https."""
+        return self.endpoint.startswith("https:")
+
+    @classmethod
+    def from_url(cls, url: str) -> EtcdConfig:
+        """Parse an ``etcd://``, ``etcd+http://`` or ``etcd+https://`` URL.
+
+        Raises :class:`~spate.errors.ConfigError` naming what is wrong (credentials are
+        never echoed).
+        """
+        try:
+            parts = urlsplit(url)
+            port = parts.port or DEFAULT_PORT
+        except ValueError:
+            raise ConfigError(
+                "malformed etcd URL: expected etcd://[user:password@]host:port[/namespace]"
+            ) from None
+        scheme = _SCHEMES.get(parts.scheme.lower())
+        if scheme is None or not parts.hostname:
+            raise ConfigError(
+                "an etcd URL looks like etcd://[user:password@]host:port[/namespace]"
+                "[?ttl=...] (etcd+https:// for TLS)"
+            )
+        query: dict[str, str] = {}
+        for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+            if name not in _PARAMS:
+                raise ConfigError(
+                    f"unknown etcd URL parameter {name!r}; known: {', '.join(sorted(_PARAMS))}"
+                )
+            query[name] = values[-1]
+        path_namespace = unquote(parts.path).strip("/")
+        namespace = query.get("namespace", path_namespace)
+        if path_namespace and namespace != path_namespace:
+            raise ConfigError(
+                f"the URL path names namespace {path_namespace!r} but namespace= says "
+                f"{namespace!r}; give one"
+            )
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        try:
+            ttl = float(query["ttl"]) if "ttl" in query else None
+            timeout = float(query.get("timeout", DEFAULT_TIMEOUT))
+            max_request = int(query.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES))
+        except ValueError:
+            raise ConfigError(
+                "ttl and timeout must be numbers of seconds and max_request_bytes an integer"
+            ) from None
+        return cls(
+            endpoint=f"{scheme}://{host}:{port}",
+            namespace=namespace,
+            ephemeral_ttl=ttl,
+            username=unquote(parts.username) if parts.username is not None else None,
+            password=unquote(parts.password) if parts.password is not None else None,
+            ca=query.get("ca"),
+            cert=query.get("cert"),
+            key=query.get("key"),
+            timeout=timeout,
+            max_request_bytes=max_request,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for an https endpoint (None for http).
+
+        Raises :class:`~spate.errors.StoreError` when a certificate file cannot be loaded.
+        """
+        if not self.tls:
+            return None
+        try:
+            context = ssl.create_default_context(cafile=self.ca)
+            if self.cert is not None:
+                context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise StoreError(
+                f"cannot load the TLS files for etcd at {self.endpoint} "
+                f"(ca={self.ca!r}, cert={self.cert!r}, key={self.key!r}): {exc}; check the paths "
+                "and that they hold PEM data"
+            ) from None
+        return context
+
+
+@attrs.frozen
+class KeyLayout:
+    """Where a namespace's keys live in etcd.
+
+    ``spate/<namespace>:durable/<key>``, ``spate/<namespace>:ephemeral/<key>`` and
+    ``spate/<namespace>:meta/...``. Namespaces never contain ``:``, so no namespace's
+    prefix is a prefix of another's (``a`` and ``a/b`` stay apart), and the keyspaces of one
+    namespace are disjoint.
+    """
+
+    namespace: str
+
+    def prefix(self, keyspace: Keyspace) -> bytes:
+        """The etcd key prefix of one keyspace."""
+        return f"spate/{self.namespace}:{keyspace.value}/".encode()
+
+    def key(self, keyspace: Keyspace, key: str) -> bytes:
+        """The etcd key of a store key."""
+        return self.prefix(keyspace) + key.encode()
+
+    def store_key(self, keyspace: Keyspace, raw: bytes) -> str:
+        """The store key of an etcd key under ``keyspace``'s prefix."""
+        return raw[len(self.prefix(keyspace)) :].decode("utf-8", errors="replace")
+
+    @property
+    def ttl_key(self) -> bytes:
+        """The durable meta key recording the namespace's ephemeral TTL."""
+        return f"spate/{self.namespace}:meta/ephemeral-ttl".encode()
+
+    def max_value_size(self, max_request_bytes: int) -> int:
+        """The largest value whose txn (with the longest key) fits ``max_request_bytes``."""
+        longest = max(len(self.prefix(ks)) for ks in Keyspace) + MAX_KEY_LENGTH
+        return max_request_bytes - 2 * longest - _TXN_OVERHEAD

@@ -1,0 +1,177 @@
+"""The session behind the ephemeral keyspace: one etcd lease per store client.
+
+Every ephemeral write attaches its key to this client's lease, so a key lives while the
+client keeps the lease alive and dies within the TTL once it stops (process death, network
+loss) or at once when the client closes (it revokes the lease). A background task sends a
+keepalive every third of the TTL over the gateway's WebSocket.
+
+A lease can be lost while the client lives: a pause or partition longer than the TTL, a
+revoke by an operator. Then etcd answers keepalives without a TTL, and writes naming the lease
+fail with "lease not found". Refreshing a dead lease would do nothing forever, so the session
+drops it and the next ephemeral write grants a new one; the keys of the dead lease are gone,
+which the protocol's renewals (CAS updates that now lose) notice. A write refused for its
+lease was not applied, so the store retries it once on a fresh lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from spate.errors import StoreError, StoreUnavailable
+from spate_stores.etcd._gateway import Gateway, ReplyError
+from spate_stores.etcd._wire import (
+    lease_grant,
+    lease_id,
+    lease_keepalive,
+    lease_revoke,
+    lease_ttl,
+    parse_stream_result,
+)
+from spate_stores.etcd._ws import open_socket
+
+__all__ = ["LeaseSession"]
+
+log = logging.getLogger("spate.stores.etcd")
+
+_Send = Callable[[dict[str, Any]], Awaitable[None]]
+_Receive = Callable[[], Awaitable[str]]
+
+
+class LeaseSession:
+    """Grants, keeps alive, replaces and finally revokes this client's lease."""
+
+    def __init__(self, gateway: Gateway, ttl: int) -> None:
+        self._gateway = gateway
+        self._ttl = ttl
+        self._interval = ttl / 3
+        self._lock = trio.Lock()
+        self._lease: int | None = None
+        # Trio time of the latest request (grant or keepalive) etcd confirmed for the
+        # current lease: etcd restarts the TTL when it receives the request, which is no
+        # earlier than when it was sent, so expiry is never later than this plus the TTL.
+        self._confirmed_at = 0.0
+        self._lease_ready = trio.Event()
+        self._losses = 0
+
+    @property
+    def lease_id(self) -> int | None:
+        """The current lease ID, or None when no live lease is held."""
+        return self._lease
+
+    @property
+    def losses(self) -> int:
+        """How many leases this session has lost (expired or revoked while in use)."""
+        return self._losses
+
+    async def lease(self) -> int:
+        """The lease for the next ephemeral write, granting a new one if needed."""
+        async with self._lock:
+            self._expire_by_clock()
+            if self._lease is None:
+                await self._grant()
+            assert self._lease is not None
+            return self._lease
+
+    def invalidate(self, lease: int, why: str) -> None:
+        """Drop ``lease`` (if still current): etcd says it is gone."""
+        if lease == self._lease:
+            self._lease = None
+            self._losses += 1
+            self._lease_ready = trio.Event()
+            log.warning(
+                "etcd lease %x of the store client for %s is lost (%s); its ephemeral keys "
+                "are gone and the next ephemeral write starts a new lease",
+                lease,
+                self._gateway.endpoint,
+                why,
+            )
+
+    def _expire_by_clock(self) -> None:
+        if self._lease is not None and trio.current_time() - self._confirmed_at >= self._ttl:
+            self.invalidate(self._lease, f"no keepalive was confirmed for {self._ttl} s")
+
+    async def _grant(self) -> None:
+        started = trio.current_time()
+        reply = await self._gateway.call(
+            "/v3/lease/grant", lease_grant(self._ttl), doing="granting the session lease"
+        )
+        lease, granted = lease_id(reply), lease_ttl(reply)
+        if lease == 0 or granted <= 0:
+            raise StoreError(f"etcd at {self._gateway.endpoint} granted no usable lease: {reply}")
+        if granted != self._ttl:
+            await self._revoke(lease)
+            raise StoreError(
+                f"etcd at {self._gateway.endpoint} granted a {granted} s lease for a requested "
+                f"{self._ttl} s (its lease TTL limits); open the namespace with a ttl etcd "
+                "grants as asked"
+            )
+        self._lease = lease
+        self._confirmed_at = started
+        self._lease_ready.set()
+
+    async def run(self) -> None:
+        """Keep the current lease alive until cancelled (the store's background task)."""
+        backoff = 0.05
+        while True:
+            if self._lease is None:
+                await self._lease_ready.wait()
+            try:
+                path = "/v3/lease/keepalive"
+                async with open_socket(self._gateway, path, "lease keepalive") as sock:
+                    backoff = 0.05
+                    while self._lease is not None:
+                        await self._beat(sock.send, sock.receive)
+            except StoreUnavailable as exc:
+                log.info("etcd lease keepalive interrupted: %s", exc)
+                self._expire_by_clock()
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self._interval)
+
+    async def _beat(self, send: _Send, receive: _Receive) -> None:
+        lease = self._lease
+        if lease is None:
+            return
+        due = self._confirmed_at + self._interval
+        if trio.current_time() < due:
+            # Re-check after sleeping: the lease may have been replaced meanwhile.
+            await trio.sleep_until(due)
+            return
+        sent = trio.current_time()
+        await send(lease_keepalive(lease))
+        with trio.move_on_after(self._gateway.config.timeout):
+            try:
+                reply = parse_stream_result(await receive())
+            except ValueError as exc:
+                raise StoreUnavailable(f"unreadable lease keepalive reply: {exc}") from None
+            if lease_id(reply) != lease or lease != self._lease:
+                return  # an answer about a lease this session no longer holds
+            if lease_ttl(reply) <= 0:
+                self.invalidate(lease, "etcd answered a keepalive without a TTL")
+            else:
+                self._confirmed_at = max(self._confirmed_at, sent)
+            return
+        raise StoreUnavailable(
+            f"etcd at {self._gateway.endpoint} did not answer a lease keepalive within "
+            f"{self._gateway.config.timeout} s"
+        )
+
+    async def close(self) -> None:
+        """End the session: revoke the lease so its keys go now, not a TTL later."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            with trio.CancelScope(shield=True):
+                await self._revoke(lease)
+
+    async def _revoke(self, lease: int) -> None:
+        with trio.move_on_after(self._gateway.config.timeout):
+            try:
+                await self._gateway.call(
+                    "/v3/lease/revoke", lease_revoke(lease), doing="revoking the session lease"
+                )
+            except (StoreError, StoreUnavailable, ReplyError) as exc:
+                # The keys still die within the TTL: nothing keeps the lease alive any more.
+                log.info("could not revoke etcd lease %x (%s); it expires on its own", lease, exc)

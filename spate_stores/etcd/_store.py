@@ -1,0 +1,359 @@
+"""EtcdStore: the store contract on etcd v3 through its JSON gateway."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import trio
+
+from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate.store import (
+    Capabilities,
+    Entry,
+    EphemeralSemantics,
+    Keyspace,
+    Lost,
+    Revision,
+    WatchEvent,
+    Won,
+    WriteResult,
+    validate_key,
+    validate_prefix,
+)
+from spate_stores.etcd._config import DEFAULT_EPHEMERAL_TTL, EtcdConfig, KeyLayout
+from spate_stores.etcd._gateway import Gateway, ReplyError
+from spate_stores.etcd._session import LeaseSession
+from spate_stores.etcd._watch import WatchIterator, open_watch_stream
+from spate_stores.etcd._wire import (
+    ErrorKind,
+    Kv,
+    delete_range,
+    deleted_count,
+    header_revision,
+    parse_kvs,
+    prefix_end,
+    range_request,
+    txn_create,
+    txn_delete,
+    txn_put_if,
+    txn_succeeded,
+)
+
+__all__ = ["EXPIRY_SLACK", "EtcdStore"]
+
+log = logging.getLogger("spate.stores.etcd")
+
+EXPIRY_SLACK = 1.0
+"""Seconds past the TTL within which a dead session's keys are gone and their Delete sent.
+
+etcd checks for expired leases every 500 ms and deletes their keys in one raft proposal.
+"""
+_PAGE = 500
+_LIST_ATTEMPTS = 3
+
+_TxnBuilder = Callable[[int], dict[str, Any]]
+
+
+class EtcdStore:
+    """The store contract on etcd v3 through its HTTP/JSON gateway.
+
+    Open it with ``spate_stores.open_store("etcd://host:2379/my-job?ttl=10")`` or
+    ``EtcdStore(EtcdConfig(...))`` / :meth:`from_url`, then enter it (``async with``). It
+    owns one pooled httpx client for unary calls, a background task keeping its session
+    lease alive, and one stream per open watch.
+
+    Ephemeral keys have *session* semantics: they live while this client's lease lives and
+    are gone within the TTL after the client dies (at once when it closes: the lease is
+    revoked). Revisions are etcd mod_revisions.
+    """
+
+    def __init__(self, config: EtcdConfig) -> None:
+        self._config = config
+        self._layout = KeyLayout(config.namespace)
+        self._gateway = Gateway(config)
+        self._ttl = int(config.ephemeral_ttl or DEFAULT_EPHEMERAL_TTL)
+        self._session: LeaseSession | None = None
+        self._capabilities = Capabilities(
+            system="etcd",
+            ephemeral=EphemeralSemantics.SESSION,
+            expiry_reaches_watchers=True,
+            max_value_size=self._layout.max_value_size(config.max_request_bytes),
+            expiry_slack=EXPIRY_SLACK,
+        )
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str) -> EtcdStore:
+        """A store for an ``etcd://`` / ``etcd+https://`` URL (see docs/stores/etcd.md)."""
+        return cls(EtcdConfig.from_url(url))
+
+    def __repr__(self) -> str:
+        user = f", user={self._config.username!r}" if self._config.username else ""
+        return (
+            f"EtcdStore(endpoint={self._config.endpoint!r}, "
+            f"namespace={self._config.namespace!r}{user})"
+        )
+
+    @property
+    def config(self) -> EtcdConfig:
+        """The connection settings (the password is hidden from its repr)."""
+        return self._config
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Session semantics, expiry reaches watchers, the value limit of the request size."""
+        return self._capabilities
+
+    @property
+    def ephemeral_ttl(self) -> float:
+        """The namespace's ephemeral TTL (adopted from the namespace when the URL gave none)."""
+        return float(self._ttl)
+
+    @property
+    def lease_id(self) -> int | None:
+        """This client's current etcd lease (None before the first ephemeral write)."""
+        return self._session.lease_id if self._session else None
+
+    @property
+    def lease_losses(self) -> int:
+        """How many session leases this client lost while open (each replaced on demand)."""
+        return self._session.losses if self._session else 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> EtcdStore:
+        """Connect, sign in, check the namespace's TTL, start the lease keepalive."""
+        if self._stack is not None or self._closed:
+            raise StoreError(f"{self!r} was already opened; make a new store object")
+        stack = contextlib.AsyncExitStack()
+        try:
+            await self._gateway.open()
+            stack.push_async_callback(self._gateway.aclose)
+            await self._bind_ttl()
+            self._session = LeaseSession(self._gateway, self._ttl)
+            stack.push_async_callback(self._session.close)
+            self._nursery = await stack.enter_async_context(trio.open_nursery())
+            self._nursery.start_soon(self._session.run)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop the keepalive, revoke the session lease (its keys go now), close."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store: ends the session and every open watch. Idempotent."""
+        self._closed = True
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        # Exit the stack as if no exception were in flight: the caller's own exception
+        # must propagate as it is, not wrapped in an ExceptionGroup by the nursery. (No
+        # shield here: the nursery must be exited directly from the scope it was opened
+        # in; the revoke and the client close shield themselves.)
+        await stack.aclose()
+        self._nursery = None
+
+    async def _bind_ttl(self) -> None:
+        key = self._layout.ttl_key
+        wanted = self._config.ephemeral_ttl
+        for _ in range(3):
+            current = await self._get_raw(key, doing="reading the namespace's TTL")
+            if current is not None:
+                try:
+                    recorded = int(current.value.decode())
+                except ValueError:
+                    raise StoreError(
+                        f"etcd namespace {self._config.namespace!r} has an unreadable TTL record "
+                        f"({current.value[:40]!r}); delete the key {key.decode()!r} to reset it"
+                    ) from None
+                if wanted is not None and recorded != int(wanted):
+                    raise StoreError(
+                        f"etcd namespace {self._config.namespace!r} already uses an ephemeral "
+                        f"TTL of {recorded} s, not {int(wanted)} s; open it with ttl={recorded} "
+                        "or use another namespace"
+                    )
+                self._ttl = recorded
+                return
+            ttl = int(wanted or DEFAULT_EPHEMERAL_TTL)
+            reply = await self._gateway.call(
+                "/v3/kv/txn",
+                txn_create(key, str(ttl).encode()),
+                doing="recording the namespace's TTL",
+            )
+            if txn_succeeded(reply):
+                self._ttl = ttl
+                return
+        raise StoreUnavailable(
+            f"the TTL record of etcd namespace {self._config.namespace!r} kept changing; retry"
+        )
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _check_open(self, keyspace: Keyspace) -> None:
+        if self._stack is None:
+            state = "closed" if self._closed else "not open yet (use async with)"
+            raise StoreError(f"{self!r} is {state}")
+        if not isinstance(keyspace, Keyspace):
+            raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
+
+    def _value(self, key: str, value: bytes) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
+        data = bytes(value)
+        if len(data) > self._capabilities.max_value_size:
+            raise ValueTooLarge(key, len(data), self._capabilities.max_value_size)
+        return data
+
+    async def _get_raw(self, key: bytes, *, doing: str) -> Kv | None:
+        reply = await self._gateway.call("/v3/kv/range", range_request(key), doing=doing)
+        kvs, _ = parse_kvs(reply)
+        return kvs[0] if kvs else None
+
+    async def _range_all(self, keyspace: Keyspace, prefix: str) -> tuple[list[Entry], int]:
+        start = self._layout.key(keyspace, prefix)
+        end = prefix_end(start)
+        for _ in range(_LIST_ATTEMPTS):
+            entries: list[Entry] = []
+            revision = 0
+            key = start
+            try:
+                while True:
+                    reply = await self._gateway.call(
+                        "/v3/kv/range",
+                        range_request(key, range_end=end, limit=_PAGE, revision=revision),
+                        doing="listing",
+                    )
+                    # Later pages read at the first page's revision: one consistent snapshot.
+                    revision = revision or header_revision(reply)
+                    kvs, more = parse_kvs(reply)
+                    entries += (
+                        Entry(self._layout.store_key(keyspace, kv.key), kv.value, kv.mod_revision)
+                        for kv in kvs
+                    )
+                    if not (more and kvs):
+                        return entries, revision
+                    key = kvs[-1].key + b"\x00"
+            except ReplyError as exc:
+                if exc.error.kind is not ErrorKind.COMPACTED:
+                    raise self._unexpected(exc, "listing") from None
+                # The pinned revision was compacted between pages: list again from now.
+        raise StoreUnavailable(
+            f"etcd at {self._config.endpoint} compacted its history faster than a listing "
+            "could page through it; retry"
+        )
+
+    def _unexpected(self, exc: ReplyError, doing: str) -> StoreError:
+        return StoreError(
+            f"etcd at {self._config.endpoint} refused a request while {doing}: {exc.error.message}"
+        )
+
+    async def _put_txn(self, keyspace: Keyspace, build: _TxnBuilder, doing: str) -> WriteResult:
+        if keyspace is Keyspace.DURABLE:
+            reply = await self._call_txn(build(0), doing)
+        else:
+            assert self._session is not None
+            for attempt in range(2):
+                lease = await self._session.lease()
+                try:
+                    reply = await self._call_txn(build(lease), doing)
+                    break
+                except ReplyError as exc:
+                    if exc.error.kind is not ErrorKind.LEASE_NOT_FOUND or attempt == 1:
+                        raise self._unexpected(exc, doing) from None
+                    # Refused for its lease, so not applied: safe to retry on a new lease.
+                    self._session.invalidate(lease, "etcd refused a write naming it")
+        if txn_succeeded(reply):
+            return Won(header_revision(reply))
+        return Lost()
+
+    async def _call_txn(self, body: dict[str, Any], doing: str) -> dict[str, Any]:
+        return await self._gateway.call("/v3/kv/txn", body, doing=doing)
+
+    # -- the contract ------------------------------------------------------------------
+
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """The entry for ``key`` (a linearizable read), or None."""
+        validate_key(key)
+        self._check_open(keyspace)
+        kv = await self._get_raw(self._layout.key(keyspace, key), doing=f"reading {key!r}")
+        return Entry(key, kv.value, kv.mod_revision) if kv else None
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Every entry under ``prefix``, sorted by key, from one revision."""
+        validate_prefix(prefix)
+        self._check_open(keyspace)
+        entries, _ = await self._range_all(keyspace, prefix)
+        return entries
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        """Create-if-absent (a txn comparing create_revision with 0)."""
+        validate_key(key)
+        data = self._value(key, value)
+        self._check_open(keyspace)
+        raw = self._layout.key(keyspace, key)
+        return await self._put_txn(
+            keyspace, lambda lease: txn_create(raw, data, lease=lease), f"creating {key!r}"
+        )
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> WriteResult:
+        """Compare-and-swap on the key's mod_revision."""
+        validate_key(key)
+        data = self._value(key, value)
+        self._check_open(keyspace)
+        if not isinstance(expected, int) or expected <= 0:
+            return Lost()  # no key is at a revision <= 0 (and MOD == 0 matches a missing key)
+        raw = self._layout.key(keyspace, key)
+        return await self._put_txn(
+            keyspace,
+            lambda lease: txn_put_if(raw, data, expected, lease=lease),
+            f"updating {key!r}",
+        )
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Delete ``key``, guarded by its mod_revision when ``expected`` is given."""
+        validate_key(key)
+        self._check_open(keyspace)
+        raw = self._layout.key(keyspace, key)
+        doing = f"deleting {key!r}"
+        if expected is None:
+            reply = await self._gateway.call("/v3/kv/deleterange", delete_range(raw), doing=doing)
+            return Won(header_revision(reply)) if deleted_count(reply) else Lost()
+        if not isinstance(expected, int) or expected <= 0:
+            return Lost()
+        reply = await self._call_txn(txn_delete(raw, expected), doing)
+        return Won(header_revision(reply)) if txn_succeeded(reply) else Lost()
+
+    def watch(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        """List ``prefix`` at revision R, then stream events from R + 1 (see the contract)."""
+        validate_prefix(prefix)
+        return self._watch(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _watch(self, keyspace: Keyspace, prefix: str) -> AsyncIterator[WatchIterator]:
+        self._check_open(keyspace)
+        assert self._nursery is not None
+        snapshot, revision = await self._range_all(keyspace, prefix)
+        start = self._layout.key(keyspace, prefix)
+        async with open_watch_stream(
+            self._gateway, self._nursery, start, prefix_end(start), revision + 1
+        ) as source:
+            yield WatchIterator(snapshot, revision, source, self._layout, keyspace, self._gateway)
