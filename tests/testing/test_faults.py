@@ -113,3 +113,29 @@ async def test_faults_are_reproducible_from_the_seed() -> None:
 def test_rates_are_validated() -> None:
     with pytest.raises(ValueError, match="within"):
         FaultRates(unavailable_rate=1.5)
+
+
+async def test_a_stale_write_that_waited_out_a_freeze_is_counted_as_refused(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    inner = MemoryStore()
+    won = await inner.create(Keyspace.DURABLE, "k", b"1")
+    assert isinstance(won, Won)
+    zombie = FaultyStore(inner)
+    zombie.freeze()
+    async with trio.open_nursery() as nursery:
+
+        async def stale_write() -> None:
+            # The caller gives up after 1 s, but a stopped process cannot time out: the
+            # write still reaches the store after the thaw.
+            with trio.move_on_after(1):
+                await zombie.update(Keyspace.DURABLE, "k", b"zombie", won.revision)
+
+        nursery.start_soon(stale_write)
+        await trio.sleep(5)
+        await inner.update(Keyspace.DURABLE, "k", b"successor", won.revision)
+        zombie.thaw()
+    entry = await inner.get(Keyspace.DURABLE, "k")
+    assert entry is not None
+    assert entry.value == b"successor"
+    assert zombie.late_writes == {"refused": 1}
