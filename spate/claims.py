@@ -253,15 +253,17 @@ class Claims:
             return  # a peer won the lease; the watch brings its write
         lease_rev = result.revision
         core.fold(core.view.put_lease(split, lease, lease_rev))
-        for attempt in range(2):
+        for _ in range(2):
             state = core.view.splits.get(split)
             if state is None or state.spec is None or core.parting:
                 break
+            # Built from the freshest record each try: a lost CAS wrote nothing, so a retry
+            # that adopts a zombie's commit still counts this takeover's attempt, once.
             record = attrs.evolve(
                 state.progress,
                 epoch=epoch,
                 owner=core.instance,
-                attempts=state.progress.attempts + int(kind.consumes_attempt and attempt == 0),
+                attempts=state.progress.attempts + int(kind.consumes_attempt),
                 written_at_ms=now_ms(),
             )
             yield Hold(D, key)
@@ -484,9 +486,15 @@ class Claims:
         return None
 
     def _drop_lease_of(self, split: str, held: Owned) -> Flow[None]:
-        # Hold first: a renewal in flight moves the lease revision this delete is guarded by.
-        yield Hold(E, self.core.keys.split(split))
-        yield from self._drop_lease(split, held.lease_rev)
+        # Busy until the lease is gone: our own lingering lease must not read as a
+        # restarted predecessor's (a reclaim, which would consume an attempt).
+        self.busy.add(split)
+        try:
+            # Hold first: a renewal in flight moves the revision this delete is guarded by.
+            yield Hold(E, self.core.keys.split(split))
+            yield from self._drop_lease(split, held.lease_rev)
+        finally:
+            self.busy.discard(split)
 
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """Report a failure: consumes an attempt, clears the owner, quarantines at the cap."""

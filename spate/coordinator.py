@@ -205,8 +205,8 @@ def _answer(reply: Reply) -> Callable[[outcome.Outcome[Any]], None]:
 
     def done(result: outcome.Outcome[Any]) -> None:
         if isinstance(result, outcome.Error):
-            reply.set(result)
-            result.unwrap()
+            reply.set(outcome.Error(result.error))
+            raise result.error
         value = result.unwrap()
         reply.set(outcome.Error(value) if isinstance(value, BaseException) else outcome.Value(None))
 

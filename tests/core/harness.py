@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import attrs
@@ -11,11 +12,11 @@ import trio
 
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
-from spate.events import Event, Gained, Progress
+from spate.events import Event, Gained, Progress, RevokeRequested
 from spate.metrics import MetricsHooks
 from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import Keys, ProgressRecord, decode
-from spate.store import Keyspace, Revision, Store, WriteResult
+from spate.store import Keyspace, Revision, SnapshotDone, Store, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
 
 TTL = 9.0
@@ -89,6 +90,7 @@ class Worker:
     instance: str
     coord: Coordinator | None = None
     events: list[Event] = attrs.field(factory=list)
+    times: list[float] = attrs.field(factory=list)
     error: BaseException | None = None
     metrics: Recorder = attrs.field(factory=Recorder)
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
@@ -108,8 +110,12 @@ class Worker:
             if isinstance(e, kind) and (split is None or getattr(e, "split", None) == split)
         ]
 
+    def time_of(self, event: Event) -> float:
+        return self.times[self.events.index(event)]
+
     def _record(self, event: Event) -> None:
         self.events.append(event)
+        self.times.append(trio.current_time())
         self._poke()
 
     def _poke(self) -> None:
@@ -186,6 +192,13 @@ async def complete_on_gain(worker: Worker, event: Event) -> None:
         await worker.c.commit(event.split, Progress(100, completed=True))
 
 
+async def cooperative(worker: Worker, event: Event) -> None:
+    """An event handler that hands a revoked split back at once (after committing 7)."""
+    if isinstance(event, RevokeRequested):
+        await worker.c.commit(event.split, Progress(7, b"st"))
+        await worker.c.release([event.split])
+
+
 def client(server: MemoryServer) -> MemoryStore:
     """A new store client ("process") on ``server``."""
     return MemoryStore(server=server, ephemeral_ttl=TTL)
@@ -205,6 +218,11 @@ class HookStore:
         self.before: Callable[[str, Keyspace, str], Awaitable[None]] | None = None
         self.after: Callable[[str, Keyspace, str, WriteResult], Awaitable[None]] | None = None
         self.writes: list[tuple[str, Keyspace, str]] = []
+        self.durable_gate: trio.Event | None = None
+        """While set to an unset Event, live durable watch events are held back (slow watch)."""
+        self.ephemeral_gate: trio.Event | None = None
+        self.gate_prefix = ""
+        """Only events for keys under this prefix are held back."""
 
     @property
     def capabilities(self) -> Any:
@@ -257,7 +275,22 @@ class HookStore:
         )
 
     def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self.inner.watch(keyspace, prefix)
+        return self._watch(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _watch(self, keyspace: Keyspace, prefix: str) -> AsyncIterator[AsyncIterator[Any]]:
+        async with self.inner.watch(keyspace, prefix) as events:
+            yield self._gated(keyspace, events)
+
+    async def _gated(self, keyspace: Keyspace, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        live = False
+        async for event in events:
+            gate = self.durable_gate if keyspace is Keyspace.DURABLE else self.ephemeral_gate
+            key = getattr(event, "key", None) or getattr(getattr(event, "entry", None), "key", "")
+            if live and gate is not None and key.startswith(self.gate_prefix):
+                await gate.wait()
+            live = live or isinstance(event, SnapshotDone)
+            yield event
 
 
 def split_ids(count: int) -> Iterable[str]:
