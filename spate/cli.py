@@ -10,6 +10,7 @@ leaves at once.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -133,6 +134,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from spate.demo.fleet import DemoOptions, run_demo
     from spate.demo.view import LiveView, PlainView, View, print_result
 
+    # The demo narrates what matters itself; the library's own warnings (a killed worker's
+    # failed re-watches, say) are expected here and would drown the story.
+    logging.getLogger("spate").setLevel(logging.CRITICAL)
+
     options = DemoOptions(
         store_url=args.store,
         workers=args.workers,
@@ -177,6 +182,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from spate.demo.process import run_demo_worker
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
     async def work() -> int:
         verdict = await run_demo_worker(

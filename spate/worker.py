@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from spate._groups import single_error
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
-from spate._groups import single_error
-from spate.errors import ConfigError, Fenced
+from spate.errors import ConfigError, Fenced, StoreUnavailable
 from spate.events import (
     AllComplete,
     Gained,
@@ -102,13 +102,33 @@ class SplitHandle:
             raise Fenced(self.id, "it was lost earlier")
         progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
         try:
-            await self._coordinator.commit(self.id, progress)
+            # An unknown outcome is retried with the same progress: a commit that did land is
+            # recognised by the coordinator and adopted, so retrying never double-applies. If
+            # the store stays away long enough the split is lost and this task is cancelled.
+            await _retry_unavailable(lambda: self._coordinator.commit(self.id, progress))
         except Fenced:
             self._lost = True
             raise
         self.progress = progress
         if completed:
             self._completed = True
+
+
+_RETRY_FIRST = 0.05
+_RETRY_CAP = 2.0
+
+
+async def _retry_unavailable(call: Callable[[], Awaitable[None]]) -> None:
+    """Run ``call`` until it does not raise StoreUnavailable (capped exponential backoff)."""
+    delay = _RETRY_FIRST
+    while True:
+        try:
+            await call()
+            return
+        except StoreUnavailable as exc:
+            logger.debug("store unavailable (%s); retrying in %.2f s", exc, delay)
+            await trio.sleep(delay)
+            delay = min(delay * 2, _RETRY_CAP)
 
 
 @attrs.define(eq=False)
@@ -180,19 +200,22 @@ class _Runner:
                     if handle._lost:
                         return
                     logger.exception("handler for split %s raised; failing the split", handle.id)
-                    await self._settle(self._coord.fail(handle.id, f"{type(exc).__name__}: {exc}"))
+                    reason = f"{type(exc).__name__}: {exc}"
+                    await self._settle(lambda: self._coord.fail(handle.id, reason))
                     return
                 if not handle._lost and not handle._completed:
                     # Returning without completing hands the split back; nothing replays
                     # because everything the handler did was committed.
-                    await self._settle(self._coord.release([handle.id]))
+                    await self._settle(lambda: self._coord.release([handle.id]))
         finally:
             if self._running.get(handle.id) is running:
                 del self._running[handle.id]
 
-    async def _settle(self, call: Awaitable[None]) -> None:
+    async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
+        # A fail or hand-back must land (or the split be lost): a split left held with no
+        # handler would sit idle until the worker leaves.
         try:
-            await call
+            await _retry_unavailable(call)
         except Fenced:
             pass  # lost in the meantime: its new owner resumes from the last commit
 
@@ -277,13 +300,15 @@ async def _run_shielded(
                 config=config,
                 fingerprint=fingerprint,
             ) as coord:
-                verdict = await _work_until_verdict_or_leave(coord, handler, leave, leave_deadline)
+                verdict = await _work_until_verdict_or_leave(
+                    store, coord, handler, leave, leave_deadline
+                )
         outer.cancel_scope.cancel()
     return verdict
 
 
 async def _work_until_verdict_or_leave(
-    coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
+    store: Store, coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
 ) -> AllComplete | Stalled | None:
     runner = _Runner(coord, handler)
     verdict: AllComplete | Stalled | None = None
@@ -298,11 +323,16 @@ async def _work_until_verdict_or_leave(
         await leave.wait()
         nursery.cancel_scope.cancel()
     if verdict is not None:
+        # The job is over: step down at once (leadership, presence) rather than leaving a
+        # leader key behind for a lease, so a worker started later (say, after a requeue)
+        # does not wait for it to expire.
+        with trio.move_on_after(leave_deadline):
+            await _retry_unavailable(coord.depart)
         return verdict
     held = sorted(coord.owned)
     with trio.move_on_after(leave_deadline) as scope:
-        await coord.depart()
-        await wait_until_held_elsewhere(coord.store, coord.job, coord.instance, held)
+        await _retry_unavailable(coord.depart)
+        await wait_until_held_elsewhere(store, coord.job, coord.instance, held)
     if scope.cancelled_caught:
         logger.warning(
             "graceful leave of %s did not finish within %.1f s; the remaining splits move "

@@ -91,6 +91,7 @@ class DemoResult:
     replayed: int
     requeued: list[str]
     faults: dict[str, int]
+    late_writes: dict[str, int]
 
 
 def demo_config(options: DemoOptions) -> Config:
@@ -247,9 +248,9 @@ class Fleet:
         self.add(nursery, joiner)
         await trio.sleep(duration * 0.1)
         await self.kill(self.workers[victim])
-        await trio.sleep(duration * 0.15)
+        await trio.sleep(duration * 0.1)
         if zombie != victim:
-            await self.freeze(self.workers[zombie], self.options.lease_duration * 2.5)
+            nursery.start_soon(self.freeze, self.workers[zombie], self.options.lease_duration * 2.5)
         await trio.sleep(duration * 0.1)
         if len(names) > 3:
             await self.leave(self.workers[leaver])
@@ -307,10 +308,13 @@ async def run_demo(options: DemoOptions, view: View | None = None) -> DemoResult
                 nursery.cancel_scope.cancel()
         problems, checked = await _check(fleet, observer, verdict)
         faults: dict[str, int] = {}
+        late: dict[str, int] = {}
         for worker in fleet.workers.values():
             if worker.store is not None:
                 for kind, count in worker.store.injected.items():
                     faults[kind] = faults.get(kind, 0) + count
+                for kind, count in worker.store.late_writes.items():
+                    late[kind] = late.get(kind, 0) + count
         for worker in fleet.workers.values():
             if worker.state == "failed":
                 problems.append(f"{worker.name} failed: {worker.error}")
@@ -328,6 +332,7 @@ async def run_demo(options: DemoOptions, view: View | None = None) -> DemoResult
             replayed=max(0, stats.processed - fleet.dataset.total_records),
             requeued=requeued,
             faults=faults,
+            late_writes=late,
         )
 
 
@@ -339,7 +344,7 @@ async def _operator_fixes_poison(
     poisoned = sorted(fleet.poisoned)
     stats.log(f"operator: the job stalled on {', '.join(poisoned)}; fixing the data, requeueing")
     fleet.poisoned.clear()
-    await requeue(fleet.observer, JOB, poisoned)
+    await requeue(fleet.current_store(), JOB, poisoned)
     worker = fleet.add(nursery, "w-fix")
     await worker.finished.wait()
     return worker.verdict, poisoned

@@ -47,7 +47,6 @@ class PlainView:
         while True:
             await trio.sleep(self._every)
             stats = fleet.stats
-            done = sum(1 for v in stats.watermarks.values() if v)
             holders: dict[str, int] = {}
             for worker in stats.holders.values():
                 holders[worker] = holders.get(worker, 0) + 1
@@ -55,8 +54,9 @@ class PlainView:
                 f"{w.name}:{w.state}({holders.get(w.name, 0)})" for w in fleet.workers.values()
             )
             self._print(  # type: ignore[operator]
-                f"{self._stamp()} progress {stats.processed}/{fleet.dataset.total_records} records "
-                f"folded, {stats.commits} commits, {done} splits started; {workers}"
+                f"{self._stamp()} progress {stats.processed}/{fleet.dataset.total_records} "
+                f"records folded, {stats.commits} commits, "
+                f"{len(stats.completed)}/{fleet.options.splits} splits completed; {workers}"
             )
 
 
@@ -154,7 +154,10 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
         else f"check: FAILED — {len(result.problems)} problem(s)",
         f"time: {result.seconds:.1f} s",
         f"records folded: {stats.processed} (replayed after failures: {result.replayed})",
-        f"commits: {stats.commits}; fenced zombie writes: {stats.fenced}",
+        f"commits: {stats.commits}; zombie writes refused by the fence: "
+        f"{stats.fenced + result.late_writes.get('refused', 0)} "
+        f"(late store writes refused {result.late_writes.get('refused', 0)}, landed "
+        f"{result.late_writes.get('landed', 0)}; commits fenced {stats.fenced})",
         f"acquisitions: {stats.gained}; resumed mid-split by another worker: {result.resumed}",
         f"handlers cancelled (lost or taken back): {stats.cancelled}; "
         f"poison failures: {stats.poison_hits}",

@@ -132,6 +132,8 @@ class DemoStats:
     """Times the poison split failed."""
     resumed: int = 0
     """Acquisitions that resumed a split part-way (from another tenancy's last commit)."""
+    completed: set[str] = attrs.field(factory=set)
+    """Splits whose completing commit landed."""
     holders: dict[str, str] = attrs.field(factory=dict)
     """split id -> the worker whose handler runs it now."""
     watermarks: dict[str, int] = attrs.field(factory=dict)
@@ -203,6 +205,10 @@ def make_handler(
                 step_end = min(position + batch, end)
                 if poison(split.id) and position <= (start + end) // 2 < step_end:
                     stats.poison_hits += 1
+                    stats.log(
+                        f"{worker}: {split.id} hit a malformed record; the handler raises and "
+                        "the split consumes an attempt"
+                    )
                     raise PoisonRecord(f"record {(start + end) // 2} of {split.id} is malformed")
                 for index in range(position, step_end):
                     fold = fold.add(dataset.value(index))
@@ -219,6 +225,8 @@ def make_handler(
                     raise
                 stats.commits += 1
                 stats.watermarks[split.id] = position - start
+                if position >= end:
+                    stats.completed.add(split.id)
         except trio.Cancelled:
             stats.cancelled += 1
             raise

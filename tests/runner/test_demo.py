@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from spate.demo.fleet import DemoOptions, run_demo
+from spate.demo.view import PlainView, print_result
+from spate.events import AllComplete
+
+
+async def test_the_demo_without_chaos_completes_and_checks_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    lines: list[str] = []
+    result = await run_demo(
+        DemoOptions(workers=3, splits=12, seed=5, chaos=False, duration=10),
+        PlainView(lines.append),
+    )
+    assert result.ok, result.problems
+    assert isinstance(result.verdict, AllComplete)
+    assert result.splits_checked == 12
+    assert result.replayed == 0
+
+
+async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    lines: list[str] = []
+    result = await run_demo(
+        DemoOptions(workers=4, splits=24, seed=1, chaos=True, duration=10),
+        PlainView(lines.append),
+    )
+    print_result(result, lines.append)
+    print("\n".join(lines))
+    assert result.ok, result.problems
+    assert isinstance(result.verdict, AllComplete)
+    assert result.requeued  # the poison split was quarantined, then requeued and finished
+    assert result.faults["partition"] == 1
+    assert result.faults["freeze"] == 1
+    assert result.handover_seconds
+    assert result.late_writes.get("refused", 0) >= 1
