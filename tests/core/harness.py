@@ -12,11 +12,12 @@ import trio
 
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
+from spate.errors import Fenced
 from spate.events import Event, Gained, Progress, RevokeRequested
 from spate.metrics import MetricsHooks
 from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import Keys, ProgressRecord, decode
-from spate.store import Keyspace, Revision, SnapshotDone, Store, WriteResult
+from spate.store import Delete, Keyspace, Put, Revision, SnapshotDone, Store, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
 
 TTL = 9.0
@@ -195,8 +196,11 @@ async def complete_on_gain(worker: Worker, event: Event) -> None:
 async def cooperative(worker: Worker, event: Event) -> None:
     """An event handler that hands a revoked split back at once (after committing 7)."""
     if isinstance(event, RevokeRequested):
-        await worker.c.commit(event.split, Progress(7, b"st"))
-        await worker.c.release([event.split])
+        try:
+            await worker.c.commit(event.split, Progress(7, b"st"))
+            await worker.c.release([event.split])
+        except Fenced:
+            pass  # already gone (a repeated request, or lost meanwhile)
 
 
 def client(server: MemoryServer) -> MemoryStore:
@@ -286,7 +290,12 @@ class HookStore:
         live = False
         async for event in events:
             gate = self.durable_gate if keyspace is Keyspace.DURABLE else self.ephemeral_gate
-            key = getattr(event, "key", None) or getattr(getattr(event, "entry", None), "key", "")
+            if isinstance(event, Delete):
+                key = event.key
+            elif isinstance(event, Put):
+                key = event.entry.key
+            else:
+                key = ""
             if live and gate is not None and key.startswith(self.gate_prefix):
                 await gate.wait()
             live = live or isinstance(event, SnapshotDone)
