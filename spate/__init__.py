@@ -29,6 +29,7 @@ from spate.events import (
 )
 from spate.metrics import Gauges, MetricsHooks
 from spate.plan import Plan, PlanContext, SplitSpec
+from spate.worker import SplitHandle, Verdict, run_worker
 
 __all__ = [
     "AllComplete",
@@ -49,11 +50,14 @@ __all__ = [
     "Quarantined",
     "RevokeRequested",
     "SpateError",
+    "SplitHandle",
     "SplitSpec",
     "Stalled",
     "StoreError",
     "StoreUnavailable",
     "ValueTooLarge",
+    "Verdict",
     "__version__",
     "open_coordinator",
+    "run_worker",
 ]

@@ -1,0 +1,287 @@
+"""run_worker and SplitHandle under MockClock: what a handler sees when the fleet moves."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import spate
+from spate.records import Keys, ProgressRecord, decode
+from spate.store import Keyspace, Store
+from spate_stores.memory import MemoryServer, MemoryStore
+from spate_testing.faults import FaultyStore
+
+TTL = 9.0
+JOB = "job"
+KEYS = Keys(JOB)
+
+
+def config(**overrides: Any) -> spate.Config:
+    base: dict[str, Any] = {
+        "op_timeout": 1.0,
+        "reconcile_interval": 5.0,
+        "rebalance_delay": 0.0,
+        "drain_deadline": 3.0,
+        "planner_thread": False,
+    }
+    base.update(overrides)
+    return spate.Config(**base)
+
+
+def planner(count: int) -> Callable[[spate.PlanContext], spate.Plan]:
+    def plan(ctx: spate.PlanContext) -> spate.Plan:
+        return spate.Plan([spate.SplitSpec(f"s{i:02d}", b"", 1) for i in range(count)], final=True)
+
+    return plan
+
+
+def client(server: MemoryServer) -> MemoryStore:
+    return MemoryStore(server=server, ephemeral_ttl=TTL)
+
+
+async def progress_of(store: Store, split: str) -> ProgressRecord:
+    entry = await store.get(Keyspace.DURABLE, KEYS.split(split))
+    assert entry is not None
+    return decode(ProgressRecord, entry.key, entry.value)
+
+
+async def wait_until(condition: Callable[[], bool], within: float = 120.0) -> None:
+    # Polling reads best for ad-hoc conditions over several workers' state.
+    with trio.fail_after(within):
+        while not condition():  # noqa: ASYNC110
+            await trio.sleep(0.05)
+
+
+Handler = Callable[[spate.SplitHandle], Awaitable[None]]
+
+
+async def test_a_lost_splits_handler_is_cancelled_and_a_later_commit_raises_fenced(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    store = FaultyStore(client(server))
+    handles: list[spate.SplitHandle] = []
+    cancelled: list[str] = []
+
+    async def handle(split: spate.SplitHandle) -> None:
+        handles.append(split)
+        await split.commit(5, state=b"five")
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            cancelled.append(split.id)
+            raise
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                store,
+                job=JOB,
+                instance="a",
+                planner=planner(1),
+                handler=handle,
+                config=config(),
+                leave_deadline=0,
+            )
+        )
+        await wait_until(lambda: bool(handles))
+        await trio.sleep(1)
+        store.partition()  # no renewal lands any more: the worker must fence itself
+        await wait_until(lambda: cancelled == ["s00"], within=2 * TTL)
+        store.heal()
+        with pytest.raises(spate.Fenced):
+            await handles[0].commit(9, state=b"nine")
+        nursery.cancel_scope.cancel()
+    record = await progress_of(server_client := client(server), "s00")
+    assert (record.watermark, record.state) == (5, b"five")  # the later commit wrote nothing
+    await server_client.aclose()
+
+
+async def test_a_handler_that_returns_on_revoke_hands_back_and_nothing_replays(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    resumed_at: dict[str, int | None] = {}
+    returned: list[str] = []
+
+    def make_handler(name: str) -> Handler:
+        async def handle(split: spate.SplitHandle) -> None:
+            if name == "b":
+                resumed_at[split.id] = split.progress.watermark
+            position = split.progress.watermark or 0
+            while position < 1000:
+                await trio.sleep(0.1)
+                position += 1
+                await split.commit(position, completed=position == 1000)
+                if split.revoke_requested.is_set():
+                    returned.append(split.id)
+                    return
+
+        return handle
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="a",
+                planner=planner(4),
+                handler=make_handler("a"),
+                config=config(),
+            )
+        )
+        await trio.sleep(5)
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="b",
+                planner=planner(4),
+                handler=make_handler("b"),
+                config=config(),
+            )
+        )
+        await wait_until(lambda: len(resumed_at) == 2)
+        nursery.cancel_scope.cancel()
+    assert sorted(returned) == sorted(resumed_at)
+    observer = client(server)
+    for split, watermark in resumed_at.items():
+        assert watermark is not None
+        assert watermark > 0
+        record = await progress_of(observer, split)
+        assert record.attempts == 0  # a hand-back consumes no attempt
+
+
+async def test_a_handler_that_ignores_a_revocation_is_cancelled_at_the_drain_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    revoked_at: dict[str, float] = {}
+    cancelled_at: dict[str, float] = {}
+
+    async def stubborn(split: spate.SplitHandle) -> None:
+        async def note_revoke() -> None:
+            await split.revoke_requested.wait()
+            revoked_at[split.id] = trio.current_time()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(note_revoke)
+                await trio.sleep_forever()
+        finally:
+            cancelled_at[split.id] = trio.current_time()
+
+    async def idle(split: spate.SplitHandle) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="a",
+                planner=planner(4),
+                handler=stubborn,
+                config=config(),
+            )
+        )
+        await trio.sleep(5)
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="b",
+                planner=planner(4),
+                handler=idle,
+                config=config(),
+            )
+        )
+        await wait_until(lambda: len(cancelled_at) == 2 and len(revoked_at) == 2)
+        nursery.cancel_scope.cancel()
+    for split, revoked in revoked_at.items():
+        waited = cancelled_at[split] - revoked
+        assert 3.0 <= waited <= 3.0 + TTL / 3 + 1.0  # the drain deadline, plus a heartbeat
+
+
+async def test_a_raising_handler_fails_its_split_and_the_worker_keeps_going(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MemoryServer()
+
+    async def handle(split: spate.SplitHandle) -> None:
+        if split.id == "s01":
+            raise ValueError("bad record 17")
+        await split.commit(10, completed=True)
+
+    verdict = await spate.run_worker(
+        client(server),
+        job=JOB,
+        instance="a",
+        planner=planner(4),
+        handler=handle,
+        config=config(max_attempts=2),
+    )
+    assert verdict == spate.Stalled(completed=3, quarantined=1)
+    record = await progress_of(client(server), "s01")
+    assert record.attempts == 2
+    assert any("s01" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_expiry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    holders: dict[str, str] = {}
+
+    def make_handler(name: str) -> Handler:
+        async def handle(split: spate.SplitHandle) -> None:
+            holders[split.id] = name
+            await trio.sleep_forever()
+
+        return handle
+
+    leave = trio.CancelScope()
+    left_at: list[float] = []
+
+    async def leaving_worker() -> None:
+        with leave:
+            await spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="a",
+                planner=planner(6),
+                handler=make_handler("a"),
+                config=config(),
+            )
+        left_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leaving_worker)
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="b",
+                planner=planner(6),
+                handler=make_handler("b"),
+                config=config(),
+            )
+        )
+        await wait_until(lambda: len(holders) == 6 and set(holders.values()) == {"a", "b"})
+        await trio.sleep(2)
+        started = trio.current_time()
+        leave.cancel()
+        await wait_until(lambda: set(holders.values()) == {"b"})
+        handed_over = trio.current_time() - started
+        await wait_until(lambda: bool(left_at))
+        nursery.cancel_scope.cancel()
+    assert handed_over < TTL / 3  # well before any lease could have expired
+    # run_worker returned only once the splits were held elsewhere
+    assert left_at[0] - started >= handed_over - 0.1
+    observer = client(server)
+    for split in holders:
+        assert (await progress_of(observer, split)).attempts == 0
