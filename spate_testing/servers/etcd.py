@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -384,6 +385,8 @@ class EtcdServer:
         if self._process is None:
             return
         if self._process.poll() is None:
+            if hasattr(signal, "SIGCONT"):
+                self._process.send_signal(signal.SIGCONT)  # a paused etcd cannot exit
             self._process.terminate()
             try:
                 self._process.wait(_STOP_TIMEOUT)
@@ -395,6 +398,18 @@ class EtcdServer:
     def stop_sync(self) -> None:
         """Stop etcd gracefully (SIGTERM, then SIGKILL after 10 s); keeps the data directory."""
         self._kill()
+
+    def pause_sync(self) -> None:
+        """Freeze etcd (SIGSTOP, POSIX only): connections stay open but nothing answers."""
+        if self._process is None:
+            raise EtcdServerError("etcd is not running")
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume_sync(self) -> None:
+        """Thaw a paused etcd (SIGCONT)."""
+        if self._process is None:
+            raise EtcdServerError("etcd is not running")
+        self._process.send_signal(signal.SIGCONT)
 
     async def start(self) -> None:
         """:meth:`start_sync` from a Trio task."""
