@@ -1,0 +1,88 @@
+"""The public surface of ``spate``: what is exported, and that importing it stays light."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import spate
+
+PUBLIC = {
+    # the coordinator and the high-level runner
+    "open_coordinator",
+    "Coordinator",
+    "run_worker",
+    "SplitHandle",
+    "Verdict",
+    # configuration and planning
+    "Config",
+    "Plan",
+    "PlanContext",
+    "SplitSpec",
+    # progress and events
+    "Progress",
+    "Event",
+    "Gained",
+    "Lost",
+    "RevokeRequested",
+    "Quarantined",
+    "AllComplete",
+    "Stalled",
+    # metrics hooks
+    "MetricsHooks",
+    "Gauges",
+    # errors
+    "SpateError",
+    "StoreError",
+    "ValueTooLarge",
+    "StoreUnavailable",
+    "Fenced",
+    "FatalCoordinationError",
+    "ConfigError",
+    "PlanError",
+    "__version__",
+}
+
+
+def test_all_is_exactly_the_public_surface() -> None:
+    # Adding or removing a public name is a decision: update this set with it.
+    assert set(spate.__all__) == PUBLIC
+    assert len(spate.__all__) == len(set(spate.__all__))
+    for name in spate.__all__:
+        assert hasattr(spate, name), name
+
+
+def test_public_names_are_documented_and_defined_in_a_private_home() -> None:
+    for name in sorted(PUBLIC - {"__version__", "Event", "Verdict"}):
+        obj = getattr(spate, name)
+        assert inspect.getdoc(obj), f"spate.{name} has no docstring"
+        assert obj.__module__.startswith("spate."), name
+
+
+def test_errors_form_one_hierarchy() -> None:
+    for name in ("StoreError", "StoreUnavailable", "Fenced", "FatalCoordinationError"):
+        assert issubclass(getattr(spate, name), spate.SpateError)
+    assert issubclass(spate.ConfigError, spate.SpateError)
+    assert issubclass(spate.PlanError, spate.SpateError)
+    assert issubclass(spate.ValueTooLarge, spate.StoreError)
+
+
+def test_events_and_progress_are_frozen_values() -> None:
+    progress = spate.Progress(5, b"s", completed=True)
+    assert progress == spate.Progress(watermark=5, state=b"s", completed=True)
+    gained = spate.Gained("a", 1, progress, b"d", 2)
+    assert hash(gained) == hash(spate.Gained("a", 1, progress, b"d", 2))
+    assert spate.Lost("a").reason == ""
+    assert spate.Stalled(completed=1, quarantined=2).quarantined == 2
+
+
+def test_importing_spate_stays_light() -> None:
+    code = (
+        "import sys, spate; "
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('httpx', 'rich', 'trio_websocket')"
+        " or m.startswith('opentelemetry.sdk')]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
