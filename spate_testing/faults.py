@@ -26,26 +26,38 @@ The faults, and the real-world event each one stands for:
 ``silent_expiry``
     Expiries do not reach watchers (NATS before 2.11): Delete events for ephemeral keys that
     this client did not delete itself are dropped. Capabilities say so honestly.
+``spike_rate`` / ``spike_latency``
+    Now and then a call stalls for ``spike_latency`` seconds before it reaches the store (a
+    slow disk, a leader election): set it beyond the lease to starve renewals.
+``late_rate`` / ``late_delay``
+    A write times out for its caller (StoreUnavailable at once) yet lands ``late_delay``
+    seconds later, after the caller has moved on: the request was still in the network.
+    Needs a nursery to run in (:meth:`FaultyStore.attach`); without one it never fires.
+``replay_rate``
+    After a live event, a watch re-delivers the last few live events again (a resumed watch
+    replaying from an older revision): stale echoes the caller must recognise by revision.
 """
 
 from __future__ import annotations
 
 import collections
 import random
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import attrs
 import trio
 
-from spate.errors import StoreUnavailable
+from spate.errors import StoreError, StoreUnavailable
 from spate.store import (
     Capabilities,
     Delete,
     Entry,
     Keyspace,
+    Lost,
     Revision,
+    SnapshotDone,
     Store,
     WatchEvent,
     Won,
@@ -66,14 +78,31 @@ class FaultRates:
     latency: float = 0.0
     """Seconds added before every call reaches the store."""
     silent_expiry: bool = False
+    spike_rate: float = 0.0
+    spike_latency: float = 0.0
+    """Seconds a latency spike stalls a call."""
+    late_rate: float = 0.0
+    late_delay: float = 0.0
+    """Seconds after its caller gave up that a late write lands."""
+    replay_rate: float = 0.0
 
     def __attrs_post_init__(self) -> None:
-        for name in ("unavailable_rate", "maybe_landed_rate", "duplicate_rate", "watch_drop_rate"):
+        for name in (
+            "unavailable_rate",
+            "maybe_landed_rate",
+            "duplicate_rate",
+            "watch_drop_rate",
+            "spike_rate",
+            "late_rate",
+            "replay_rate",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], not {value!r}")
-        if self.latency < 0:
-            raise ValueError(f"latency must be >= 0 seconds, not {self.latency!r}")
+        for name in ("latency", "spike_latency", "late_delay"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, not {value!r}")
 
 
 class FaultyStore:
@@ -106,6 +135,10 @@ class FaultyStore:
         self._own_deletes: set[tuple[str, Revision]] = set()
         self.injected: collections.Counter[str] = collections.Counter()
         """How many faults of each kind were injected."""
+        self._nursery: trio.Nursery | None = None
+        self.late_writes: collections.Counter[str] = collections.Counter()
+        """Writes that waited out a freeze, by outcome: ``refused`` (the condition no longer
+        held: a zombie's stale write, fenced by the store) or ``landed``."""
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.name or self.inner!r})"
@@ -138,6 +171,10 @@ class FaultyStore:
         """End the partition."""
         self._partitioned = False
 
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Run late writes (``late_rate``) in ``nursery``; it must outlive this wrapper's use."""
+        self._nursery = nursery
+
     # -- the contract -------------------------------------------------------------------
 
     @property
@@ -167,10 +204,15 @@ class FaultyStore:
     def _roll(self, rate: float) -> bool:
         return rate > 0.0 and self.rng.random() < rate
 
-    async def _gate(self, what: str) -> None:
+    async def _gate(self, what: str) -> bool:
+        """Apply latency, freeze and partition; True if the call waited out a freeze."""
         if self.rates.latency > 0:
             await trio.sleep(self.rates.latency)
-        if not self._thawed.is_set():
+        if self._roll(self.rates.spike_rate):
+            self.injected["latency_spike"] += 1
+            await trio.sleep(self.rates.spike_latency)
+        waited = not self._thawed.is_set()
+        if waited:
             # A stopped process cannot time out its own requests: they reach the store when
             # it wakes, whatever deadline the caller set. That late write is what fencing is for.
             with trio.CancelScope(shield=True):
@@ -180,6 +222,11 @@ class FaultyStore:
         if self._roll(self.rates.unavailable_rate):
             self.injected["unavailable"] += 1
             raise StoreUnavailable(f"{self!r}: injected unavailability during {what}")
+        return waited
+
+    def _late(self, waited: bool, result: WriteResult) -> None:
+        if waited:
+            self.late_writes["refused" if isinstance(result, Lost) else "landed"] += 1
 
     def _maybe_lose_reply(self, what: str) -> None:
         if self._roll(self.rates.maybe_landed_rate):
@@ -197,31 +244,70 @@ class FaultyStore:
         return await self.inner.list(keyspace, prefix)
 
     async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        """Delegate after the gate; the reply may be lost."""
-        await self._gate("create")
-        result = await self.inner.create(keyspace, key, value)
-        self._maybe_lose_reply("create")
-        return result
+        """Delegate after the gate; the reply may be lost, or the write land late."""
+        return await self._write(
+            "create", keyspace, key, lambda: self.inner.create(keyspace, key, value)
+        )
 
     async def update(
         self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
     ) -> WriteResult:
-        """Delegate after the gate; the reply may be lost."""
-        await self._gate("update")
-        result = await self.inner.update(keyspace, key, value, expected)
-        self._maybe_lose_reply("update")
-        return result
+        """Delegate after the gate; the reply may be lost, or the write land late."""
+        return await self._write(
+            "update", keyspace, key, lambda: self.inner.update(keyspace, key, value, expected)
+        )
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None
     ) -> WriteResult:
-        """Delegate after the gate; the reply may be lost."""
-        await self._gate("delete")
-        result = await self.inner.delete(keyspace, key, expected)
-        if keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
-            self._own_deletes.add((key, result.revision))
-        self._maybe_lose_reply("delete")
+        """Delegate after the gate; the reply may be lost, or the write land late."""
+        return await self._write(
+            "delete", keyspace, key, lambda: self.inner.delete(keyspace, key, expected)
+        )
+
+    async def _write(
+        self,
+        what: str,
+        keyspace: Keyspace,
+        key: str,
+        call: Callable[[], Awaitable[WriteResult]],
+    ) -> WriteResult:
+        waited = await self._gate(what)
+        if self._nursery is not None and self._roll(self.rates.late_rate):
+            self.injected["late_landing"] += 1
+            self._nursery.start_soon(self._land_late, what, keyspace, key, call)
+            raise StoreUnavailable(
+                f"{self!r}: injected timeout during {what} (the write lands "
+                f"{self.rates.late_delay:g} s later)"
+            )
+        if waited:
+            # The request left before the stop; the caller's deadline cannot recall it.
+            with trio.CancelScope(shield=True):
+                result = await call()
+        else:
+            result = await call()
+        self._note_delete(what, keyspace, key, result)
+        self._late(waited, result)
+        self._maybe_lose_reply(what)
         return result
+
+    async def _land_late(
+        self,
+        what: str,
+        keyspace: Keyspace,
+        key: str,
+        call: Callable[[], Awaitable[WriteResult]],
+    ) -> None:
+        await trio.sleep(self.rates.late_delay)
+        try:
+            result = await call()
+        except StoreError:
+            return  # the store closed (or failed) before the late write arrived
+        self._note_delete(what, keyspace, key, result)
+
+    def _note_delete(self, what: str, keyspace: Keyspace, key: str, result: WriteResult) -> None:
+        if what == "delete" and keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
+            self._own_deletes.add((key, result.revision))
 
     def watch(self, keyspace: Keyspace, prefix: str) -> Any:
         """The inner watch, with drops, duplicates, silent expiry, freeze and partition."""
@@ -241,6 +327,8 @@ class FaultyStore:
     async def _filter(
         self, keyspace: Keyspace, events: AsyncIterator[WatchEvent], generation: int
     ) -> AsyncGenerator[WatchEvent, None]:
+        recent: collections.deque[WatchEvent] = collections.deque(maxlen=4)
+        live = False
         async for event in events:
             await self._thawed.wait()
             if self._partitioned or self._partition_generation != generation:
@@ -256,6 +344,15 @@ class FaultyStore:
                 self.injected["silent_expiry"] += 1
                 continue
             yield event
+            if isinstance(event, SnapshotDone):
+                live = True
+                continue
             if self._roll(self.rates.duplicate_rate):
                 self.injected["duplicate"] += 1
                 yield event
+            if live:
+                recent.append(event)
+                if self._roll(self.rates.replay_rate):
+                    self.injected["replay"] += 1
+                    for old in list(recent)[-self.rng.randint(1, len(recent)) :]:
+                        yield old
