@@ -14,11 +14,13 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import trio
 
 from spate.errors import StoreError
+from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.etcd._config import EtcdConfig
 from spate_stores.etcd._errors import gateway_error, transport_error
 from spate_stores.etcd._wire import ErrorKind, GatewayError, classify_error
@@ -48,6 +50,8 @@ class Gateway:
     def __init__(self, config: EtcdConfig) -> None:
         self.config = config
         self.endpoint = config.endpoint
+        parts = urlsplit(config.endpoint)
+        self._server = server_endpoint(parts.hostname or "", parts.port)
         self._client: httpx.AsyncClient | None = None
         self._ssl: ssl.SSLContext | None = None
         self._token: str | None = None
@@ -130,8 +134,16 @@ class Gateway:
         """POST ``body`` to ``path`` and return the reply.
 
         Raises StoreUnavailable / StoreError (mapped), or :class:`ReplyError` for a lease
-        that is gone or a compacted revision (the caller recovers from those).
+        that is gone or a compacted revision (the caller recovers from those). Each call is a
+        client span (``txn``, ``range``...) beneath the spate span that made it.
         """
+        operation = path.rsplit("/", 1)[-1]
+        with client_span(
+            "etcd", operation, server=self._server, namespace=self.config.namespace or None
+        ):
+            return await self._call(path, body, doing=doing)
+
+    async def _call(self, path: str, body: Json, *, doing: str) -> Json:
         for attempt in range(2):
             token = self._token
             try:
