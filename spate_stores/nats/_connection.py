@@ -48,7 +48,7 @@ from spate_stores.nats._protocol import (
     encode_unsub,
 )
 from spate_stores.nats._transport import (
-    TcpTransport,
+    SocketTransport,
     Transport,
     TransportError,
     WebSocketTransport,
@@ -142,7 +142,8 @@ class NatsConnection:
         self._tokens = itertools.count(1)
         self._inbox = f"_INBOX.{secrets.token_hex(11)}"
         self._outbuf = bytearray()
-        self._flushing = False
+        self._writer_busy = False
+        self._writer_wakeup = trio.Event()
         self._pings_outstanding = 0
         self._parser = Parser()
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
@@ -173,8 +174,12 @@ class NatsConnection:
         return self._transport is not None and self._loss is None
 
     def new_inbox(self) -> str:
-        """A fresh subject nobody else subscribes to (for JetStream deliveries)."""
-        return f"{self._inbox}.s{next(self._tokens)}"
+        """A fresh subject nobody else subscribes to (for JetStream deliveries).
+
+        It has two tokens after the inbox prefix, so the request wildcard ``<inbox>.*`` does
+        not match it and deliveries are never mistaken for replies.
+        """
+        return f"{self._inbox}.d.{next(self._tokens)}"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -294,6 +299,8 @@ class NatsConnection:
                     else:
                         self.reconnects += 1
                         log.info("reconnected to %s", self.options.url)
+                    self._writer_wakeup = trio.Event()
+                    nursery.start_soon(self._writer, transport)
                     nursery.start_soon(self._ping_loop)
                     await self._read_loop(transport)
         if transport is not None:
@@ -333,15 +340,16 @@ class NatsConnection:
                     nursery, options.host, options.port, context
                 )
             else:
-                transport = await TcpTransport.connect(options.host, options.port)
+                transport = await SocketTransport.connect(options.host, options.port)
             try:
-                await self._handshake(transport)
+                transport = await self._handshake(transport)
             except BaseException:
                 await transport.aclose()
                 raise
         return transport
 
-    async def _handshake(self, transport: Transport) -> None:
+    async def _handshake(self, transport: Transport) -> Transport:
+        """INFO, TLS upgrade if needed, CONNECT, PING/PONG, subscriptions; the transport to use."""
         options = self.options
         self._parser = parser = Parser()
         info: dict[str, Any] | None = None
@@ -358,11 +366,11 @@ class NatsConnection:
                 else:
                     raise ProtocolError(f"expected INFO first, got {event!r}")
         self._info = dict(info)
-        if isinstance(transport, TcpTransport) and (options.tls or info.get("tls_required")):
+        if isinstance(transport, SocketTransport) and (options.tls or info.get("tls_required")):
             if early or parser.buffered:
                 raise ProtocolError("the server sent data after INFO before the TLS upgrade")
             try:
-                await transport.start_tls(options.ssl_context(), options.host)
+                transport = await transport.start_tls(options.ssl_context(), options.host)
             except TransportError as exc:
                 if "certificate" in str(exc).lower():
                     raise TlsVerificationFailed(str(exc)) from exc
@@ -397,7 +405,7 @@ class NatsConnection:
                     # Subscriptions go out before anything else on this connection, so a
                     # request written after this cannot overtake its own reply subscription.
                     await transport.send_all(b"".join(subs))
-                    return
+                    return transport
                 if isinstance(event, Info):
                     self._info.update(event.data)
                 elif isinstance(event, Ping):
@@ -429,7 +437,7 @@ class NatsConnection:
                 if type(event) is Msg:
                     self._deliver(event)
                 elif isinstance(event, Ping):
-                    await self._write(encode_pong(), quiet=True)
+                    self._send(encode_pong(), quiet=True)
                 elif isinstance(event, Pong):
                     self._pings_outstanding = 0
                 elif isinstance(event, Info):
@@ -441,9 +449,11 @@ class NatsConnection:
 
     def _deliver(self, msg: Msg) -> None:
         if msg.sid == _INBOX_SID:
-            pending = self._pending.get(msg.subject[len(self._inbox) + 1 :])
-            if pending is not None:
-                pending.resolve(msg)
+            prefix, _, token = msg.subject.rpartition(".")
+            if prefix == self._inbox:
+                pending = self._pending.get(token)
+                if pending is not None:
+                    pending.resolve(msg)
             return
         sub = self._subs.get(msg.sid)
         if sub is not None:
@@ -472,16 +482,17 @@ class NatsConnection:
                 self._lose(TransportError("the server stopped answering PINGs"))
                 return
             self._pings_outstanding += 1
-            await self._write(encode_ping(), quiet=True)
+            self._send(encode_ping(), quiet=True)
 
     # -- sending ---------------------------------------------------------------------------
 
-    async def _write(self, data: bytes, *, quiet: bool = False) -> None:
-        """Queue ``data`` and make sure someone is flushing the queue.
+    def _send(self, data: bytes, *, quiet: bool = False) -> None:
+        """Hand ``data`` to the connection: written now if the kernel takes it, else queued.
 
-        The first writer flushes for everyone (later writers just append), inside a shield:
-        a send cancelled halfway would leave half an operation on the wire and break the
-        stream for every other user of the connection.
+        Synchronous on purpose: a caller cancelled mid-write can never leave half an operation
+        on the wire (which would break the stream for every other user of the connection).
+        What the kernel does not take at once goes to the writer task, in order. Raises
+        StoreUnavailable (unless ``quiet``) when the connection is down: nothing was sent.
         """
         transport = self._transport
         if transport is None or self._loss is not None:
@@ -491,28 +502,38 @@ class NatsConnection:
                 f"the connection to NATS at {self.options.url} is down ({self._last_loss}); "
                 "nothing was sent"
             )
-        self._outbuf += data
-        if self._flushing:
-            await trio.lowlevel.checkpoint()
-            return
-        self._flushing = True
-        try:
-            with trio.CancelScope(shield=True):
-                while self._outbuf and self._transport is transport and self._loss is None:
-                    chunk = bytes(self._outbuf)
-                    self._outbuf.clear()
-                    await transport.send_all(chunk)
-        except TransportError as exc:
-            self._lose(exc)
-            if not quiet:
+        if not self._outbuf and not self._writer_busy:
+            try:
+                sent = transport.try_send(data)
+            except TransportError as exc:
+                self._lose(exc)
+                if quiet:
+                    return
                 raise StoreUnavailable(
                     f"the connection to NATS at {self.options.url} broke while sending ({exc})"
                 ) from None
-        finally:
-            self._flushing = False
+            if sent == len(data):
+                return
+            data = data[sent:]
+        self._outbuf += data
+        self._writer_wakeup.set()
 
-    async def _write_quietly(self, data: bytes) -> None:
-        await self._write(data, quiet=True)
+    async def _writer(self, transport: Transport) -> None:
+        """Write whatever the kernel did not take at once (and everything, for TLS/WebSocket)."""
+        while True:
+            await self._writer_wakeup.wait()
+            self._writer_wakeup = trio.Event()
+            self._writer_busy = True
+            try:
+                while self._outbuf and self._loss is None:
+                    chunk = bytes(self._outbuf)
+                    self._outbuf.clear()
+                    await transport.send_all(chunk)
+            except TransportError as exc:
+                self._lose(exc)
+                return
+            finally:
+                self._writer_busy = False
 
     async def wait_connected(self, deadline: float) -> None:
         """Return once connected; StoreUnavailable at ``deadline``, StoreError if closed."""
@@ -536,12 +557,14 @@ class NatsConnection:
     ) -> None:
         """Send a message without waiting for anything (fire and forget)."""
         await self.wait_connected(trio.current_time() + self.options.timeout)
-        await self._write(encode_pub(subject, payload, headers=headers))
+        self._send(encode_pub(subject, payload, headers=headers))
+        await trio.lowlevel.checkpoint()
 
     async def publish_if_connected(self, subject: str, payload: bytes = b"") -> None:
         """Send a message now if connected, else drop it (for best-effort cleanup)."""
         if self.connected:
-            await self._write(encode_pub(subject, payload), quiet=True)
+            self._send(encode_pub(subject, payload), quiet=True)
+        await trio.lowlevel.checkpoint()
 
     async def request(
         self,
@@ -563,7 +586,7 @@ class NatsConnection:
         pending = _Pending(subject)
         self._pending[token] = pending
         try:
-            await self._write(
+            self._send(
                 encode_pub(subject, payload, reply=f"{self._inbox}.{token}", headers=headers)
             )
             with trio.move_on_at(deadline):
@@ -586,7 +609,8 @@ class NatsConnection:
         sub = Subscription(next(self._sids), subject, receive, send)
         self._subs[sub.sid] = sub
         if self.connected:
-            await self._write(encode_sub(subject, sub.sid), quiet=True)
+            self._send(encode_sub(subject, sub.sid), quiet=True)
+        await trio.lowlevel.checkpoint()
         return sub
 
     async def unsubscribe(self, sub: Subscription) -> None:
@@ -595,11 +619,5 @@ class NatsConnection:
             return
         sub.send.close()
         if self.connected:
-            await self._write(encode_unsub(sub.sid), quiet=True)
-
-    def close_subscription_soon(self, sub: Subscription) -> None:
-        """Forget a subscription without awaiting (for cleanup paths that cannot wait)."""
-        if self._subs.pop(sub.sid, None) is not None:
-            sub.send.close()
-            if self._nursery is not None and not self._closed:
-                self._nursery.start_soon(self._write_quietly, encode_unsub(sub.sid))
+            self._send(encode_unsub(sub.sid), quiet=True)
+        await trio.lowlevel.checkpoint()

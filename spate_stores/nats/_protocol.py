@@ -18,6 +18,7 @@ Wire facts this follows (checked against nats-server 2.9, 2.11 and 2.15):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, TypeAlias
 
@@ -309,9 +310,12 @@ class Parser:
 # -- commands -----------------------------------------------------------------------------
 
 
+_WHITESPACE = re.compile(rb"[ \t\r\n]")
+
+
 def _check_token(value: str, what: str) -> bytes:
     encoded = value.encode()
-    if not encoded or any(c in b" \t\r\n" for c in encoded):
+    if not encoded or _WHITESPACE.search(encoded):
         raise ValueError(f"{what} {value!r} must be non-empty and contain no whitespace")
     return encoded
 

@@ -36,12 +36,11 @@ from spate.store import (
 from spate_stores.nats._bucket import Bucket, ensure_bucket
 from spate_stores.nats._connection import NatsConnection
 from spate_stores.nats._jetstream import (
-    EXPECTED_LAST_SUBJECT_SEQUENCE,
-    KV_OPERATION,
     ApiError,
     JetStream,
     StoredMessage,
     WrongLastSequence,
+    expect_sequence,
 )
 from spate_stores.nats._keys import bucket_name, encode_key
 from spate_stores.nats._options import StoreOptions, parse_url
@@ -213,9 +212,7 @@ class NatsStore:
         subject = bucket.subject_prefix + encode_key(key)
         return await self._jetstream().last_message(bucket.stream, subject, direct=bucket.direct)
 
-    async def _write(
-        self, bucket: Bucket, key: str, value: bytes, headers: list[tuple[str, str]]
-    ) -> int:
+    async def _write(self, bucket: Bucket, key: str, value: bytes, headers: bytes) -> int:
         try:
             return await self._jetstream().publish(
                 bucket.subject_prefix + encode_key(key), value, headers
@@ -251,9 +248,7 @@ class NatsStore:
         expected = 0
         for _ in range(_MAX_ATTEMPTS):
             try:
-                sequence = await self._write(
-                    bucket, key, value, [(EXPECTED_LAST_SUBJECT_SEQUENCE, str(expected))]
-                )
+                sequence = await self._write(bucket, key, value, expect_sequence(expected))
             except WrongLastSequence:
                 current = await self._last(bucket, key)
                 if current is not None and not current.tombstone:
@@ -278,9 +273,7 @@ class NatsStore:
         if not isinstance(expected, int) or expected < 1:
             return Lost()
         try:
-            sequence = await self._write(
-                bucket, key, value, [(EXPECTED_LAST_SUBJECT_SEQUENCE, str(expected))]
-            )
+            sequence = await self._write(bucket, key, value, expect_sequence(expected))
         except WrongLastSequence:
             return Lost()
         return Won(sequence)
@@ -308,9 +301,8 @@ class NatsStore:
     async def _delete_at(self, bucket: Bucket, key: str, expected: Revision) -> WriteResult:
         if not isinstance(expected, int) or expected < 1:
             return Lost()
-        headers = [(KV_OPERATION, "DEL"), (EXPECTED_LAST_SUBJECT_SEQUENCE, str(expected))]
         try:
-            return Won(await self._write(bucket, key, b"", headers))
+            return Won(await self._write(bucket, key, b"", expect_sequence(expected, delete=True)))
         except WrongLastSequence:
             return Lost()
 

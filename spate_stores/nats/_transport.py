@@ -9,13 +9,20 @@ exception to translate.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from typing import Protocol
 
 import trio
 import trio_websocket
 
-__all__ = ["TcpTransport", "Transport", "TransportError", "WebSocketTransport"]
+__all__ = [
+    "SocketTransport",
+    "StreamTransport",
+    "Transport",
+    "TransportError",
+    "WebSocketTransport",
+]
 
 _RECEIVE_SIZE = 256 * 1024
 # nats-server frames can carry a whole max_payload message plus its headers and more ops.
@@ -28,6 +35,10 @@ class TransportError(Exception):
 
 class Transport(Protocol):
     """A bidirectional byte stream to one server."""
+
+    def try_send(self, data: bytes) -> int:
+        """Send what can be sent without waiting; how many bytes that was (maybe 0)."""
+        ...
 
     async def send_all(self, data: bytes) -> None:
         """Send every byte of ``data``; raises TransportError if the stream broke."""
@@ -42,30 +53,101 @@ class Transport(Protocol):
         ...
 
 
-class TcpTransport:
-    """A TCP stream that can be upgraded to TLS in place (NATS sends INFO in clear first)."""
+class SocketTransport:
+    """Plain TCP on a non-blocking socket, driven by ``trio.lowlevel.wait_readable/writable``.
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self._stream = stream
+    Why not :class:`trio.SocketStream`: it yields to the scheduler on every send and receive
+    (it must, to be a checkpoint), and a request/reply client that writes a small message and
+    then waits for the reply anyway pays for that on every round trip. Here a send completes
+    without yielding whenever the kernel takes the bytes at once (nearly always); callers
+    provide their own checkpoints.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._sock = sock
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> TcpTransport:
+    async def connect(cls, host: str, port: int) -> SocketTransport:
         """Open a TCP connection; raises TransportError if it cannot."""
         try:
             stream = await trio.open_tcp_stream(host, port)
         except OSError as exc:
             raise TransportError(f"cannot connect: {exc.strerror or exc}") from exc
-        return cls(stream)
+        # Take the socket over from trio (which set TCP_NODELAY and resolved the address).
+        return cls(socket.socket(fileno=stream.socket.detach()))
 
-    async def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> None:
-        """Upgrade the stream to TLS; raises TransportError if the handshake fails."""
-        stream = trio.SSLStream(self._stream, context, server_hostname=server_hostname)
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> StreamTransport:
+        """Hand the socket to a TLS stream and handshake; raises TransportError on failure."""
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(self._sock))
+        return await StreamTransport.start_tls(stream, context, server_hostname)
+
+    def try_send(self, data: bytes) -> int:
+        """Send what the kernel takes right now, without waiting."""
         try:
-            await stream.do_handshake()
+            return self._sock.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise TransportError(f"connection broken while sending: {exc}") from exc
+
+    async def send_all(self, data: bytes) -> None:
+        """Send every byte of ``data``, waiting only if the kernel's buffer is full."""
+        view = memoryview(data)
+        try:
+            while view:
+                try:
+                    sent = self._sock.send(view)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(self._sock)
+                    continue
+                view = view[sent:]
+        except (OSError, trio.ClosedResourceError) as exc:
+            raise TransportError(f"connection broken while sending: {exc}") from exc
+
+    async def receive_some(self) -> bytes:
+        """The next bytes received; ``b""`` at end of stream."""
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self._sock)
+                try:
+                    return self._sock.recv(_RECEIVE_SIZE)
+                except BlockingIOError:
+                    continue
+        except (OSError, trio.ClosedResourceError) as exc:
+            raise TransportError(f"connection broken while receiving: {exc}") from exc
+
+    async def aclose(self) -> None:
+        """Close the socket; a task waiting on it gets TransportError."""
+        if self._sock.fileno() != -1:
+            trio.lowlevel.notify_closing(self._sock)
+            self._sock.close()
+        await trio.lowlevel.checkpoint()
+
+
+class StreamTransport:
+    """A Trio stream (used for TLS: NATS sends INFO in clear, then the client upgrades)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+
+    @classmethod
+    async def start_tls(
+        cls, stream: trio.abc.Stream, context: ssl.SSLContext, server_hostname: str
+    ) -> StreamTransport:
+        """Wrap ``stream`` in TLS and handshake; raises TransportError if that fails."""
+        tls = trio.SSLStream(stream, context, server_hostname=server_hostname)
+        try:
+            await tls.do_handshake()
         except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+            await trio.aclose_forcefully(stream)
             raise TransportError(f"TLS handshake failed: {cause or exc}") from exc
-        self._stream = stream
+        return cls(tls)
+
+    def try_send(self, data: bytes) -> int:
+        """Nothing: a TLS stream only writes from the connection's writer task."""
+        return 0
 
     async def send_all(self, data: bytes) -> None:
         """Send every byte of ``data``."""
@@ -113,6 +195,10 @@ class WebSocketTransport:
         except trio_websocket.ConnectionClosed as exc:
             raise TransportError(f"the WebSocket closed during its handshake: {exc}") from exc
         return cls(ws)
+
+    def try_send(self, data: bytes) -> int:
+        """Nothing: WebSocket messages are only sent from the connection's writer task."""
+        return 0
 
     async def send_all(self, data: bytes) -> None:
         """Send ``data`` as one binary message."""

@@ -240,6 +240,10 @@ class KeyWatch:
                 return
             self._fruitless_resets = 0
             self._synced_at = trio.current_time()
+            if self._snapshot is not None:
+                # Idle means nothing is pending, even when the pending counts of deliveries
+                # racing with writes never showed 0.
+                self._finish_snapshot()
             return
         if status is not None:
             description = headers.description if headers is not None else ""
