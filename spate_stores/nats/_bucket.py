@@ -57,7 +57,7 @@ class Bucket:
 
 
 def _desired_config(
-    name: str, keyspace: Keyspace, ttl: float, namespace: str, markers: bool
+    name: str, keyspace: Keyspace, ttl: float, namespace: str, markers: bool, replicas: int
 ) -> dict[str, Any]:
     config: dict[str, Any] = {
         "name": f"KV_{name}",
@@ -70,7 +70,7 @@ def _desired_config(
         "max_msg_size": -1,
         "discard": "new",
         "storage": "file",
-        "num_replicas": 1,
+        "num_replicas": replicas,
         "deny_delete": True,
         "allow_rollup_hdrs": True,
         "allow_direct": True,
@@ -114,7 +114,7 @@ def _verify(
 
 
 async def ensure_bucket(
-    js: JetStream, name: str, keyspace: Keyspace, ttl: float, namespace: str
+    js: JetStream, name: str, keyspace: Keyspace, ttl: float, namespace: str, replicas: int = 1
 ) -> Bucket:
     """Create the bucket if it is missing, verify it if present, and describe it.
 
@@ -123,7 +123,7 @@ async def ensure_bucket(
     """
     stream = f"KV_{name}"
     markers_supported = js.connection.server_version >= _MARKERS_SINCE
-    desired = _desired_config(name, keyspace, ttl, namespace, markers_supported)
+    desired = _desired_config(name, keyspace, ttl, namespace, markers_supported, replicas)
     config = await _stream_config(js, stream)
     if config is None:
         try:

@@ -11,7 +11,8 @@ over TLS). Default ports: 4222 for TCP, 80 for ``ws``, 443 for ``wss``.
 Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral keyspace's TTL,
 at least 1), ``timeout`` (seconds per request, default 5), ``ca`` (a PEM file of CA certificates
 to verify the server with, instead of the system store), ``name`` (the client name the server
-shows in its monitoring). User, password and token are percent-decoded.
+shows in its monitoring), ``replicas`` (stream replicas of buckets this store creates: 1, 3 or
+5; default 1). User, password and token are percent-decoded.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _TRANSPORTS = {
     "nats+wss": ("ws", True),
 }
 _DEFAULT_PORTS = {("tcp", False): 4222, ("tcp", True): 4222, ("ws", False): 80, ("ws", True): 443}
-_PARAMS = {"namespace", "ttl", "timeout", "ca", "name"}
+_PARAMS = {"namespace", "ttl", "timeout", "ca", "name", "replicas"}
 
 
 @attrs.frozen(repr=False)
@@ -97,6 +98,8 @@ class StoreOptions:
     connect: ConnectOptions
     namespace: str = ""
     ttl: float = DEFAULT_TTL
+    replicas: int = 1
+    """Stream replicas for buckets this store creates (existing buckets keep theirs)."""
 
 
 def _number(query: dict[str, str], name: str, default: float, url: str) -> float:
@@ -163,7 +166,10 @@ def parse_url(url: str) -> StoreOptions:
         timeout=_number(query, "timeout", DEFAULT_TIMEOUT, redacted),
     )
     namespace = query["namespace"] if "namespace" in query else unquote(parts.path.strip("/"))
-    return StoreOptions(connect=connect, namespace=namespace, ttl=ttl)
+    replicas = query.get("replicas", "1")
+    if replicas not in ("1", "3", "5"):
+        raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {replicas!r}")
+    return StoreOptions(connect=connect, namespace=namespace, ttl=ttl, replicas=int(replicas))
 
 
 def _redact(url: str) -> str:

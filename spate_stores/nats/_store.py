@@ -16,10 +16,13 @@ landed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
-from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+import attrs
+
+from spate.errors import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import (
     Capabilities,
     Entry,
@@ -43,7 +46,7 @@ from spate_stores.nats._jetstream import (
     expect_sequence,
 )
 from spate_stores.nats._keys import bucket_name, encode_key
-from spate_stores.nats._options import StoreOptions, parse_url
+from spate_stores.nats._options import MIN_TTL, StoreOptions, parse_url
 from spate_stores.nats._watch import KeyWatch
 
 __all__ = ["HEADER_OVERHEAD", "NatsStore", "store_from_url"]
@@ -72,6 +75,11 @@ class NatsStore:
     """
 
     def __init__(self, options: StoreOptions, *, heartbeat: float | None = None) -> None:
+        if not (MIN_TTL <= options.ttl < math.inf):
+            raise ConfigError(
+                f"the ephemeral TTL must be at least {MIN_TTL:g} s on NATS (expiry markers have "
+                f"one-second granularity), not {options.ttl!r}"
+            )
         self._options = options
         self._heartbeat = heartbeat if heartbeat is not None else _heartbeat_for(options.ttl)
         self._stack: AsyncExitStack | None = None
@@ -102,8 +110,8 @@ class NatsStore:
         """
         options = parse_url(url)
         if namespace is not None or ttl is not None:
-            options = StoreOptions(
-                connect=options.connect,
+            options = attrs.evolve(
+                options,
                 namespace=options.namespace if namespace is None else namespace,
                 ttl=options.ttl if ttl is None else ttl,
             )
@@ -160,6 +168,7 @@ class NatsStore:
                     keyspace,
                     options.ttl,
                     options.namespace,
+                    options.replicas,
                 )
                 for keyspace in Keyspace
             }

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from spate.errors import ConfigError, StoreError
 from spate.store import Keyspace
-from spate_stores.nats import parse_url
+from spate_stores.nats import NatsStore, parse_url
 from spate_stores.nats._keys import bucket_name, decode_key, encode_key, prefix_filter
 from spate_stores.nats._watch import parse_ack_subject
 
@@ -111,6 +111,16 @@ def test_url_schemes(url: str, transport: str, tls: bool, port: int) -> None:
     assert (connect.transport, connect.tls, connect.port) == (transport, tls, port)
 
 
+def test_replicas_parameter() -> None:
+    assert parse_url("nats://h?replicas=3").replicas == 3
+    assert parse_url("nats://h").replicas == 1
+
+
+def test_store_refuses_a_ttl_below_one_second() -> None:
+    with pytest.raises(ConfigError, match="at least 1 s"):
+        NatsStore.from_url("nats://h", ttl=0.5)
+
+
 def test_namespace_parameter_overrides_the_path() -> None:
     assert parse_url("nats://h/a?namespace=b").namespace == "b"
 
@@ -125,6 +135,7 @@ def test_namespace_parameter_overrides_the_path() -> None:
         ("nats://h?ttl=soon", "positive number"),
         ("nats://h?timeout=-1", "positive number"),
         ("nats://h?colour=blue", "unknown parameter"),
+        ("nats://h?replicas=2", "replicas must be 1, 3 or 5"),
     ],
 )
 def test_bad_urls_say_what_is_wrong(url: str, message: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 
@@ -260,3 +262,26 @@ async def test_websocket_transport(spate_nats_server: NatsServer, namespace: str
     ):
         won = rev(await ws.create(DURABLE, "k", b"via websocket"))
         assert await tcp.get(DURABLE, "k") == Entry("k", b"via websocket", won)
+
+
+async def test_bucket_made_by_2_9_gets_expiry_markers_on_a_newer_server(
+    legacy_nats_server: NatsServer, namespace: str, tmp_path: Path
+) -> None:
+    old = NatsServer(binary=legacy_nats_server.binary, websocket=False, directory=tmp_path)
+    await trio.to_thread.run_sync(old.start)
+    try:
+        async with open_store(old.store_url(namespace, ttl=3)) as store:
+            assert store.capabilities.expiry_reaches_watchers is False
+            won = rev(await store.create(DURABLE, "kept", b"across the upgrade"))
+    finally:
+        await trio.to_thread.run_sync(old.stop)
+    new = NatsServer(websocket=False, directory=tmp_path)
+    if new.version < (2, 11):
+        pytest.skip("the default nats-server is older than 2.11 too")
+    await trio.to_thread.run_sync(new.start)
+    try:
+        async with open_store(new.store_url(namespace, ttl=3)) as store:
+            assert store.capabilities.expiry_reaches_watchers is True
+            assert await store.get(DURABLE, "kept") == Entry("kept", b"across the upgrade", won)
+    finally:
+        await trio.to_thread.run_sync(new.stop)
