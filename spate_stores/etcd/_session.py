@@ -125,8 +125,12 @@ class LeaseSession:
                     backoff = 0.05
                     while self._lease is not None:
                         await self._beat(sock.send, sock.receive)
-            except StoreUnavailable as exc:
-                log.info("etcd lease keepalive interrupted: %s", exc)
+            except (StoreUnavailable, StoreError) as exc:
+                # Never let the background task die: a dead keepalive would take the whole
+                # store down with it. Keep retrying; the clock check drops a lease that
+                # cannot have survived the outage.
+                level = logging.INFO if isinstance(exc, StoreUnavailable) else logging.WARNING
+                log.log(level, "etcd lease keepalive interrupted: %s", exc)
                 self._expire_by_clock()
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self._interval)

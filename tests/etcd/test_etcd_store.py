@@ -369,6 +369,26 @@ async def test_a_watch_survives_a_server_restart_through_a_rewatch() -> None:
             nursery.cancel_scope.cancel()
 
 
+async def test_a_quiet_watch_answers_progress_probes_and_stays_open(
+    etcd_session_server: EtcdServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch_module, "IDLE_PROBE", 0.2)
+    async with (
+        store(etcd_session_server, namespace, timeout="0.5") as client,
+        client.watch(DURABLE, "") as events,
+    ):
+        assert await next_event(events) == SnapshotDone()
+        # An unanswered probe would break the watch 0.7 s into this quiet spell.
+        with trio.move_on_after(2) as quiet:
+            await events.__anext__()  # several probes go out and are answered meanwhile
+        assert quiet.cancelled_caught
+        won = await client.create(DURABLE, "k", b"v")
+        assert isinstance(won, Won)
+        event = await next_event(events)
+        assert isinstance(event, Put)
+        assert event.entry.revision == won.revision
+
+
 async def test_a_frozen_server_breaks_calls_and_watches_with_store_unavailable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
