@@ -11,6 +11,12 @@ URL format, semantics and security notes: ``docs/stores/etcd.md``.
 
 from __future__ import annotations
 
+# The etcd extra's dependencies, imported first so a missing one fails the import of this
+# package itself (open_store turns that into "pip install 'spate[etcd]'"), even when the
+# private submodules are already cached.
+import httpx  # noqa: F401
+import trio_websocket  # noqa: F401
+
 from spate_stores.etcd._config import (
     DEFAULT_EPHEMERAL_TTL as DEFAULT_EPHEMERAL_TTL,
 )
