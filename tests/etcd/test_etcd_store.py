@@ -346,8 +346,11 @@ class Follower:
                 await self.changed.wait()
 
 
-async def test_a_watch_survives_a_server_restart_through_a_rewatch() -> None:
-    async with etcd_server() as server, store(server, "restart") as client:
+async def test_a_watch_survives_a_server_restart_through_a_rewatch(
+    etcd_fresh_server: EtcdServer,
+) -> None:
+    server = etcd_fresh_server
+    async with store(server, "restart") as client:
         assert isinstance(await client.create(DURABLE, "a", b"1"), Won)
         assert isinstance(await client.create(DURABLE, "b", b"2"), Won)
         follower = Follower(client)
