@@ -17,6 +17,7 @@ re-subscribes, and carries on. Exactly what happens to work in flight:
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import math
@@ -101,10 +102,11 @@ class Subscription:
 
 
 class _Pending:
-    __slots__ = ("event", "result", "subject")
+    __slots__ = ("deadline", "event", "result", "subject")
 
-    def __init__(self, subject: str) -> None:
+    def __init__(self, subject: str, deadline: float) -> None:
         self.subject = subject
+        self.deadline = deadline
         self.event = trio.Event()
         self.result: Msg | Exception | None = None
 
@@ -137,6 +139,8 @@ class NatsConnection:
         self._last_loss = "not connected yet"
         self._session_scope = trio.CancelScope()
         self._pending: dict[str, _Pending] = {}
+        self._deadlines: collections.deque[_Pending] = collections.deque()
+        self._timer_wakeup = trio.Event()
         self._subs: dict[int, Subscription] = {}
         self._sids = itertools.count(_INBOX_SID + 1)
         self._tokens = itertools.count(1)
@@ -188,6 +192,7 @@ class NatsConnection:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         try:
+            self._nursery.start_soon(self._timer)
             await self._nursery.start(self._run)
         except BaseException:
             self._closed = True
@@ -567,41 +572,59 @@ class NatsConnection:
         await trio.lowlevel.checkpoint()
 
     async def request(
-        self,
-        subject: str,
-        payload: bytes = b"",
-        *,
-        headers: bytes | None = None,
-        reply_within: float | None = None,
+        self, subject: str, payload: bytes = b"", *, headers: bytes | None = None
     ) -> Msg:
         """Send a request and return its reply.
 
-        Raises StoreUnavailable when no reply arrives in time or the connection breaks after
-        the request may have been sent (it may have been applied), StoreError when closed.
+        Raises StoreUnavailable when no reply arrives within the timeout or the connection
+        breaks after the request may have been sent (it may have been applied), StoreError
+        when closed.
         """
-        wait = self.options.timeout if reply_within is None else reply_within
-        deadline = trio.current_time() + wait
-        await self.wait_connected(deadline)
+        deadline = trio.current_time() + self.options.timeout
+        if not self.connected:
+            await self.wait_connected(deadline)
         token = str(next(self._tokens))
-        pending = _Pending(subject)
+        pending = _Pending(subject, deadline)
         self._pending[token] = pending
         try:
             self._send(
                 encode_pub(subject, payload, reply=f"{self._inbox}.{token}", headers=headers)
             )
-            with trio.move_on_at(deadline):
-                await pending.event.wait()
+            # No cancel scope per request (entering one costs more than the rest of a request
+            # together): the timer task fails pendings whose deadline passed.
+            self._deadlines.append(pending)
+            if len(self._deadlines) == 1:
+                self._timer_wakeup.set()
+            await pending.event.wait()
         finally:
             del self._pending[token]
         result = pending.result
-        if result is None:
-            raise StoreUnavailable(
-                f"no reply from NATS at {self.options.url} to a request on {subject} within "
-                f"{wait:g} s; it may or may not have been applied"
-            )
         if isinstance(result, Exception):
             raise result
+        assert result is not None
         return result
+
+    async def _timer(self) -> None:
+        """Fail requests whose reply did not come in time (deadlines arrive in order)."""
+        deadlines = self._deadlines
+        while True:
+            while deadlines and deadlines[0].result is not None:
+                deadlines.popleft()
+            if not deadlines:
+                self._timer_wakeup = trio.Event()
+                await self._timer_wakeup.wait()
+                continue
+            await trio.sleep_until(deadlines[0].deadline)
+            now = trio.current_time()
+            while deadlines and deadlines[0].deadline <= now:
+                pending = deadlines.popleft()
+                pending.resolve(
+                    StoreUnavailable(
+                        f"no reply from NATS at {self.options.url} to a request on "
+                        f"{pending.subject} within {self.options.timeout:g} s; it may or may "
+                        "not have been applied"
+                    )
+                )
 
     async def subscribe(self, subject: str) -> Subscription:
         """Subscribe to ``subject``; the subscription survives reconnections."""

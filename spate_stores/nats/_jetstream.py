@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from typing import Any
 
 import attrs
@@ -38,6 +39,10 @@ ERR_STREAM_EXISTS = 10058
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE = 10037
 ERR_CONSUMER_NOT_FOUND = 10014
+
+# The usual acknowledgement, parsed without json (this is every write's hot path); anything
+# else (errors, duplicates, domains) goes through json.
+_PLAIN_ACK = re.compile(rb'\{"stream":"[^"\\]*", ?"seq":([1-9][0-9]*)\}')
 
 KV_OPERATION = "KV-Operation"
 MARKER_REASON = "Nats-Marker-Reason"
@@ -163,6 +168,9 @@ class JetStream:
         other refusals, StoreUnavailable when the outcome is unknown.
         """
         msg = await self.connection.request(subject, payload, headers=headers)
+        plain = _PLAIN_ACK.fullmatch(msg.payload) if msg.headers is None else None
+        if plain is not None:
+            return int(plain[1])
         if msg.status == 503:
             raise self._no_responders(f"a write to {subject}")
         data = _json(msg, f"a write to {subject}")

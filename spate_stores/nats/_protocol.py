@@ -182,13 +182,8 @@ def parse_headers(block: bytes) -> Headers:
     return Headers(tuple(items), status, description)
 
 
-@attrs.define
-class _PendingMsg:
-    subject: str
-    sid: int
-    reply: str | None
-    header_size: int
-    total_size: int
+# subject, sid, reply, header size, total size of a MSG/HMSG whose payload is still arriving
+_PendingMsg: TypeAlias = tuple[str, int, str | None, int, int]
 
 
 class Parser:
@@ -216,32 +211,44 @@ class Parser:
         """
         if self._failed is not None:
             raise self._failed
-        self._buffer += data
+        buffer = self._buffer
+        buffer += data
         events: list[Event] = []
+        # Parse by position and trim the buffer once: trimming per operation would move the
+        # rest of a large chunk again for every small message in it.
+        pos = 0
         try:
             while True:
-                event = self._next_event()
-                if event is None:
-                    return events
-                events.append(event)
+                pending = self._pending
+                if pending is not None:
+                    end = pos + pending[4]
+                    if len(buffer) < end + 2:
+                        break
+                    if buffer[end : end + 2] != _CRLF:
+                        raise ProtocolError("a message payload is not followed by CRLF")
+                    body = bytes(buffer[pos:end])
+                    pos = end + 2
+                    self._pending = None
+                    events.append(_message(pending, body))
+                    continue
+                end = buffer.find(_CRLF, pos)
+                if end < 0:
+                    if len(buffer) - pos > MAX_CONTROL_LINE:
+                        raise ProtocolError(f"control line longer than {MAX_CONTROL_LINE} bytes")
+                    break
+                line = bytes(buffer[pos:end])
+                pos = end + 2
+                event = self._control(line)
+                if event is not None:
+                    events.append(event)
         except ProtocolError as exc:
             self._failed = exc
             raise
-
-    def _next_event(self) -> Event | None:
-        buffer = self._buffer
-        if self._pending is not None:
-            return self._take_payload(self._pending)
-        end = buffer.find(_CRLF)
-        if end < 0:
-            if len(buffer) > MAX_CONTROL_LINE:
-                raise ProtocolError(f"control line longer than {MAX_CONTROL_LINE} bytes")
-            return None
-        line = bytes(buffer[:end])
-        del buffer[: end + 2]
-        return self._control(line)
+        del buffer[:pos]
+        return events
 
     def _control(self, line: bytes) -> Event | None:
+        """The event of a control line, or None when a message payload must follow."""
         fields = line.split()
         if not fields:
             raise ProtocolError("empty control line")
@@ -250,9 +257,8 @@ class Parser:
         if op == b"MSG":
             if len(args) not in (3, 4):
                 raise ProtocolError(f"MSG takes 3 or 4 arguments: {line[:80]!r}")
-            size = _int(args[-1], "MSG size")
-            self._pending = self._start(args[:-1], 0, size)
-            return self._take_payload(self._pending)
+            self._pending = _start(args[:-1], 0, _int(args[-1], "MSG size"))
+            return None
         if op == b"HMSG":
             if len(args) not in (4, 5):
                 raise ProtocolError(f"HMSG takes 4 or 5 arguments: {line[:80]!r}")
@@ -260,8 +266,8 @@ class Parser:
             total = _int(args[-1], "HMSG total size")
             if header_size > total:
                 raise ProtocolError(f"HMSG header size exceeds total size: {line[:80]!r}")
-            self._pending = self._start(args[:-2], header_size, total)
-            return self._take_payload(self._pending)
+            self._pending = _start(args[:-2], header_size, total)
+            return None
         if op == b"PING" and not args:
             return Ping()
         if op == b"PONG" and not args:
@@ -281,30 +287,21 @@ class Parser:
             return Info(data)
         raise ProtocolError(f"unknown protocol operation {line[:40]!r}")
 
-    @staticmethod
-    def _start(args: list[bytes], header_size: int, total: int) -> _PendingMsg:
-        if total > MAX_MESSAGE_SIZE:
-            raise ProtocolError(f"message of {total} bytes exceeds {MAX_MESSAGE_SIZE}")
-        subject = _text(args[0])
-        sid = _int(args[1], "subscription id")
-        reply = _text(args[2]) if len(args) == 3 else None
-        return _PendingMsg(subject, sid, reply, header_size, total)
 
-    def _take_payload(self, pending: _PendingMsg) -> Msg | None:
-        buffer = self._buffer
-        needed = pending.total_size + 2
-        if len(buffer) < needed:
-            return None
-        if buffer[pending.total_size : needed] != _CRLF:
-            raise ProtocolError("a message payload is not followed by CRLF")
-        body = bytes(buffer[: pending.total_size])
-        del buffer[:needed]
-        self._pending = None
-        headers = None
-        if pending.header_size:
-            headers = parse_headers(body[: pending.header_size])
-            body = body[pending.header_size :]
-        return Msg(pending.subject, pending.sid, pending.reply, body, headers)
+def _start(args: list[bytes], header_size: int, total: int) -> _PendingMsg:
+    if total > MAX_MESSAGE_SIZE:
+        raise ProtocolError(f"message of {total} bytes exceeds {MAX_MESSAGE_SIZE}")
+    subject = _text(args[0])
+    sid = _int(args[1], "subscription id")
+    reply = _text(args[2]) if len(args) == 3 else None
+    return (subject, sid, reply, header_size, total)
+
+
+def _message(pending: _PendingMsg, body: bytes) -> Msg:
+    subject, sid, reply, header_size, _ = pending
+    if not header_size:
+        return Msg(subject, sid, reply, body)
+    return Msg(subject, sid, reply, body[header_size:], parse_headers(body[:header_size]))
 
 
 # -- commands -----------------------------------------------------------------------------
