@@ -95,7 +95,7 @@ def _verify(
         )
     if config.get("max_msgs_per_subject") != HISTORY:
         raise StoreError(
-            f"the NATS KV bucket {name} keeps {config.get('max_msgs_per_subject')} revisions per "
+            f"the NATS KV bucket {name} keeps history {config.get('max_msgs_per_subject')} per "
             f"key; spate keeps {HISTORY}. Delete the bucket or use another namespace."
         )
     max_age = int(config.get("max_age") or 0)
