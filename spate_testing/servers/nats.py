@@ -283,9 +283,21 @@ class NatsServer:
         self.start()
 
     def pause(self) -> None:
-        """Freeze the process (SIGSTOP): connections stay open but nothing answers."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGSTOP)
+        """Freeze the process (SIGSTOP): connections stay open but nothing answers.
+
+        Returns once the process is really stopped (on Linux), so nothing sent after this
+        call gets an answer before :meth:`resume`.
+        """
+        if self._process is None:
+            return
+        self._process.send_signal(signal.SIGSTOP)
+        stat = Path(f"/proc/{self._process.pid}/stat")
+        deadline = time.monotonic() + 5.0
+        while stat.exists() and time.monotonic() < deadline:
+            # The state follows the parenthesised command name: "T" once stopped.
+            if stat.read_text().rpartition(")")[2].split()[0] in ("T", "t"):
+                return
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """Unfreeze a paused process (SIGCONT)."""
