@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from spate.errors import StoreError, StoreUnavailable
+from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.nats._connection import NatsConnection
 from spate_stores.nats._protocol import Headers, Msg, ProtocolError, parse_headers
 
@@ -137,6 +138,14 @@ class JetStream:
 
     def __init__(self, connection: NatsConnection) -> None:
         self.connection = connection
+        self._server = server_endpoint(connection.options.host, connection.options.port)
+
+    async def _request(
+        self, operation: str, subject: str, payload: bytes = b"", headers: bytes | None = None
+    ) -> Msg:
+        # One client span per round trip; the subject is not recorded (it names the key).
+        with client_span("nats", operation, server=self._server):
+            return await self.connection.request(subject, payload, headers=headers)
 
     def _no_responders(self, what: str) -> StoreError | StoreUnavailable:
         if self.connection.server_info.get("jetstream") is False:
@@ -152,7 +161,8 @@ class JetStream:
     async def api(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Call ``$JS.API.<name>`` and return the JSON reply; raises ApiError if refused."""
         payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
-        msg = await self.connection.request(f"$JS.API.{name}", payload)
+        operation = ".".join(t for t in name.split(".")[:3] if t.isalpha() and t.isupper())
+        msg = await self._request(f"JS.API.{operation}", f"$JS.API.{name}", payload)
         if msg.status == 503:
             raise self._no_responders(f"the JetStream API call {name}")
         data = _json(msg, name)
@@ -167,7 +177,7 @@ class JetStream:
         Raises WrongLastSequence when an expected-sequence header did not hold, ApiError for
         other refusals, StoreUnavailable when the outcome is unknown.
         """
-        msg = await self.connection.request(subject, payload, headers=headers)
+        msg = await self._request("publish", subject, payload, headers)
         plain = _PLAIN_ACK.fullmatch(msg.payload) if msg.headers is None else None
         if plain is not None:
             return int(plain[1])
@@ -196,7 +206,7 @@ class JetStream:
         return await self._msg_get(stream, subject)
 
     async def _direct_get(self, stream: str, subject: str) -> StoredMessage | None:
-        msg = await self.connection.request(f"$JS.API.DIRECT.GET.{stream}.{subject}")
+        msg = await self._request("JS.API.DIRECT.GET", f"$JS.API.DIRECT.GET.{stream}.{subject}")
         status = msg.status
         if status == 404:
             return None
