@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from spate._groups import single_error
 from spate._version import __version__
 from spate.errors import SpateError
 
@@ -102,6 +103,11 @@ def _run_with_ctrl_c(work: Callable[[], Awaitable[int]]) -> int:
 
     async def main() -> int:
         outcome: list[int] = []
+        with single_error():
+            await run_until_signalled(outcome)
+        return outcome[0] if outcome else 130
+
+    async def run_until_signalled(outcome: list[int]) -> None:
         async with trio.open_nursery() as nursery:
             graceful = trio.CancelScope()
 
@@ -125,7 +131,6 @@ def _run_with_ctrl_c(work: Callable[[], Awaitable[int]]) -> int:
 
             nursery.start_soon(signals)
             nursery.start_soon(run)
-        return outcome[0] if outcome else 130
 
     return trio.run(main)
 
@@ -253,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except SpateError as exc:
+        from spate.ops import RequeueRefused
+
         print(f"spate {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+        return EXIT_USAGE if isinstance(exc, ValueError | RequeueRefused) else EXIT_FAILED
     except KeyboardInterrupt:
         return 130
 

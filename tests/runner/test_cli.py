@@ -1,0 +1,107 @@
+"""The spate command line: the demo's exit status and result, status, requeue, bad arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from spate.cli import main
+from spate_stores.memory import MemoryStore
+
+from .test_ops import JOB, seed_job
+
+
+def test_demo_without_chaos_exits_zero_with_a_checked_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(
+        ["demo", "--no-chaos", "--seed", "2", "--workers", "2", "--splits", "6", "--duration", "2"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "verdict: AllComplete" in out
+    assert "check: 6 splits match a single-pass computation" in out
+
+
+def test_demo_with_chaos_exits_zero_with_a_checked_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["demo", "--seed", "4", "--workers", "3", "--splits", "8", "--duration", "3"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "verdict: AllComplete (after requeueing" in out
+    assert "check: 8 splits match a single-pass computation" in out
+    assert "killed without warning" in out
+    assert "wakes up as a zombie" in out
+
+
+@pytest.fixture
+def seeded_memory_job() -> object:
+    """A job seeded in the process-wide memory store that memory:// URLs open.
+
+    Each CLI call is its own trio.run with its own clock, so only the durable records are
+    meaningful across calls (ephemeral deadlines are measured on one run's clock).
+    """
+    store = MemoryStore.process_shared()
+
+    async def seed() -> None:
+        await store.__aenter__()
+        await seed_job(store)
+
+    trio.run(seed)
+    yield store
+    trio.run(store.aclose)
+
+
+def test_status_json_shows_the_job(
+    seeded_memory_job: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--store", "memory://", "--job", JOB, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["generation"] == 3
+    assert document["finality"] == "final"
+    assert document["counts"]["quarantined"] == 1
+    assert [s["id"] for s in document["splits"]] == ["b", "c", "a"]
+
+
+def test_status_table_lists_quarantined_splits_first(
+    seeded_memory_job: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--store", "memory://", "--job", JOB]) == 0
+    out = capsys.readouterr().out
+    assert "1 quarantined" in out
+    assert out.index("│ quarantined") < out.index("│ runnable") < out.index("│ completed")
+
+
+def test_requeue_returns_a_quarantined_split_and_refuses_others(
+    seeded_memory_job: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["requeue", "--store", "memory://", "--job", JOB, "b"]) == 0
+    assert "requeued 1 split(s): b" in capsys.readouterr().out
+    assert main(["requeue", "--store", "memory://", "--job", JOB, "a"]) == 2
+    assert "it is completed, not quarantined" in capsys.readouterr().err
+
+
+def test_an_unknown_store_scheme_is_a_clear_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["status", "--store", "redis://127.0.0.1", "--job", JOB]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported store URL" in err
+    assert "etcd://" in err
+
+
+def test_a_missing_job_is_refused_by_the_argument_parser(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["status", "--store", "memory://"])
+    assert exit_info.value.code == 2
+    assert "--job" in capsys.readouterr().err
+
+
+def test_an_invalid_job_name_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--store", "memory://", "--job", "no.dots"]) == 2
+    assert "job" in capsys.readouterr().err
