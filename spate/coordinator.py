@@ -237,7 +237,7 @@ async def open_coordinator(
     *,
     job: str,
     instance: str | None = None,
-    planner: Callable[[Any], Any] | Planner,
+    planner: Planner,
     config: Config | None = None,
     fingerprint: str = "",
     metrics: MetricsHooks | None = None,

@@ -39,6 +39,8 @@ logger = logging.getLogger("spate.flows")
 T = TypeVar("T")
 Key: TypeAlias = tuple[Keyspace, str]
 
+LIST_TIMEOUT_FACTOR = 10
+"""A listing may take this many op_timeouts."""
 BATCH_CONCURRENCY = 32
 """Writes of one :class:`Batch` in flight at once (planning seeds many records)."""
 
@@ -222,7 +224,9 @@ class Driver:
     # -- I/O tasks ---------------------------------------------------------------------------
 
     async def _call(self, op: Op) -> Entry | list[Entry] | WriteResult | None:
-        with trio.move_on_after(self._timeout) as scope:
+        # A listing's cost grows with the job, so it gets a longer bound than a single call.
+        timeout = self._timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
+        with trio.move_on_after(timeout) as scope:
             if op.kind == "get":
                 return await self._store.get(op.keyspace, op.key)
             if op.kind == "list":
@@ -241,7 +245,7 @@ class Driver:
             )
         assert scope.cancelled_caught
         raise StoreUnavailable(
-            f"{op.kind} of {op.key!r} took longer than op_timeout ({self._timeout} s); "
+            f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); "
             "its outcome is unknown"
         )
 
