@@ -82,7 +82,7 @@ async def run_worker(
 
 
 async def run_fleet(
-    server: MemoryServer, verdicts: dict[str, Event], log: list[tuple[str, str, int]]
+    store: Store, verdicts: dict[str, Event], log: list[tuple[str, str, int]]
 ) -> None:
     """Run w0, w1, w2; kill w0 abruptly mid-job; return when the survivors have a verdict."""
     async with trio.open_nursery() as nursery:
@@ -90,11 +90,11 @@ async def run_fleet(
 
         async def doomed_worker(task_status: trio.TaskStatus[None]) -> None:
             with doomed:
-                await run_worker(client(server), "w0", verdicts, log, task_status=task_status)
+                await run_worker(store, "w0", verdicts, log, task_status=task_status)
 
         await nursery.start(doomed_worker)
         for instance in ("w1", "w2"):
-            await nursery.start(run_worker, client(server), instance, verdicts, log)
+            await nursery.start(run_worker, store, instance, verdicts, log)
         await trio.sleep(3.0)
         assert {i for i, _, _ in log} == {"w0", "w1", "w2"}  # mid-job, everyone working
         assert len({s for _, s, p in log if p == END}) < SPLITS
@@ -104,13 +104,12 @@ async def run_fleet(
 async def test_three_coordinators_finish_a_weighted_job_after_one_dies_abruptly(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    server = MemoryServer()
+    store = client(MemoryServer())  # one store object shared by the three coordinators
     verdicts: dict[str, Event] = {}
     log: list[tuple[str, str, int]] = []
     with trio.fail_after(600):
-        await run_fleet(server, verdicts, log)
+        await run_fleet(store, verdicts, log)
     assert verdicts == {"w1": AllComplete(), "w2": AllComplete()}
-    store = client(server)
     for i in range(SPLITS):
         record, _ = await record_of(store, f"s{i:02d}")
         assert record.status is Status.COMPLETED

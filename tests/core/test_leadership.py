@@ -233,10 +233,12 @@ async def test_invalid_plan_is_a_plan_error_and_nothing_is_written(
     autojump_clock: trio.abc.Clock, result: object, message: str
 ) -> None:
     store = MemoryStore(ephemeral_ttl=TTL, max_value_size=2048)
+
+    def planner(ctx: PlanContext) -> Plan:
+        return result  # type: ignore[return-value]  # deliberately not always a valid Plan
+
     with pytest.raises(PlanError, match=message):  # noqa: PT012
-        async with open_coordinator(
-            store, job=JOB, instance="w", planner=lambda ctx: result, config=config()
-        ):
+        async with open_coordinator(store, job=JOB, instance="w", planner=planner, config=config()):
             await trio.sleep(TTL)
             pytest.fail("an invalid plan must stop the planning worker")
     keys = [e.key for e in await store.list(Keyspace.DURABLE, "")]

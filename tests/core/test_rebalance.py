@@ -196,6 +196,15 @@ async def test_steady_fleet_writes_no_assignment(autojump_clock: trio.abc.Clock)
         ]
         await workers[0].until(lambda: all(len(w.c.owned) == 4 for w in workers), within=3 * TTL)
         await trio.sleep(TTL)
+        for w in workers:
+            # Every revocation ended in exactly one way (none is in flight any more).
+            counts = w.metrics.counts
+            assert counts["revocation:requested"] == (
+                counts["revocation:drained"]
+                + counts["revocation:forced"]
+                + counts["revocation:cancelled"]
+            )
+        assert sum(w.metrics.counts["revocation:requested"] for w in workers) > 0
         mark = [len(w.metrics.writes) for w in workers]
         await trio.sleep(10 * TTL)
         ops = {op for w, m in zip(workers, mark, strict=True) for _, op, _ in w.metrics.writes[m:]}
