@@ -136,12 +136,21 @@ def _run_with_ctrl_c(work: Callable[[], Awaitable[int]]) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from spate.demo.fleet import DemoOptions, run_demo
-    from spate.demo.view import LiveView, PlainView, View, print_result
 
     # The demo narrates what matters itself; the library's own warnings (a killed worker's
     # failed re-watches, say) are expected here and would drown the story.
-    logging.getLogger("spate").setLevel(logging.CRITICAL)
+    library_logger = logging.getLogger("spate")
+    level = library_logger.level
+    library_logger.setLevel(logging.CRITICAL)
+    try:
+        return _demo(args)
+    finally:
+        library_logger.setLevel(level)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from spate.demo.fleet import DemoOptions, run_demo
+    from spate.demo.view import LiveView, PlainView, View, print_result
 
     options = DemoOptions(
         store_url=args.store,

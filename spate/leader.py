@@ -484,8 +484,18 @@ class Leadership:
         if not members:
             return
         view.assign_dirty = False
+        # A split in transit (handed back, not yet claimed by its new assignee) has no owner;
+        # anchoring it on the member it is already assigned to keeps the placement a fixpoint
+        # while moves are in flight. Anchoring on ownership alone re-placed every such split
+        # from scratch, so assignments flip-flopped between members until the moves settled.
+        assigned_to = {
+            split: instance
+            for instance, (record, _) in view.assignments.items()
+            if record.generation == self.generation
+            for split in record.splits
+        }
         pool = {
-            split: Placement(state.spec.weight, state.current_owner)
+            split: Placement(state.spec.weight, state.current_owner or assigned_to.get(split))
             for split, state in view.splits.items()
             if state.spec is not None
             and state.progress.status is Status.RUNNABLE
