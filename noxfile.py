@@ -108,3 +108,17 @@ def docs(session: nox.Session) -> None:
         "build/site",
         env={"NO_MKDOCS_2_WARNING": "1"},
     )
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The benchmark suite (DESIGN §8; not in the default run): prints one table of ratios,
+    then the two adapter benchmarks. Starts its own etcd and nats-server; ~10 minutes.
+    Arguments go to `python -m bench` (e.g. `nox -s bench -- --quick --only commit`)."""
+    install_project(session)
+    session.install("nats-py>=2.6")  # bench/bench_nats.py's reference client, nothing else
+    session.run("python", "-m", "bench", *session.posargs)
+    if any(arg.startswith(("--quick", "--only", "--stores")) for arg in session.posargs):
+        return  # a partial run: the adapter benchmarks are part of the whole one only
+    session.run("python", "bench/bench_etcd.py", "--ops", "1000", "--rounds", "3", "--seconds", "2")
+    session.run("python", "bench/bench_nats.py", "--ops", "2000", "--rounds", "3", "--seconds", "2")

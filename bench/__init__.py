@@ -1,0 +1,1 @@
+"""spate's benchmark suite (DESIGN §8): ``python -m bench`` or ``nox -s bench``."""

@@ -1,0 +1,61 @@
+"""Run the benchmark suite of DESIGN §8 and print one table: ``python -m bench``.
+
+Every benchmark starts the servers it needs (etcd, nats-server) on free loopback ports and
+stops them; every figure is a ratio against a baseline measured side by side in the same run.
+``nox -s bench`` runs this, then the two adapter benchmarks (``bench/bench_etcd.py``,
+``bench/bench_nats.py``).
+
+Options: ``--only commit,failover,scale,steady`` picks benchmarks; ``--stores memory,etcd,nats``
+picks stores; ``--quick`` shrinks every count (a smoke run, not figures to quote);
+``--markdown FILE`` also writes the table there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable
+
+from bench import commit, failover, scale, steady
+from bench._harness import Options, Row, print_rows
+
+SUITES: dict[str, Callable[[Options], list[Row]]] = {
+    "commit": commit.run,
+    "failover": failover.run,
+    "scale": scale.run,
+    "steady": steady.run,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default=",".join(SUITES), help="benchmarks to run")
+    parser.add_argument("--stores", default="memory,etcd,nats", help="stores to measure")
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    parser.add_argument("--markdown", default="", help="also write the table to this file")
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SUITES]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {sorted(SUITES)}")
+    stores = tuple(s.strip() for s in args.stores.split(",") if s.strip())
+    options = Options(stores=stores, quick=args.quick)
+    # The coordinators log every expected event of a failover (a lost lease, a re-watch) as
+    # a warning; the benchmark's own lines are what matter here.
+    logging.basicConfig(level=logging.ERROR)
+    rows: list[Row] = []
+    began = time.monotonic()
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        started = time.monotonic()
+        rows += SUITES[name](options)
+        print(f"   ({time.monotonic() - started:.0f} s)", flush=True)
+    text = print_rows(rows, title=f"Results ({time.monotonic() - began:.0f} s in all)")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as out:
+            out.write(text.strip() + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""Benchmarks 1 and 2: what a commit costs through spate, against the store's own CAS.
+
+1. **Commit latency** — one split held by :func:`spate.run_worker`; its handle commits op
+   after op (``SplitHandle.commit``: the API call, the control loop, the fenced CAS, the
+   reply) in rounds interleaved with rounds of bare ``store.update`` on a key of the same
+   size, through the same store client. Ratio: median commit / median CAS, per round pair,
+   median over rounds.
+2. **Commit throughput** — one coordinator holding 64 splits, one task per split committing
+   as fast as replies come back, in rounds interleaved with 64 tasks doing bare
+   ``store.update`` on 64 keys of their own. Ratio: commits/s over CAS/s. Meanwhile every
+   lease renewal the coordinator makes is recorded: none may fail, no split may be lost, and
+   the longest gap between two renewals of one lease shows how far renewals were from
+   starving behind the commit traffic.
+
+Run alone with ``python -m bench --only commit``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from bench._fleet import JOB, RecordingStore, idle, planner_of, split_id, start_member
+from bench._harness import (
+    Backend,
+    D,
+    Options,
+    Row,
+    backends,
+    fmt_rate,
+    fmt_seconds,
+    median,
+    namespace,
+    percentile,
+)
+from spate.config import Config
+from spate.events import Progress
+from spate.records import Keys
+from spate.store import Store, Won
+from spate.worker import SplitHandle, run_worker
+
+LATENCY_TTL = 10.0
+THROUGHPUT_TTL = 6.0
+SPLITS = 64
+KEYS = Keys(JOB)
+
+
+async def _template(store: Store, split: str) -> bytes:
+    """The stored progress record of ``split``: raw CAS writes a value of the same size."""
+    entry = await store.get(D, KEYS.split(split))
+    assert entry is not None, f"no progress record for {split}"
+    return entry.value
+
+
+async def _raw_revision(store: Store, key: str, value: bytes) -> int:
+    entry = await store.get(D, key)
+    if entry is not None:
+        return entry.revision
+    created = await store.create(D, key, value)
+    assert isinstance(created, Won), created
+    return created.revision
+
+
+# -- 1. latency ------------------------------------------------------------------------------
+
+
+async def commit_latency(backend: Backend, *, ops: int, rounds: int) -> Row:
+    """Median ``SplitHandle.commit`` against median ``store.update``, interleaved."""
+    async with backend.open(namespace("lat"), LATENCY_TTL) as store:
+        handles: list[SplitHandle] = []
+        gained = trio.Event()
+
+        async def handler(split: SplitHandle) -> None:
+            handles.append(split)
+            gained.set()
+            await idle(split)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: run_worker(
+                    store,
+                    job=JOB,
+                    instance="committer",
+                    planner=planner_of(1),
+                    handler=handler,
+                    config=Config(max_in_flight=1),
+                )
+            )
+            with trio.fail_after(60):
+                await gained.wait()
+            handle = handles[0]
+            value = await _template(store, handle.id)
+            raw_key = "raw.latency"
+            revision = await _raw_revision(store, raw_key, value)
+            watermark = 0
+
+            async def spate_round() -> list[float]:
+                nonlocal watermark
+                times: list[float] = []
+                for n in range(ops + ops // 10):
+                    watermark += 1
+                    started = trio.current_time()
+                    await handle.commit(watermark)
+                    if n >= ops // 10:  # the first tenth warms up
+                        times.append(trio.current_time() - started)
+                return times
+
+            async def raw_round() -> list[float]:
+                nonlocal revision
+                times: list[float] = []
+                for n in range(ops + ops // 10):
+                    started = trio.current_time()
+                    result = await store.update(D, raw_key, value, revision)
+                    elapsed = trio.current_time() - started
+                    assert isinstance(result, Won), result
+                    revision = result.revision
+                    if n >= ops // 10:
+                        times.append(elapsed)
+                return times
+
+            spate_all: list[float] = []
+            raw_all: list[float] = []
+            ratios: list[float] = []
+            for number in range(rounds):
+                # Alternate which goes first, so a drift in the machine's load favours neither.
+                if number % 2 == 0:
+                    ours, theirs = await spate_round(), await raw_round()
+                else:
+                    theirs, ours = await raw_round(), await spate_round()
+                spate_all += ours
+                raw_all += theirs
+                ratios.append(median(ours) / median(theirs))
+            nursery.cancel_scope.cancel()
+
+    ratio = median(ratios)
+    ours_median, raw_median = median(spate_all), median(raw_all)
+    real = backend.name != "memory"
+    return Row(
+        bench="1 commit latency",
+        store=backend.name,
+        measured=f"{fmt_seconds(ours_median)} (p99 {fmt_seconds(percentile(spate_all, 0.99))})",
+        baseline=(
+            f"{fmt_seconds(raw_median)} store.update (p99 {fmt_seconds(percentile(raw_all, 0.99))})"
+        ),
+        ratio=ratio,
+        target="≤ 1.15x" if real else "—",
+        met=(ratio <= 1.15) if real else None,
+        note=(
+            f"+{fmt_seconds(ours_median - raw_median)} per commit; "
+            f"{rounds} interleaved rounds x {ops} ops"
+        ),
+    )
+
+
+# -- 2. throughput ---------------------------------------------------------------------------
+
+
+async def _run_for(seconds: float, workers: list[Callable[[], Awaitable[None]]]) -> float:
+    """Run every worker until ``seconds`` after they all started; the time actually taken."""
+    deadline = math.inf
+    go = trio.Event()
+
+    async def loop(step: Callable[[], Awaitable[None]]) -> None:
+        await go.wait()
+        while trio.current_time() < deadline:
+            await step()
+
+    async with trio.open_nursery() as nursery:
+        for worker in workers:
+            nursery.start_soon(loop, worker)
+        await trio.sleep(0.05)
+        began = trio.current_time()
+        deadline = began + seconds
+        go.set()
+    return trio.current_time() - began
+
+
+async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) -> Row:
+    """Commits/s of one process holding 64 splits against 64 concurrent bare CAS loops."""
+    async with backend.open(namespace("tput"), THROUGHPUT_TTL) as inner:
+        store = RecordingStore(inner)
+        async with trio.open_nursery() as nursery:
+            member = await start_member(
+                nursery,
+                store,
+                "busy",
+                planner=planner_of(SPLITS),
+                config=Config(max_in_flight=SPLITS),
+            )
+            await member.until(lambda: len(member.owned) == SPLITS, 120, "hold every split")
+            coord = member.c
+            value = await _template(store, split_id(0))
+            raw_keys = [f"raw.tput.{n}" for n in range(SPLITS)]
+            revisions = {k: await _raw_revision(store, k, value) for k in raw_keys}
+            watermarks = dict.fromkeys(coord.owned, 0)
+            counts = {"spate": 0, "raw": 0}
+
+            def committer(split: str) -> Callable[[], Awaitable[None]]:
+                async def step() -> None:
+                    watermarks[split] += 1
+                    await coord.commit(split, Progress(watermarks[split]))
+                    counts["spate"] += 1
+
+                return step
+
+            def updater(key: str) -> Callable[[], Awaitable[None]]:
+                async def step() -> None:
+                    result = await store.update(D, key, value, revisions[key])
+                    assert isinstance(result, Won), result
+                    revisions[key] = result.revision
+                    counts["raw"] += 1
+
+                return step
+
+            async def measure(which: str, seconds: float = seconds) -> float:
+                counts[which] = 0
+                if which == "spate":
+                    took = await _run_for(seconds, [committer(s) for s in sorted(watermarks)])
+                else:
+                    took = await _run_for(seconds, [updater(k) for k in raw_keys])
+                return counts[which] / took
+
+            # Warm up both paths first (an HTTP client opens its pooled connections).
+            await measure("spate", 0.5)
+            await measure("raw", 0.5)
+
+            store.reset()
+            lost_before = len(member.lost)
+            started = trio.current_time()
+            spate_rates: list[float] = []
+            raw_rates: list[float] = []
+            ratios: list[float] = []
+            for number in range(rounds):
+                if number % 2 == 0:
+                    ours, theirs = await measure("spate"), await measure("raw")
+                else:
+                    theirs, ours = await measure("raw"), await measure("spate")
+                spate_rates.append(ours)
+                raw_rates.append(theirs)
+                ratios.append(ours / theirs)
+            ended = trio.current_time()
+            still_held = len(member.owned)
+            lost = member.lost[lost_before:]
+            renew = {o: n for (op, o), n in member.metrics.writes.items() if op == "renew"}
+            gaps = _longest_renewal_gap(store, started, ended)
+            nursery.cancel_scope.cancel()
+
+    ratio = median(ratios)
+    healthy = not lost and still_held == SPLITS and not renew.get("lost") and not renew.get("error")
+    return Row(
+        bench="2 commits/s, 64 splits",
+        store=backend.name,
+        measured=fmt_rate(median(spate_rates), " commits/s"),
+        baseline=fmt_rate(median(raw_rates), " CAS/s (64 concurrent store.update)"),
+        ratio=ratio,
+        target="≥ 0.50x",
+        met=ratio >= 0.5,
+        note=(
+            f"renewals {renew.get('won', 0)} won / {renew.get('lost', 0)} lost / "
+            f"{renew.get('error', 0)} failed; Lost events {len(lost)}; longest gap between "
+            f"two renewals of a lease {fmt_seconds(gaps)} (lease {THROUGHPUT_TTL:g} s)"
+            + ("" if healthy else " — RENEWALS STARVED")
+        ),
+    )
+
+
+def _longest_renewal_gap(store: RecordingStore, started: float, ended: float) -> float:
+    """The longest stretch in [started, ended] during which some lease was not renewed."""
+    longest = 0.0
+    for key, times in store.renewed.items():
+        if not key.startswith(KEYS.split_prefix):
+            continue
+        ordered = sorted(times)
+        before = [t for t in ordered if t <= started]
+        marks = [before[-1] if before else started]
+        marks += [t for t in ordered if started < t <= ended] + [ended]
+        longest = max(longest, *(b - a for a, b in itertools.pairwise(marks)))
+    return longest
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def run(options: Options) -> list[Row]:
+    """Both benchmarks on every store they apply to."""
+    return trio.run(_run, options)
+
+
+async def _run(options: Options) -> list[Row]:
+    rows: list[Row] = []
+    quick = options.quick
+    async with backends(options.stores) as found:
+        for name in ("memory", "etcd", "nats"):
+            backend = found.get(name)
+            if backend is None:
+                continue
+            ops = {"memory": 2000, "etcd": 300, "nats": 1000}[name]
+            if quick:
+                ops //= 10
+            rows.append(await commit_latency(backend, ops=ops, rounds=2 if quick else 6))
+            print(f"  {rows[-1]}", flush=True)
+        for name in ("etcd", "nats"):
+            backend = found.get(name)
+            if backend is None:
+                continue
+            rows.append(
+                await commit_throughput(
+                    backend, seconds=0.5 if quick else 2.5, rounds=2 if quick else 4
+                )
+            )
+            print(f"  {rows[-1]}", flush=True)
+    return rows

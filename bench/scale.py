@@ -1,0 +1,262 @@
+"""Benchmark 5: how a coordinator's costs grow with the job, from 10 to 100,000 splits.
+
+For each job size N (memory store, real clock):
+
+* **plan** — one worker plans N splits and claims its first ones (wall time);
+* **CPU per watch event** — other writers update progress records of splits this worker
+  does not hold (what a busy fleet's commits look like to every member);
+  ``time.process_time`` of the whole process over K such writes, minus the same K writes to
+  keys nobody watches (interleaved rounds), divided by K. Flat across N means no per-event
+  work grows with the job;
+* **join** — a second worker opens on the job (its coordinator is ready once the snapshot of
+  N splits is folded: the same work as a reconcile listing);
+* **memory per split** — a third worker joins with ``tracemalloc`` on; the memory it keeps
+  (its folded view of the job) divided by N, against the bytes of the records it folded.
+
+Then :func:`spate.protocol.desired_assignment` over 100,000 splits and 100 workers: placing a
+fresh job, re-placing a balanced one (a fixpoint), and re-placing after a worker left —
+timed against one ``sorted()`` of the same splits.
+
+Each size is bounded in time; a size that does not finish is reported as such and larger
+ones are skipped. Run alone with ``python -m bench --only scale``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import random
+import time
+import tracemalloc
+from collections.abc import Callable
+
+import trio
+import trio.testing
+
+from bench._fleet import JOB, planner_of, split_id, start_member
+from bench._harness import (
+    D,
+    Options,
+    Row,
+    fmt_bytes,
+    fmt_seconds,
+    median,
+)
+from spate.config import Config
+from spate.protocol import Placement, desired_assignment, fingerprint_hash
+from spate.records import Keys
+from spate.store import Won
+from spate_stores.memory import MemoryServer, MemoryStore
+
+SIZES = (10, 100, 1_000, 10_000, 100_000)
+EVENTS = 2_000
+TTL = 30.0
+KEYS = Keys(JOB)
+
+
+def _config(max_in_flight: int) -> Config:
+    # No periodic listing or replan during the measurement: their cost is the join's.
+    return Config(max_in_flight=max_in_flight, reconcile_interval=3600.0, replan_interval=3600.0)
+
+
+async def _quiet() -> None:
+    """Until every task (coordinators included) has nothing left to do."""
+    await trio.testing.wait_all_tasks_blocked(cushion=0.02)
+
+
+async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
+    server = MemoryServer()
+    out: dict[str, float] = {}
+
+    def client() -> MemoryStore:
+        return MemoryStore(server=server, ephemeral_ttl=TTL)
+
+    async with client() as store, trio.open_nursery() as nursery:
+        began = time.perf_counter()
+        leader = await start_member(
+            nursery, store, "leader", planner=planner_of(size), config=_config(8)
+        )
+        await leader.until(lambda: len(leader.owned) == min(8, size), 600, "plan and claim")
+        out["plan"] = time.perf_counter() - began
+        await _quiet()
+
+        # -- CPU per watch event ------------------------------------------------------------
+        foreign = [s for s in (split_id(n) for n in range(size)) if s not in leader.owned]
+        targets = [KEYS.split(s) for s in foreign[: min(len(foreign), 1000)]]
+        current = {}
+        for key in targets:
+            entry = await store.get(D, key)
+            assert entry is not None
+            current[key] = entry
+        unwatched = {f"raw.cpu.{n}": current[k].value for n, k in enumerate(targets)}
+        revisions = {}
+        for key, value in unwatched.items():
+            created = await store.create(D, key, value)
+            assert isinstance(created, Won)
+            revisions[key] = created.revision
+        for key, entry in current.items():
+            revisions[key] = entry.revision
+        values = {k: e.value for k, e in current.items()} | unwatched
+
+        async def burst(keys: list[str]) -> float:
+            cpu = time.process_time()
+            for n in range(events):
+                key = keys[n % len(keys)]
+                result = await store.update(D, key, values[key], revisions[key])
+                assert isinstance(result, Won), result
+                revisions[key] = result.revision
+            await _quiet()
+            return time.process_time() - cpu
+
+        watched_cpu: list[float] = []
+        bare_cpu: list[float] = []
+        for number in range(rounds):
+            if number % 2 == 0:
+                watched_cpu.append(await burst(targets))
+                bare_cpu.append(await burst(list(unwatched)))
+            else:
+                bare_cpu.append(await burst(list(unwatched)))
+                watched_cpu.append(await burst(targets))
+        out["cpu_per_event"] = max(0.0, median(watched_cpu) - median(bare_cpu)) / events
+        out["cpu_per_write"] = median(bare_cpu) / events
+
+        # -- join, then memory per split ------------------------------------------------------
+        async with client() as second:
+            began = time.perf_counter()
+            joined = await start_member(
+                nursery, second, "joiner", planner=planner_of(size), config=_config(1)
+            )
+            out["join"] = time.perf_counter() - began
+            await _quiet()
+            listed = await store.list(D, KEYS.prefix)
+            out["record_bytes"] = sum(len(e.value) for e in listed) / size
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                async with client() as third:
+                    observer = await start_member(
+                        nursery, third, "observer", planner=planner_of(size), config=_config(1)
+                    )
+                    await _quiet()
+                    gc.collect()
+                    out["bytes_per_split"] = (tracemalloc.get_traced_memory()[0] - before) / size
+                    observer.kill()
+                    await _quiet()
+            finally:
+                tracemalloc.stop()
+            joined.kill()
+        nursery.cancel_scope.cancel()
+    return out
+
+
+def _time_it(call: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.process_time()
+        call()
+        times.append(time.process_time() - started)
+    return median(times)
+
+
+def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) -> list[Row]:
+    """desired_assignment over ``splits`` and ``workers``: fresh, balanced, after a departure."""
+    rng = random.Random(7)
+    members = {f"w{n:03d}": splits // workers + 1 for n in range(workers)}
+    weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
+    seed = fingerprint_hash("bench")
+    fresh = {s: Placement(w, None) for s, w in weights.items()}
+
+    def place(pool: dict[str, Placement], who: dict[str, int]) -> dict[str, tuple[str, ...]]:
+        return desired_assignment(who, pool, default_cap=8, seed=seed)
+
+    first = place(fresh, members)
+    owner = {s: m for m, held in first.items() for s in held}
+    balanced = {s: Placement(w, owner[s]) for s, w in weights.items()}
+    assert place(balanced, members) == first, "a balanced assignment is not a fixpoint"
+    fewer = dict(members)
+    del fewer["w000"]
+    sort_time = _time_it(lambda: sorted((-w, s) for s, w in weights.items()), repeat)
+    rows = []
+    for label, pool, who in (
+        ("fresh job", fresh, members),
+        ("balanced (fixpoint)", balanced, members),
+        ("one worker left", balanced, fewer),
+    ):
+        took = _time_it(functools.partial(place, pool, who), repeat)
+        rows.append(
+            Row(
+                bench=f"5 desired_assignment, {splits:,} splits x {workers} workers, {label}",
+                store="—",
+                measured=fmt_seconds(took),
+                baseline=f"{fmt_seconds(sort_time)} (one sorted() of the splits)",
+                ratio=took / sort_time,
+                note=f"CPU time, median of {repeat}",
+            )
+        )
+    return rows
+
+
+def run(options: Options) -> list[Row]:
+    """Every job size that fits its time budget, then desired_assignment at 100k x 100."""
+    rows: list[Row] = []
+    sizes = SIZES[:4] if options.quick else SIZES
+    events = 200 if options.quick else EVENTS
+    budget = 240.0
+    smallest: float | None = None
+    for size in sizes:
+        started = time.monotonic()
+        try:
+            point = trio.run(_bounded, size, events, 2 if options.quick else 4, budget)
+        except trio.TooSlowError:
+            rows.append(
+                Row(
+                    bench=f"5 scale, {size:,} splits",
+                    store="memory",
+                    measured="did not finish",
+                    baseline="—",
+                    ratio=None,
+                    note=f"over its {budget:g} s budget; larger jobs skipped",
+                )
+            )
+            break
+        per_event = point["cpu_per_event"]
+        if smallest is None:
+            smallest = per_event
+        rows.append(
+            Row(
+                bench=f"5 CPU per watch event, {size:,} splits",
+                store="memory",
+                measured=fmt_seconds(per_event),
+                baseline=f"{fmt_seconds(smallest)} at {sizes[0]:,} splits",
+                ratio=per_event / smallest if smallest else None,
+                note=(
+                    f"plan {fmt_seconds(point['plan'])}, join {fmt_seconds(point['join'])} "
+                    f"({fmt_seconds(point['join'] / size)}/split); a bare store write "
+                    f"{fmt_seconds(point['cpu_per_write'])} CPU"
+                ),
+            )
+        )
+        rows.append(
+            Row(
+                bench=f"5 memory per split, {size:,} splits",
+                store="memory",
+                measured=fmt_bytes(point["bytes_per_split"]),
+                baseline=f"{fmt_bytes(point['record_bytes'])} of stored records",
+                ratio=point["bytes_per_split"] / point["record_bytes"],
+                note=(
+                    "tracemalloc, one joining coordinator; "
+                    f"this size took {time.monotonic() - started:.0f} s"
+                ),
+            )
+        )
+        print(f"  {rows[-2]}\n  {rows[-1]}", flush=True)
+    rows += assignment_rows(repeat=1 if options.quick else 3)
+    for row in rows[-3:]:
+        print(f"  {row}", flush=True)
+    return rows
+
+
+async def _bounded(size: int, events: int, rounds: int, budget: float) -> dict[str, float]:
+    with trio.fail_after(budget):
+        return await _scale_point(size, events, rounds)
