@@ -30,6 +30,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
+import attrs
 import trio
 import trio.testing
 
@@ -44,7 +45,7 @@ from bench._harness import (
 )
 from spate.config import Config
 from spate.protocol import Placement, desired_assignment, fingerprint_hash
-from spate.records import Keys
+from spate.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won
 from spate_stores.memory import MemoryServer, MemoryStore
 
@@ -119,6 +120,30 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
                 watched_cpu.append(await burst(targets))
         out["cpu_per_event"] = max(0.0, median(watched_cpu) - median(bare_cpu)) / events
         out["cpu_per_write"] = median(bare_cpu) / events
+
+        # -- CPU per ownership change -----------------------------------------------------------
+        # A claim, a hand-back, an expiry or a completion changes who owns a split (or its
+        # status): an input of the leader's placement. Each is folded on its own here (the
+        # loop goes idle between them), as it is in a fleet that is not saturated.
+        key = targets[0]
+        record = decode(ProgressRecord, key, values[key])
+        flips = [encode(attrs.evolve(record, owner="elsewhere")), values[key]]
+        changes = max(10, min(events, 2_000_000 // size))
+
+        async def flip(target: str) -> float:
+            cpu = time.process_time()
+            for n in range(changes):
+                result = await store.update(D, target, flips[n % 2], revisions[target])
+                assert isinstance(result, Won), result
+                revisions[target] = result.revision
+                await trio.testing.wait_all_tasks_blocked()
+            return time.process_time() - cpu
+
+        bare_key = next(iter(unwatched))
+        owner_cpu = await flip(key)
+        owner_bare = await flip(bare_key)
+        out["cpu_per_owner_change"] = max(0.0, owner_cpu - owner_bare) / changes
+        out["owner_changes"] = changes
 
         # -- join, then memory per split ------------------------------------------------------
         async with client() as second:
@@ -204,6 +229,7 @@ def run(options: Options) -> list[Row]:
     events = 200 if options.quick else EVENTS
     budget = 240.0
     smallest: float | None = None
+    smallest_change: float | None = None
     for size in sizes:
         started = time.monotonic()
         try:
@@ -250,7 +276,22 @@ def run(options: Options) -> list[Row]:
                 ),
             )
         )
-        print(f"  {rows[-2]}\n  {rows[-1]}", flush=True)
+        if smallest_change is None:
+            smallest_change = point["cpu_per_owner_change"]
+        rows.append(
+            Row(
+                bench=f"5 CPU per ownership change, {size:,} splits",
+                store="memory",
+                measured=fmt_seconds(point["cpu_per_owner_change"]),
+                baseline=f"{fmt_seconds(smallest_change)} at {sizes[0]:,} splits",
+                ratio=point["cpu_per_owner_change"] / smallest_change if smallest_change else None,
+                note=(
+                    f"{point['owner_changes']:.0f} changes, each folded alone; the leader "
+                    "re-runs desired_assignment over the whole job for each"
+                ),
+            )
+        )
+        print(f"  {rows[-3]}\n  {rows[-2]}\n  {rows[-1]}", flush=True)
     rows += assignment_rows(repeat=1 if options.quick else 3)
     for row in rows[-3:]:
         print(f"  {row}", flush=True)
