@@ -478,12 +478,12 @@ class Leadership:
 
     def _publish(self, now: float) -> None:
         core, view = self.core, self.core.view
-        if not view.assign_dirty or now < self._debounce_until or now < self._publish_not_before:
+        if not view.assign_dirty or now < self._publish_not_before:
             return
         members = {i: (p.max_in_flight if p is not None else 0) for i, p in view.presence.items()}
         if not members:
             return
-        view.assign_dirty = False
+        debouncing = now < self._debounce_until
         # A split in transit (handed back, not yet claimed by its new assignee) has no owner;
         # anchoring it on the member it is already assigned to keeps the placement a fixpoint
         # while moves are in flight. Anchoring on ownership alone re-placed every such split
@@ -501,6 +501,9 @@ class Leadership:
             and state.progress.status is Status.RUNNABLE
             and not state.progress.completed
         }
+        if debouncing and not any(p.owner not in members for p in pool.values()):
+            return  # nothing unowned to hand out; the rebalance waits for the quiet period
+        view.assign_dirty = debouncing  # while debouncing, the full rebalance is still owed
         reserved: set[str] = set()
         if self.departed:
             reserved = {s for s in pool if view.splits[s].progress.owner in self.departed}
@@ -511,6 +514,8 @@ class Leadership:
             default_cap=core.config.max_in_flight,
             seed=core.tie_seed,
         )
+        if debouncing:
+            desired = self._hand_outs_only(desired, pool, members)
         for instance, splits in desired.items():
             current = view.assignments.get(instance)
             if (
@@ -532,6 +537,37 @@ class Leadership:
             ):
                 self._publishing.add(instance)
                 core.start(self._delete_assignment(instance))
+
+    def _hand_outs_only(
+        self,
+        desired: dict[str, tuple[str, ...]],
+        pool: dict[str, Placement],
+        members: dict[str, int],
+    ) -> dict[str, tuple[str, ...]]:
+        """The assignment to publish while the membership debounce runs.
+
+        Every live worker keeps its assignment and only gains the unowned splits the full
+        placement gives it: a hand-over never waits for the quiet period, and no split is
+        taken from anyone until it ends.
+        """
+        view = self.core.view
+        default_cap = self.core.config.max_in_flight
+        interim: dict[str, tuple[str, ...]] = {}
+        for instance, wanted in desired.items():
+            current = view.assignments.get(instance)
+            kept = [
+                split
+                for split in (current[0].splits if current is not None else ())
+                if split in pool
+                and current is not None
+                and current[0].generation == self.generation
+            ]
+            cap = max(1, members[instance] if members[instance] > 0 else default_cap)
+            for split in wanted:
+                if split not in kept and pool[split].owner not in members and len(kept) < cap:
+                    kept.append(split)
+            interim[instance] = tuple(sorted(kept))
+        return interim
 
     def _write_assignment(self, instance: str, splits: tuple[str, ...]) -> Flow[None]:
         core, view = self.core, self.core.view

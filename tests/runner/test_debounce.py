@@ -10,7 +10,7 @@ from spate.records import AssignmentRecord, decode
 from spate.store import Keyspace, Put, SnapshotDone
 from spate_stores.memory import MemoryServer
 
-from .test_worker import JOB, client, config, planner
+from .test_worker import JOB, client, config, planner, wait_until
 
 
 async def test_membership_debounce_coalesces_a_burst_of_joins_into_one_rebalance(
@@ -34,7 +34,8 @@ async def test_membership_debounce_coalesces_a_burst_of_joins_into_one_rebalance
                         writes.append(trio.current_time())
 
         async with trio.open_nursery() as nursery:
-            cfg = config(membership_debounce=debounce)
+            # Capacity for every split: nothing queues, so the only publish is the rebalance.
+            cfg = config(membership_debounce=debounce, max_in_flight=16)
 
             def start(name: str) -> None:
                 nursery.start_soon(
@@ -112,3 +113,35 @@ async def test_assignments_do_not_flip_flop_while_moves_are_in_flight(
     # A split moves at most once per rebalance and never returns to a member it left.
     for split, members in history.items():
         assert len(members) == len(set(members)), (split, members)
+
+
+async def test_debounce_never_delays_handing_out_unowned_splits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # a holds 4 of 12 splits (its cap); b joins, which opens a long quiet period. The 8
+    # queued splits are unowned, so they go to b at once instead of after the quiet period.
+    server = MemoryServer()
+    holders: dict[str, str] = {}
+
+    def handler(name: str):  # type: ignore[no-untyped-def]
+        async def handle(split: spate.SplitHandle) -> None:
+            holders[split.id] = name
+            await split.revoke_requested.wait()
+
+        return handle
+
+    async with trio.open_nursery() as nursery:
+        for name in ("a", "b"):
+            nursery.start_soon(
+                lambda name=name: spate.run_worker(
+                    client(server),
+                    job=JOB,
+                    instance=name,
+                    planner=planner(12),
+                    handler=handler(name),
+                    config=config(membership_debounce=60.0, max_in_flight=4),
+                )
+            )
+            await trio.sleep(5)
+        await wait_until(lambda: sum(1 for h in holders.values() if h == "b") == 4, within=5)
+        nursery.cancel_scope.cancel()
