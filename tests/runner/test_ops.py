@@ -19,14 +19,14 @@ from spate.records import (
     decode,
     encode,
 )
-from spate.store import Keyspace
+from spate.store import Keyspace, Store
 from spate_stores.memory import MemoryStore
 
 JOB = "job-1"
 KEYS = Keys(JOB)
 
 
-async def seed_job(store: MemoryStore) -> None:
+async def seed_job(store: Store) -> None:
     await store.create(
         Keyspace.DURABLE,
         KEYS.plan,
