@@ -35,36 +35,28 @@ async def run_demo_worker(
 
     dataset = Dataset(seed=seed, splits=splits)
     stats = DemoStats(on_event=lambda message: print(message, flush=True))
-    inner = make_handler(dataset, stats, instance or "worker", batch_seconds=batch_seconds)
     log = await trio.open_file(history, "a", encoding="utf-8") if history else None
 
-    async def handler(split: SplitHandle) -> None:
-        if log is None:
-            await inner(split)
-            return
-        commit = split.commit
+    async def audit(split: SplitHandle, watermark: int, completed: bool) -> None:
+        assert log is not None
+        record = {
+            "at": trio.current_time(),
+            "instance": instance,
+            "split": split.id,
+            "epoch": split.epoch,
+            "watermark": watermark,
+            "completed": completed,
+        }
+        await log.write(json.dumps(record) + "\n")
+        await log.flush()
 
-        async def audited_commit(
-            watermark: int | None, *, state: bytes = b"", completed: bool = False
-        ) -> None:
-            await commit(watermark, state=state, completed=completed)
-            await log.write(
-                json.dumps(
-                    {
-                        "at": trio.current_time(),
-                        "instance": instance,
-                        "split": split.id,
-                        "epoch": split.epoch,
-                        "watermark": watermark,
-                        "completed": completed,
-                    }
-                )
-                + "\n"
-            )
-            await log.flush()
-
-        split.commit = audited_commit  # type: ignore[method-assign]
-        await inner(split)
+    handler = make_handler(
+        dataset,
+        stats,
+        instance or "worker",
+        batch_seconds=batch_seconds,
+        on_commit=audit if log is not None else None,
+    )
 
     try:
         async with open_store(store_url) as store:

@@ -177,6 +177,7 @@ def make_handler(
     batch: int = 50,
     batch_seconds: float = 0.05,
     poison: Callable[[str], bool] = lambda split: False,
+    on_commit: Callable[[SplitHandle, int, bool], Awaitable[None]] | None = None,
 ) -> Callable[[SplitHandle], Awaitable[None]]:
     """The backfill handler one worker runs for each split it gains.
 
@@ -225,6 +226,8 @@ def make_handler(
                     raise
                 stats.commits += 1
                 stats.watermarks[split.id] = position - start
+                if on_commit is not None:
+                    await on_commit(split, position, position >= end)
                 if position >= end:
                     stats.completed.add(split.id)
         except trio.Cancelled:

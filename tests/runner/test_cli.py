@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import trio
@@ -105,3 +106,27 @@ def test_a_missing_job_is_refused_by_the_argument_parser(
 def test_an_invalid_job_name_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--store", "memory://", "--job", "no.dots"]) == 2
     assert "job" in capsys.readouterr().err
+
+
+def test_the_worker_command_finishes_the_demo_job_and_records_its_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "history.jsonl"
+    args = ["worker", "--store", "memory://", "--job", "solo", "--instance", "w1"]
+    args += ["--splits", "3", "--batch-seconds", "0", "--history", str(history)]
+    assert main(args) == 0
+    assert "verdict: AllComplete()" in capsys.readouterr().out
+    commits = [json.loads(line) for line in history.read_text().splitlines()]
+    assert {c["split"] for c in commits if c["completed"]} == {
+        "range-0000",
+        "range-0001",
+        "range-0002",
+    }
+    assert all(c["instance"] == "w1" for c in commits)
+
+
+def test_the_conformance_command_passes_on_the_memory_store(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["conformance", "--store", "memory://"]) == 0
+    assert "57 passed" in capfd.readouterr().out
