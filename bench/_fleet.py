@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -208,11 +209,6 @@ class RecordingStore:
         self.calls: collections.Counter[tuple[str, str]] = collections.Counter()
         self.renewed: dict[str, list[float]] = collections.defaultdict(list)
 
-    def reset(self) -> None:
-        """Forget everything counted so far."""
-        self.calls.clear()
-        self.renewed.clear()
-
     def writes(self) -> collections.Counter[str]:
         """Writes (create, update, delete) by key category."""
         counted: collections.Counter[str] = collections.Counter()
@@ -220,6 +216,19 @@ class RecordingStore:
             if op in ("create", "update", "delete"):
                 counted[cat] += n
         return counted
+
+    def longest_renewal_gap(self, started: float, ended: float) -> float:
+        """The longest stretch of [started, ended] in which some held lease went unrenewed."""
+        longest = 0.0
+        for key, times in self.renewed.items():
+            if not key.startswith(self.keys.split_prefix):
+                continue
+            ordered = sorted(times)
+            before = [t for t in ordered if t <= started]
+            marks = [before[-1] if before else started]
+            marks += [t for t in ordered if started < t <= ended] + [ended]
+            longest = max(longest, *(b - a for a, b in itertools.pairwise(marks)))
+        return longest
 
     @property
     def capabilities(self) -> Capabilities:

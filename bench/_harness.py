@@ -76,6 +76,13 @@ class Row:
             return "—"
         return f"{self.ratio:.2f}x" if self.ratio < 100 else f"{self.ratio:.0f}x"
 
+    def line(self) -> str:
+        """One progress line for the console while the suite runs."""
+        return (
+            f"  {self.bench} [{self.store}]: {self.measured} vs {self.baseline} -> "
+            f"{self.ratio_text} {self.verdict if self.met is not None else ''}"
+        ).rstrip()
+
     @property
     def verdict(self) -> str:
         """``met``, ``MISSED`` or a dash."""

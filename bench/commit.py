@@ -17,7 +17,6 @@ Run alone with ``python -m bench --only commit``.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Awaitable, Callable
 
@@ -149,8 +148,8 @@ async def commit_latency(backend: Backend, *, ops: int, rounds: int) -> Row:
         target="≤ 1.15x" if real else "—",
         met=(ratio <= 1.15) if real else None,
         note=(
-            f"+{fmt_seconds(ours_median - raw_median)} per commit; "
-            f"{rounds} interleaved rounds x {ops} ops"
+            f"+{fmt_seconds(ours_median - raw_median)} per commit; {rounds} interleaved rounds "
+            f"x {ops} ops, per-round ratios {min(ratios):.2f}-{max(ratios):.2f}"
         ),
     )
 
@@ -227,8 +226,8 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             await measure("spate", 0.5)
             await measure("raw", 0.5)
 
-            store.reset()
             lost_before = len(member.lost)
+            writes_before = member.metrics.writes.copy()
             started = trio.current_time()
             spate_rates: list[float] = []
             raw_rates: list[float] = []
@@ -244,8 +243,9 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             ended = trio.current_time()
             still_held = len(member.owned)
             lost = member.lost[lost_before:]
-            renew = {o: n for (op, o), n in member.metrics.writes.items() if op == "renew"}
-            gaps = _longest_renewal_gap(store, started, ended)
+            during = member.metrics.writes - writes_before
+            renew = {o: n for (op, o), n in during.items() if op == "renew"}
+            gaps = store.longest_renewal_gap(started, ended)
             nursery.cancel_scope.cancel()
 
     ratio = median(ratios)
@@ -259,26 +259,13 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
         target="≥ 0.50x",
         met=ratio >= 0.5,
         note=(
+            f"per-round ratios {min(ratios):.2f}-{max(ratios):.2f}; "
             f"renewals {renew.get('won', 0)} won / {renew.get('lost', 0)} lost / "
             f"{renew.get('error', 0)} failed; Lost events {len(lost)}; longest gap between "
             f"two renewals of a lease {fmt_seconds(gaps)} (lease {THROUGHPUT_TTL:g} s)"
             + ("" if healthy else " — RENEWALS STARVED")
         ),
     )
-
-
-def _longest_renewal_gap(store: RecordingStore, started: float, ended: float) -> float:
-    """The longest stretch in [started, ended] during which some lease was not renewed."""
-    longest = 0.0
-    for key, times in store.renewed.items():
-        if not key.startswith(KEYS.split_prefix):
-            continue
-        ordered = sorted(times)
-        before = [t for t in ordered if t <= started]
-        marks = [before[-1] if before else started]
-        marks += [t for t in ordered if started < t <= ended] + [ended]
-        longest = max(longest, *(b - a for a, b in itertools.pairwise(marks)))
-    return longest
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -301,7 +288,7 @@ async def _run(options: Options) -> list[Row]:
             if quick:
                 ops //= 10
             rows.append(await commit_latency(backend, ops=ops, rounds=2 if quick else 6))
-            print(f"  {rows[-1]}", flush=True)
+            print(rows[-1].line(), flush=True)
         for name in ("etcd", "nats"):
             backend = found.get(name)
             if backend is None:
@@ -311,5 +298,5 @@ async def _run(options: Options) -> list[Row]:
                     backend, seconds=0.5 if quick else 2.5, rounds=2 if quick else 4
                 )
             )
-            print(f"  {rows[-1]}", flush=True)
+            print(rows[-1].line(), flush=True)
     return rows

@@ -318,7 +318,7 @@ def run(options: Options) -> list[Row]:
         ):
             times = [memory_failover(case, offset) for offset in _offsets(reps)]
             rows.append(_failover_row("memory", case, times, "virtual time (MockClock)"))
-            print(f"  {rows[-1]}", flush=True)
+            print(rows[-1].line(), flush=True)
     real = [name for name in ("etcd", "nats") if options.wants(name)]
     if real:
         rows += trio.run(_run_real, real, options)
@@ -335,7 +335,7 @@ async def _run_real(names: list[str], options: Options) -> list[Row]:
                 case = Case(victim_leads=leads)
                 times = [await _real_failover(backend, case, o) for o in _offsets(reps)]
                 rows.append(_failover_row(name, case, times, "worker process SIGKILLed"))
-                print(f"  {rows[-1]}", flush=True)
+                print(rows[-1].line(), flush=True)
         for name in names:
             backend = found[name]
             for leads, held, reps in ((False, 4, 3), (True, 4, 2), (False, 16, 2)):
@@ -359,5 +359,5 @@ async def _run_real(names: list[str], options: Options) -> list[Row]:
                         ),
                     )
                 )
-                print(f"  {rows[-1]}", flush=True)
+                print(rows[-1].line(), flush=True)
     return rows

@@ -291,10 +291,11 @@ def run(options: Options) -> list[Row]:
                 ),
             )
         )
-        print(f"  {rows[-3]}\n  {rows[-2]}\n  {rows[-1]}", flush=True)
+        for row in rows[-3:]:
+            print(row.line(), flush=True)
     rows += assignment_rows(repeat=1 if options.quick else 3)
     for row in rows[-3:]:
-        print(f"  {row}", flush=True)
+        print(row.line(), flush=True)
     return rows
 
 

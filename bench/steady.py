@@ -33,7 +33,7 @@ LEASES = 20
 
 async def _steady(
     workers: int, splits: int, leases: int
-) -> tuple[dict[str, int], dict[str, int], int]:
+) -> tuple[dict[str, int], dict[str, int], int, float]:
     server = MemoryServer()
     held: set[str] = set()
     everyone_holds = trio.Event()
@@ -76,9 +76,11 @@ async def _steady(
             await everyone_holds.wait()
         await trio.sleep(3 * LEASE)  # settle: rebalancing done, every lease renewed since
         for store in recorders:
-            store.reset()
+            store.calls.clear()
         lost_before = lost
+        started = trio.current_time()
         await trio.sleep(leases * LEASE)
+        gap = max(s.longest_renewal_gap(started, trio.current_time()) for s in recorders)
         writes: collections.Counter[str] = collections.Counter()
         reads: collections.Counter[str] = collections.Counter()
         for store in recorders:
@@ -87,7 +89,7 @@ async def _steady(
                 if op in ("get", "list", "watch"):
                     reads[f"{op} {what}"] += count
         nursery.cancel_scope.cancel()
-    return dict(writes), dict(reads), lost - lost_before
+    return dict(writes), dict(reads), lost - lost_before, gap
 
 
 def run(options: Options) -> list[Row]:
@@ -96,7 +98,7 @@ def run(options: Options) -> list[Row]:
         return []
     leases = 5 if options.quick else LEASES
     clock = trio.testing.MockClock(autojump_threshold=0)
-    writes, reads, lost = trio.run(_steady, WORKERS, SPLITS, leases, clock=clock)
+    writes, reads, lost, gap = trio.run(_steady, WORKERS, SPLITS, leases, clock=clock)
     seconds = leases * LEASE
     total = sum(writes.values())
     per_third = WORKERS + SPLITS + 1  # presence keys, leases, the leader key
@@ -112,9 +114,10 @@ def run(options: Options) -> list[Row]:
         ratio=(total / seconds) / minimum,
         note=(
             f"lease {LEASE:g} s, {leases} leases of virtual time; by kind: {kinds}; "
-            f"each lease renewed {leases_per:.2f}x per lease (minimum 3); assignment writes "
+            f"each lease renewed {leases_per:.2f}x per lease (minimum 3), longest gap "
+            f"{gap:.2f} s; assignment writes "
             f"{writes.get('assignment', 0)}; Lost {lost}; reads: {read_kinds or 'none'}"
         ),
     )
-    print(f"  {row}", flush=True)
+    print(row.line(), flush=True)
     return [row]
