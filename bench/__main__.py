@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import platform
+import subprocess
 import time
 from collections.abc import Callable
 
 from bench import commit, failover, scale, steady
 from bench._harness import Options, Row, print_rows
+from spate import __version__
 
 SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "commit": commit.run,
@@ -44,6 +48,7 @@ def main() -> None:
     # The coordinators log every expected event of a failover (a lost lease, a re-watch) as
     # a warning; the benchmark's own lines are what matter here.
     logging.basicConfig(level=logging.ERROR)
+    print(f"spate {__version__} at {_revision()}, Python {platform.python_version()}", flush=True)
     rows: list[Row] = []
     began = time.monotonic()
     for name in chosen:
@@ -55,6 +60,22 @@ def main() -> None:
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as out:
             out.write(text.strip() + "\n")
+
+
+def _revision() -> str:
+    """The checkout's commit (``-dirty`` with local changes): what the figures belong to."""
+    try:
+        found = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "an unknown revision"
+    return found.stdout.strip() or "an unknown revision"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 import attrs
 import trio
 
+from spate.errors import StoreUnavailable
 from spate.store import Keyspace, Store, Won
 from spate_stores import open_store
 from spate_stores.memory import MemoryServer, MemoryStore
@@ -26,6 +27,7 @@ __all__ = [
     "Options",
     "Row",
     "backends",
+    "cas",
     "fmt_bytes",
     "fmt_rate",
     "fmt_seconds",
@@ -239,8 +241,25 @@ async def raw_cas_latencies(store: Store, key: str, value: bytes, ops: int) -> l
     latencies: list[float] = []
     for _ in range(ops):
         started = trio.current_time()
-        result = await store.update(D, key, value, revision)
+        revision = await cas(store, key, value, revision)
         latencies.append(trio.current_time() - started)
-        assert isinstance(result, Won), result
-        revision = result.revision
     return latencies
+
+
+async def cas(store: Store, key: str, value: bytes, revision: int) -> int:
+    """One compare-and-swap of a durable key only this caller writes; its new revision.
+
+    An unknown outcome is settled the way spate settles its own (read back, write again), and
+    the time that takes counts: SplitHandle.commit pays it too.
+    """
+    while True:
+        try:
+            result = await store.update(D, key, value, revision)
+        except StoreUnavailable:
+            entry = await store.get(D, key)
+            assert entry is not None, f"{key} vanished"
+            if entry.revision != revision:
+                return entry.revision  # it landed
+            continue
+        assert isinstance(result, Won), result
+        return result.revision

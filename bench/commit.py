@@ -29,6 +29,7 @@ from bench._harness import (
     Options,
     Row,
     backends,
+    cas,
     fmt_rate,
     fmt_seconds,
     median,
@@ -36,6 +37,7 @@ from bench._harness import (
     percentile,
 )
 from spate.config import Config
+from spate.errors import Fenced, StoreUnavailable
 from spate.events import Progress
 from spate.records import Keys
 from spate.store import Store, Won
@@ -112,10 +114,8 @@ async def commit_latency(backend: Backend, *, ops: int, rounds: int) -> Row:
                 times: list[float] = []
                 for n in range(ops + ops // 10):
                     started = trio.current_time()
-                    result = await store.update(D, raw_key, value, revision)
+                    revision = await cas(store, raw_key, value, revision)
                     elapsed = trio.current_time() - started
-                    assert isinstance(result, Won), result
-                    revision = result.revision
                     if n >= ops // 10:
                         times.append(elapsed)
                 return times
@@ -196,18 +196,40 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             revisions = {k: await _raw_revision(store, k, value) for k in raw_keys}
             watermarks = dict.fromkeys(coord.owned, 0)
             counts = {"spate": 0, "raw": 0}
+            errors = {"spate": 0, "raw": 0}
+            fenced: set[str] = set()
 
             def committer(split: str) -> Callable[[], Awaitable[None]]:
                 async def step() -> None:
-                    watermarks[split] += 1
-                    await coord.commit(split, Progress(watermarks[split]))
+                    if split in fenced:
+                        await trio.sleep(0.01)
+                        return
+                    progress = Progress(watermarks[split] + 1)
+                    try:
+                        await coord.commit(split, progress)
+                    except StoreUnavailable:
+                        # Unknown outcome: the next step retries the same commit, which is
+                        # adopted if it landed (what SplitHandle.commit does for a handler).
+                        errors["spate"] += 1
+                        return
+                    except Fenced:
+                        fenced.add(split)  # lost: counted with the Lost events
+                        return
+                    watermarks[split] = progress.watermark or 0
                     counts["spate"] += 1
 
                 return step
 
             def updater(key: str) -> Callable[[], Awaitable[None]]:
                 async def step() -> None:
-                    result = await store.update(D, key, value, revisions[key])
+                    try:
+                        result = await store.update(D, key, value, revisions[key])
+                    except StoreUnavailable:
+                        errors["raw"] += 1
+                        entry = await store.get(D, key)
+                        assert entry is not None
+                        revisions[key] = entry.revision
+                        return
                     assert isinstance(result, Won), result
                     revisions[key] = result.revision
                     counts["raw"] += 1
@@ -225,6 +247,7 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             # Warm up both paths first (an HTTP client opens its pooled connections).
             await measure("spate", 0.5)
             await measure("raw", 0.5)
+            errors.update(spate=0, raw=0)
 
             lost_before = len(member.lost)
             writes_before = member.metrics.writes.copy()
@@ -261,7 +284,8 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
         note=(
             f"per-round ratios {min(ratios):.2f}-{max(ratios):.2f}; "
             f"renewals {renew.get('won', 0)} won / {renew.get('lost', 0)} lost / "
-            f"{renew.get('error', 0)} failed; Lost events {len(lost)}; longest gap between "
+            f"{renew.get('error', 0)} failed; Lost events {len(lost)}; unknown outcomes "
+            f"(retried) {errors['spate']} commits, {errors['raw']} CAS; longest gap between "
             f"two renewals of a lease {fmt_seconds(gaps)} (lease {THROUGHPUT_TTL:g} s)"
             + ("" if healthy else " — RENEWALS STARVED")
         ),
