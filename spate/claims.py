@@ -257,6 +257,16 @@ class Claims:
             state = core.view.splits.get(split)
             if state is None or state.spec is None or core.parting:
                 break
+            progress = state.progress
+            if (
+                progress.status is not Status.RUNNABLE
+                or progress.completed
+                or progress.epoch >= epoch
+            ):
+                # The split moved on while the lease write was in flight (a freeze can hold it
+                # for longer than a lease): someone else claimed or finished it. Writing the
+                # epoch decided before then would put history back under a fresh revision.
+                break
             # Built from the freshest record each try: a lost CAS wrote nothing, so a retry
             # that adopts a zombie's commit still counts this takeover's attempt, once.
             record = attrs.evolve(
@@ -291,7 +301,7 @@ class Claims:
             fresh = core.view.splits[split].progress
             if fresh.status is not Status.RUNNABLE or fresh.epoch >= epoch:
                 break
-        yield from self._drop_lease(split, lease_rev)
+        yield from self._drop_lease(split, lease_rev, epoch)
 
     def _landed(self, split: str, record: ProgressRecord) -> Flow[Won | None]:
         """After an unknown outcome, find out whether our write landed (Won) or not (None)."""
@@ -325,15 +335,16 @@ class Claims:
             # Departure began while this claim was in flight: hand it straight back.
             core.start(self.release_flow(split))
 
-    def _drop_lease(self, split: str, lease_rev: int) -> Flow[None]:
+    def _drop_lease(self, split: str, lease_rev: int, epoch: int) -> Flow[None]:
         """Best-effort removal of a lease this worker wrote (guarded by its revision)."""
         core = self.core
         key = core.keys.split(split)
         yield Hold(E, key)
         try:
             result = yield Op(
-                "delete", E, key, expected=lease_rev, operation="lease-release", split=split
-            )
+                "delete", E, key, expected=lease_rev, operation="lease-release", split=split,
+                epoch=epoch,
+            )  # fmt: skip
         except StoreUnavailable as exc:
             logger.debug("split %s: lease clean-up failed (%s); it will expire", split, exc)
             return
@@ -351,6 +362,7 @@ class Claims:
         if state is None or state.progress.status is not Status.RUNNABLE:
             return
         stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
+        stale_epoch = state.lease.epoch if state.lease is not None else state.progress.epoch
         record = attrs.evolve(
             state.progress,
             epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write
@@ -373,7 +385,7 @@ class Claims:
         logger.warning("split %s quarantined after %d attempts", split, record.attempts)
         core.fold(core.view.put_progress(split, record, result.revision))
         if stale_lease:
-            yield from self._drop_lease(split, stale_lease)
+            yield from self._drop_lease(split, stale_lease, stale_epoch)
 
     # -- renewals ----------------------------------------------------------------------------
 
@@ -492,7 +504,7 @@ class Claims:
         try:
             # Hold first: a renewal in flight moves the revision this delete is guarded by.
             yield Hold(E, self.core.keys.split(split))
-            yield from self._drop_lease(split, held.lease_rev)
+            yield from self._drop_lease(split, held.lease_rev, held.epoch)
         finally:
             self.busy.discard(split)
 
