@@ -7,8 +7,6 @@ what a seed draws. The seed that first found each one is named in its docstring.
 
 from __future__ import annotations
 
-import pytest
-
 from spate.config import Config
 from spate_testing.faults import FaultRates
 from spate_testing.sim.runner import SeedResult, run_checked
