@@ -1,0 +1,7 @@
+"""``python -m spate_testing.sim``: see :mod:`spate_testing.sim.cli`."""
+
+import sys
+
+from spate_testing.sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,397 @@
+"""A whole fleet in one Trio run: workers on a shared memory store, faults, a chaos driver.
+
+:func:`simulate` runs one :class:`~spate_testing.sim.scenario.Scenario` and returns its
+:class:`~spate_testing.sim.history.History`. It must run under a ``MockClock`` (see
+:func:`spate_testing.sim.runner.run_scenario`, which also makes the run reproducible).
+
+Every worker incarnation talks to the shared :class:`~spate_stores.memory.MemoryServer`
+through its own stack: ``run_worker`` -> ``FaultyStore`` (its faults, its freeze and
+partition switches) -> ``RecordingStore`` (the true outcome of each write) -> its own
+``MemoryStore`` client. The run has two phases: *chaos*, where the driver (random, or a
+script) joins, kills, restarts, freezes and partitions workers while the random store faults
+run; then *settle*, where every fault stops and the job has ``scenario.bound`` seconds of
+simulated time to reach its verdict. The final listing is then read straight from the
+server and appended as the history's :class:`~spate_testing.sim.history.Final`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import inspect
+import itertools
+import logging
+import random
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from spate import worker as worker_module
+from spate.errors import FatalCoordinationError
+from spate.events import AllComplete
+from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
+from spate.store import Keyspace
+from spate.worker import run_worker
+from spate_stores.memory import MemoryServer, MemoryStore
+from spate_testing.faults import FaultRates, FaultyStore
+from spate_testing.sim.history import Action, Final, FinalSplit, History, Verdict
+from spate_testing.sim.recorder import Recorder, RecordingMetrics
+from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
+
+__all__ = ["SimRun", "simulate"]
+
+logger = logging.getLogger("spate_testing.sim")
+
+State = Literal["running", "leaving", "killed", "verdict", "left", "crashed"]
+FINGERPRINT = "spate-sim"
+
+
+@attrs.define(eq=False)
+class _Incarnation:
+    actor: str
+    instance: str
+    store: FaultyStore
+    metrics: RecordingMetrics
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    state: State = "running"
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def live(self) -> bool:
+        return self.state == "running"
+
+
+class _Fleet:
+    def __init__(self, scenario: Scenario, history: History) -> None:
+        self.scenario = scenario
+        self.history = history
+        self.recorder = Recorder(history)
+        self.server = MemoryServer()
+        self.rng = random.Random(f"{scenario.seed}/driver")
+        self.incarnations: list[_Incarnation] = []
+        self.lives: dict[str, int] = {}
+        self.next_instance = itertools.count()
+        self.calm = False
+        self.duplicated: set[str] = set()
+        self.metrics_for_store: dict[int, RecordingMetrics] = {}
+
+    # -- lives --------------------------------------------------------------------------
+
+    def client(self) -> MemoryStore:
+        return MemoryStore(server=self.server, ephemeral_ttl=self.scenario.lease)
+
+    def start(self, nursery: trio.Nursery, instance: str, how: str = "start") -> None:
+        life = self.lives.get(instance, 0) + 1
+        self.lives[instance] = life
+        actor = f"{instance}#{life}"
+        rates = self.scenario.rates
+        if self.calm:
+            rates = FaultRates(silent_expiry=rates.silent_expiry)
+        store = FaultyStore(
+            self.recorder.store(self.client(), actor),
+            rng=random.Random(f"{self.scenario.seed}/{actor}"),
+            rates=rates,
+            name=actor,
+        )
+        inc = _Incarnation(actor, instance, store, self.recorder.metrics(actor))
+        self.metrics_for_store[id(store)] = inc.metrics
+        self.incarnations.append(inc)
+        self.recorder.action(actor, how)
+        nursery.start_soon(self._life, inc, name=f"sim worker {actor}")
+
+    def new_instance(self) -> str:
+        return f"w{next(self.next_instance)}"
+
+    async def _life(self, inc: _Incarnation) -> None:
+        handler = self.recorder.handler(self.scenario.workload.handle, inc.actor)
+        try:
+            with inc.scope:
+                verdict = await run_worker(
+                    inc.store,
+                    job=self.scenario.job,
+                    instance=inc.instance,
+                    planner=self.scenario.workload.planner(),
+                    handler=handler,
+                    config=self.scenario.config,
+                    fingerprint=FINGERPRINT,
+                    leave_deadline=self.scenario.leave_deadline,
+                    **_metrics_argument(inc.metrics),
+                )
+                inc.state = "verdict"
+                self.history.append(
+                    Verdict(
+                        at=trio.current_time(),
+                        actor=inc.actor,
+                        all_complete=isinstance(verdict, AllComplete),
+                        completed=getattr(verdict, "completed", None),
+                        quarantined=getattr(verdict, "quarantined", None),
+                    )
+                )
+        except Exception as exc:  # every way a worker can die is part of the history
+            self._crashed(inc, exc)
+        finally:
+            if inc.state == "leaving":
+                inc.state = "left"
+            self.history.append(inc.metrics.snapshot(settled=inc.state in ("verdict", "left")))
+            inc.done.set()
+
+    def _crashed(self, inc: _Incarnation, exc: BaseException) -> None:
+        # A killed worker may die of anything; a worker sharing its instance id with another
+        # live one must stop with FatalCoordinationError. Any other death is a finding,
+        # including an exception group leaking out of run_worker.
+        expected = inc.state == "killed" or (
+            isinstance(exc, FatalCoordinationError) and inc.instance in self.duplicated
+        )
+        if inc.state != "killed":
+            inc.state = "crashed"
+        self.recorder.action(inc.actor, "crash-expected" if expected else "crash", _describe(exc))
+
+    def live(self) -> list[_Incarnation]:
+        return [i for i in self.incarnations if i.live]
+
+    # -- actions ------------------------------------------------------------------------
+
+    def act(self, nursery: trio.Nursery, what: ActionKind, target: str, duration: float) -> bool:
+        """Do one action; False when it cannot be done now (nobody to do it to)."""
+        live = self.live()
+        by_instance = {i.instance: i for i in live}
+        victim = by_instance.get(target) if target else None
+        if what in ("join", "restart", "duplicate"):
+            return self._grow(nursery, what, target)
+        if victim is None:
+            if target or not live:
+                return False
+            victim = self.rng.choice(live)
+        if what == "kill":
+            # Cut off first, then thaw: calls a frozen victim had in flight fail instead of
+            # landing, as a SIGKILLed process's unsent requests would.
+            victim.store.partition()
+            victim.store.thaw()
+            victim.state = "killed"
+            victim.scope.cancel()
+            self.recorder.action(victim.actor, "kill")
+        elif what == "leave":
+            victim.state = "leaving"
+            victim.scope.cancel()
+            self.recorder.action(victim.actor, "leave")
+        elif what == "freeze":
+            victim.store.freeze()
+            self.recorder.action(victim.actor, "freeze", f"{duration:g}s")
+            nursery.start_soon(self._later, duration, victim, "thaw")
+        elif what == "partition":
+            victim.store.partition()
+            self.recorder.action(victim.actor, "partition", f"{duration:g}s")
+            nursery.start_soon(self._later, duration, victim, "heal")
+        elif what == "outage":
+            self.recorder.action("store", "outage", f"{duration:g}s")
+            for inc in live:
+                inc.store.partition()
+                nursery.start_soon(self._later, duration, inc, "heal")
+        return True
+
+    def _grow(self, nursery: trio.Nursery, what: ActionKind, target: str) -> bool:
+        live = self.live()
+        if what == "duplicate":
+            if not live:
+                return False
+            instance = target or self.rng.choice(live).instance
+            self.duplicated.add(instance)
+            self.start(nursery, instance, "duplicate")
+            return True
+        if len(live) >= self.scenario.max_workers and not target:
+            return False
+        if what == "join":
+            self.start(nursery, target or self.new_instance())
+            return True
+        alive = {i.instance for i in live}
+        dead = sorted({i.instance for i in self.incarnations if i.state == "killed"} - alive)
+        if target:
+            if target in alive:
+                return False
+            self.start(nursery, target, "restart")
+            return True
+        if not dead:
+            return False
+        self.start(nursery, self.rng.choice(dead), "restart")
+        return True
+
+    async def _later(self, delay: float, inc: _Incarnation, what: str) -> None:
+        await trio.sleep(delay)
+        if inc.state == "killed":
+            return  # a killed worker stays cut off: nothing it sends may land any more
+        if what == "thaw":
+            inc.store.thaw()
+        else:
+            inc.store.heal()
+        self.recorder.action(inc.actor, what)
+
+    # -- the two phases -----------------------------------------------------------------
+
+    async def chaos(self, nursery: trio.Nursery) -> None:
+        scenario = self.scenario
+        if scenario.script is not None:
+            await self._scripted(nursery, scenario.script)
+            return
+        kinds = [k for k, w in scenario.weights if w > 0]
+        weights = [w for _, w in scenario.weights if w > 0]
+        end = trio.current_time() + scenario.chaos_seconds
+        lease = scenario.lease
+        while kinds:
+            await trio.sleep(self.rng.uniform(*scenario.action_gap))
+            if trio.current_time() >= end:
+                break
+            what = self.rng.choices(kinds, weights)[0]
+            # Half the stalls outlast the lease: the worker wakes as a zombie.
+            duration = self.rng.choice([lease / 3, lease * 0.9, lease * 1.5, lease * 3])
+            self.act(nursery, what, "", duration)
+        await trio.sleep_until(end)
+
+    async def _scripted(self, nursery: trio.Nursery, script: tuple[Scripted, ...]) -> None:
+        start = trio.current_time()
+        for step in sorted(script, key=lambda s: s.at):
+            await trio.sleep_until(start + step.at)
+            if not self.act(nursery, step.what, step.target, step.duration):
+                raise RuntimeError(f"scripted action {step} could not be done")
+        await trio.sleep_until(start + self.scenario.chaos_seconds)
+
+    def calm_down(self, nursery: trio.Nursery) -> None:
+        self.calm = True
+        self.recorder.action("sim", "calm")
+        for inc in self.incarnations:
+            if inc.state == "killed":
+                continue
+            inc.store.rates = FaultRates(silent_expiry=inc.store.rates.silent_expiry)
+            inc.store.thaw()
+            inc.store.heal()
+        if not [i for i in self.incarnations if i.state in ("running", "verdict")]:
+            self.start(nursery, self.new_instance())
+
+    async def settle(self) -> bool:
+        with trio.move_on_after(self.scenario.bound) as scope:
+            for inc in list(self.incarnations):
+                await inc.done.wait()
+        return not scope.cancelled_caught
+
+    def stop_all(self) -> None:
+        for inc in self.incarnations:
+            if not inc.done.is_set():
+                inc.state = "leaving" if inc.state == "running" else inc.state
+                inc.scope.cancel()
+
+    async def final(self, terminated: bool) -> Final:
+        keys = Keys(self.scenario.job)
+        async with self.client() as store:
+            plan_entry = await store.get(Keyspace.DURABLE, keys.plan)
+            entries = await store.list(Keyspace.DURABLE, keys.split_prefix)
+        plan_final = False
+        if plan_entry is not None:
+            plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
+            plan_final = plan.finality is Finality.FINAL
+        splits = []
+        for entry in entries:
+            split = entry.key[len(keys.split_prefix) :]
+            record = decode(ProgressRecord, entry.key, entry.value, split=split)
+            splits.append(
+                FinalSplit(
+                    split=split,
+                    status=record.status.value,
+                    epoch=record.epoch,
+                    watermark=record.watermark,
+                    completed=record.completed,
+                    owner=record.owner,
+                )
+            )
+        return Final(
+            at=trio.current_time(),
+            plan_final=plan_final,
+            expected=self.scenario.workload.split_ids,
+            splits=tuple(splits),
+            terminated=terminated,
+            bound=self.scenario.bound,
+        )
+
+
+def _metrics_argument(metrics: RecordingMetrics) -> dict[str, Any]:
+    if _RUN_WORKER_TAKES_METRICS:
+        return {"metrics": metrics}
+    return {}
+
+
+_RUN_WORKER_TAKES_METRICS = "metrics" in inspect.signature(run_worker).parameters
+
+
+@contextlib.contextmanager
+def _metrics_by_store(fleet: _Fleet) -> Iterator[None]:
+    """Give each incarnation's coordinator its metrics hooks, keyed by its store wrapper.
+
+    Needed only while ``run_worker`` has no ``metrics`` argument of its own: the runner's
+    ``open_coordinator`` is swapped for one that looks the hooks up by store.
+    """
+    if _RUN_WORKER_TAKES_METRICS:
+        yield
+        return
+    module: Any = worker_module
+    original = module.open_coordinator
+
+    def open_with_metrics(store: Any, **kwargs: Any) -> Any:
+        hooks = fleet.metrics_for_store.get(id(store))
+        if hooks is not None and kwargs.get("metrics") is None:
+            kwargs["metrics"] = hooks
+        return original(store, **kwargs)
+
+    module.open_coordinator = open_with_metrics
+    try:
+        yield
+    finally:
+        module.open_coordinator = original
+
+
+def _describe(exc: BaseException, top: bool = True) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        inner = "; ".join(_describe(e, top=False) for e in exc.exceptions)
+        where = " leaked from run_worker" if top else ""
+        return f"{type(exc).__name__}{where} [{inner}]"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _run_phases(fleet: _Fleet, nursery: trio.Nursery) -> None:
+    for _ in range(fleet.scenario.initial_workers):
+        fleet.start(nursery, fleet.new_instance())
+    await fleet.chaos(nursery)
+    fleet.calm_down(nursery)
+
+
+@attrs.frozen
+class SimRun:
+    """What one simulated run produced: its history and the faults it injected, by kind."""
+
+    history: History
+    faults: dict[str, int]
+    seconds: float
+    """Simulated seconds the run took."""
+
+
+async def simulate(scenario: Scenario) -> SimRun:
+    """Run ``scenario`` to its end and return what it recorded (call under a MockClock)."""
+    started = trio.current_time()
+    history = History(job=scenario.job, seed=scenario.seed)
+    fleet = _Fleet(scenario, history)
+    terminated = False
+    with _metrics_by_store(fleet):
+        async with trio.open_nursery() as nursery:
+            await _run_phases(fleet, nursery)
+            terminated = await fleet.settle()
+            fleet.stop_all()
+    history.append(await fleet.final(terminated))
+    faults: collections.Counter[str] = collections.Counter()
+    for inc in fleet.incarnations:
+        faults.update(inc.store.injected)
+    for event in history.of(Action):
+        if event.what in _COUNTED_ACTIONS:
+            faults[event.what] += 1
+    return SimRun(history, dict(sorted(faults.items())), trio.current_time() - started)
+
+
+_COUNTED_ACTIONS = frozenset({"kill", "restart", "leave", "outage", "duplicate"})

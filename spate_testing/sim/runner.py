@@ -1,0 +1,218 @@
+"""Running seeds: one reproducible Trio run per scenario, checked.
+
+:func:`run_seed` draws a scenario from a seed, runs it with :func:`run_scenario` and checks
+the history. A run is a pure function of its seed: the scenario and every fault come from
+seeded generators, the clock is a ``MockClock`` that jumps whenever every task is blocked, and
+:func:`reproducible` pins the rest of what would otherwise vary between two runs of one
+program (Trio's scheduling order, the process nonces the coordinator draws, the ``random``
+module). Across processes, string hashing must be pinned too (``PYTHONHASHSEED=0``), which
+the command line does for itself.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from spate_testing.sim.checker import Violation, check
+from spate_testing.sim.fleet import SimRun, simulate
+from spate_testing.sim.history import Action, History
+from spate_testing.sim.scenario import Scenario
+
+__all__ = [
+    "SeedResult",
+    "SimHang",
+    "replay_command",
+    "reproducible",
+    "run_checked",
+    "run_scenario",
+    "run_seed",
+]
+
+
+def replay_command(seed: int) -> str:
+    """The one command that replays ``seed``."""
+    return f"nox -s sim -- --seed {seed}"
+
+
+@contextmanager
+def reproducible(seed: int) -> Iterator[None]:
+    """Within the block, Trio runs are deterministic functions of ``seed``.
+
+    Trio shuffles each batch of runnable tasks with a private generator (to keep programs
+    from depending on scheduling order); it offers a deterministic mode for Hypothesis, which
+    this switches on and seeds. The coordinator's process nonces (which also seed its
+    heartbeat jitter) come from :mod:`secrets`; within the block they come from a generator
+    seeded by ``seed``. Everything is restored on exit.
+    """
+    # Reaching into trio's private scheduler state is deliberate: it is the documented hook
+    # its Hypothesis plugin uses, and the only way to replay one interleaving exactly.
+    run_module: Any = trio._core._run
+    saved_flag = run_module._ALLOW_DETERMINISTIC_SCHEDULING
+    saved_scheduler = run_module._r.getstate()
+    saved_random = random.getstate()
+    saved_token_hex = secrets.token_hex
+    nonces = random.Random(f"{seed}/nonces")
+
+    def token_hex(nbytes: int | None = None) -> str:
+        return nonces.randbytes(32 if nbytes is None else nbytes).hex()
+
+    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
+    run_module._r.seed(seed)
+    random.seed(seed)
+    secrets.token_hex = token_hex
+    try:
+        yield
+    finally:
+        secrets.token_hex = saved_token_hex
+        random.setstate(saved_random)
+        run_module._r.setstate(saved_scheduler)
+        run_module._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag
+
+
+DEFAULT_WALL_BUDGET = 60.0
+"""Wall-clock seconds one run may take before it is declared hung."""
+
+
+class SimHang(BaseException):
+    """A run exceeded its wall-clock budget: something spins without letting time pass.
+
+    Under an autojumping clock, time only moves when every task waits; a task that retries
+    without waiting freezes simulated time, so the run would never end.
+    """
+
+
+@contextmanager
+def _wall_budget(seconds: float | None) -> Iterator[None]:
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise SimHang(f"the run took more than {seconds:g} s of wall-clock time")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_scenario(scenario: Scenario, *, wall_budget: float | None = DEFAULT_WALL_BUDGET) -> SimRun:
+    """Run ``scenario`` under a fresh autojumping ``MockClock``, reproducibly.
+
+    Raises :class:`SimHang` if the run takes more than ``wall_budget`` seconds of real time.
+    """
+    with reproducible(scenario.seed):
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        try:
+            with _wall_budget(wall_budget):
+                return trio.run(simulate, scenario, clock=clock)
+        except BaseException as exc:
+            hang = _find_hang(exc)
+            if hang is not None and hang is not exc:
+                raise SimHang(f"{hang} (at simulated t={clock.current_time():.3f})") from exc
+            if hang is not None:
+                raise SimHang(f"{hang} (at simulated t={clock.current_time():.3f})") from None
+            raise
+
+
+def _find_hang(exc: BaseException | None) -> SimHang | None:
+    # The alarm may fire inside a task (then nurseries wrap it in groups) or inside Trio's
+    # own loop (then it comes out as the cause of a TrioInternalError).
+    seen = 0
+    while exc is not None and seen < 20:
+        seen += 1
+        if isinstance(exc, SimHang):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                found = _find_hang(inner)
+                if found is not None:
+                    return found
+            return None
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@attrs.frozen
+class SeedResult:
+    """One checked run: its seed, what broke (empty when clean) and what it covered."""
+
+    seed: int
+    violations: tuple[Violation, ...]
+    digest: str
+    faults: dict[str, int]
+    sim_seconds: float
+    wall_seconds: float
+    events: int
+    history: History = attrs.field(repr=False, eq=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run was clean."""
+        return not self.violations
+
+
+def crashes(history: History) -> list[Violation]:
+    """Workers that died of an error the scenario did not cause, as violations."""
+    return [
+        Violation("crash", f"{a.actor} at t={a.at:.3f}: {a.detail}")
+        for a in history.of(Action)
+        if a.what == "crash"
+    ]
+
+
+def check_run(run: SimRun, scenario: Scenario, wall: float) -> SeedResult:
+    """Check a finished run and summarise it."""
+    violations = [*check(run.history), *crashes(run.history)]
+    return SeedResult(
+        seed=scenario.seed,
+        violations=tuple(violations),
+        digest=run.history.digest(),
+        faults=run.faults,
+        sim_seconds=run.seconds,
+        wall_seconds=wall,
+        events=len(run.history),
+        history=run.history,
+    )
+
+
+def run_seed(seed: int, *, wall_budget: float | None = DEFAULT_WALL_BUDGET) -> SeedResult:
+    """Draw the scenario of ``seed``, run it, and check its history."""
+    return run_checked(Scenario.from_seed(seed), wall_budget=wall_budget)
+
+
+def run_checked(
+    scenario: Scenario, *, wall_budget: float | None = DEFAULT_WALL_BUDGET
+) -> SeedResult:
+    """Run ``scenario`` and check its history; a hung run is reported as a violation."""
+    started = time.perf_counter()
+    try:
+        run = run_scenario(scenario, wall_budget=wall_budget)
+    except SimHang as exc:
+        wall = time.perf_counter() - started
+        history = History(job=scenario.job, seed=scenario.seed)
+        return SeedResult(
+            seed=scenario.seed,
+            violations=(Violation("hang", str(exc)),),
+            digest="",
+            faults={},
+            sim_seconds=0.0,
+            wall_seconds=wall,
+            events=0,
+            history=history,
+        )
+    return check_run(run, scenario, time.perf_counter() - started)

@@ -1,0 +1,149 @@
+"""A simulated run's parameters, drawn from its seed (or written by hand for a regression).
+
+:meth:`Scenario.from_seed` picks everything a run needs from one :class:`random.Random`: the
+workload (bounded or open plan, split sizes, poison splits), the fleet (how many workers,
+how many at most), the timings (lease, drain deadline, rebalance delay...), the store faults
+every worker suffers (unavailability, lost replies, duplicate and dropped watch events,
+latency, silent expiry), and how often the chaos driver acts (joins, kills, restarts,
+graceful leaves, freezes, partitions, store outages).
+
+A regression scenario pins the shape of a bug instead: a fixed :attr:`Scenario.script` of
+actions at chosen times replaces the random driver, so the scenario keeps meaning the same
+thing when unrelated code changes the random draws.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Literal, TypeAlias
+
+import attrs
+
+from spate.config import Config
+from spate_testing.faults import FaultRates
+from spate_testing.sim.workload import Workload
+
+__all__ = ["ACTIONS", "ActionKind", "Scenario", "Scripted"]
+
+ActionKind: TypeAlias = Literal[
+    "join", "kill", "restart", "leave", "freeze", "partition", "outage", "duplicate"
+]
+ACTIONS: tuple[ActionKind, ...] = (
+    "join",
+    "kill",
+    "restart",
+    "leave",
+    "freeze",
+    "partition",
+    "outage",
+    "duplicate",
+)
+"""What the chaos driver can do:
+
+``join`` a new worker; ``kill`` one (cut off from the store, then cancelled: no hand-back);
+``restart`` a killed one under the same instance id; ``leave`` gracefully (cancel
+``run_worker``); ``freeze`` one (its store calls stall, then land late: a zombie);
+``partition`` one from the store for a while; ``outage`` (every worker cut off at once);
+``duplicate`` (a second live process under an existing instance id, which must be refused)."""
+
+
+@attrs.frozen
+class Scripted:
+    """One scripted action: at ``at`` seconds, do ``what`` to ``target`` for ``duration``."""
+
+    at: float
+    what: ActionKind
+    target: str = ""
+    duration: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Scenario:
+    """Everything one simulated run does; a pure function of the seed unless scripted."""
+
+    seed: int
+    job: str = "sim"
+    workload: Workload
+    initial_workers: int
+    max_workers: int
+    lease: float
+    config: Config
+    rates: FaultRates
+    chaos_seconds: float
+    action_gap: tuple[float, float] = (1.0, 4.0)
+    weights: tuple[tuple[ActionKind, int], ...] = ()
+    bound: float = 180.0
+    """Seconds of simulated time the job has to reach its verdict once the faults stop."""
+    leave_deadline: float = 6.0
+    script: tuple[Scripted, ...] | None = None
+
+    @classmethod
+    def from_seed(cls, seed: int) -> Scenario:
+        """Draw a scenario from ``seed``."""
+        rng = random.Random(seed)
+        lease = rng.choice([2.0, 3.0, 4.0])
+        workload = _draw_workload(rng)
+        initial = rng.randint(1, 4)
+        config = Config(
+            lease_duration=lease,
+            max_in_flight=rng.randint(1, 3),
+            max_attempts=rng.randint(2, 4),
+            replan_interval=rng.choice([1.0, 2.0, 3.0]),
+            reconcile_interval=rng.choice([1.0, 2.0, 5.0]),
+            rebalance_delay=rng.choice([0.0, 0.0, lease / 2, 2 * lease]),
+            drain_deadline=rng.choice([lease / 2, lease, 2 * lease]),
+            membership_debounce=rng.choice([0.0, 0.0, 0.25, 1.0]),
+            planner_thread=False,
+        )
+        return cls(
+            seed=seed,
+            workload=workload,
+            initial_workers=initial,
+            max_workers=max(initial, rng.randint(2, 5)),
+            lease=lease,
+            config=config,
+            rates=_draw_rates(rng),
+            chaos_seconds=rng.choice([10.0, 20.0, 30.0]),
+            action_gap=(0.5, rng.choice([2.0, 4.0, 8.0])),
+            weights=_draw_weights(rng),
+        )
+
+
+def _draw_workload(rng: random.Random) -> Workload:
+    count = rng.randint(1, 10)
+    splits = [(f"s{i:02d}", rng.randint(1, 8), rng.randint(1, 3)) for i in range(count)]
+    batches: tuple[tuple[tuple[str, int, int], ...], ...]
+    if rng.random() < 0.5:
+        batches = (tuple(splits),)
+    else:
+        cuts = sorted(rng.sample(range(1, count + 1), k=min(count, rng.randint(1, 3))))
+        edges = [0, *cuts]
+        if edges[-1] != count:
+            edges.append(count)
+        batches = tuple(tuple(splits[a:b]) for a, b in itertools.pairwise(edges))
+        # An empty final batch still closes the plan; it stands for a planner that finds
+        # nothing new on its last run.
+        if rng.random() < 0.3:
+            batches = (*batches, ())
+    poison = frozenset(s for s, _, _ in splits if rng.random() < 0.08)
+    return Workload(batches=batches, poison=poison, step_seconds=rng.choice([0.1, 0.25, 0.5, 1.0]))
+
+
+def _draw_rates(rng: random.Random) -> FaultRates:
+    profile = rng.choice(["calm", "mild", "mild", "harsh"])
+    if profile == "calm":
+        return FaultRates(silent_expiry=rng.random() < 0.25)
+    scale = 1.0 if profile == "harsh" else 0.3
+    return FaultRates(
+        unavailable_rate=scale * rng.uniform(0, 0.1),
+        maybe_landed_rate=scale * rng.uniform(0, 0.1),
+        duplicate_rate=scale * rng.uniform(0, 0.1),
+        watch_drop_rate=scale * rng.uniform(0, 0.03),
+        latency=rng.choice([0.0, 0.0, 0.005, 0.05]),
+        silent_expiry=rng.random() < 0.25,
+    )
+
+
+def _draw_weights(rng: random.Random) -> tuple[tuple[ActionKind, int], ...]:
+    return tuple((kind, rng.choice([0, 1, 2, 3])) for kind in ACTIONS)
