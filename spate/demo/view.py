@@ -92,6 +92,9 @@ class LiveView:
                         pass
                     live.update(self._render(), refresh=True)
             finally:
+                # One last look at the store, so the final frame shows how the job ended.
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    self._status = await read_status(fleet.current_store(), "spate-demo")
                 live.update(self._render(), refresh=True)
 
     def _render(self) -> RenderableType:
@@ -136,9 +139,12 @@ class LiveView:
             f"/{fleet.options.splits} · quarantined {counts.get('quarantined', 0)}"
         )
         completed = counts.get("completed", 0)
-        bar = ProgressBar(total=fleet.options.splits, completed=completed)
+        progress = Table.grid(padding=(0, 1))
+        progress.add_row(
+            ProgressBar(total=fleet.options.splits, completed=completed, width=30), summary
+        )
         events = Panel("\n".join(self._events) or "…", title="events", title_align="left")
-        return Group(table, bar, summary, events)
+        return Group(table, progress, events)
 
 
 def print_result(result: DemoResult, console_print: object = print) -> None:
