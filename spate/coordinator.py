@@ -32,6 +32,7 @@ from spate.probe import probe_store
 from spate.pumps import heartbeat_ticker, interval_ticker, watch_pump
 from spate.records import PlanRecord, UnreadableRecord, decode, encode
 from spate.store import Keyspace, Store, Won
+from spate.telemetry import capture, metrics_for
 
 __all__ = ["Coordinator", "open_coordinator"]
 
@@ -105,8 +106,13 @@ class Coordinator:
         if not isinstance(progress, Progress):
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
         core = self._core
+        # The write runs on the coordinator's task; carry the caller's trace to it, so the
+        # handler's own span and the commit's share one trace.
+        context = capture()
         await self._call(
-            lambda reply: core.start(core.claims.commit_flow(split, progress), _answer(reply))
+            lambda reply: core.start(
+                core.claims.commit_flow(split, progress), _answer(reply), context=context
+            )
         )
 
     async def fail(self, split: str, reason: str) -> None:
@@ -117,8 +123,11 @@ class Coordinator:
         """
         _check_split(split)
         core = self._core
+        context = capture()
         await self._call(
-            lambda reply: core.start(core.claims.fail_flow(split, str(reason)), _answer(reply))
+            lambda reply: core.start(
+                core.claims.fail_flow(split, str(reason)), _answer(reply), context=context
+            )
         )
 
     async def release(self, splits: Iterable[str]) -> None:
@@ -128,6 +137,7 @@ class Coordinator:
         """
         ids = [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
         core = self._core
+        context = capture()
 
         def command(reply: Reply) -> None:
             for split in ids:
@@ -138,7 +148,7 @@ class Coordinator:
                         )
                     )
                     return
-            core.start(_release_all(core, ids), _answer(reply))
+            core.start(_release_all(core, ids), _answer(reply), context=context)
 
         await self._call(command)
 
@@ -165,7 +175,8 @@ class Coordinator:
         a lease. The coordinator keeps watching (a bounded job's verdict still arrives).
         """
         core = self._core
-        await self._call(lambda reply: core.start(_depart(core), _answer(reply)))
+        context = capture()
+        await self._call(lambda reply: core.start(_depart(core), _answer(reply), context=context))
 
     async def _call(self, command: Callable[[Reply], None]) -> None:
         core = self._core
@@ -247,7 +258,9 @@ async def open_coordinator(
     ``planner`` is called (on whichever worker leads) with a :class:`~spate.plan.PlanContext`
     and returns a :class:`~spate.plan.Plan`; sync planners run in a thread, async ones as a
     task. ``fingerprint`` must be equal across the fleet (a worker with another one is
-    refused). ``instance`` defaults to the host name. ``metrics`` receives every outcome.
+    refused). ``instance`` defaults to the host name. ``metrics`` receives every outcome;
+    by default they are recorded on OpenTelemetry instruments (:mod:`spate.telemetry`: no-ops
+    until an SDK meter provider is installed).
 
     Raises :class:`~spate.errors.ConfigError` for invalid arguments,
     :class:`~spate.errors.FatalCoordinationError` when the store fails the startup probe, the
@@ -269,6 +282,9 @@ async def open_coordinator(
             f"store must implement spate.store.Store (use spate_stores.open_store), not "
             f"{type(store).__name__}"
         )
+    hooks = None
+    if metrics is None:
+        metrics = hooks = metrics_for(job, instance)
     core = Core(
         store,
         job=job,
@@ -276,7 +292,7 @@ async def open_coordinator(
         planner=planner,
         config=config.resolve(store.ephemeral_ttl),
         fingerprint=fingerprint,
-        metrics=metrics if metrics is not None else MetricsHooks(),
+        metrics=metrics,
     )
     try:
         async with trio.open_nursery() as nursery:
@@ -314,6 +330,8 @@ async def open_coordinator(
     finally:
         if core.stopped is None:
             core.stop(_Closed())
+        if hooks is not None:
+            hooks.close()  # a stopped worker's levels (leader, owned) stop being reported
 
 
 class _Closed(Exception):

@@ -48,15 +48,26 @@ class Scope:
 
 
 @contextmanager
-def span(scope: Scope, operation: str, **attributes: str | int) -> Iterator[Span]:
-    """A ``spate.<operation>`` span for work that is not a single write (the startup probe)."""
+def span(
+    scope: Scope, operation: str, *, records_errors: bool = True, **attributes: str | int
+) -> Iterator[Span]:
+    """A ``spate.<operation>`` span for work that is not a single write (the startup probe).
+
+    ``records_errors=False`` leaves an escaping exception to the caller to record (as
+    :func:`write` does, once, with its outcome).
+    """
     base: dict[str, str | int] = {
         "spate.job": scope.job,
         "spate.instance": scope.instance,
         "db.system": scope.system,
     }
     base.update(attributes)
-    with _tracer.start_as_current_span(f"spate.{operation}", attributes=base) as current:
+    with _tracer.start_as_current_span(
+        f"spate.{operation}",
+        attributes=base,
+        record_exception=records_errors,
+        set_status_on_exception=records_errors,
+    ) as current:
         yield current
 
 
@@ -86,7 +97,7 @@ async def write(
     if expected is not None:
         attributes["spate.expected_revision"] = expected
     started = trio.current_time()
-    with span(scope, operation, **attributes) as current:
+    with span(scope, operation, records_errors=False, **attributes) as current:
         try:
             if kind == "create":
                 result = await store.create(keyspace, key, value)

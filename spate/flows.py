@@ -31,6 +31,7 @@ import trio
 from spate import fenced
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import Entry, Keyspace, Store, WriteResult
+from spate.telemetry._context import Context, attached
 
 __all__ = ["Batch", "Driver", "Flow", "Hold", "Op", "Request"]
 
@@ -94,6 +95,8 @@ class _Running:
     done: Callable[[outcome.Outcome[Any]], None]
     held: Key | None = None
     parked: Op | None = None
+    context: Context | None = None
+    """The trace context of the API call that started the flow (None: internal)."""
 
 
 class Driver:
@@ -129,14 +132,19 @@ class Driver:
         k = (keyspace, key)
         return k in self._busy or bool(self._waiting.get(k))
 
-    def start(self, flow: Flow[T], done: Callable[[outcome.Outcome[T]], None]) -> None:
+    def start(
+        self,
+        flow: Flow[T],
+        done: Callable[[outcome.Outcome[T]], None],
+        context: Context | None = None,
+    ) -> None:
         """Start ``flow``; ``done`` gets its return value (or exception) on the loop task.
 
         An exception out of ``done`` (or out of a flow whose ``done`` re-raises) propagates out
         of the loop: that is how a fatal condition found by a flow stops the coordinator.
         """
         self.in_flight += 1
-        self._ready.append((_Running(flow, done), outcome.Value(None)))
+        self._ready.append((_Running(flow, done, context=context), outcome.Value(None)))
         self._drain()
 
     # -- resuming --------------------------------------------------------------------------
@@ -223,10 +231,14 @@ class Driver:
 
     # -- I/O tasks ---------------------------------------------------------------------------
 
-    async def _call(self, op: Op) -> Entry | list[Entry] | WriteResult | None:
+    async def _call(
+        self, op: Op, context: Context | None
+    ) -> Entry | list[Entry] | WriteResult | None:
         # A listing's cost grows with the job, so it gets a longer bound than a single call.
         timeout = self._timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
-        with trio.move_on_after(timeout) as scope:
+        # I/O tasks inherit the loop's context; a write belongs to the trace of the call that
+        # asked for it (a handler's commit), or starts its own.
+        with attached(context), trio.move_on_after(timeout) as scope:
             if op.kind == "get":
                 return await self._store.get(op.keyspace, op.key)
             if op.kind == "list":
@@ -251,7 +263,7 @@ class Driver:
 
     async def _run_op(self, running: _Running, op: Op) -> None:
         try:
-            result: outcome.Outcome[Any] = outcome.Value(await self._call(op))
+            result: outcome.Outcome[Any] = outcome.Value(await self._call(op, running.context))
         except (StoreUnavailable, StoreError) as exc:
             result = outcome.Error(exc)
         self._post(lambda: self._resume(running, result))
@@ -263,7 +275,7 @@ class Driver:
         async def one(i: int, op: Op) -> None:
             async with limiter:
                 try:
-                    results[i] = await self._call(op)
+                    results[i] = await self._call(op, running.context)
                 except (StoreUnavailable, StoreError) as exc:
                     results[i] = exc
 

@@ -410,7 +410,15 @@ class Leadership:
             records = [(s, ProgressRecord(id=s.id, written_at_ms=now_ms())) for s, _ in fresh]
             results = yield Batch(
                 tuple(
-                    Op("create", D, keys.split(s.id), encode(r), operation="seed-split", split=s.id)
+                    Op(
+                        "create",
+                        D,
+                        keys.split(s.id),
+                        encode(r),
+                        operation="seed-split",
+                        split=s.id,
+                        epoch=r.epoch,
+                    )
                     for s, r in records
                 )
             )

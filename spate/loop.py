@@ -37,6 +37,7 @@ from spate.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate.records import Keys, PresenceRecord, UnreadableRecord, encode
 from spate.revocation import Revocations
 from spate.store import Entry, Keyspace, Lost, Store, Won
+from spate.telemetry._context import Context
 from spate.terminal import Terminal
 from spate.view import (
     AssignmentChanged,
@@ -143,10 +144,18 @@ class Core:
             pass  # nobody listens any more
 
     def start(
-        self, flow: Flow[Any], done: Callable[[outcome.Outcome[Any]], None] | None = None
+        self,
+        flow: Flow[Any],
+        done: Callable[[outcome.Outcome[Any]], None] | None = None,
+        *,
+        context: Context | None = None,
     ) -> None:
-        """Run ``flow``; by default an exception out of it stops the coordinator."""
-        self.driver.start(flow, done or _unwrap)
+        """Run ``flow``; by default an exception out of it stops the coordinator.
+
+        ``context`` is the trace context of the API call the flow serves: its writes' spans
+        join that trace.
+        """
+        self.driver.start(flow, done or _unwrap, context)
 
     def now(self) -> float:
         """The loop's clock (Trio's, so a MockClock drives every deadline)."""

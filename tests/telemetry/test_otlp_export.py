@@ -8,6 +8,7 @@ opentelemetry-proto) runs in the test. Real clock: the export crosses processes.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 
@@ -160,3 +161,33 @@ async def test_ashutdown_does_not_block_the_trio_loop(nursery: trio.Nursery) -> 
     assert ticks >= 20  # ...while the loop kept running other tasks
     assert [s.name for s in receiver.spans()] == [f"s{i}" for i in range(5)]
     await telemetry.ashutdown()  # idempotent
+
+
+async def test_spate_demo_exports_its_traces(nursery: trio.Nursery) -> None:
+    # `spate demo --otlp-endpoint URL`, as the guide tells a person to run it against Jaeger.
+    receiver: Receiver = await nursery.start(Receiver().serve)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    argv = [sys.executable, "-m", "spate", "demo", "--plain", "--duration", "6", "--splits", "16"]
+    with trio.fail_after(120):
+        result = await trio.run_process(
+            [*argv, "--otlp-endpoint", receiver.endpoint],
+            env=clean,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    output = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 0, output
+    assert "Failed to export" not in output
+    spans = receiver.spans()
+    assert {s.service for s in spans} == {"spate-demo"}
+    names = {s.name for s in spans}
+    assert {"spate.claim", "spate.commit", "spate.renew", "spate.elect", "spate.assign"} <= names
+    assert {"spate.fail", "spate.requeue"} <= names  # the poison split, and the operator's fix
+    # Every late write the demo counts as refused by the fence arrived as a lost span.
+    refused = re.search(r"late store writes refused (\d+)", output)
+    assert refused is not None, output
+    lost = [s for s in spans if s.attributes.get("spate.outcome") == "lost"]
+    assert len(lost) >= int(refused.group(1))
+    assert all("spate.key" in s.attributes for s in lost)
+    assert "spate.coordination.writes" in receiver.metric_names()
