@@ -250,7 +250,11 @@ class Claims:
             self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
             return
         if not isinstance(result, Won):
-            return  # a peer won the lease; the watch brings its write
+            # A peer won the lease (the watch brings its write), or our view of our own lease
+            # is stale (a lost reply, another process under our id). Retrying at once would
+            # meet the same refusal and spin against the store until the watch catches up.
+            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            return
         lease_rev = result.revision
         core.fold(core.view.put_lease(split, lease, lease_rev))
         for _ in range(2):
