@@ -23,10 +23,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import Any
 
-from spate_testing.sim.history import Action, Verdict
-from spate_testing.sim.runner import SeedResult, replay_command, run_seed
+from spate_testing.sim.history import Action, Revocations, Verdict
+from spate_testing.sim.runner import DEFAULT_WALL_BUDGET, SeedResult, replay_command, run_seed
 
 __all__ = ["main"]
 
@@ -45,7 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--history", help="with --seed: write the history here (JSON lines)")
     parser.add_argument("--verbose", action="store_true", help="show the workers' logs")
+    parser.add_argument(
+        "--wall-budget",
+        type=float,
+        default=DEFAULT_WALL_BUDGET,
+        help=f"wall-clock seconds before a run counts as hung (default {DEFAULT_WALL_BUDGET:g})",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stop", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--stride", type=int, default=1, help=argparse.SUPPRESS)
     return parser
 
@@ -71,17 +78,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     if args.seed is not None:
-        return _replay(args.seed, args.history)
+        return _replay(args.seed, args.history, args.wall_budget)
     if args.child:
-        return _child(args.start, args.seeds, args.stride)
+        return _child(args.start, args.stop, args.stride, args.wall_budget)
     if args.seeds < 1 or args.jobs < 1:
         print("--seeds and --jobs must be at least 1", file=sys.stderr)
         return 2
-    return _many(args.start, args.seeds, min(args.jobs, args.seeds))
+    return _many(args.start, args.seeds, min(args.jobs, args.seeds), args.wall_budget)
 
 
-def _replay(seed: int, history_path: str | None) -> int:
-    result = run_seed(seed)
+def _replay(seed: int, history_path: str | None, wall_budget: float) -> int:
+    result = run_seed(seed, wall_budget=wall_budget)
     print(
         f"seed {seed}: {len(result.history)} events, {result.sim_seconds:.1f} s simulated, "
         f"{result.wall_seconds:.2f} s wall, digest {result.digest[:16]}"
@@ -94,6 +101,11 @@ def _replay(seed: int, history_path: str | None) -> int:
     for event in result.history:
         if isinstance(event, Action | Verdict):
             print(f"  t={event.at:8.3f} {_line(event)}")
+    ended = {e.actor for e in result.history.of(Revocations)}
+    started = [a.actor for a in result.history.of(Action) if a.what in _STARTS]
+    unended = [actor for actor in started if actor not in ended]
+    if unended:
+        print(f"  still running at the end: {', '.join(unended)}")
     for violation in result.violations:
         print(f"  VIOLATION {violation}")
     if not result.ok:
@@ -101,6 +113,9 @@ def _replay(seed: int, history_path: str | None) -> int:
         return 1
     print(f"seed {seed} ok")
     return 0
+
+
+_STARTS = frozenset({"start", "restart", "duplicate"})
 
 
 def _line(event: Action | Verdict) -> str:
@@ -125,16 +140,24 @@ def _summary(result: SeedResult) -> dict[str, Any]:
     }
 
 
-def _child(start: int, count: int, stride: int) -> int:
-    for seed in range(start, start + count, stride):
+HUNG_EXIT = 3
+"""Exit status of a child process that stopped after a hung run (its Trio state is spent)."""
+
+
+def _child(start: int, stop: int, stride: int, wall_budget: float) -> int:
+    for seed in range(start, stop, stride):
         print(json.dumps({"running": seed}), flush=True)
         try:
-            result = run_seed(seed)
+            result = run_seed(seed, wall_budget=wall_budget)
         except Exception as exc:  # a crash of the simulator itself is a finding too
             line = {"seed": seed, "violations": [f"[sim-error] {type(exc).__name__}: {exc}"]}
             print(json.dumps(line), flush=True)
-            continue
+            return HUNG_EXIT
         print(json.dumps(_summary(result)), flush=True)
+        if any(v.invariant == "hang" for v in result.violations):
+            # An abandoned Trio run cannot be trusted to have cleaned up after itself; the
+            # parent starts a fresh process for the remaining seeds.
+            return HUNG_EXIT
     return 0
 
 
@@ -164,52 +187,62 @@ class _Tally:
                 print(f"... {self.done}/{self.total} seeds", flush=True)
 
 
-def _pump(stream: IO[str], tally: _Tally, running: dict[int, int], slot: int) -> None:
-    for raw in stream:
-        line = json.loads(raw)
-        if "running" in line:
-            running[slot] = line["running"]
-        else:
-            running.pop(slot, None)
-            tally.add(line)
-
-
-def _many(start: int, count: int, jobs: int) -> int:
-    started = time.perf_counter()
-    tally = _Tally(count)
-    running: dict[int, int] = {}
-    children = []
-    threads = []
-    for slot in range(jobs):
+def _slot(slot: int, start: int, stop: int, stride: int, wall_budget: float, tally: _Tally) -> None:
+    """Run seeds start, start+stride, ... < stop in child processes, restarting after hangs."""
+    next_seed = start
+    while next_seed < stop:
         argv = [
             sys.executable, "-m", "spate_testing.sim", "--child",
-            "--start", str(start + slot), "--seeds", str(count - slot), "--stride", str(jobs),
+            "--start", str(next_seed), "--stop", str(stop), "--stride", str(stride),
+            "--wall-budget", str(wall_budget),
         ]  # fmt: skip
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None
-        thread = threading.Thread(target=_pump, args=(child.stdout, tally, running, slot))
-        thread.start()
-        children.append(child)
-        threads.append(thread)
-    status = 0
-    for slot, (child, thread) in enumerate(zip(children, threads, strict=True)):
+        running: int | None = None
+        for raw in child.stdout:
+            line = json.loads(raw)
+            if "running" in line:
+                running = line["running"]
+                continue
+            running = None
+            next_seed = line["seed"] + stride
+            tally.add(line)
         child.wait()
-        thread.join()
-        if child.returncode != 0:
-            seed = running.get(slot)
-            print(
-                f"simulator process {slot} died (exit {child.returncode}) while running seed "
-                f"{seed}; replay with: {replay_command(seed) if seed is not None else '?'}"
+        if running is not None:
+            tally.add(
+                {
+                    "seed": running,
+                    "violations": [
+                        f"[sim-error] the simulator process died (exit {child.returncode})"
+                    ],
+                }
             )
-            status = 1
+            next_seed = running + stride
+        elif child.returncode not in (0, HUNG_EXIT):
+            tally.add({"seed": next_seed, "violations": [f"[sim-error] exit {child.returncode}"]})
+            next_seed += stride
+
+
+def _many(start: int, count: int, jobs: int, wall_budget: float) -> int:
+    started = time.perf_counter()
+    tally = _Tally(count)
+    stop = start + count
+    threads = [
+        threading.Thread(target=_slot, args=(slot, start + slot, stop, jobs, wall_budget, tally))
+        for slot in range(jobs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     wall = time.perf_counter() - started
     print(
-        f"{tally.done} seeds ({start}..{start + count - 1}) in {wall:.1f} s wall with {jobs} "
+        f"{tally.done} seeds ({start}..{stop - 1}) in {wall:.1f} s wall with {jobs} "
         f"process(es); {tally.sim_seconds / 3600:.2f} simulated hours"
     )
     print("faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.faults.items())))
     if tally.failures:
-        seeds = [f["seed"] for f in tally.failures]
+        seeds = sorted(f["seed"] for f in tally.failures)
         print(f"{len(seeds)} seed(s) FAILED: {seeds[:20]}{' ...' if len(seeds) > 20 else ''}")
         print(f"replay the first with: {replay_command(seeds[0])}")
         return 1
@@ -217,4 +250,4 @@ def _many(start: int, count: int, jobs: int) -> int:
         print(f"only {tally.done} of {count} seeds reported")
         return 1
     print("no violations")
-    return status
+    return 0

@@ -57,6 +57,9 @@ class _Incarnation:
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     state: State = "running"
     done: trio.Event = attrs.field(factory=trio.Event)
+    # Overlapping stalls and cuts end when the last of them does.
+    frozen_until: float = 0.0
+    cut_until: float = 0.0
 
     @property
     def live(self) -> bool:
@@ -141,8 +144,10 @@ class _Fleet:
         # A killed worker may die of anything; a worker sharing its instance id with another
         # live one must stop with FatalCoordinationError. Any other death is a finding,
         # including an exception group leaking out of run_worker.
-        expected = inc.state == "killed" or (
-            isinstance(exc, FatalCoordinationError) and inc.instance in self.duplicated
+        expected = (
+            inc.state == "killed"
+            or (isinstance(exc, FatalCoordinationError) and inc.instance in self.duplicated)
+            or _gave_up_starting(exc, inc.store)
         )
         if inc.state != "killed":
             inc.state = "crashed"
@@ -178,17 +183,16 @@ class _Fleet:
             self.recorder.action(victim.actor, "leave")
         elif what == "freeze":
             victim.store.freeze()
+            victim.frozen_until = max(victim.frozen_until, trio.current_time() + duration)
             self.recorder.action(victim.actor, "freeze", f"{duration:g}s")
             nursery.start_soon(self._later, duration, victim, "thaw")
         elif what == "partition":
-            victim.store.partition()
+            self._cut(nursery, victim, duration)
             self.recorder.action(victim.actor, "partition", f"{duration:g}s")
-            nursery.start_soon(self._later, duration, victim, "heal")
         elif what == "outage":
             self.recorder.action("store", "outage", f"{duration:g}s")
             for inc in live:
-                inc.store.partition()
-                nursery.start_soon(self._later, duration, inc, "heal")
+                self._cut(nursery, inc, duration)
         return True
 
     def _grow(self, nursery: trio.Nursery, what: ActionKind, target: str) -> bool:
@@ -217,15 +221,22 @@ class _Fleet:
         self.start(nursery, self.rng.choice(dead), "restart")
         return True
 
+    def _cut(self, nursery: trio.Nursery, inc: _Incarnation, duration: float) -> None:
+        inc.store.partition()
+        inc.cut_until = max(inc.cut_until, trio.current_time() + duration)
+        nursery.start_soon(self._later, duration, inc, "heal")
+
     async def _later(self, delay: float, inc: _Incarnation, what: str) -> None:
         await trio.sleep(delay)
-        if inc.state == "killed":
-            return  # a killed worker stays cut off: nothing it sends may land any more
-        if what == "thaw":
+        if inc.state == "killed" or self.calm:
+            return  # killed stays cut off; calm_down already ended every stall
+        now = trio.current_time()
+        if what == "thaw" and now >= inc.frozen_until:
             inc.store.thaw()
-        else:
+            self.recorder.action(inc.actor, what)
+        elif what == "heal" and now >= inc.cut_until:
             inc.store.heal()
-        self.recorder.action(inc.actor, what)
+            self.recorder.action(inc.actor, what)
 
     # -- the two phases -----------------------------------------------------------------
 
@@ -348,6 +359,16 @@ def _metrics_by_store(fleet: _Fleet) -> Iterator[None]:
         module.open_coordinator = original
 
 
+def _gave_up_starting(exc: BaseException, store: FaultyStore) -> bool:
+    # Startup retries a bounded number of times and then fails, by design; a worker whose
+    # store was made to fail that often is expected to give up.
+    return (
+        isinstance(exc, FatalCoordinationError)
+        and "did not succeed in" in str(exc)
+        and bool(store.injected)
+    )
+
+
 def _describe(exc: BaseException, top: bool = True) -> str:
     if isinstance(exc, BaseExceptionGroup):
         inner = "; ".join(_describe(e, top=False) for e in exc.exceptions)
@@ -373,10 +394,15 @@ class SimRun:
     """Simulated seconds the run took."""
 
 
-async def simulate(scenario: Scenario) -> SimRun:
-    """Run ``scenario`` to its end and return what it recorded (call under a MockClock)."""
+async def simulate(scenario: Scenario, history: History | None = None) -> SimRun:
+    """Run ``scenario`` to its end and return what it recorded (call under a MockClock).
+
+    Events go to ``history`` as they happen (a new one if None), so a run that never ends
+    still leaves what it did up to then.
+    """
     started = trio.current_time()
-    history = History(job=scenario.job, seed=scenario.seed)
+    if history is None:
+        history = History(job=scenario.job, seed=scenario.seed)
     fleet = _Fleet(scenario, history)
     terminated = False
     with _metrics_by_store(fleet):

@@ -80,7 +80,7 @@ def reproducible(seed: int) -> Iterator[None]:
         run_module._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag
 
 
-DEFAULT_WALL_BUDGET = 60.0
+DEFAULT_WALL_BUDGET = 20.0
 """Wall-clock seconds one run may take before it is declared hung."""
 
 
@@ -110,16 +110,22 @@ def _wall_budget(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_scenario(scenario: Scenario, *, wall_budget: float | None = DEFAULT_WALL_BUDGET) -> SimRun:
+def run_scenario(
+    scenario: Scenario,
+    *,
+    wall_budget: float | None = DEFAULT_WALL_BUDGET,
+    history: History | None = None,
+) -> SimRun:
     """Run ``scenario`` under a fresh autojumping ``MockClock``, reproducibly.
 
-    Raises :class:`SimHang` if the run takes more than ``wall_budget`` seconds of real time.
+    Raises :class:`SimHang` if the run takes more than ``wall_budget`` seconds of real time
+    (``history``, if given, then holds what happened until then).
     """
     with reproducible(scenario.seed):
         clock = trio.testing.MockClock(autojump_threshold=0)
         try:
             with _wall_budget(wall_budget):
-                return trio.run(simulate, scenario, clock=clock)
+                return trio.run(simulate, scenario, history, clock=clock)
         except BaseException as exc:
             hang = _find_hang(exc)
             if hang is not None and hang is not exc:
@@ -200,11 +206,11 @@ def run_checked(
 ) -> SeedResult:
     """Run ``scenario`` and check its history; a hung run is reported as a violation."""
     started = time.perf_counter()
+    history = History(job=scenario.job, seed=scenario.seed)
     try:
-        run = run_scenario(scenario, wall_budget=wall_budget)
+        run = run_scenario(scenario, wall_budget=wall_budget, history=history)
     except SimHang as exc:
         wall = time.perf_counter() - started
-        history = History(job=scenario.job, seed=scenario.seed)
         return SeedResult(
             seed=scenario.seed,
             violations=(Violation("hang", str(exc)),),
@@ -212,7 +218,7 @@ def run_checked(
             faults={},
             sim_seconds=0.0,
             wall_seconds=wall,
-            events=0,
+            events=len(history),
             history=history,
         )
     return check_run(run, scenario, time.perf_counter() - started)

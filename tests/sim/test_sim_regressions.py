@@ -7,8 +7,20 @@ what a seed draws. The seed that first found each one is named in its docstring.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
 from spate.config import Config
-from spate_testing.faults import FaultRates
+from spate.errors import StoreUnavailable
+from spate.store import Keyspace
+from spate.worker import run_worker
+from spate_stores.memory import MemoryStore
+from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.runner import SeedResult, run_checked
 from spate_testing.sim.scenario import Scenario, Scripted
 from spate_testing.sim.workload import Workload
@@ -70,3 +82,67 @@ def test_a_stale_own_lease_does_not_spin_the_claim_loop() -> None:
     )
     result = run(scenario)
     assert "hang" not in invariants(result), result.violations
+
+
+class _WatchesNeverOpen(FaultyStore):
+    """Reads and writes work; every watch fails to open (as after a partition mid-start)."""
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        raise StoreUnavailable(f"{self!r}: cannot open a watch")
+
+
+async def cancel_before_ready() -> float | None:
+    """Cancel a worker whose watches never open; seconds until run_worker returned."""
+    store = _WatchesNeverOpen(MemoryStore(ephemeral_ttl=3.0))
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+
+        async def worker() -> None:
+            with scope:
+                await run_worker(
+                    store,
+                    job="sim",
+                    instance="w0",
+                    planner=SEVEN_SPLITS.planner(),
+                    handler=SEVEN_SPLITS.handle,
+                    config=Config(planner_thread=False),
+                    leave_deadline=5.0,
+                )
+
+        nursery.start_soon(worker)
+        await trio.sleep(2.0)
+        cancelled_at = trio.current_time()
+        scope.cancel()
+    return trio.current_time() - cancelled_at
+
+
+def run_in_a_subprocess(function: str, timeout: float = 60.0) -> str:
+    """Run ``function`` of this file under a fresh MockClock in another process.
+
+    A bug of this kind leaves a task that cannot be cancelled, so the run would never end;
+    only a process can be abandoned safely. Returns what the function returned, as text,
+    or raises subprocess.TimeoutExpired.
+    """
+    code = (
+        "import runpy, trio, trio.testing\n"
+        f"ns = runpy.run_path({__file__!r})\n"
+        f"print(trio.run(ns[{function!r}], clock=trio.testing.MockClock(autojump_threshold=0)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=True
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=subprocess.TimeoutExpired,
+    reason="open_coordinator waits for its first watch snapshots without a bound, inside "
+    "run_worker's shield: a worker cancelled before it is ready never returns",
+)
+def test_a_worker_cancelled_before_its_watches_open_still_returns() -> None:
+    """Found by seed 51: a worker that finished its startup steps but had not yet opened
+    its watches (they kept failing under a store outage) was killed; its run_worker never
+    returned, so its process could not exit."""
+    returned_after = float(run_in_a_subprocess("cancel_before_ready", timeout=10))
+    assert returned_after <= 5.0 + 3.0
