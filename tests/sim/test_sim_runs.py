@@ -48,7 +48,7 @@ def test_the_replay_command_is_the_nox_session() -> None:
 def test_a_failing_seed_prints_its_seed_and_replay_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = cli.run_seed
+    real = run_seed
 
     def failing(seed: int, *, wall_budget: float | None = None) -> SeedResult:
         result = real(seed)
