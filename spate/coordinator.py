@@ -306,7 +306,7 @@ async def open_coordinator(
                 nursery.start_soon(heartbeat_ticker, core)
                 nursery.start_soon(
                     interval_ticker,
-                    core.config.reconcile_interval,
+                    reconcile_every(core.config, store),
                     lambda: core.post(core.reconcile),
                 )
                 nursery.start_soon(
@@ -332,6 +332,19 @@ async def open_coordinator(
             core.stop(_Closed())
         if hooks is not None:
             hooks.close()  # a stopped worker's levels (leader, owned) stop being reported
+
+
+def reconcile_every(config: Config, store: Store) -> float:
+    """The reconcile interval to use with ``store``.
+
+    When expiry does not reach watchers (NATS before 2.11), the reconcile listing is the only
+    way a dead worker's expired leases are noticed, so it runs at least once per lease:
+    otherwise failover would take ``reconcile_interval`` (30 s by default) instead of a lease.
+    """
+    interval = config.reconcile_interval
+    if not store.capabilities.expiry_reaches_watchers and config.lease_duration is not None:
+        interval = min(interval, config.lease_duration)
+    return interval
 
 
 class _Closed(Exception):

@@ -11,8 +11,9 @@ from spate.events import Gained
 from spate.records import ProgressRecord, Status, encode
 from spate.store import Keyspace, WriteResult
 from spate_stores.memory import MemoryServer
+from spate_testing.faults import FaultRates, FaultyStore
 
-from .harness import KEYS, TTL, HookStore, client, planner_of, record_of, spawn
+from .harness import KEYS, TTL, HookStore, client, config, planner_of, record_of, spawn
 
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
@@ -111,3 +112,27 @@ async def test_renewals_leave_slack_a_held_lease_is_renewed_on_every_heartbeat(
     assert per_split >= 20 * 3 * 0.8  # about one renewal per heartbeat, three per lease
     times = sorted({round(t, 6) for t in renewals})
     assert max(b - a for a, b in itertools.pairwise(times)) <= 0.45 * TTL
+
+
+async def test_failover_on_a_store_with_silent_expiry_takes_about_a_lease_not_a_reconcile(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Found by the benchmarks: where expiry never reaches watchers, only the reconcile listing
+    # notices a dead worker's leases, so with the default 30 s interval failover took 30 s.
+    server = MemoryServer()
+    quiet = FaultRates(silent_expiry=True)
+    a_store = FaultyStore(client(server), rates=quiet)
+    cfg = config(reconcile_interval=30.0, rebalance_delay=0.0)
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, a_store, "a", planner=planner_of(4), cfg=cfg)
+        await a.until(lambda: len(a.of(Gained)) == 4)
+        b = await spawn(
+            nursery, FaultyStore(client(server), rates=quiet), "b", planner=planner_of(4), cfg=cfg
+        )
+        await b.until(lambda: len(b.of(Gained)) >= 1)
+        a_store.partition()
+        a.kill()
+        died = trio.current_time()
+        await b.until(lambda: len({g.split for g in b.of(Gained)}) == 4, within=60)
+        assert trio.current_time() - died <= 2 * TTL
+        nursery.cancel_scope.cancel()
