@@ -144,9 +144,13 @@ class _Fleet:
         # A killed worker may die of anything; a worker sharing its instance id with another
         # live one must stop with FatalCoordinationError. Any other death is a finding,
         # including an exception group leaking out of run_worker.
+        twin = inc.instance in self.duplicated or any(
+            other is not inc and other.instance == inc.instance and not other.done.is_set()
+            for other in self.incarnations
+        )
         expected = (
             inc.state == "killed"
-            or (isinstance(exc, FatalCoordinationError) and inc.instance in self.duplicated)
+            or (isinstance(exc, FatalCoordinationError) and twin)
             or _gave_up_starting(exc, inc.store)
         )
         if inc.state != "killed":
@@ -209,7 +213,11 @@ class _Fleet:
         if what == "join":
             self.start(nursery, target or self.new_instance())
             return True
-        alive = {i.instance for i in live}
+        # Restart only an instance none of whose lives can still write: a killed one is cut
+        # off for good, but one still leaving (or still running) would make two live
+        # processes share the id, which the protocol refuses by design ("duplicate" does that
+        # on purpose).
+        alive = {i.instance for i in self.incarnations if i.state in ("running", "leaving")}
         dead = sorted({i.instance for i in self.incarnations if i.state == "killed"} - alive)
         if target:
             if target in alive:
@@ -279,10 +287,18 @@ class _Fleet:
         if not [i for i in self.incarnations if i.state in ("running", "verdict")]:
             self.start(nursery, self.new_instance())
 
-    async def settle(self) -> bool:
+    async def settle(self, nursery: trio.Nursery) -> bool:
         with trio.move_on_after(self.scenario.bound) as scope:
-            for inc in list(self.incarnations):
-                await inc.done.wait()
+            while True:
+                pending = [i for i in self.incarnations if not i.done.is_set()]
+                if not pending:
+                    break
+                if not any(i.state in ("running", "verdict") for i in self.incarnations):
+                    # Everyone left or died of an expected cause; the job still needs a
+                    # worker to reach its verdict.
+                    self.start(nursery, self.new_instance())
+                    continue
+                await _any_done(pending)
         return not scope.cancelled_caught
 
     def stop_all(self) -> None:
@@ -359,6 +375,17 @@ def _metrics_by_store(fleet: _Fleet) -> Iterator[None]:
         module.open_coordinator = original
 
 
+async def _any_done(incarnations: list[_Incarnation]) -> None:
+    async with trio.open_nursery() as nursery:
+        for inc in incarnations:
+
+            async def wait(inc: _Incarnation = inc) -> None:
+                await inc.done.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+
+
 def _gave_up_starting(exc: BaseException, store: FaultyStore) -> bool:
     # Startup retries a bounded number of times and then fails, by design; a worker whose
     # store was made to fail that often is expected to give up.
@@ -408,7 +435,7 @@ async def simulate(scenario: Scenario, history: History | None = None) -> SimRun
     with _metrics_by_store(fleet):
         async with trio.open_nursery() as nursery:
             await _run_phases(fleet, nursery)
-            terminated = await fleet.settle()
+            terminated = await fleet.settle(nursery)
             fleet.stop_all()
     history.append(await fleet.final(terminated))
     faults: collections.Counter[str] = collections.Counter()

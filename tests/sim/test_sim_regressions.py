@@ -146,3 +146,28 @@ def test_a_worker_cancelled_before_its_watches_open_still_returns() -> None:
     returned, so its process could not exit."""
     returned_after = float(run_in_a_subprocess("cancel_before_ready", timeout=10))
     assert returned_after <= 5.0 + 3.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="run_worker raises an ExceptionGroup (FatalCoordinationError plus 'the "
+    "coordinator's event stream ended without a verdict') instead of the one error",
+)
+def test_a_duplicate_instance_is_refused_with_one_clear_error() -> None:
+    """Found by seed 1 (and most seeds with a duplicate): when a second live process uses
+    a worker's instance id, the refused worker's run_worker raised an exception group
+    instead of FatalCoordinationError."""
+    lease = 3.0
+    scenario = Scenario(
+        seed=1,
+        workload=SEVEN_SPLITS,
+        initial_workers=2,
+        max_workers=3,
+        lease=lease,
+        config=Config(lease_duration=lease, planner_thread=False),
+        rates=FaultRates(),
+        chaos_seconds=10.0,
+        script=(Scripted(at=2.0, what="duplicate", target="w0"),),
+    )
+    result = run(scenario)
+    assert result.ok, result.violations
