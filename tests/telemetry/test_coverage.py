@@ -302,3 +302,45 @@ async def test_the_fleet_check_fails_when_a_write_site_bypasses_fenced_write(
     assert problems
     assert all("no span was current" in p and "ephemeral:cov.split." in p for p in problems)
     assert len(problems) <= len(renewals)
+
+
+async def test_a_quarantine_by_expiry_is_covered_too(
+    spans: Spans, autojump_clock: trio.testing.MockClock
+) -> None:
+    # With one attempt allowed, a dead owner's splits are quarantined by the survivor (the
+    # claim-time quarantine write) instead of claimed.
+    server = MemoryServer()
+    noted: list[Noted] = []
+    one_try = attrs.evolve(config(), max_attempts=1)
+
+    async def handle(split: SplitHandle) -> None:
+        await trio.sleep_forever()
+
+    async def worker(name: str, scope: trio.CancelScope, faulty: list[FaultyStore]) -> None:
+        async with MemoryStore(server=server, ephemeral_ttl=LEASE) as client:
+            store = FaultyStore(client, name=name)
+            faulty.append(store)
+            with scope:
+                await run_worker(
+                    RecordingStore(store, noted, name), job="q", instance=name, planner=plan,
+                    handler=handle, config=one_try, leave_deadline=LEASE,
+                )  # fmt: skip
+
+    doomed, survivor = trio.CancelScope(), trio.CancelScope()
+    doomed_store: list[FaultyStore] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker, "d1", doomed, doomed_store)
+        await trio.sleep(2.0)
+        nursery.start_soon(worker, "s1", survivor, [])
+        await trio.sleep(2.0)
+        doomed_store[0].partition()
+        doomed.cancel()
+        await trio.sleep(LEASE * 4)
+        survivor.cancel()
+    quarantines = [
+        dict(s.attributes or {})
+        for s in spans.named("spate.quarantine")
+        if (s.attributes or {}).get("spate.outcome") == "won"
+    ]
+    assert quarantines  # (whoever wrote it: the heartbeat jitter is seeded per process)
+    assert uncovered(noted, spans.all()) == []
