@@ -21,7 +21,7 @@ import trio
 from spate._groups import single_error
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
-from spate.errors import ConfigError, Fenced, StoreUnavailable
+from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import (
     AllComplete,
     Gained,
@@ -144,8 +144,9 @@ class _Runner:
         self._coord = coordinator
         self._handler = handler
         self._running: dict[str, _Running] = {}
+        self._changed = trio.Event()
 
-    async def dispatch(self, nursery: trio.Nursery) -> AllComplete | Stalled:
+    async def dispatch(self, nursery: trio.Nursery) -> AllComplete | Stalled | None:
         async for event in self._coord.events():
             if isinstance(event, Gained):
                 self._start(nursery, event)
@@ -167,7 +168,9 @@ class _Runner:
                 )
             elif isinstance(event, AllComplete | Stalled):
                 return event
-        raise RuntimeError("the coordinator's event stream ended without a verdict")
+        # The stream ends only when the coordinator stops; its error (say, a duplicate
+        # instance id) comes out of open_coordinator, so report nothing of our own here.
+        return None
 
     def _start(self, nursery: trio.Nursery, event: Gained) -> None:
         previous = self._running.pop(event.split, None)
@@ -210,6 +213,8 @@ class _Runner:
         finally:
             if self._running.get(handle.id) is running:
                 del self._running[handle.id]
+            self._changed.set()
+            self._changed = trio.Event()
 
     async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
         # A fail or hand-back must land (or the split be lost): a split left held with no
@@ -218,6 +223,11 @@ class _Runner:
             await _retry_unavailable(call)
         except Fenced:
             pass  # lost in the meantime: its new owner resumes from the last commit
+
+    async def wait_idle(self) -> None:
+        """Return once no handler is running."""
+        while self._running:
+            await self._changed.wait()
 
     def cancel_handlers(self) -> None:
         for running in self._running.values():
@@ -264,7 +274,10 @@ async def run_worker(
     if verdict is None:
         # We left because we were cancelled; let the cancellation continue outward.
         await trio.lowlevel.checkpoint()
-        raise RuntimeError("run_worker left without a verdict and without being cancelled")
+        raise FatalCoordinationError(
+            f"the coordinator of {job!r} stopped without a verdict or an error; this is a bug "
+            "in spate, please report it with the worker's log"
+        )
     return verdict
 
 
@@ -291,7 +304,7 @@ async def _run_shielded(
     verdict: AllComplete | Stalled | None = None
     async with trio.open_nursery() as outer:
         outer.start_soon(notice_cancellation, name="spate leave sentinel")
-        with trio.CancelScope(shield=True):
+        with trio.CancelScope() as work:
             async with open_coordinator(
                 store,
                 job=job,
@@ -300,6 +313,9 @@ async def _run_shielded(
                 config=config,
                 fingerprint=fingerprint,
             ) as coord:
+                # Shielded only once open: a cancellation during startup simply aborts it
+                # (nothing is held yet), while one after it becomes a graceful leave.
+                work.shield = True
                 verdict = await _work_until_verdict_or_leave(
                     store, coord, handler, leave, leave_deadline
                 )
@@ -312,16 +328,25 @@ async def _work_until_verdict_or_leave(
 ) -> AllComplete | Stalled | None:
     runner = _Runner(coord, handler)
     verdict: AllComplete | Stalled | None = None
+    stream_ended = False
     async with trio.open_nursery() as nursery:
 
         async def dispatch() -> None:
-            nonlocal verdict
+            nonlocal verdict, stream_ended
             verdict = await runner.dispatch(nursery)
+            stream_ended = verdict is None
+            if verdict is not None:
+                # Every split is finished, so a handler still running is one whose final
+                # commit just landed: let it return (and run its own clean-up) in peace.
+                with trio.move_on_after(coord.config.drain_deadline):
+                    await runner.wait_idle()
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(dispatch, name="spate event dispatch")
         await leave.wait()
         nursery.cancel_scope.cancel()
+    if stream_ended:
+        return None  # the coordinator stopped; leaving its block raises why
     if verdict is not None:
         # The job is over: step down at once (leadership, presence) rather than leaving a
         # leader key behind for a lease, so a worker started later (say, after a requeue)

@@ -285,3 +285,27 @@ async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_e
     observer = client(server)
     for split in holders:
         assert (await progress_of(observer, split)).attempts == 0
+
+
+async def test_handlers_finish_after_their_final_commit_before_run_worker_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A verdict used to cancel every handler at once, cutting off the code after a final
+    # commit (an audit record, a clean-up): found by `spate worker --history` losing its last line.
+    cleaned: list[str] = []
+
+    async def handle(split: spate.SplitHandle) -> None:
+        await split.commit(1, completed=True)
+        await trio.sleep(0.5)
+        cleaned.append(split.id)
+
+    verdict = await spate.run_worker(
+        client(MemoryServer()),
+        job=JOB,
+        instance="a",
+        planner=planner(3),
+        handler=handle,
+        config=config(),
+    )
+    assert verdict == spate.AllComplete()
+    assert sorted(cleaned) == ["s00", "s01", "s02"]

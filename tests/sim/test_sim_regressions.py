@@ -11,7 +11,6 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 
@@ -134,12 +133,6 @@ def run_in_a_subprocess(function: str, timeout: float = 60.0) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=subprocess.TimeoutExpired,
-    reason="open_coordinator waits for its first watch snapshots without a bound, inside "
-    "run_worker's shield: a worker cancelled before it is ready never returns",
-)
 def test_a_worker_cancelled_before_its_watches_open_still_returns() -> None:
     """Found by seed 51: a worker that finished its startup steps but had not yet opened
     its watches (they kept failing under a store outage) was killed; its run_worker never
@@ -148,11 +141,6 @@ def test_a_worker_cancelled_before_its_watches_open_still_returns() -> None:
     assert returned_after <= 5.0 + 3.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_worker raises an ExceptionGroup (FatalCoordinationError plus 'the "
-    "coordinator's event stream ended without a verdict') instead of the one error",
-)
 def test_a_duplicate_instance_is_refused_with_one_clear_error() -> None:
     """Found by seed 1 (and most seeds with a duplicate): when a second live process uses
     a worker's instance id, the refused worker's run_worker raised an exception group
