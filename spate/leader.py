@@ -69,6 +69,8 @@ PLANNER_BACKOFF = (1.0, 60.0)
 """First and largest delay before a failed planner run is retried."""
 PUBLISH_RETRY = 1.0
 """Seconds before an assignment publish that hit a store error is retried."""
+ELECTION_RETRY_DIVISOR = 10
+"""A failed or lost election is retried after this fraction of the lease (not at once)."""
 
 
 @attrs.define(eq=False)
@@ -91,6 +93,7 @@ class Leadership:
         self.plan_now = False
         self.departed: dict[str, float] = {}
         self._electing = False
+        self._elect_after = 0.0
         self._run: _PlanRun | None = None
         self._retry_at = 0.0
         self._backoff = 0.0
@@ -109,7 +112,12 @@ class Leadership:
         """Elect, plan and publish as the state says."""
         view = self.core.view
         if not self.leading:
-            if view.leader is None and not self._electing and view.plan is not None:
+            if (
+                view.leader is None
+                and not self._electing
+                and view.plan is not None
+                and now >= self._elect_after
+            ):
                 self._electing = True
                 self.core.start(self._elect(view.plan.generation + 1))
             return
@@ -130,6 +138,8 @@ class Leadership:
                 times.append(t)
         if self.plan_now and self._retry_at > now:
             times.append(self._retry_at)
+        if not self.leading and self._elect_after > now:
+            times.append(self._elect_after)
         return min(times)
 
     # -- membership ----------------------------------------------------------------------------
@@ -222,11 +232,16 @@ class Leadership:
                 result = yield Op("create", E, core.keys.leader, encode(record), operation="elect")
             except StoreUnavailable as exc:
                 logger.warning("election attempt failed (%s); retrying later", exc)
+                self._elect_after = core.now() + core.lease / ELECTION_RETRY_DIVISOR
                 return
             if not isinstance(result, Won) or core.parting:
                 if isinstance(result, Won):
                     yield from self._resign(result.revision)
-                return  # another worker won; its key arrives on the watch
+                # Another worker won and its key arrives on the watch, or our own earlier
+                # attempt landed unseen. Until the view learns which, another attempt would
+                # lose the same way: without a pause the loop would spin against the store.
+                self._elect_after = core.now() + core.lease / ELECTION_RETRY_DIVISOR
+                return
             self.rev, self.generation = result.revision, target
             core.fold(core.view.put_leader(record, result.revision))
             logger.info("elected leader at generation %d", target)

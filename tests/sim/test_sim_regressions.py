@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 import trio.testing
 
 from spate.config import Config
-from spate.errors import StoreUnavailable
-from spate.store import Keyspace
+from spate.coordinator import open_coordinator
+from spate.errors import StoreError, StoreUnavailable
+from spate.store import Keyspace, SnapshotDone, WatchEvent, WriteResult
 from spate.worker import run_worker
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
@@ -159,3 +162,61 @@ def test_a_duplicate_instance_is_refused_with_one_clear_error() -> None:
     )
     result = run(scenario)
     assert result.ok, result.violations
+
+
+class _LeaderKeyUnseen(FaultyStore):
+    """Every leader-key create lands but loses its reply, and the ephemeral watch goes quiet
+    after its snapshot: the worker cannot learn that its own election attempt won."""
+
+    def __init__(self, inner: MemoryStore, limit: int) -> None:
+        super().__init__(inner)
+        self.attempts = 0
+        self.limit = limit
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        if not key.endswith(".leader"):
+            return await super().create(keyspace, key, value)
+        self.attempts += 1
+        if self.attempts > self.limit:
+            raise StoreError(f"{self.attempts} election attempts: the loop spins")
+        await super().create(keyspace, key, value)
+        raise StoreUnavailable("the election's reply was lost")
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        return self._quiet_watch(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _quiet_watch(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        async with super().watch(keyspace, prefix) as events:
+            if keyspace is Keyspace.DURABLE:
+                yield events
+                return
+
+            async def snapshot_then_silence() -> AsyncIterator[WatchEvent]:
+                async for event in events:
+                    yield event
+                    if isinstance(event, SnapshotDone):
+                        await trio.sleep_forever()
+
+            yield snapshot_then_silence()
+
+
+async def test_a_lost_election_waits_before_trying_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by seed 4: under an outage, a worker's election attempts either failed or lost
+    to its own earlier attempt (which had landed unseen), and each was retried at once: the
+    worker spun against the store, and simulated time stood still."""
+    store = _LeaderKeyUnseen(MemoryStore(ephemeral_ttl=3.0), limit=100)
+    with trio.move_on_after(9.0):
+        async with open_coordinator(
+            store,
+            job="sim",
+            instance="w0",
+            planner=SEVEN_SPLITS.planner(),
+            config=Config(planner_thread=False),
+        ):
+            await trio.sleep_forever()
+    assert 3 <= store.attempts <= 100
