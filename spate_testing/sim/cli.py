@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from spate_testing.sim.history import Action, Revocations, Verdict
-from spate_testing.sim.runner import DEFAULT_WALL_BUDGET, SeedResult, replay_command, run_seed
+from spate_testing.sim.runner import (
+    DEFAULT_WALL_BUDGET,
+    HUNG_EXIT,
+    SeedResult,
+    replay_command,
+    run_seed,
+)
 
 __all__ = ["main"]
 
@@ -140,24 +146,22 @@ def _summary(result: SeedResult) -> dict[str, Any]:
     }
 
 
-HUNG_EXIT = 3
-"""Exit status of a child process that stopped after a hung run (its Trio state is spent)."""
+def _report(result: SeedResult) -> None:
+    print(json.dumps(_summary(result)), flush=True)
 
 
 def _child(start: int, stop: int, stride: int, wall_budget: float) -> int:
+    # A hung run is reported and this process exits (see run_checked); the parent starts a
+    # fresh one for the remaining seeds.
     for seed in range(start, stop, stride):
         print(json.dumps({"running": seed}), flush=True)
         try:
-            result = run_seed(seed, wall_budget=wall_budget)
+            result = run_seed(seed, wall_budget=wall_budget, on_hang=_report)
         except Exception as exc:  # a crash of the simulator itself is a finding too
             line = {"seed": seed, "violations": [f"[sim-error] {type(exc).__name__}: {exc}"]}
             print(json.dumps(line), flush=True)
             return HUNG_EXIT
-        print(json.dumps(_summary(result)), flush=True)
-        if any(v.invariant == "hang" for v in result.violations):
-            # An abandoned Trio run cannot be trusted to have cleaned up after itself; the
-            # parent starts a fresh process for the remaining seeds.
-            return HUNG_EXIT
+        _report(result)
     return 0
 
 

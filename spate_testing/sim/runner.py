@@ -11,12 +11,13 @@ the command line does for itself.
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -92,20 +93,32 @@ class SimHang(BaseException):
     """
 
 
+HUNG_EXIT = 3
+"""Exit status of a process that gave up on a hung run (see ``on_hang``)."""
+
+
 @contextmanager
-def _wall_budget(seconds: float | None) -> Iterator[None]:
+def _wall_budget(seconds: float | None, on_expiry: Callable[[], None] | None) -> Iterator[None]:
     if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
         return
+    over = False
 
     def expire(signum: int, frame: object) -> None:
+        if over:
+            return
+        if on_expiry is not None:
+            on_expiry()
+        # The first raise lands in whatever task runs; if the spinning tasks sit under a
+        # shield they survive it, so the alarm keeps firing until one of them is hit.
         raise SimHang(f"the run took more than {seconds:g} s of wall-clock time")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)
     try:
         yield
     finally:
+        over = True
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
@@ -115,16 +128,19 @@ def run_scenario(
     *,
     wall_budget: float | None = DEFAULT_WALL_BUDGET,
     history: History | None = None,
+    on_expiry: Callable[[], None] | None = None,
 ) -> SimRun:
     """Run ``scenario`` under a fresh autojumping ``MockClock``, reproducibly.
 
     Raises :class:`SimHang` if the run takes more than ``wall_budget`` seconds of real time
-    (``history``, if given, then holds what happened until then).
+    (``history``, if given, then holds what happened until then). ``on_expiry`` is called
+    first, from the signal handler (a process that cannot trust its state afterwards can
+    report and exit there).
     """
     with reproducible(scenario.seed):
         clock = trio.testing.MockClock(autojump_threshold=0)
         try:
-            with _wall_budget(wall_budget):
+            with _wall_budget(wall_budget, on_expiry):
                 return trio.run(simulate, scenario, history, clock=clock)
         except BaseException as exc:
             hang = _find_hang(exc)
@@ -196,29 +212,50 @@ def check_run(run: SimRun, scenario: Scenario, wall: float) -> SeedResult:
     )
 
 
-def run_seed(seed: int, *, wall_budget: float | None = DEFAULT_WALL_BUDGET) -> SeedResult:
+def run_seed(
+    seed: int,
+    *,
+    wall_budget: float | None = DEFAULT_WALL_BUDGET,
+    on_hang: Callable[[SeedResult], None] | None = None,
+) -> SeedResult:
     """Draw the scenario of ``seed``, run it, and check its history."""
-    return run_checked(Scenario.from_seed(seed), wall_budget=wall_budget)
+    return run_checked(Scenario.from_seed(seed), wall_budget=wall_budget, on_hang=on_hang)
 
 
 def run_checked(
-    scenario: Scenario, *, wall_budget: float | None = DEFAULT_WALL_BUDGET
+    scenario: Scenario,
+    *,
+    wall_budget: float | None = DEFAULT_WALL_BUDGET,
+    on_hang: Callable[[SeedResult], None] | None = None,
 ) -> SeedResult:
-    """Run ``scenario`` and check its history; a hung run is reported as a violation."""
+    """Run ``scenario`` and check its history; a hung run is reported as a violation.
+
+    With ``on_hang``, a hung run is handed to it and the process exits with
+    :data:`HUNG_EXIT` (a run abandoned mid-flight can leave tasks no cancellation reaches;
+    only a process exit ends them for sure). Without it, the run is abandoned in-process.
+    """
     started = time.perf_counter()
     history = History(job=scenario.job, seed=scenario.seed)
-    try:
-        run = run_scenario(scenario, wall_budget=wall_budget, history=history)
-    except SimHang as exc:
-        wall = time.perf_counter() - started
+
+    def hung(reason: str) -> SeedResult:
         return SeedResult(
             seed=scenario.seed,
-            violations=(Violation("hang", str(exc)),),
+            violations=(Violation("hang", reason),),
             digest="",
             faults={},
             sim_seconds=0.0,
-            wall_seconds=wall,
+            wall_seconds=time.perf_counter() - started,
             events=len(history),
             history=history,
         )
+
+    def give_up() -> None:
+        if on_hang is not None:
+            on_hang(hung(f"the run took more than {wall_budget:g} s of wall-clock time"))
+            os._exit(HUNG_EXIT)
+
+    try:
+        run = run_scenario(scenario, wall_budget=wall_budget, history=history, on_expiry=give_up)
+    except SimHang as exc:
+        return hung(str(exc))
     return check_run(run, scenario, time.perf_counter() - started)
