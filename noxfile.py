@@ -16,6 +16,7 @@ nox.options.sessions = [
     "lint",
     "typecheck",
     "tests",
+    "sim",
     "conformance-memory",
     "conformance-etcd",
     "conformance-nats",
@@ -51,6 +52,15 @@ def tests(session: nox.Session) -> None:
     """The project's own tests (unit, scenario, property), real servers excluded."""
     install_project(session)
     session.run("pytest", "-m", "not etcd and not nats and not slow", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def sim(session: nox.Session) -> None:
+    """The fleet simulator: 1,000 seeded fleets with injected faults, each history checked
+    against the protocol's invariants (~5 minutes on 2 cores). `nox -s sim -- --seed N`
+    replays one seed; `nox -s sim -- --seeds 100000` is a long run."""
+    install_project(session)
+    session.run("python", "-m", "spate_testing.sim", *(session.posargs or ["--seeds", "1000"]))
 
 
 @nox.session(python=PYTHON, name="conformance-memory")
