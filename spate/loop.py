@@ -57,6 +57,8 @@ from spate.view import (
 __all__ = ["Core", "Reply"]
 
 logger = logging.getLogger("spate.coordinator")
+RECHECK_AFTER = 0.1
+"""Seconds before the loop looks again at a rule whose deadline passed without it acting."""
 
 INPUT_BATCH = 256
 """Inputs run back to back before one step (a burst of watch events costs one step)."""
@@ -248,8 +250,12 @@ class Core:
             self.terminal.next_deadline(),
             self.claims.next_deadline(),
         ):
+            # A rule may report a deadline that has passed but that it cannot act on yet
+            # (its key busy with a write in flight, say). Waking at once would step again at
+            # the same instant and decide the same, forever: a busy spin, and under a mock
+            # clock a hang, since virtual time never advances. Look again a moment later.
             if deadline < math.inf:
-                self.wake_at(deadline)
+                self.wake_at(max(deadline, now + RECHECK_AFTER))
 
     def _report_gauges(self) -> None:
         tallies = self.view.tallies
