@@ -274,7 +274,13 @@ class Leadership:
                 self.plan_now = True
                 core.view.assign_dirty = True
                 return
-            entry = yield Op("get", D, core.keys.plan)
+            try:
+                entry = yield Op("get", D, core.keys.plan)
+            except StoreUnavailable as exc:
+                # A transient read error is no reason to stop the worker: try again (on the
+                # revision we knew), and after BUMP_TRIES give the leadership back.
+                logger.warning("reading the plan after a lost generation bump failed (%s)", exc)
+                continue
             if entry is None:
                 raise FatalCoordinationError(
                     f"the plan record {core.keys.plan!r} vanished during an election; something "

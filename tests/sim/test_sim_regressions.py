@@ -220,3 +220,48 @@ async def test_a_lost_election_waits_before_trying_again(
         ):
             await trio.sleep_forever()
     assert 3 <= store.attempts <= 100
+
+
+class _BumpLosesThenReadFails(FaultyStore):
+    """The first generation bump loses its CAS (a peer touched the plan just before) and the
+    read that follows it fails once."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.interfered = False
+        self.failed_read = False
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: int
+    ) -> WriteResult:
+        if key.endswith(".plan") and not self.interfered:
+            self.interfered = True
+            current = await self.inner.get(keyspace, key)
+            assert current is not None
+            await self.inner.update(keyspace, key, current.value, current.revision)
+        return await super().update(keyspace, key, value, expected)
+
+    async def get(self, keyspace: Keyspace, key: str) -> Any:
+        if key.endswith(".plan") and self.interfered and not self.failed_read:
+            self.failed_read = True
+            raise StoreUnavailable("the read after the lost bump failed")
+        return await super().get(keyspace, key)
+
+
+async def test_a_failed_read_after_a_lost_generation_bump_is_not_fatal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by seed 982: a new leader's generation bump lost its compare-and-swap, and the
+    read that was to refresh the plan hit a transient error, which stopped the worker with
+    a raw StoreUnavailable."""
+    store = _BumpLosesThenReadFails(MemoryStore(ephemeral_ttl=3.0))
+    async with open_coordinator(
+        store,
+        job="sim",
+        instance="w0",
+        planner=SEVEN_SPLITS.planner(),
+        config=Config(planner_thread=False),
+    ) as coordinator:
+        await trio.sleep(10.0)
+        assert coordinator.is_leader
+    assert store.failed_read
