@@ -625,9 +625,18 @@ class Leadership:
                 # leader the one worker that never learns its assignment.
                 core.fold(view.put_assignment(instance, record, result.revision))
             else:
-                # Someone else wrote it, or our cached revision is a ghost: forget it, so the
-                # next attempt creates, and a concurrent leader's write comes on the watch.
+                # Someone else wrote it, or our cached revision is a ghost: forget it and read
+                # what is there, so the next attempt builds on the real revision. Waiting for
+                # the watch is not enough (the record's echo may have come and gone while our
+                # cache was wrong), and retrying blind at once would spin against the store.
                 view.forget_assignment(instance)
+                self._publish_not_before = core.now() + PUBLISH_RETRY
+                try:
+                    entry = yield Op("get", D, key)
+                except StoreUnavailable:
+                    entry = None
+                if entry is not None:
+                    core.fold(view.apply_put(D, entry))
         finally:
             self._publishing.discard(instance)
 

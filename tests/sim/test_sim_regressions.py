@@ -19,7 +19,7 @@ import trio.testing
 from spate.config import Config
 from spate.coordinator import open_coordinator
 from spate.errors import StoreError, StoreUnavailable
-from spate.store import Keyspace, SnapshotDone, WatchEvent, WriteResult
+from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, WriteResult
 from spate.worker import run_worker
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
@@ -265,3 +265,59 @@ async def test_a_failed_read_after_a_lost_generation_bump_is_not_fatal(
         await trio.sleep(10.0)
         assert coordinator.is_leader
     assert store.failed_read
+
+
+class _AssignmentEchoLost(FaultyStore):
+    """The leader's first assignment create lands but loses its reply, and the durable watch
+    never delivers that record: the leader cannot learn the revision it must update."""
+
+    def __init__(self, inner: MemoryStore, limit: int) -> None:
+        super().__init__(inner)
+        self.creates = 0
+        self.limit = limit
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        if not key.endswith(".assign.w0"):
+            return await super().create(keyspace, key, value)
+        self.creates += 1
+        if self.creates > self.limit:
+            raise StoreError(f"{self.creates} assignment creates: the loop spins")
+        result = await super().create(keyspace, key, value)
+        if self.creates == 1:
+            raise StoreUnavailable("the assignment's reply was lost")
+        return result
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        return self._without_assignments(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _without_assignments(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        async with super().watch(keyspace, prefix) as events:
+
+            async def filtered() -> AsyncIterator[WatchEvent]:
+                async for event in events:
+                    if not (isinstance(event, Put) and event.entry.key.endswith(".assign.w0")):
+                        yield event
+
+            yield filtered()
+
+
+async def test_a_lost_assignment_publish_reads_the_record_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by seed 33: a leader woke from a freeze with a wrong idea of a worker's
+    assignment record; its create lost, it forgot the record and retried at once, forever,
+    because the record's watch echo had come and gone."""
+    store = _AssignmentEchoLost(MemoryStore(ephemeral_ttl=3.0), limit=100)
+    async with open_coordinator(
+        store,
+        job="sim",
+        instance="w0",
+        planner=SEVEN_SPLITS.planner(),
+        config=Config(planner_thread=False, max_in_flight=2),
+    ) as coordinator:
+        await trio.sleep(10.0)
+        assert len(coordinator.owned) == 2
+    assert store.creates >= 2
