@@ -29,7 +29,15 @@ def single_error() -> Iterator[None]:
         yield
     except BaseExceptionGroup as group:
         leaves = _leaves(group)
-        real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+        real: list[BaseException] = []
+        for leaf in leaves:
+            # One stop error reaches every task waiting on the coordinator (the same object,
+            # or a copy with the same message): it is one error, not several.
+            if not isinstance(leaf, trio.Cancelled) and not any(
+                leaf is seen or (type(leaf) is type(seen) and str(leaf) == str(seen))
+                for seen in real
+            ):
+                real.append(leaf)
         if len(real) == 1:
             raise real[0] from group.__cause__
         if not real:
