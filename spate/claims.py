@@ -388,7 +388,10 @@ class Claims:
             self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
             return
         if not isinstance(result, Won):
-            return  # someone else moved it; the watch brings the news
+            # Someone else moved it; the watch brings the news (or the reconcile listing, if
+            # the watch missed it). Retrying at once would spin against the store until then.
+            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            return
         logger.warning("split %s quarantined after %d attempts", split, record.attempts)
         core.fold(core.view.put_progress(split, record, result.revision))
         if stale_lease:

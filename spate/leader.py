@@ -651,9 +651,21 @@ class Leadership:
             try:
                 result = yield Op("delete", D, key, expected=current[1], operation="assign-cleanup")
             except StoreUnavailable:
+                self._publish_not_before = core.now() + PUBLISH_RETRY
                 return
             if isinstance(result, Won):
                 core.fold(view.forget_own(D, key, current[1]))
+                return
+            # The record moved on (rewritten or deleted) behind our cached revision: read it
+            # back, and pause, rather than retry blind at once and spin against the store.
+            view.forget_assignment(instance)
+            self._publish_not_before = core.now() + PUBLISH_RETRY
+            try:
+                entry = yield Op("get", D, key)
+            except StoreUnavailable:
+                return
+            if entry is not None:
+                core.fold(view.apply_put(D, entry))
         finally:
             self._publishing.discard(instance)
 

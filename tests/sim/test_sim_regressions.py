@@ -19,7 +19,8 @@ import trio.testing
 from spate.config import Config
 from spate.coordinator import open_coordinator
 from spate.errors import StoreError, StoreUnavailable
-from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, WriteResult
+from spate.records import AssignmentRecord, ProgressRecord, Status, decode, encode
+from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, WriteResult
 from spate.worker import run_worker
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
@@ -321,3 +322,119 @@ async def test_a_lost_assignment_publish_reads_the_record_back(
         await trio.sleep(10.0)
         assert len(coordinator.owned) == 2
     assert store.creates >= 2
+
+
+class _RewriteBehindTheView(FaultyStore):
+    """Before the first write to ``key``, a peer rewrites that record (so the write's
+    expected revision is stale), and the watch never shows the rewrite: only a read or a
+    listing can tell the worker. More than ``limit`` writes to ``key`` means the worker spins."""
+
+    def __init__(self, inner: MemoryStore, key: str, limit: int = 100) -> None:
+        super().__init__(inner)
+        self.key = key
+        self.limit = limit
+        self.writes = 0
+        self.hidden: set[int] = set()
+
+    async def _interfere(self, keyspace: Keyspace, key: str) -> None:
+        if key != self.key or keyspace is not Keyspace.DURABLE:
+            return
+        self.writes += 1
+        if self.writes > self.limit:
+            raise StoreError(f"{self.writes} writes to {key}: the loop spins")
+        if self.writes == 1:
+            current = await self.inner.get(keyspace, key)
+            assert current is not None
+            result = await self.inner.update(keyspace, key, current.value, current.revision)
+            assert isinstance(result, Won)
+            self.hidden.add(result.revision)
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: int
+    ) -> WriteResult:
+        await self._interfere(keyspace, key)
+        return await super().update(keyspace, key, value, expected)
+
+    async def delete(self, keyspace: Keyspace, key: str, expected: int | None = None) -> Any:
+        await self._interfere(keyspace, key)
+        return await super().delete(keyspace, key, expected)
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        return self._hiding(keyspace, prefix)
+
+    @asynccontextmanager
+    async def _hiding(
+        self, keyspace: Keyspace, prefix: str
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        async with super().watch(keyspace, prefix) as events:
+
+            async def filtered() -> AsyncIterator[WatchEvent]:
+                async for event in events:
+                    if not (isinstance(event, Put) and event.entry.revision in self.hidden):
+                        yield event
+
+            yield filtered()
+
+
+async def test_a_lost_assignment_cleanup_reads_the_record_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by seeds 421 and 594: the leader's clean-up of a departed worker's assignment
+    lost its compare-and-swap (the record had moved on unseen) and was retried at once,
+    forever."""
+    inner = MemoryStore(ephemeral_ttl=3.0)
+    stale = encode(AssignmentRecord(generation=0, splits=()))
+    await inner.create(Keyspace.DURABLE, "sim.assign.gone", stale)
+    store = _RewriteBehindTheView(inner, "sim.assign.gone")
+    async with open_coordinator(
+        store,
+        job="sim",
+        instance="w0",
+        planner=SEVEN_SPLITS.planner(),
+        config=Config(planner_thread=False, rebalance_delay=0.0),
+    ):
+        await trio.sleep(10.0)
+    assert store.writes >= 2
+    assert await inner.get(Keyspace.DURABLE, "sim.assign.gone") is None
+
+
+async def test_a_lost_quarantine_waits_before_trying_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by seeds 703, 818 and 873: a worker taking over an expired split on its last
+    attempt quarantines it; when that compare-and-swap lost (the record had moved on unseen)
+    it was retried at once, forever, instead of waiting for the watch or the listing."""
+    inner = MemoryStore(ephemeral_ttl=3.0)
+    one = Workload(batches=((("s00", 1000, 1),),), step_seconds=1.0)
+    dead = FaultyStore(inner)
+    async with trio.open_nursery() as nursery:
+
+        async def doomed() -> None:
+            await run_worker(
+                dead,
+                job="sim",
+                instance="dead",
+                planner=one.planner(),
+                handler=one.handle,
+                config=Config(planner_thread=False, max_attempts=1),
+                leave_deadline=1.0,
+            )
+
+        nursery.start_soon(doomed)
+        await trio.sleep(5.0)
+        # Killed, not left: nothing it sends lands any more, and its lease runs out.
+        dead.partition()
+        nursery.cancel_scope.cancel()
+    store = _RewriteBehindTheView(inner, "sim.split.s00")
+    async with open_coordinator(
+        store,
+        job="sim",
+        instance="w1",
+        planner=one.planner(),
+        config=Config(planner_thread=False, max_attempts=1, reconcile_interval=5.0),
+    ):
+        await trio.sleep(20.0)
+    record = await inner.get(Keyspace.DURABLE, "sim.split.s00")
+    assert record is not None
+    assert decode(ProgressRecord, record.key, record.value).status is Status.QUARANTINED
+    assert 2 <= store.writes <= 100
