@@ -98,6 +98,7 @@ class _Fleet:
             rates=rates,
             name=actor,
         )
+        store.attach(nursery)  # late-landing writes outlive the call that sent them
         inc = _Incarnation(actor, instance, store, self.recorder.metrics(actor))
         self.metrics_for_store[id(store)] = inc.metrics
         self.incarnations.append(inc)
@@ -443,8 +444,15 @@ async def simulate(scenario: Scenario, history: History | None = None) -> SimRun
         faults.update(inc.store.injected)
     for event in history.of(Action):
         if event.what in _COUNTED_ACTIONS:
-            faults[event.what] += 1
+            faults[_COUNTED_ACTIONS[event.what]] += 1
     return SimRun(history, dict(sorted(faults.items())), trio.current_time() - started)
 
 
-_COUNTED_ACTIONS = frozenset({"kill", "restart", "leave", "outage", "duplicate"})
+_COUNTED_ACTIONS = {
+    "kill": "kill",
+    "restart": "restart",
+    "leave": "leave",
+    "outage": "outage",
+    "duplicate": "duplicate_instance",
+}
+"""Actions counted among the faults (the store wrapper counts its own), by report name."""

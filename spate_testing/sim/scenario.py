@@ -103,7 +103,7 @@ class Scenario:
             max_workers=max(initial, rng.randint(2, 5)),
             lease=lease,
             config=config,
-            rates=_draw_rates(rng),
+            rates=_draw_rates(rng, lease),
             chaos_seconds=rng.choice([10.0, 20.0, 30.0]),
             action_gap=(0.5, rng.choice([2.0, 4.0, 8.0])),
             weights=_draw_weights(rng),
@@ -130,7 +130,7 @@ def _draw_workload(rng: random.Random) -> Workload:
     return Workload(batches=batches, poison=poison, step_seconds=rng.choice([0.1, 0.25, 0.5, 1.0]))
 
 
-def _draw_rates(rng: random.Random) -> FaultRates:
+def _draw_rates(rng: random.Random, lease: float) -> FaultRates:
     profile = rng.choice(["calm", "mild", "mild", "harsh"])
     if profile == "calm":
         return FaultRates(silent_expiry=rng.random() < 0.25)
@@ -142,6 +142,11 @@ def _draw_rates(rng: random.Random) -> FaultRates:
         watch_drop_rate=scale * rng.uniform(0, 0.03),
         latency=rng.choice([0.0, 0.0, 0.005, 0.05]),
         silent_expiry=rng.random() < 0.25,
+        spike_rate=scale * rng.choice([0.0, 0.0, 0.01, 0.03]),
+        spike_latency=rng.choice([lease / 2, 1.5 * lease]),
+        late_rate=scale * rng.choice([0.0, 0.0, 0.02, 0.05]),
+        late_delay=rng.choice([0.2, lease, 2 * lease]),
+        replay_rate=scale * rng.choice([0.0, 0.0, 0.02, 0.05]),
     )
 
 
