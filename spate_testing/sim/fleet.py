@@ -22,7 +22,7 @@ import inspect
 import itertools
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import attrs
@@ -32,7 +32,7 @@ from spate import worker as worker_module
 from spate.errors import FatalCoordinationError
 from spate.events import AllComplete
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
-from spate.store import Keyspace
+from spate.store import Keyspace, Store
 from spate.worker import run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
@@ -67,8 +67,11 @@ class _Incarnation:
 
 
 class _Fleet:
-    def __init__(self, scenario: Scenario, history: History) -> None:
+    def __init__(
+        self, scenario: Scenario, history: History, wrap_store: Callable[[Store], Store]
+    ) -> None:
         self.scenario = scenario
+        self.wrap_store = wrap_store
         self.history = history
         self.recorder = Recorder(history)
         self.server = MemoryServer()
@@ -93,7 +96,7 @@ class _Fleet:
         if self.calm:
             rates = FaultRates(silent_expiry=rates.silent_expiry)
         store = FaultyStore(
-            self.recorder.store(self.client(), actor),
+            self.recorder.store(self.wrap_store(self.client()), actor),
             rng=random.Random(f"{self.scenario.seed}/{actor}"),
             rates=rates,
             name=actor,
@@ -387,6 +390,10 @@ async def _any_done(incarnations: list[_Incarnation]) -> None:
             nursery.start_soon(wait)
 
 
+def _unwrapped(store: Store) -> Store:
+    return store
+
+
 def _gave_up_starting(exc: BaseException, store: FaultyStore) -> bool:
     # Startup retries a bounded number of times and then fails, by design; a worker whose
     # store was made to fail that often is expected to give up.
@@ -422,16 +429,21 @@ class SimRun:
     """Simulated seconds the run took."""
 
 
-async def simulate(scenario: Scenario, history: History | None = None) -> SimRun:
+async def simulate(
+    scenario: Scenario,
+    history: History | None = None,
+    wrap_store: Callable[[Store], Store] | None = None,
+) -> SimRun:
     """Run ``scenario`` to its end and return what it recorded (call under a MockClock).
 
     Events go to ``history`` as they happen (a new one if None), so a run that never ends
-    still leaves what it did up to then.
+    still leaves what it did up to then. ``wrap_store`` wraps each worker's store client
+    beneath the recorder (to run the fleet on a store of your own making, say a broken one).
     """
     started = trio.current_time()
     if history is None:
         history = History(job=scenario.job, seed=scenario.seed)
-    fleet = _Fleet(scenario, history)
+    fleet = _Fleet(scenario, history, wrap_store or _unwrapped)
     terminated = False
     with _metrics_by_store(fleet):
         async with trio.open_nursery() as nursery:

@@ -25,6 +25,7 @@ import attrs
 import trio
 import trio.testing
 
+from spate.store import Store
 from spate_testing.sim.checker import Violation, check
 from spate_testing.sim.fleet import SimRun, simulate
 from spate_testing.sim.history import Action, History
@@ -129,6 +130,7 @@ def run_scenario(
     wall_budget: float | None = DEFAULT_WALL_BUDGET,
     history: History | None = None,
     on_expiry: Callable[[], None] | None = None,
+    wrap_store: Callable[[Store], Store] | None = None,
 ) -> SimRun:
     """Run ``scenario`` under a fresh autojumping ``MockClock``, reproducibly.
 
@@ -141,7 +143,7 @@ def run_scenario(
         clock = trio.testing.MockClock(autojump_threshold=0)
         try:
             with _wall_budget(wall_budget, on_expiry):
-                return trio.run(simulate, scenario, history, clock=clock)
+                return trio.run(simulate, scenario, history, wrap_store, clock=clock)
         except BaseException as exc:
             hang = _find_hang(exc)
             if hang is not None and hang is not exc:
@@ -227,8 +229,11 @@ def run_checked(
     *,
     wall_budget: float | None = DEFAULT_WALL_BUDGET,
     on_hang: Callable[[SeedResult], None] | None = None,
+    wrap_store: Callable[[Store], Store] | None = None,
 ) -> SeedResult:
     """Run ``scenario`` and check its history; a hung run is reported as a violation.
+
+    ``wrap_store`` wraps every worker's store client (see :func:`simulate`).
 
     With ``on_hang``, a hung run is handed to it and the process exits with
     :data:`HUNG_EXIT` (a run abandoned mid-flight can leave tasks no cancellation reaches;
@@ -255,7 +260,13 @@ def run_checked(
             os._exit(HUNG_EXIT)
 
     try:
-        run = run_scenario(scenario, wall_budget=wall_budget, history=history, on_expiry=give_up)
+        run = run_scenario(
+            scenario,
+            wall_budget=wall_budget,
+            history=history,
+            on_expiry=give_up,
+            wrap_store=wrap_store,
+        )
     except SimHang as exc:
         return hung(str(exc))
     return check_run(run, scenario, time.perf_counter() - started)
