@@ -1,1 +1,55 @@
-"""The fleet simulator, its history recorder and its invariant checker."""
+"""The fleet simulator, its history recorder and its invariant checker.
+
+Record a fleet (yours or the simulator's) into a :class:`History`, then :func:`check` it:
+
+- :class:`Recorder` — taps for one history: a store wrapper recording every write with its
+  true outcome, a handler wrapper recording gains and acknowledged commits, and metrics hooks
+  recording revocation outcomes; :func:`final_listing` reads the job's final state.
+- :func:`check` — the invariants (:data:`INVARIANTS`) every history of a spate fleet must
+  keep; each broken one is a :class:`Violation`.
+- :func:`run_seed` / :func:`run_checked` — run a whole simulated fleet (a
+  :class:`Scenario`, drawn from a seed or scripted) reproducibly under a mock clock and
+  check it. ``python -m spate_testing.sim`` runs thousands of seeds.
+
+See docs/testing.md for how to use them on your own workload.
+"""
+
+from spate_testing.sim.checker import INVARIANTS as INVARIANTS
+from spate_testing.sim.checker import Violation as Violation
+from spate_testing.sim.checker import check as check
+from spate_testing.sim.fleet import SimRun as SimRun
+from spate_testing.sim.fleet import simulate as simulate
+from spate_testing.sim.history import History as History
+from spate_testing.sim.recorder import Recorder as Recorder
+from spate_testing.sim.recorder import final_listing as final_listing
+from spate_testing.sim.runner import SeedResult as SeedResult
+from spate_testing.sim.runner import SimHang as SimHang
+from spate_testing.sim.runner import replay_command as replay_command
+from spate_testing.sim.runner import reproducible as reproducible
+from spate_testing.sim.runner import run_checked as run_checked
+from spate_testing.sim.runner import run_scenario as run_scenario
+from spate_testing.sim.runner import run_seed as run_seed
+from spate_testing.sim.scenario import Scenario as Scenario
+from spate_testing.sim.scenario import Scripted as Scripted
+from spate_testing.sim.workload import Workload as Workload
+
+__all__ = [
+    "INVARIANTS",
+    "History",
+    "Recorder",
+    "Scenario",
+    "Scripted",
+    "SeedResult",
+    "SimHang",
+    "SimRun",
+    "Violation",
+    "Workload",
+    "check",
+    "final_listing",
+    "replay_command",
+    "reproducible",
+    "run_checked",
+    "run_scenario",
+    "run_seed",
+    "simulate",
+]

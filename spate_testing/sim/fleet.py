@@ -31,13 +31,12 @@ import trio
 from spate import worker as worker_module
 from spate.errors import FatalCoordinationError
 from spate.events import AllComplete
-from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
-from spate.store import Keyspace, Store
+from spate.store import Store
 from spate.worker import run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
-from spate_testing.sim.history import Action, Final, FinalSplit, History, Verdict
-from spate_testing.sim.recorder import Recorder, RecordingMetrics
+from spate_testing.sim.history import Action, Final, History, Verdict
+from spate_testing.sim.recorder import Recorder, RecordingMetrics, final_listing
 from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
 
 __all__ = ["SimRun", "simulate"]
@@ -312,36 +311,14 @@ class _Fleet:
                 inc.scope.cancel()
 
     async def final(self, terminated: bool) -> Final:
-        keys = Keys(self.scenario.job)
         async with self.client() as store:
-            plan_entry = await store.get(Keyspace.DURABLE, keys.plan)
-            entries = await store.list(Keyspace.DURABLE, keys.split_prefix)
-        plan_final = False
-        if plan_entry is not None:
-            plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
-            plan_final = plan.finality is Finality.FINAL
-        splits = []
-        for entry in entries:
-            split = entry.key[len(keys.split_prefix) :]
-            record = decode(ProgressRecord, entry.key, entry.value, split=split)
-            splits.append(
-                FinalSplit(
-                    split=split,
-                    status=record.status.value,
-                    epoch=record.epoch,
-                    watermark=record.watermark,
-                    completed=record.completed,
-                    owner=record.owner,
-                )
+            return await final_listing(
+                store,
+                self.scenario.job,
+                expected=self.scenario.workload.split_ids,
+                terminated=terminated,
+                bound=self.scenario.bound,
             )
-        return Final(
-            at=trio.current_time(),
-            plan_final=plan_final,
-            expected=self.scenario.workload.split_ids,
-            splits=tuple(splits),
-            terminated=terminated,
-            bound=self.scenario.bound,
-        )
 
 
 def _metrics_argument(metrics: RecordingMetrics) -> dict[str, Any]:

@@ -18,17 +18,20 @@ fleet.
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
 from spate.errors import Fenced
 from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
+from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate.store import Capabilities, Entry, Keyspace, Lost, Revision, Store, Won, WriteResult
 from spate_testing.sim.history import (
     Acked,
     Action,
+    Final,
+    FinalSplit,
     Gained,
     HandlerEnded,
     HandlerHow,
@@ -41,7 +44,14 @@ from spate_testing.sim.history import (
 if TYPE_CHECKING:
     from spate.worker import SplitHandle
 
-__all__ = ["RecordedSplit", "Recorder", "RecordingMetrics", "RecordingStore", "recorded_handler"]
+__all__ = [
+    "RecordedSplit",
+    "Recorder",
+    "RecordingMetrics",
+    "RecordingStore",
+    "final_listing",
+    "recorded_handler",
+]
 
 HandlerFn = Callable[["SplitHandle"], Awaitable[None]]
 
@@ -296,6 +306,51 @@ def recorded_handler(handler: HandlerFn, history: History, actor: str) -> Handle
             )
 
     return handle
+
+
+async def final_listing(
+    store: Store,
+    job: str,
+    *,
+    expected: Iterable[str] | None = None,
+    terminated: bool = True,
+    bound: float = 0.0,
+) -> Final:
+    """Read ``job``'s final state from ``store``: the event that ends a history.
+
+    ``expected`` names the split ids the workload planned (the checker then holds the listing
+    to exactly those); ``terminated`` says whether the job reached its verdict in time, and
+    ``bound`` what that time was (for the message).
+    """
+    keys = Keys(job)
+    plan_entry = await store.get(Keyspace.DURABLE, keys.plan)
+    entries = await store.list(Keyspace.DURABLE, keys.split_prefix)
+    plan_final = False
+    if plan_entry is not None:
+        plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
+        plan_final = plan.finality is Finality.FINAL
+    splits = []
+    for entry in entries:
+        split = entry.key[len(keys.split_prefix) :]
+        record = decode(ProgressRecord, entry.key, entry.value, split=split)
+        splits.append(
+            FinalSplit(
+                split=split,
+                status=record.status.value,
+                epoch=record.epoch,
+                watermark=record.watermark,
+                completed=record.completed,
+                owner=record.owner,
+            )
+        )
+    return Final(
+        at=_now(),
+        plan_final=plan_final,
+        expected=None if expected is None else tuple(expected),
+        splits=tuple(splits),
+        terminated=terminated,
+        bound=bound,
+    )
 
 
 class Recorder:
