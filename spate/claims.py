@@ -261,6 +261,11 @@ class Claims:
         lease_rev = result.revision
         core.fold(core.view.put_lease(split, lease, lease_rev))
         for _ in range(2):
+            # Hold the key before reading the record the CAS is built from: a write of ours
+            # still in flight (a commit of the tenancy just lost) changes both the record and
+            # its revision, and a record read before the wait paired with the revision read
+            # after it would write old progress back under a fresh revision.
+            yield Hold(D, key)
             state = core.view.splits.get(split)
             if state is None or state.spec is None or core.parting:
                 break
@@ -283,7 +288,6 @@ class Claims:
                 attempts=state.progress.attempts + int(kind.consumes_attempt),
                 written_at_ms=now_ms(),
             )
-            yield Hold(D, key)
             try:
                 result = yield Op(
                     "update", D, key, encode(record), expected=state.progress_rev,

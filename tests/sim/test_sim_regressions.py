@@ -438,3 +438,79 @@ async def test_a_lost_quarantine_waits_before_trying_again(
     assert record is not None
     assert decode(ProgressRecord, record.key, record.value).status is Status.QUARANTINED
     assert 2 <= store.writes <= 100
+
+
+def test_a_claim_never_writes_old_progress_under_a_fresh_revision() -> None:
+    """Found by seed 680 (kept as that seed's scenario, with its random chaos driver): a
+    worker lost a split in a store outage while a commit of it was in flight; the commit
+    landed late (a lease after it was sent). Re-claiming the split, the worker built its
+    claim from the progress it knew *before* waiting for the key, then took the revision
+    *after* the wait, which included the late commit: the claim CAS won and moved the
+    watermark back from 1 to None."""
+    lease = 4.0
+    scenario = Scenario(
+        seed=680,
+        workload=Workload(
+            batches=(
+                (
+                    ("s00", 3, 3),
+                    ("s01", 6, 2),
+                    ("s02", 7, 3),
+                    ("s03", 6, 2),
+                    ("s04", 3, 2),
+                    ("s05", 8, 3),
+                    ("s06", 5, 1),
+                    ("s07", 6, 3),
+                    ("s08", 5, 3),
+                    ("s09", 8, 3),
+                    ("s10", 5, 1),
+                    ("s11", 2, 3),
+                    ("s12", 2, 2),
+                    ("s13", 7, 3),
+                    ("s14", 2, 1),
+                    ("s15", 6, 1),
+                ),
+            ),
+            poison=frozenset({"s10"}),
+            step_seconds=0.25,
+        ),
+        initial_workers=4,
+        max_workers=5,
+        lease=lease,
+        config=Config(
+            lease_duration=lease,
+            max_in_flight=3,
+            max_attempts=4,
+            replan_interval=2.0,
+            reconcile_interval=1.0,
+            rebalance_delay=8.0,
+            drain_deadline=2.0,
+            membership_debounce=1.0,
+            planner_thread=False,
+        ),
+        rates=FaultRates(
+            unavailable_rate=0.0124,
+            maybe_landed_rate=0.0204,
+            duplicate_rate=0.0329,
+            watch_drop_rate=0.0134,
+            latency=0.005,
+            spike_rate=0.01,
+            spike_latency=2.0,
+            late_rate=0.05,
+            late_delay=lease,
+        ),
+        chaos_seconds=10.0,
+        action_gap=(0.5, 4.0),
+        weights=(
+            ("join", 1),
+            ("kill", 2),
+            ("restart", 3),
+            ("leave", 0),
+            ("freeze", 0),
+            ("partition", 2),
+            ("outage", 2),
+            ("duplicate", 0),
+        ),
+    )
+    result = run(scenario)
+    assert result.ok, result.violations
