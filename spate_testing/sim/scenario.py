@@ -84,7 +84,7 @@ class Scenario:
         rng = random.Random(seed)
         lease = rng.choice([2.0, 3.0, 4.0])
         workload = _draw_workload(rng)
-        initial = rng.randint(1, 4)
+        initial = rng.randint(1, 5)
         config = Config(
             lease_duration=lease,
             max_in_flight=rng.randint(1, 3),
@@ -100,18 +100,18 @@ class Scenario:
             seed=seed,
             workload=workload,
             initial_workers=initial,
-            max_workers=max(initial, rng.randint(2, 5)),
+            max_workers=max(initial, rng.randint(2, 6)),
             lease=lease,
             config=config,
             rates=_draw_rates(rng, lease),
-            chaos_seconds=rng.choice([10.0, 20.0, 30.0]),
+            chaos_seconds=rng.choice([10.0, 20.0, 40.0, 60.0]),
             action_gap=(0.5, rng.choice([2.0, 4.0, 8.0])),
             weights=_draw_weights(rng),
         )
 
 
 def _draw_workload(rng: random.Random) -> Workload:
-    count = rng.randint(1, 10)
+    count = rng.randint(1, 16)
     splits = [(f"s{i:02d}", rng.randint(1, 8), rng.randint(1, 3)) for i in range(count)]
     batches: tuple[tuple[tuple[str, int, int], ...], ...]
     if rng.random() < 0.5:
