@@ -63,6 +63,17 @@ def sim(session: nox.Session) -> None:
     session.run("python", "-m", "spate_testing.sim", *(session.posargs or ["--seeds", "1000"]))
 
 
+@nox.session(python=PYTHON)
+def chaos(session: nox.Session) -> None:
+    """Real `spate worker` processes on real etcd and NATS, SIGKILLed, SIGSTOPped and put
+    through a server restart; histories checked by the simulator's checker (not in the
+    default run; ~2 minutes). Arguments go to `python -m spate_testing.sim.chaos`."""
+    install_project(session)
+    session.run(
+        "python", "-m", "spate_testing.sim.chaos", *(session.posargs or ["--store", "both"])
+    )
+
+
 @nox.session(python=PYTHON, name="conformance-memory")
 def conformance_memory(session: nox.Session) -> None:
     """The store conformance suite against MemoryStore."""

@@ -1,0 +1,388 @@
+"""Chaos on real servers: ``spate worker`` processes against etcd or NATS, killed and stopped.
+
+``python -m spate_testing.sim.chaos --store etcd`` (or ``nats``, or ``both``) starts a real
+server on free loopback ports, runs a fleet of ``spate worker`` processes of the demo job
+against it, and for a while SIGKILLs workers (a supervisor restarts them under the same
+instance id), SIGSTOPs them (some for longer than the lease, so they wake as zombies) and
+restarts the server. Then it lets the job finish, reads every worker's history of
+acknowledged commits and the final listing, and holds them to the simulator's invariant
+checker. Real processes cannot show their store writes, so the checks are those a history of
+acknowledged commits supports: no acknowledged commit lost, acknowledgements in epoch order,
+one owner per epoch, every split finished, verdicts matching the listing, termination.
+
+Unlike the simulator this runs on the real clock and is not reproducible; the seed only fixes
+the chaos schedule. It is the ``chaos`` nox session (not part of the default run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from spate.demo.workload import Dataset
+from spate_testing.sim.checker import Violation, check
+from spate_testing.sim.history import Acked, Action, History, Verdict
+from spate_testing.sim.recorder import final_listing
+
+__all__ = ["ChaosResult", "main", "run_chaos"]
+
+JOB = "chaos"
+_VERDICT = re.compile(r"verdict: (AllComplete\(\)|Stalled\(completed=(\d+), quarantined=(\d+)\))")
+
+
+@attrs.define
+class _Life:
+    instance: str
+    number: int
+    process: subprocess.Popen[bytes]
+    history: Path
+    output: Path
+    stopped_until: float | None = None
+    noted: bool = False
+
+    @property
+    def actor(self) -> str:
+        return f"{self.instance}#{self.number}"
+
+
+@attrs.frozen
+class ChaosResult:
+    """What one chaos run did and found."""
+
+    store: str
+    server: str
+    wall_seconds: float
+    actions: dict[str, int]
+    acked_commits: int
+    refused_zombie_commits: int
+    """Commits the workers saw fenced: a stopped worker's late write, refused by the store."""
+    splits: int
+    completed: int
+    quarantined: int
+    violations: tuple[Violation, ...]
+    history: History = attrs.field(repr=False, eq=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the history was clean."""
+        return not self.violations
+
+
+@contextlib.contextmanager
+def _server(kind: str) -> Iterator[Any]:
+    if kind == "etcd":
+        from spate_testing.servers.etcd import etcd_server_sync
+
+        with etcd_server_sync() as etcd:
+            yield etcd
+        return
+    from spate_testing.servers.nats import NatsServer
+
+    nats = NatsServer(websocket=False)
+    try:
+        nats.start()
+        yield nats
+    finally:
+        nats.cleanup()
+
+
+def _restart_server(kind: str, server: Any) -> None:
+    if kind == "etcd":
+        server.stop_sync()
+        server.start_sync()
+    else:
+        server.restart()  # SIGTERM: JetStream flushes; a SIGKILL may lose acknowledged writes
+
+
+class _Fleet:
+    def __init__(self, url: str, workdir: Path, splits: int, seed: int, history: History):
+        self.url = url
+        self.workdir = workdir
+        self.splits = splits
+        self.seed = seed
+        self.history = history
+        self.lives: list[_Life] = []
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.started = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def action(self, actor: str, what: str, detail: str = "") -> None:
+        self.counts[what] += 1
+        self.history.append(Action(at=self.now(), actor=actor, what=what, detail=detail))
+
+    def start(self, instance: str, how: str = "start") -> _Life:
+        number = 1 + sum(1 for life in self.lives if life.instance == instance)
+        history = self.workdir / f"{instance}#{number}.jsonl"
+        output = self.workdir / f"{instance}#{number}.out"
+        argv = [
+            sys.executable, "-m", "spate", "worker", "--store", self.url, "--job", JOB,
+            "--instance", instance, "--splits", str(self.splits), "--seed", str(self.seed),
+            "--batch-seconds", "0.5", "--max-in-flight", "4", "--history", str(history),
+        ]  # fmt: skip
+        with output.open("wb") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        life = _Life(instance, number, process, history, output)
+        self.lives.append(life)
+        self.action(life.actor, how)
+        return life
+
+    def running(self) -> list[_Life]:
+        return [life for life in self.lives if life.process.poll() is None]
+
+    def latest(self, instance: str) -> _Life:
+        return [life for life in self.lives if life.instance == instance][-1]
+
+
+def run_chaos(
+    store: str,
+    *,
+    workers: int = 4,
+    splits: int = 48,
+    seconds: float = 45.0,
+    lease: float = 6.0,
+    seed: int = 1,
+    bound: float = 240.0,
+    server_restarts: int = 1,
+) -> ChaosResult:
+    """Run one chaos run against a fresh ``store`` server (``"etcd"`` or ``"nats"``)."""
+    if store not in ("etcd", "nats"):
+        raise ValueError(f"store must be 'etcd' or 'nats', not {store!r}")
+    rng = random.Random(seed)
+    started = time.monotonic()
+    history = History(job=JOB, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="spate-chaos-") as tmp, _server(store) as server:
+        url = server.store_url(namespace=f"chaos{seed}", ttl=lease)
+        fleet = _Fleet(url, Path(tmp), splits, seed, history)
+        try:
+            for i in range(workers):
+                fleet.start(f"w{i}")
+            _chaos(fleet, store, server, rng, seconds, lease, server_restarts)
+            terminated = _settle(fleet, bound)
+        finally:
+            for life in fleet.lives:
+                if life.process.poll() is None:
+                    life.process.send_signal(signal.SIGCONT)
+                    life.process.kill()
+                    life.process.wait()
+        _read_lives(fleet)
+        fenced = sum(
+            life.output.read_text(errors="replace").count("was fenced") for life in fleet.lives
+        )
+        expected = [split for split, _, _, _ in Dataset(seed=seed, splits=splits).ranges()]
+        final = trio.run(_final, url, expected, terminated, bound)
+        history.append(final)
+    violations = tuple(check(history))
+    listing = final.splits
+    return ChaosResult(
+        store=store,
+        server=f"{store} {'.'.join(map(str, server.version))}",
+        wall_seconds=time.monotonic() - started,
+        actions=dict(sorted(fleet.counts.items())),
+        acked_commits=len(history.of(Acked)),
+        refused_zombie_commits=fenced,
+        splits=len(listing),
+        completed=sum(1 for s in listing if s.completed),
+        quarantined=sum(1 for s in listing if s.status == "quarantined"),
+        violations=violations,
+        history=history,
+    )
+
+
+def _chaos(
+    fleet: _Fleet,
+    kind: str,
+    server: Any,
+    rng: random.Random,
+    seconds: float,
+    lease: float,
+    server_restarts: int,
+) -> None:
+    end = time.monotonic() + seconds
+    restarts_at = sorted(rng.uniform(0.3, 0.8) * seconds for _ in range(server_restarts))
+    pending: list[tuple[float, str, str]] = []  # (when, what, instance)
+    next_action = time.monotonic() + rng.uniform(2.0, 5.0)
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        now = time.monotonic()
+        for item in sorted(p for p in pending if p[0] <= now):
+            pending.remove(item)
+            _, what, instance = item
+            life = fleet.latest(instance)
+            if what == "cont" and life.process.poll() is None:
+                life.process.send_signal(signal.SIGCONT)
+                life.stopped_until = None
+                fleet.action(life.actor, "cont")
+            elif what == "restart":
+                fleet.start(instance, "restart")
+        _supervise(fleet, restart=True)
+        if restarts_at and fleet.now() >= restarts_at[0]:
+            restarts_at.pop(0)
+            fleet.action("server", "server-restart")
+            _restart_server(kind, server)
+        if now < next_action:
+            continue
+        next_action = now + rng.uniform(2.0, 5.0)
+        candidates = [life for life in fleet.running() if life.stopped_until is None]
+        if not candidates:
+            continue
+        victim = rng.choice(candidates)
+        if rng.random() < 0.5:
+            victim.process.kill()
+            victim.process.wait()
+            fleet.action(victim.actor, "kill")
+            pending.append((now + rng.uniform(0.0, 1.5 * lease), "restart", victim.instance))
+        else:
+            pause = rng.choice([lease / 2, 1.5 * lease, 2.5 * lease])
+            victim.process.send_signal(signal.SIGSTOP)
+            victim.stopped_until = now + pause
+            fleet.action(victim.actor, "stop", f"{pause:g}s")
+            pending.append((now + pause, "cont", victim.instance))
+    for _, what, instance in pending:
+        life = fleet.latest(instance)
+        if what == "cont" and life.process.poll() is None:
+            life.process.send_signal(signal.SIGCONT)
+            fleet.action(life.actor, "cont")
+        elif what == "restart":
+            fleet.start(instance, "restart")
+
+
+def _supervise(fleet: _Fleet, *, restart: bool) -> None:
+    """Restart a worker that died on its own (as a supervisor would), noting why."""
+    for life in list(fleet.lives):
+        code = life.process.poll()
+        if code is None or life.noted or code == -signal.SIGKILL:
+            continue
+        life.noted = True
+        if _verdict_of(life) is not None:
+            continue
+        fleet.action(life.actor, "crash" if not restart else "crash-restarted", f"exit {code}")
+        if restart and fleet.latest(life.instance) is life:
+            fleet.start(life.instance, "restart")
+
+
+def _settle(fleet: _Fleet, bound: float) -> bool:
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        _supervise(fleet, restart=False)
+        if not fleet.running():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _verdict_of(life: _Life) -> tuple[bool, int | None, int | None] | None:
+    try:
+        text = life.output.read_text(errors="replace")
+    except OSError:
+        return None
+    match = _VERDICT.search(text)
+    if match is None:
+        return None
+    if match.group(1) == "AllComplete()":
+        return True, None, None
+    return False, int(match.group(2)), int(match.group(3))
+
+
+def _read_lives(fleet: _Fleet) -> None:
+    for life in fleet.lives:
+        if life.history.exists():
+            for line in life.history.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by SIGKILL
+                fleet.history.append(
+                    Acked(
+                        at=float(record["at"]),
+                        actor=life.actor,
+                        split=record["split"],
+                        epoch=int(record["epoch"]),
+                        watermark=record["watermark"],
+                        completed=bool(record["completed"]),
+                    )
+                )
+        verdict = _verdict_of(life)
+        if verdict is not None:
+            all_complete, completed, quarantined = verdict
+            fleet.history.append(
+                Verdict(
+                    at=fleet.now(),
+                    actor=life.actor,
+                    all_complete=all_complete,
+                    completed=completed,
+                    quarantined=quarantined,
+                )
+            )
+
+
+async def _final(url: str, expected: list[str], terminated: bool, bound: float) -> Any:
+    from spate_stores import open_store
+
+    async with open_store(url) as store:
+        return await final_listing(
+            store, JOB, expected=expected, terminated=terminated, bound=bound
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run chaos against each chosen store; print the figures; 1 if any history failed."""
+    parser = argparse.ArgumentParser(
+        prog="python -m spate_testing.sim.chaos",
+        description="Kill, stop and restart real spate worker processes (and the server) "
+        "on etcd and NATS; check the histories with the simulator's invariant checker.",
+    )
+    parser.add_argument("--store", choices=["etcd", "nats", "both"], default="both")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--splits", type=int, default=48)
+    parser.add_argument("--seconds", type=float, default=45.0, help="chaos phase length")
+    parser.add_argument("--lease", type=float, default=6.0)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("SPATE_CHAOS_SEED", 1)))
+    parser.add_argument("--keep", help="write each history here (JSON lines)")
+    args = parser.parse_args(argv)
+    status = 0
+    for store in ["etcd", "nats"] if args.store == "both" else [args.store]:
+        result = run_chaos(
+            store,
+            workers=args.workers,
+            splits=args.splits,
+            seconds=args.seconds,
+            lease=args.lease,
+            seed=args.seed,
+        )
+        print(
+            f"{result.server}: {result.wall_seconds:.0f} s wall, actions "
+            + ", ".join(f"{k}={v}" for k, v in result.actions.items())
+            + f"; {result.acked_commits} acknowledged commits, {result.refused_zombie_commits} "
+            f"zombie commits refused; {result.completed} completed "
+            f"and {result.quarantined} quarantined of {result.splits} splits"
+        )
+        if args.keep:
+            Path(f"{args.keep}.{store}.jsonl").write_text(result.history.to_jsonl())
+        for violation in result.violations:
+            print(f"  VIOLATION {violation}")
+        if not result.ok:
+            status = 1
+        print(f"{store}: {'ok' if result.ok else 'FAILED'} (seed {args.seed})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
