@@ -30,12 +30,11 @@ import trio
 
 from spate import worker as worker_module
 from spate.errors import FatalCoordinationError
-from spate.events import AllComplete
 from spate.store import Store
 from spate.worker import run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
-from spate_testing.sim.history import Action, Final, History, Verdict
+from spate_testing.sim.history import Action, Final, History
 from spate_testing.sim.recorder import Recorder, RecordingMetrics, final_listing
 from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
 
@@ -126,15 +125,7 @@ class _Fleet:
                     **_metrics_argument(inc.metrics),
                 )
                 inc.state = "verdict"
-                self.history.append(
-                    Verdict(
-                        at=trio.current_time(),
-                        actor=inc.actor,
-                        all_complete=isinstance(verdict, AllComplete),
-                        completed=getattr(verdict, "completed", None),
-                        quarantined=getattr(verdict, "quarantined", None),
-                    )
-                )
+                self.recorder.verdict(inc.actor, verdict)
         except Exception as exc:  # every way a worker can die is part of the history
             self._crashed(inc, exc)
         finally:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 
 from spate.errors import Fenced
+from spate.events import AllComplete, Stalled
 from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate.store import Capabilities, Entry, Keyspace, Lost, Revision, Store, Won, WriteResult
@@ -38,6 +39,7 @@ from spate_testing.sim.history import (
     History,
     Revocations,
     StoreWrite,
+    Verdict,
     WriteOp,
 )
 
@@ -378,3 +380,16 @@ class Recorder:
     def action(self, actor: str, what: str, detail: str = "") -> None:
         """Record something done to ``actor`` (a kill, a freeze, ...)."""
         self.history.append(Action(at=_now(), actor=actor, what=what, detail=detail))
+
+    def verdict(self, actor: str, verdict: AllComplete | Stalled) -> None:
+        """Record the verdict ``actor``'s ``run_worker`` returned."""
+        stalled = verdict if isinstance(verdict, Stalled) else None
+        self.history.append(
+            Verdict(
+                at=_now(),
+                actor=actor,
+                all_complete=stalled is None,
+                completed=None if stalled is None else stalled.completed,
+                quarantined=None if stalled is None else stalled.quarantined,
+            )
+        )
