@@ -20,6 +20,7 @@ import outcome
 import trio
 
 from spate import fenced
+from spate._groups import meaningful_leaf
 from spate.config import Config
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Event, Progress
@@ -319,7 +320,7 @@ async def open_coordinator(
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        leaf = _single(group)
+        leaf = meaningful_leaf(group)
         if leaf is None:
             raise
         context = leaf.__context__
@@ -349,21 +350,6 @@ def reconcile_every(config: Config, store: Store) -> float:
 
 class _Closed(Exception):
     """Marks a coordinator stopped by leaving its block."""
-
-
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one real exception in ``group`` (ignoring cancellations), or None."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-
-    walk(group)
-    return leaves[0] if len(leaves) == 1 else None
 
 
 # -- startup ---------------------------------------------------------------------------------
