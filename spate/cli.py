@@ -196,6 +196,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from spate.demo.process import run_demo_worker
+    from spate.events import AllComplete
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -213,7 +214,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             history=args.history,
         )
         print(f"verdict: {verdict!r}", flush=True)
-        return EXIT_OK if type(verdict).__name__ == "AllComplete" else EXIT_STALLED
+        return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
 
     return _run_with_ctrl_c(work)
 

@@ -21,7 +21,7 @@ from spate._groups import single_error
 from spate.config import Config
 from spate.demo.view import View
 from spate.demo.workload import Dataset, DemoStats, Fold, make_handler, make_planner
-from spate.errors import SpateError
+from spate.errors import ConfigError, SpateError
 from spate.events import AllComplete, Stalled
 from spate.ops import read_status, requeue
 from spate.store import Store
@@ -48,8 +48,6 @@ class DemoOptions:
     lease_duration: float = 3.0
 
     def __attrs_post_init__(self) -> None:
-        from spate.errors import ConfigError
-
         if self.workers < 2 and self.chaos:
             raise ConfigError("--workers must be at least 2 with chaos (someone must take over)")
         if self.workers < 1:
