@@ -14,8 +14,13 @@ The rules, each with the race it prevents:
   owner and then drops the lease, on two watch streams; a claimant that sees the lease vanish
   first would misread a clean hand-back as an expiry and burn an attempt. A fresh read that
   shows the owner already cleared downgrades the claim to "released".
-- **Attempts count non-graceful ends only** (expiry takeover, reclaim, explicit failure); at
-  ``max_attempts`` the split is quarantined, by any worker, assigned or not and at any budget —
+- **Attempts count non-graceful ends only, and blame fairly**: an explicit failure always
+  counts; a takeover from a dead owner (expiry, reclaim) counts only when that owner's tenancy
+  moved the watermark not at all (the record's ``advanced`` flag, cleared by every claim and
+  set by the tenancy's first advancing commit), so the deaths of workers never quarantine a
+  split that keeps moving forward, while a split that kills each owner before its first commit
+  still runs out of attempts; a hand-back never counts. At ``max_attempts`` the split is
+  quarantined, by any worker, assigned or not and at any budget —
   or a fleet of full workers could never reach the Stalled verdict.
 - **Renewals at a third of the lease**, each a CAS on the lease; a lost CAS reads back: our own
   maybe-landed write is adopted, our instance id under a foreign nonce is fatal (two live
@@ -39,7 +44,7 @@ from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Gained, Lost, Progress, Quarantined
 from spate.flows import Flow, Hold, Op
 from spate.metrics import LossReason
-from spate.protocol import Candidate, ClaimKind, SplitFacts, claim_candidates
+from spate.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
 from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode, now_ms
 from spate.store import Entry, Keyspace, Won
 from spate.view import AssignmentChanged, AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged
@@ -114,6 +119,7 @@ class Claims:
                         state.progress.attempts,
                         None if state.lease is None else state.lease.owner,
                         state.spec is not None,
+                        state.progress.advanced,
                     ),
                 )
             )
@@ -280,13 +286,16 @@ class Claims:
                 # epoch decided before then would put history back under a fresh revision.
                 break
             # Built from the freshest record each try: a lost CAS wrote nothing, so a retry
-            # that adopts a zombie's commit still counts this takeover's attempt, once.
+            # that adopts a zombie's commit counts this takeover's attempt at most once, and
+            # not at all when that late commit moved the watermark (the tenancy advanced).
             record = attrs.evolve(
                 state.progress,
                 epoch=epoch,
                 owner=core.instance,
-                attempts=state.progress.attempts + int(kind.consumes_attempt),
+                attempts=state.progress.attempts
+                + int(charges_attempt(kind, state.progress.advanced)),
                 written_at_ms=now_ms(),
+                advanced=False,
             )
             try:
                 result = yield Op(
@@ -372,6 +381,8 @@ class Claims:
         state = core.view.splits.get(split)
         if state is None or state.progress.status is not Status.RUNNABLE:
             return
+        if not charges_attempt(candidate.kind, state.progress.advanced):
+            return  # a late commit of the dead tenancy moved the split forward: no blame
         stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
         stale_epoch = state.lease.epoch if state.lease is not None else state.progress.epoch
         record = attrs.evolve(
@@ -379,7 +390,7 @@ class Claims:
             epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write
             status=Status.QUARANTINED,
             owner=None,
-            attempts=state.progress.attempts + int(candidate.kind.consumes_attempt),
+            attempts=state.progress.attempts + 1,
             written_at_ms=now_ms(),
         )
         try:
@@ -488,6 +499,8 @@ class Claims:
             completed=progress.completed,
             status=Status.COMPLETED if progress.completed else state.progress.status,
             written_at_ms=now_ms(),
+            # The fair-blame flag: set by the tenancy's first commit that moves the watermark.
+            advanced=state.progress.advanced or progress.watermark != previous,
         )
         try:
             result = yield Op(

@@ -30,6 +30,7 @@ __all__ = [
     "ClaimKind",
     "Placement",
     "SplitFacts",
+    "charges_attempt",
     "claim_candidates",
     "desired_assignment",
     "fingerprint_hash",
@@ -96,7 +97,8 @@ class ClaimKind(enum.Enum):
 
     @property
     def consumes_attempt(self) -> bool:
-        """Whether this claim ends a tenancy non-gracefully (and so counts an attempt)."""
+        """Whether this claim ends a tenancy non-gracefully (it counts an attempt when that
+        tenancy advanced nothing: see :func:`charges_attempt`)."""
         return self in (ClaimKind.RECLAIM, ClaimKind.EXPIRED)
 
     @property
@@ -124,6 +126,21 @@ class SplitFacts:
     lease_owner: str | None
     """Owner named by the live lease, or None when no lease is live."""
     has_spec: bool
+    advanced: bool = False
+    """Whether the last tenancy moved the watermark (its death then charges no attempt)."""
+
+
+def charges_attempt(kind: ClaimKind, advanced: bool) -> bool:
+    """Whether a claim of ``kind`` consumes a delivery attempt (the fair-blame rule).
+
+    Only a takeover from a dead owner (an expiry, or a restarted predecessor reclaiming its
+    own lease) is a candidate, and only when that owner's tenancy moved the watermark not at
+    all: a crash-looping split dies before it commits, while a healthy split on a crashing
+    worker keeps moving forward and must never be quarantined for its hosts' deaths.
+    Graceful claims (never owned, handed back) never charge; an explicit ``fail`` always does
+    (it is not a claim and is charged where it is written).
+    """
+    return kind.consumes_attempt and not advanced
 
 
 @attrs.frozen
@@ -160,7 +177,7 @@ def claim_candidates(
             kind = ClaimKind.CREATE if facts.epoch == 0 else ClaimKind.RELEASED
         else:
             kind = ClaimKind.EXPIRED
-        if kind.consumes_attempt and facts.attempts + 1 >= max_attempts:
+        if charges_attempt(kind, facts.advanced) and facts.attempts + 1 >= max_attempts:
             # Quarantine writes only the progress record, so it needs no spec.
             out.append(Candidate(split, kind, quarantine=True))
         elif facts.has_spec:

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from spate.errors import StoreError
 from spate.events import Progress
@@ -120,13 +121,17 @@ class PlanRecord:
 
 @attrs.frozen(kw_only=True)
 class SpecRecord:
-    """A split's immutable description: what the planner said about it."""
+    """A split's immutable description: what the planner said about it.
+
+    ``locality`` is the split's affinity prefix ("" for none; absent in older records).
+    """
 
     schema: int = SCHEMA
     id: str
     generation: int = 0
     weight: int = 1
     descriptor: bytes = b""
+    locality: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -135,7 +140,11 @@ class ProgressRecord:
 
     ``epoch`` rises by one on every change of ownership (claim, quarantine); 0 means never
     owned. ``owner`` is the current or last tenant, ``None`` after a graceful hand-back.
-    ``attempts`` counts non-graceful ends.
+    ``attempts`` counts the non-graceful ends that count against the split (see
+    :mod:`spate.claims`). ``advanced`` is cleared by every claim and set by the first commit of
+    the tenancy that moves the watermark: a successor taking over from a dead owner charges an
+    attempt only when it is still clear (the owner died without moving the split forward).
+    Records written before the field existed read as ``False``, which charges as before.
     """
 
     schema: int = SCHEMA
@@ -148,6 +157,7 @@ class ProgressRecord:
     state: bytes = b""
     completed: bool = False
     written_at_ms: int = 0
+    advanced: bool = False
 
     @property
     def progress(self) -> Progress:
@@ -177,11 +187,16 @@ class LeaderRecord:
 
 @attrs.frozen(kw_only=True)
 class PresenceRecord:
-    """A live worker: its process nonce and its advertised lane budget."""
+    """A live worker: its process nonce, its advertised lane budget and its locality.
+
+    ``locality`` is the worker's failure-domain path (``"zone-a/rack-3"``; "" when unknown,
+    and in records written before the field existed).
+    """
 
     schema: int = SCHEMA
     nonce: str
     max_in_flight: int
+    locality: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -246,7 +261,26 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(
         lambda t: t == tuple[str, ...], lambda v, _: tuple(_strict_str(x, str) for x in _list(v))
     )
+    # Fields added after schema 1 shipped are left out while they hold their default, so a
+    # fleet that does not use them writes exactly the bytes it wrote before (and a worker of
+    # the previous release, which refuses unknown fields, still reads them).
+    for cls, fields in _OPTIONAL_FIELDS.items():
+        converter.register_unstructure_hook(
+            cls,
+            make_dict_unstructure_fn(
+                cls,
+                converter,
+                **{name: override(omit_if_default=True) for name in fields},  # type: ignore[arg-type]
+            ),
+        )
     return converter
+
+
+_OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
+    ProgressRecord: ("advanced",),
+    SpecRecord: ("locality",),
+    PresenceRecord: ("locality",),
+}
 
 
 def _list(value: Any) -> list[Any]:

@@ -214,7 +214,8 @@ class View:
         self.assign_dirty = True
         """Set when an input of the leader's placement moved; the leader clears it."""
         self.near_quarantine: set[str] = set()
-        """Runnable splits whose next non-graceful end reaches ``max_attempts``."""
+        """Runnable splits whose next charged takeover reaches ``max_attempts`` (a split whose
+        last tenancy advanced is charged nothing, so it is not near)."""
         self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
         self._pending_specs: dict[str, SpecRecord] = {}
         self._known: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
@@ -525,6 +526,7 @@ class View:
     def _check_near_quarantine(self, split: str, state: SplitView) -> None:
         if (
             state.progress.status is Status.RUNNABLE
+            and not state.progress.advanced
             and state.progress.attempts + 1 >= self.max_attempts
         ):
             self.near_quarantine.add(split)

@@ -110,18 +110,42 @@ async def test_hand_back_consumes_no_attempt(autojump_clock: trio.abc.Clock) -> 
 
 
 async def test_expiry_takeover_consumes_one_attempt(autojump_clock: trio.abc.Clock) -> None:
+    # The owner dies without moving the watermark: its successor charges the split.
+    server = MemoryServer()
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, client(server), "a", planner=planner_of(1))
+        await a.until(lambda: a.c.owned == {"s00"})
+        b = await spawn(nursery, client(server), "b", planner=planner_of(1))
+        a.kill()
+        gained = await b.wait_for(Gained, "s00", within=3 * TTL)
+        assert gained.progress.watermark is None
+        record, _ = await record_of(client(server), "s00")
+        assert record.attempts == 1
+        assert record.owner == "b"
+        assert not record.advanced  # the claim opens a fresh tenancy
+        assert b.metrics.counts["acquired:expired"] == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_expiry_takeover_after_an_advancing_commit_consumes_no_attempt(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Fair blame: the dead owner moved the watermark, so its death is not the split's fault.
     server = MemoryServer()
     async with trio.open_nursery() as nursery:
         a = await spawn(nursery, client(server), "a", planner=planner_of(1))
         await a.until(lambda: a.c.owned == {"s00"})
         b = await spawn(nursery, client(server), "b", planner=planner_of(1))
         await a.c.commit("s00", Progress(3))
+        record, _ = await record_of(client(server), "s00")
+        assert record.advanced
         a.kill()
         gained = await b.wait_for(Gained, "s00", within=3 * TTL)
         assert gained.progress.watermark == 3
         record, _ = await record_of(client(server), "s00")
-        assert record.attempts == 1
+        assert record.attempts == 0
         assert record.owner == "b"
+        assert not record.advanced
         assert b.metrics.counts["acquired:expired"] == 1
         nursery.cancel_scope.cancel()
 
