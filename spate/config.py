@@ -60,6 +60,9 @@ class Config:
         membership_debounce: Quiet period the leader waits after a membership change before
             it rebalances (several workers joining at once cause one rebalance). Zero
             rebalances at once.
+        isolation_tier: The tier of the workers' localities whose domains the leader spreads
+            the job across (0, the default, is the coarsest: ``zone-a`` of
+            ``zone-a/rack-3/host-7``). Zero or more. Only matters when workers have a locality.
         planner_thread: Run a synchronous planner in a worker thread (the default, so a slow
             plan never stalls renewals). ``False`` runs it inline on the event loop: only for
             tests under a mock clock, where threads race the virtual clock.
@@ -76,6 +79,7 @@ class Config:
     drain_deadline: float = 10.0
     membership_debounce: float = 0.0
     planner_thread: bool = True
+    isolation_tier: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -93,6 +97,11 @@ class Config:
         for name in ("max_in_flight", "max_attempts", "startup_max_attempts"):
             if _count(getattr(self, name), name) < 1:
                 raise ConfigError(f"Config.{name} must be at least 1, not {getattr(self, name)!r}")
+        if _count(self.isolation_tier, "isolation_tier") < 0:
+            raise ConfigError(
+                f"Config.isolation_tier must be zero or more (0 is the coarsest tier of a "
+                f"locality), not {self.isolation_tier!r}"
+            )
         if not isinstance(self.planner_thread, bool):
             raise ConfigError(f"Config.planner_thread must be a bool, not {self.planner_thread!r}")
         if self.lease_duration is not None:

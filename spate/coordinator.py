@@ -28,6 +28,7 @@ from spate.flows import Flow
 from spate.leader import Planner, fingerprint_mismatch
 from spate.loop import Core, Reply
 from spate.metrics import MetricsHooks
+from spate.placement import validate_locality
 from spate.plan import default_instance_id, validate_instance, validate_job
 from spate.probe import probe_store
 from spate.pumps import heartbeat_ticker, interval_ticker, watch_pump
@@ -253,6 +254,7 @@ async def open_coordinator(
     config: Config | None = None,
     fingerprint: str = "",
     metrics: MetricsHooks | None = None,
+    locality: str = "",
 ) -> AsyncIterator[Coordinator]:
     """Join ``job`` on ``store`` as ``instance`` and coordinate until the block ends.
 
@@ -261,7 +263,10 @@ async def open_coordinator(
     task. ``fingerprint`` must be equal across the fleet (a worker with another one is
     refused). ``instance`` defaults to the host name. ``metrics`` receives every outcome;
     by default they are recorded on OpenTelemetry instruments (:mod:`spate.telemetry`: no-ops
-    until an SDK meter provider is installed).
+    until an SDK meter provider is installed). ``locality`` is this worker's failure-domain
+    path, coarsest tier first (``"zone-a/rack-3/host-7"``; empty means unknown): the leader
+    spreads the job across the domains at ``config.isolation_tier`` (see
+    :mod:`spate.placement`).
 
     Raises :class:`~spate.errors.ConfigError` for invalid arguments,
     :class:`~spate.errors.FatalCoordinationError` when the store fails the startup probe, the
@@ -270,6 +275,7 @@ async def open_coordinator(
     """
     validate_job(job)
     instance = validate_instance(default_instance_id() if instance is None else instance)
+    locality = validate_locality(locality)
     if not callable(planner):
         raise ConfigError(f"planner must be a function taking a PlanContext, not {planner!r}")
     if config is None:
@@ -294,6 +300,7 @@ async def open_coordinator(
         config=config.resolve(store.ephemeral_ttl),
         fingerprint=fingerprint,
         metrics=metrics,
+        locality=locality,
     )
     try:
         async with trio.open_nursery() as nursery:

@@ -17,10 +17,12 @@ The rules, each with the race it prevents:
   ``PlanError``); then spec records, then progress records (so a progress record implies its
   spec), then the plan record (planned count recounted from a listing, finality). A planner
   that raises is logged and retried with backoff.
-- **Assignment** is the pure :func:`~spate.protocol.desired_assignment`, recomputed only when
-  an input moved, published only where it changed (a steady fleet writes nothing). The splits
-  of a departed worker are withheld for ``rebalance_delay`` so a restarting worker reclaims its
-  own; records of instances gone past that window are deleted.
+- **Assignment** is the pure :func:`~spate.placement.place` (spread across the workers'
+  failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no worker
+  has a locality), recomputed only when an input moved, published only where it changed (a
+  steady fleet writes nothing). The splits of a departed worker are withheld for
+  ``rebalance_delay`` so a restarting worker reclaims its own; records of instances gone past
+  that window are deleted.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ import trio
 
 from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
 from spate.flows import Batch, Flow, Hold, Op
+from spate.placement import Member, place, placement_report
 from spate.plan import Plan, PlanContext, SplitSpec, validate_plan
-from spate.protocol import Placement, desired_assignment
+from spate.protocol import Placement
 from spate.records import (
     AssignmentRecord,
     Finality,
@@ -206,6 +209,7 @@ class Leadership:
         """Stop leading; ``resign`` also deletes the leader key so a successor is elected now."""
         rev, self.rev = self.rev, None
         self.plan_now = False
+        self.core.metrics.placement(None)
         if self._run is not None:
             self._run.scope.cancel()
             self._run = None
@@ -381,6 +385,7 @@ class Leadership:
                     generation=self.generation,
                     weight=spec.weight,
                     descriptor=spec.descriptor,
+                    locality=spec.locality,
                 )
             )
             if len(data) > limit:
@@ -454,6 +459,7 @@ class Leadership:
                             generation=self.generation,
                             weight=spec.weight,
                             descriptor=spec.descriptor,
+                            locality=spec.locality,
                         ),
                         spec_result.revision,
                     )
@@ -509,7 +515,10 @@ class Leadership:
         core, view = self.core, self.core.view
         if not view.assign_dirty or now < self._publish_not_before:
             return
-        members = {i: (p.max_in_flight if p is not None else 0) for i, p in view.presence.items()}
+        members = {
+            i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
+            for i, p in view.presence.items()
+        }
         if not members:
             return
         debouncing = now < self._debounce_until
@@ -524,7 +533,11 @@ class Leadership:
             for split in record.splits
         }
         pool = {
-            split: Placement(state.spec.weight, state.current_owner or assigned_to.get(split))
+            split: Placement(
+                state.spec.weight,
+                state.current_owner or assigned_to.get(split),
+                state.spec.locality,
+            )
             for split, state in view.splits.items()
             if state.spec is not None
             and state.progress.status is Status.RUNNABLE
@@ -536,15 +549,24 @@ class Leadership:
         reserved: set[str] = set()
         if self.departed:
             reserved = {s for s in pool if view.splits[s].progress.owner in self.departed}
-        desired = desired_assignment(
+        desired = place(
             members,
             pool,
             reserved=reserved,
             default_cap=core.config.max_in_flight,
             seed=core.tie_seed,
+            isolation_tier=core.config.isolation_tier,
         )
         if debouncing:
             desired = self._hand_outs_only(desired, pool, members)
+        core.metrics.placement(
+            placement_report(
+                desired,
+                {i: m.locality for i, m in members.items()},
+                {s: p.weight for s, p in pool.items()},
+                core.config.isolation_tier,
+            )
+        )
         for instance, splits in desired.items():
             current = view.assignments.get(instance)
             if (
@@ -571,7 +593,7 @@ class Leadership:
         self,
         desired: dict[str, tuple[str, ...]],
         pool: dict[str, Placement],
-        members: dict[str, int],
+        members: dict[str, Member],
     ) -> dict[str, tuple[str, ...]]:
         """The assignment to publish while the membership debounce runs.
 
@@ -591,7 +613,7 @@ class Leadership:
                 and current is not None
                 and current[0].generation == self.generation
             ]
-            cap = max(1, members[instance] if members[instance] > 0 else default_cap)
+            cap = max(1, members[instance].cap if members[instance].cap > 0 else default_cap)
             for split in wanted:
                 if split not in kept and pool[split].owner not in members and len(kept) < cap:
                     kept.append(split)

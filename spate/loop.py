@@ -91,12 +91,14 @@ class Core:
         config: Config,
         fingerprint: str,
         metrics: MetricsHooks,
+        locality: str = "",
     ) -> None:
         assert config.lease_duration is not None
         assert config.op_timeout is not None
         self.store = store
         self.job = job
         self.instance = instance
+        self.locality = locality
         self.config = config
         self.lease = config.lease_duration
         self.op_timeout = config.op_timeout
@@ -341,8 +343,12 @@ class Core:
         self.claims.heartbeat(now)
 
     def presence_record(self) -> bytes:
-        """This worker's presence value (it advertises the lane budget to the leader)."""
-        return encode(PresenceRecord(nonce=self.nonce, max_in_flight=self.config.max_in_flight))
+        """This worker's presence value (it advertises its lane budget and locality)."""
+        return encode(
+            PresenceRecord(
+                nonce=self.nonce, max_in_flight=self.config.max_in_flight, locality=self.locality
+            )
+        )
 
     def _renew_presence(self) -> Flow[None]:
         key = self.keys.worker(self.instance)

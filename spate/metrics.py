@@ -12,9 +12,12 @@ exactly one ``drained``, ``forced`` or ``cancelled``, so
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
+
+if TYPE_CHECKING:
+    from spate.placement import PlacementReport
 
 __all__ = [
     "AcquireReason",
@@ -102,3 +105,10 @@ class MetricsHooks:
 
     def gauges(self, levels: Gauges) -> None:
         """The current levels, reported after every step that may have changed them."""
+
+    def placement(self, report: PlacementReport | None) -> None:
+        """The leader computed a placement (per failure domain, and its blast radius).
+
+        Only the leader reports one; ``None`` when this worker stops leading (its last report
+        is no longer current).
+        """

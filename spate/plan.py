@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import attrs
 
 from spate.errors import ConfigError, PlanError
+from spate.placement import validate_locality
 
 __all__ = [
     "MAX_INSTANCE_LENGTH",
@@ -131,19 +132,30 @@ def _check_weight(_: object, attribute: attrs.Attribute[int], value: object) -> 
         )
 
 
+def _check_locality(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    try:
+        validate_locality(value, "SplitSpec.locality")
+    except ConfigError as exc:
+        raise PlanError(str(exc)) from None
+
+
 @attrs.frozen
 class SplitSpec:
     """One split of a job: a deterministic ``id``, an opaque ``descriptor`` and a ``weight``.
 
     The descriptor tells the handler what the split covers (a key range, a file and byte
     range) and is written once, immutably. The weight is the split's relative cost: the
-    leader balances summed weight across workers. Raises :class:`~spate.errors.PlanError`
-    for an invalid id, a non-bytes descriptor or a non-positive weight.
+    leader balances summed weight across workers. ``locality`` is an affinity (data
+    locality): a prefix of whole locality tiers (``"zone-b"``) that the split's worker should
+    have; the leader honours it when such a worker has a free lane and otherwise ignores it
+    (see :mod:`spate.placement`). Raises :class:`~spate.errors.PlanError` for an invalid id,
+    a non-bytes descriptor, a non-positive weight or an invalid locality.
     """
 
     id: str = attrs.field(validator=_check_id)
     descriptor: bytes = attrs.field(default=b"", validator=_check_descriptor)
     weight: int = attrs.field(default=1, validator=_check_weight)
+    locality: str = attrs.field(default="", kw_only=True, validator=_check_locality)
 
 
 def _to_tuple(splits: Iterable[SplitSpec]) -> tuple[SplitSpec, ...]:
@@ -205,6 +217,7 @@ def validate_plan(plan: object, *, max_descriptor: int | None = None) -> Plan:
         validate_split_id(spec.id)
         _check_descriptor(None, None, spec.descriptor)  # type: ignore[arg-type]
         _check_weight(None, None, spec.weight)  # type: ignore[arg-type]
+        _check_locality(None, None, spec.locality)  # type: ignore[arg-type]
         if spec.id in seen:
             raise PlanError(
                 f"the plan lists split id {spec.id!r} twice; ids must be unique within a plan "

@@ -97,8 +97,11 @@ class ClaimKind(enum.Enum):
 
     @property
     def consumes_attempt(self) -> bool:
-        """Whether this claim ends a tenancy non-gracefully (it counts an attempt when that
-        tenancy advanced nothing: see :func:`charges_attempt`)."""
+        """Whether this claim ends a tenancy non-gracefully.
+
+        It then counts an attempt when that tenancy advanced nothing: see
+        :func:`charges_attempt`.
+        """
         return self in (ClaimKind.RECLAIM, ClaimKind.EXPIRED)
 
     @property
@@ -193,6 +196,9 @@ class Placement:
     weight: int
     owner: str | None
     """The current owner: the live lease's owner, else the progress record's, else None."""
+    locality: str = ""
+    """The split's affinity: a locality prefix its workers should have ("" for none; only
+    :func:`spate.placement.place` reads it)."""
 
 
 class _Bins:

@@ -437,7 +437,7 @@ class View:
         new = instance not in self.presence
         before = self.presence.get(instance)
         self.presence[instance] = presence
-        if new or _cap(before) != _cap(presence):
+        if new or _cap(before) != _cap(presence) or _locality(before) != _locality(presence):
             self._touch_assignment()
         nonce = None if presence is None else presence.nonce
         return [PresenceChanged(instance, nonce, revision, new)]
@@ -536,3 +536,7 @@ class View:
 
 def _cap(presence: PresenceRecord | None) -> int:
     return 0 if presence is None else presence.max_in_flight
+
+
+def _locality(presence: PresenceRecord | None) -> str:
+    return "" if presence is None else presence.locality

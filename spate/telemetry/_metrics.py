@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
@@ -35,6 +36,9 @@ from spate.metrics import (
     RevocationOutcome,
     WriteOutcome,
 )
+
+if TYPE_CHECKING:
+    from spate.placement import DomainShare, PlacementReport
 
 __all__ = ["SECONDS_BUCKETS", "Instruments", "OTelMetrics", "instruments"]
 
@@ -176,6 +180,46 @@ class Instruments:
             False,
         )
 
+        # The leader's placement across failure domains: gauges (one worker reports them).
+        def placements() -> list[tuple[PlacementReport, _Attrs]]:
+            with self._lock:
+                live = list(self._live)
+            return [(h.report, h.attributes) for h in live if h.report is not None]
+
+        def blast_radius(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(report.blast_radius, attrs) for report, attrs in placements()]
+
+        def per_domain(read: Callable[[DomainShare], int]) -> Callable[..., Iterable[Observation]]:
+            def observe(options: CallbackOptions) -> Iterable[Observation]:
+                return [
+                    Observation(read(share), {**attrs, "spate.domain": share.domain})
+                    for report, attrs in placements()
+                    for share in report.domains
+                ]
+
+            return observe
+
+        q = "spate.placement."
+        meter.create_observable_gauge(
+            q + "blast_radius",
+            callbacks=[blast_radius],
+            unit="1",
+            description="Largest share (0-1) of the placed weight one failure domain holds "
+            "(reported by the leader).",
+        )
+        meter.create_observable_gauge(
+            q + "domain.splits",
+            callbacks=[per_domain(lambda s: s.splits)],
+            unit="{split}",
+            description="Splits the leader's placement puts in each failure domain.",
+        )
+        meter.create_observable_gauge(
+            q + "domain.weight",
+            callbacks=[per_domain(lambda s: s.weight)],
+            unit="1",
+            description="Summed split weight the leader's placement puts in each failure domain.",
+        )
+
     def hooks(self, job: str, instance: str) -> OTelMetrics:
         """The metrics hooks of one coordinator (``job``, ``instance``) on these instruments."""
         hooks = OTelMetrics(self, job, instance)
@@ -206,6 +250,8 @@ class OTelMetrics(MetricsHooks):
         self.attributes: _Attrs = {"spate.job": job, "spate.instance": instance}
         self.levels: Gauges | None = None
         """The latest levels reported (None until the first step)."""
+        self.report: PlacementReport | None = None
+        """The latest placement report (None unless this coordinator leads)."""
         self._cache: dict[tuple[str, str], _Attrs] = {}
         self._write_cache: dict[tuple[str, str], _Attrs] = {}
 
@@ -275,6 +321,10 @@ class OTelMetrics(MetricsHooks):
     def gauges(self, levels: Gauges) -> None:
         """Keep the latest levels for the next collection."""
         self.levels = levels
+
+    def placement(self, report: PlacementReport | None) -> None:
+        """Keep the leader's latest placement report for the next collection."""
+        self.report = report
 
     def close(self) -> None:
         """Stop reporting this coordinator's levels (its counters keep their totals)."""

@@ -1,0 +1,241 @@
+"""Properties of the pure failure-domain placement (spate.placement.place)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spate.errors import ConfigError
+from spate.placement import (
+    Member,
+    affinity_matches,
+    domain_of,
+    place,
+    placement_report,
+    validate_locality,
+)
+from spate.protocol import Placement, desired_assignment
+
+DEFAULT_CAP = 4
+LOCALITIES = ["", "a", "a/r1", "a/r2", "b", "b/r1", "c/r1/h1", "c/r2"]
+AFFINITIES = ["", "", "", "a", "b", "a/r1", "c", "zz"]
+
+
+@st.composite
+def fleets(
+    draw: st.DrawFn, *, unit: bool = False, affinity: bool = True, big_caps: bool = False
+) -> tuple[dict[str, Member], dict[str, Placement], frozenset[str], int, int]:
+    n_members = draw(st.integers(1, 7))
+    names = [f"m{i}" for i in range(n_members)]
+    members = {
+        name: Member(
+            draw(st.integers(40, 60) if big_caps else st.integers(0, 5)),
+            draw(st.sampled_from(LOCALITIES[1:] if big_caps else LOCALITIES)),
+        )
+        for name in names
+    }
+    if not any(m.locality for m in members.values()):
+        members[names[0]] = Member(members[names[0]].cap, "a/r1")
+    n_splits = draw(st.integers(0, 30))
+    splits = {
+        f"s{i:02d}": Placement(
+            1 if unit else draw(st.integers(1, 6)),
+            draw(st.sampled_from([None, "ghost", *names])),
+            draw(st.sampled_from(AFFINITIES)) if affinity else "",
+        )
+        for i in range(n_splits)
+    }
+    reserved = frozenset(draw(st.sets(st.sampled_from(sorted(splits)))) if splits else ())
+    return members, splits, reserved, draw(st.integers(0, 2**32)), draw(st.integers(0, 2))
+
+
+def _cap(member: Member) -> int:
+    return max(1, member.cap if member.cap > 0 else DEFAULT_CAP)
+
+
+def _run(
+    members: dict[str, Member],
+    splits: dict[str, Placement],
+    reserved: frozenset[str],
+    seed: int,
+    tier: int,
+) -> dict[str, tuple[str, ...]]:
+    return place(
+        members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed, isolation_tier=tier
+    )
+
+
+def _domain_loads(
+    out: dict[str, tuple[str, ...]], members: dict[str, Member], splits: dict[str, Placement],
+    tier: int,
+) -> tuple[Counter[str], Counter[str], Counter[str]]:  # fmt: skip
+    load: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    cap: Counter[str] = Counter()
+    for m, held in out.items():
+        d = domain_of(members[m].locality, tier)
+        load[d] += sum(splits[s].weight for s in held)
+        count[d] += len(held)
+        cap[d] += _cap(members[m])
+    return load, count, cap
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets())
+def test_caps_respected_and_every_split_placed_once_or_queued(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    out = _run(members, splits, reserved, seed, tier)
+    assert set(out) == set(members)
+    placed = [s for held in out.values() for s in held]
+    assert len(placed) == len(set(placed))
+    assert not set(placed) & reserved
+    for m, held in out.items():
+        assert len(held) <= _cap(members[m])
+        assert list(held) == sorted(held)
+    # Never a split queued while a lane is free: an affinity never leaves a split unplaced.
+    eligible = len(set(splits) - reserved)
+    assert len(placed) == min(eligible, sum(_cap(m) for m in members.values()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets(unit=True, affinity=False))
+def test_largest_domain_share_is_the_minimum_capacities_allow(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    out = _run(members, splits, reserved, seed, tier)
+    load, _, cap = _domain_loads(out, members, splits, tier)
+    placed = sum(load.values())
+    # Water-filling: the least L such that domains holding at most min(cap, L) fit everything.
+    best = next(L for L in range(placed + 1) if sum(min(c, L) for c in cap.values()) >= placed)
+    assert max(load.values(), default=0) == best
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets(affinity=False))
+def test_balanced_within_a_split_across_domains_and_inside_each(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    out = _run(members, splits, reserved, seed, tier)
+    load, count, cap = _domain_loads(out, members, splits, tier)
+    weights_in: dict[str, list[int]] = {}
+    for m, held in out.items():
+        weights_in.setdefault(domain_of(members[m].locality, tier), []).extend(
+            splits[s].weight for s in held
+        )
+    open_domains = [d for d in cap if count[d] < cap[d]]
+    for d, ws in weights_in.items():
+        for t in open_domains:
+            if ws and t != d:
+                assert load[d] - load[t] <= min(ws), (d, t)
+    for a, held in out.items():
+        for b, other in out.items():
+            same = domain_of(members[a].locality, tier) == domain_of(members[b].locality, tier)
+            if a != b and same and held and len(other) < _cap(members[b]):
+                gap = sum(splits[s].weight for s in held) - sum(splits[s].weight for s in other)
+                assert gap <= min(splits[s].weight for s in held), (a, b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets())
+def test_affinity_is_honoured_whenever_a_matching_worker_has_room(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    out = _run(members, splits, reserved, seed, tier)
+    holder = {s: m for m, held in out.items() for s in held}
+
+    def honoured(s: str) -> bool:
+        return s in holder and affinity_matches(splits[s].locality, members[holder[s]].locality)
+
+    for s, p in splits.items():
+        if s in reserved or not p.locality:
+            continue
+        matches = [m for m in members if affinity_matches(p.locality, members[m].locality)]
+        if not matches or honoured(s):
+            continue
+        # Ignored only when every matching worker is full of honoured affinities.
+        for m in matches:
+            assert len(out[m]) == _cap(members[m])
+            assert all(honoured(other) for other in out[m]), (s, m)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets())
+def test_sticky_fixpoint_deterministic_and_identical_on_every_leader(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    out = _run(members, splits, reserved, seed, tier)
+    # Another leader builds its maps in another order: same answer.
+    shuffled_members = dict(reversed(list(members.items())))
+    shuffled_splits = dict(reversed(list(splits.items())))
+    assert _run(shuffled_members, shuffled_splits, reserved, seed, tier) == out
+    owner = {s: m for m, held in out.items() for s in held}
+    settled = {s: Placement(p.weight, owner.get(s, p.owner), p.locality) for s, p in splits.items()}
+    assert _run(members, settled, reserved, seed, tier) == out
+
+
+@settings(max_examples=200, deadline=None)
+@given(fleets(unit=True, affinity=False, big_caps=True))
+def test_a_lost_domain_moves_only_its_own_splits(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    out = _run(members, splits, reserved, seed, tier)
+    owner = {s: m for m, held in out.items() for s in held}
+    settled = {s: Placement(p.weight, owner.get(s), p.locality) for s, p in splits.items()}
+    domains = sorted({domain_of(m.locality, tier) for m in members.values()})
+    lost = domains[0]
+    survivors = {m: v for m, v in members.items() if domain_of(v.locality, tier) != lost}
+    if not survivors:
+        return
+    after = _run(survivors, settled, reserved, seed, tier)
+    for m, held in after.items():
+        for s in held:
+            assert owner.get(s) == m or owner.get(s) not in survivors, s
+
+
+@settings(max_examples=200, deadline=None)
+@given(fleets())
+def test_workers_without_a_locality_place_exactly_as_before(fleet: tuple) -> None:
+    members, splits, reserved, seed, tier = fleet
+    blind = {m: Member(v.cap) for m, v in members.items()}
+    expected = desired_assignment(
+        {m: v.cap for m, v in members.items()}, splits, reserved=reserved,
+        default_cap=DEFAULT_CAP, seed=seed,
+    )  # fmt: skip
+    assert _run(blind, splits, reserved, seed, tier) == expected
+
+
+def test_a_zone_heavy_fleet_spreads_the_job_evenly_across_zones() -> None:
+    # The issue's example: 4 workers in zone a, one each in b and c.
+    members = {f"a{i}": Member(100, f"a/h{i}") for i in range(4)}
+    members |= {"b0": Member(100, "b/h0"), "c0": Member(100, "c/h0")}
+    splits = {f"s{i:02d}": Placement(1, None) for i in range(60)}
+    out = place(members, splits, default_cap=8, seed=1)
+    locs = {m: v.locality for m, v in members.items()}
+    report = placement_report(out, locs, dict.fromkeys(splits, 1), 0)
+    assert {d.domain: d.splits for d in report.domains} == {"a": 20, "b": 20, "c": 20}
+    assert report.blast_radius == pytest.approx(1 / 3)
+    assert sorted(len(out[f"a{i}"]) for i in range(4)) == [5, 5, 5, 5]
+    # Without localities the same fleet puts two thirds of the job in zone a.
+    blind = place({m: Member(100) for m in members}, splits, default_cap=8, seed=1)
+    assert placement_report(blind, locs, dict.fromkeys(splits, 1), 0).blast_radius == (
+        pytest.approx(2 / 3)
+    )
+
+
+def test_the_isolation_tier_picks_the_domains() -> None:
+    assert domain_of("zone-a/rack-3/host-7", 0) == "zone-a"
+    assert domain_of("zone-a/rack-3/host-7", 1) == "zone-a/rack-3"
+    assert domain_of("zone-a", 2) == "zone-a"
+    assert domain_of("", 1) == ""
+    assert affinity_matches("zone-b", "zone-b/rack-1")
+    assert not affinity_matches("zone-b", "zone-bb")
+    assert not affinity_matches("", "zone-b")
+
+
+@pytest.mark.parametrize("bad", ["/a", "a/", "a//b", "zone a", "-a", "a" * 201, 7])
+def test_invalid_localities_are_refused_with_a_clear_error(bad: object) -> None:
+    with pytest.raises(ConfigError, match="locality"):
+        validate_locality(bad)
+
+
+def test_valid_localities_pass() -> None:
+    for good in ["", "a", "zone-a/rack-3/host-7", "eu.west_1/r.2"]:
+        assert validate_locality(good) == good
