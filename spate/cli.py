@@ -75,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--max-in-flight", type=int, default=4)
     worker.add_argument(
+        "--locality",
+        default="",
+        help="this worker's failure domain, coarsest tier first (e.g. zone-a/rack-3/host-7)",
+    )
+    worker.add_argument(
+        "--crash-on",
+        action="append",
+        default=[],
+        metavar="SPLIT",
+        help="testing: exit at once (status 70) on gaining this split, before any commit",
+    )
+    worker.add_argument(
         "--history", help="append one JSON line per acknowledged commit to this file"
     )
 
@@ -84,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
     status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
     status.add_argument("--interval", type=float, default=1.0, help="--watch refresh seconds")
+    status.add_argument(
+        "--isolation-tier",
+        type=int,
+        default=0,
+        help="locality tier whose failure domains to show (default 0, the coarsest)",
+    )
 
     requeue = commands.add_parser("requeue", help="return quarantined splits to the queue")
     requeue.add_argument("--store", required=True, help="store URL")
@@ -212,6 +230,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             batch_seconds=args.batch_seconds,
             max_in_flight=args.max_in_flight,
             history=args.history,
+            locality=args.locality,
+            crash_on=frozenset(args.crash_on),
         )
         print(f"verdict: {verdict!r}", flush=True)
         return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
@@ -224,7 +244,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     async def work() -> int:
         return await show_status(
-            args.store, args.job, watch=args.watch, as_json=args.json, interval=args.interval
+            args.store,
+            args.job,
+            watch=args.watch,
+            as_json=args.json,
+            interval=args.interval,
+            isolation_tier=args.isolation_tier,
         )
 
     return _run_with_ctrl_c(work)

@@ -14,6 +14,7 @@ import attrs
 
 from spate import fenced
 from spate.errors import ConfigError, StoreError
+from spate.placement import PlacementReport, placement_report
 from spate.plan import validate_job, validate_split_id
 from spate.records import (
     KeyKind,
@@ -61,6 +62,7 @@ class WorkerStatus:
     max_in_flight: int
     leader: bool
     holding: int
+    locality: str = ""
 
 
 @attrs.frozen
@@ -77,6 +79,21 @@ class JobStatus:
     workers: list[WorkerStatus]
     splits: dict[str, SplitStatus]
     unreadable: list[str]
+    isolation_tier: int = 0
+    """The locality tier whose domains :meth:`placement` groups the workers by."""
+
+    def placement(self) -> PlacementReport:
+        """What each failure domain holds now (live leases, by weight) and the blast radius."""
+        held: dict[str, list[str]] = {}
+        for split in self.splits.values():
+            if split.status == "runnable" and split.lease_owner is not None:
+                held.setdefault(split.lease_owner, []).append(split.id)
+        return placement_report(
+            held,
+            {w.instance: w.locality for w in self.workers},
+            {s.id: s.weight for s in self.splits.values()},
+            self.isolation_tier,
+        )
 
     def counts(self) -> dict[str, int]:
         """How many splits are in each status (plus ``owned``: runnable with a live lease)."""
@@ -109,11 +126,24 @@ class JobStatus:
                 for s in self.ordered_splits()
             ],
             "unreadable": self.unreadable,
+            **_placement_json(self),
         }
 
 
-async def read_status(store: Store, job: str) -> JobStatus:
-    """Read everything the store holds about ``job`` (two listings, no writes)."""
+def _placement_json(status: JobStatus) -> dict[str, object]:
+    report = status.placement()
+    return {
+        "isolation_tier": status.isolation_tier,
+        "blast_radius": report.blast_radius,
+        "domains": [attrs.asdict(share) for share in report.domains],
+    }
+
+
+async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> JobStatus:
+    """Read everything the store holds about ``job`` (two listings, no writes).
+
+    ``isolation_tier`` is the locality tier whose failure domains the status groups by.
+    """
     validate_job(job)
     keys = Keys(job)
     durable = await store.list(Keyspace.DURABLE, keys.prefix)
@@ -135,7 +165,7 @@ async def read_status(store: Store, job: str) -> JobStatus:
         except UnreadableRecord:
             unreadable.append(entry.key)
     leader: str | None = None
-    presence: dict[str, int] = {}
+    presence: dict[str, PresenceRecord] = {}
     leases: dict[str, str] = {}
     for entry in ephemeral:
         kind = keys.classify(entry.key)
@@ -143,7 +173,7 @@ async def read_status(store: Store, job: str) -> JobStatus:
             if kind == (KeyKind.LEADER, ""):
                 leader = decode(LeaderRecord, entry.key, entry.value).owner
             elif kind is not None and kind[0] is KeyKind.WORKER:
-                presence[kind[1]] = decode(PresenceRecord, entry.key, entry.value).max_in_flight
+                presence[kind[1]] = decode(PresenceRecord, entry.key, entry.value)
             elif kind is not None and kind[0] is KeyKind.SPLIT:
                 leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value).owner
         except UnreadableRecord:
@@ -169,8 +199,10 @@ async def read_status(store: Store, job: str) -> JobStatus:
     for owner in leases.values():
         holding[owner] = holding.get(owner, 0) + 1
     workers = [
-        WorkerStatus(instance, cap, instance == leader, holding.get(instance, 0))
-        for instance, cap in sorted(presence.items())
+        WorkerStatus(
+            instance, p.max_in_flight, instance == leader, holding.get(instance, 0), p.locality
+        )
+        for instance, p in sorted(presence.items())
     ]
     return JobStatus(
         job=job,
@@ -183,6 +215,7 @@ async def read_status(store: Store, job: str) -> JobStatus:
         workers=workers,
         splits=splits,
         unreadable=unreadable,
+        isolation_tier=isolation_tier,
     )
 
 

@@ -75,7 +75,7 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             "-" if split.watermark is None else str(split.watermark),
             _when(split.written_at_ms),
         )
-    parts: list[RenderableType] = [header, workers, splits]
+    parts: list[RenderableType] = [header, workers, *_domains(status), splits]
     if len(ordered) > limit:
         parts.append(f"… and {len(ordered) - limit} more (use --json for all)")
     if status.unreadable:
@@ -83,20 +83,56 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
     return Group(*parts)
 
 
+def _domains(status: JobStatus) -> list[RenderableType]:
+    """The failure-domain table (only when some worker advertises a locality)."""
+    from rich.table import Table
+
+    if not any(w.locality for w in status.workers):
+        return []
+    report = status.placement()
+    table = Table(
+        title=f"failure domains (tier {status.isolation_tier}) · blast radius "
+        f"{report.blast_radius:.0%}",
+        title_justify="left",
+    )
+    for column in ("domain", "workers", "splits held", "weight", "share"):
+        table.add_column(column)
+    for share in report.domains:
+        table.add_row(
+            share.domain or "(unknown)",
+            str(share.workers),
+            str(share.splits),
+            str(share.weight),
+            f"{share.share:.0%}",
+        )
+    return [table]
+
+
 async def show_status(
-    url: str, job: str, *, watch: bool = False, as_json: bool = False, interval: float = 1.0
+    url: str,
+    job: str,
+    *,
+    watch: bool = False,
+    as_json: bool = False,
+    interval: float = 1.0,
+    isolation_tier: int = 0,
 ) -> int:
     """Print the status of ``job`` in the store at ``url``.
 
-    With ``watch``, refresh every ``interval`` seconds until cancelled.
+    With ``watch``, refresh every ``interval`` seconds until cancelled. ``isolation_tier``
+    picks the locality tier the failure-domain table groups workers by.
     """
     from spate_stores import open_store
 
     async with open_store(url) as store:
+
+        async def read() -> JobStatus:
+            return await read_status(store, job, isolation_tier=isolation_tier)
+
         if as_json:
             while True:
                 print(
-                    json.dumps((await read_status(store, job)).to_json(), sort_keys=True),
+                    json.dumps((await read()).to_json(), sort_keys=True),
                     flush=True,
                 )
                 if not watch:
@@ -106,11 +142,11 @@ async def show_status(
 
         console = Console()
         if not watch:
-            console.print(render_status(await read_status(store, job)))
+            console.print(render_status(await read()))
             return 0
         from rich.live import Live
 
         with Live(console=console, auto_refresh=False, screen=sys.stdout.isatty()) as live:
             while True:
-                live.update(render_status(await read_status(store, job)), refresh=True)
+                live.update(render_status(await read()), refresh=True)
                 await trio.sleep(interval)

@@ -249,6 +249,7 @@ async def run_worker(
     config: Config | None = None,
     fingerprint: str = "",
     leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
+    locality: str = "",
 ) -> AllComplete | Stalled:
     """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
 
@@ -261,6 +262,9 @@ async def run_worker(
     handlers are cancelled, every split is handed back with no attempt consumed, presence
     and leadership are given up, and it waits until the splits are held elsewhere. Then the
     cancellation propagates as usual.
+
+    ``locality`` is this worker's failure-domain path (``"zone-a/rack-3/host-7"``), as for
+    :func:`~spate.coordinator.open_coordinator`.
     """
     if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
         raise ConfigError(
@@ -269,7 +273,7 @@ async def run_worker(
     verdict: AllComplete | Stalled | None = None
     with single_error():
         verdict = await _run_shielded(
-            store, job, instance, planner, handler, config, fingerprint, leave_deadline
+            store, job, instance, planner, handler, config, fingerprint, leave_deadline, locality
         )
     if verdict is None:
         # We left because we were cancelled; let the cancellation continue outward.
@@ -290,6 +294,7 @@ async def _run_shielded(
     config: Config | None,
     fingerprint: str,
     leave_deadline: float,
+    locality: str = "",
 ) -> AllComplete | Stalled | None:
     leave = trio.Event()
 
@@ -312,6 +317,7 @@ async def _run_shielded(
                 planner=planner,
                 config=config,
                 fingerprint=fingerprint,
+                locality=locality,
             ) as coord:
                 # Shielded only once open: a cancellation during startup simply aborts it
                 # (nothing is held yet), while one after it becomes a graceful leave.

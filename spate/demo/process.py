@@ -8,6 +8,7 @@ appended as one JSON line, so an invariant checker can audit the fleet afterward
 from __future__ import annotations
 
 import json
+import os
 
 import trio
 
@@ -16,7 +17,10 @@ from spate.demo.workload import Dataset, DemoStats, make_handler, make_planner
 from spate.events import AllComplete, Stalled
 from spate.worker import SplitHandle, run_worker
 
-__all__ = ["run_demo_worker"]
+__all__ = ["CRASH_EXIT", "run_demo_worker"]
+
+CRASH_EXIT = 70
+"""Exit status of a worker process that a ``crash_on`` poison split brought down."""
 
 
 async def run_demo_worker(
@@ -29,8 +33,14 @@ async def run_demo_worker(
     batch_seconds: float,
     max_in_flight: int,
     history: str | None = None,
+    locality: str = "",
+    crash_on: frozenset[str] = frozenset(),
 ) -> AllComplete | Stalled:
-    """Join ``job`` on the store at ``store_url`` and work the demo dataset until a verdict."""
+    """Join ``job`` on the store at ``store_url`` and work the demo dataset until a verdict.
+
+    ``crash_on`` names poison splits: gaining one ends the process at once (exit status
+    :data:`CRASH_EXIT`), before its first commit, as a handler that crashes its host would.
+    """
     from spate_stores import open_store
 
     dataset = Dataset(seed=seed, splits=splits)
@@ -50,13 +60,19 @@ async def run_demo_worker(
         await log.write(json.dumps(record) + "\n")
         await log.flush()
 
-    handler = make_handler(
+    work = make_handler(
         dataset,
         stats,
         instance or "worker",
         batch_seconds=batch_seconds,
         on_commit=audit if log is not None else None,
     )
+
+    async def handler(split: SplitHandle) -> None:
+        if split.id in crash_on:
+            print(f"poison split {split.id}: crashing the process", flush=True)
+            os._exit(CRASH_EXIT)
+        await work(split)
 
     try:
         async with open_store(store_url) as store:
@@ -68,6 +84,7 @@ async def run_demo_worker(
                 handler=handler,
                 config=Config(max_in_flight=max_in_flight),
                 fingerprint=f"demo-seed-{seed}",
+                locality=locality,
             )
     finally:
         if log is not None:
