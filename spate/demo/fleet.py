@@ -32,6 +32,8 @@ __all__ = ["DemoOptions", "DemoResult", "DemoWorker", "run_demo"]
 
 JOB = "spate-demo"
 """The job name every demo worker (in-process or `spate worker`) joins."""
+ZONES = ("zone-a", "zone-b", "zone-c")
+"""The failure domains the demo's workers are spread over (round robin by start order)."""
 
 
 @attrs.frozen
@@ -66,6 +68,7 @@ class DemoWorker:
 
     name: str
     store: FaultyStore
+    locality: str = ""
     state: str = "starting"
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     verdict: AllComplete | Stalled | None = None
@@ -90,6 +93,8 @@ class DemoResult:
     requeued: list[str]
     faults: dict[str, int]
     late_writes: dict[str, int]
+    blast_radius: tuple[float, float] | None = None
+    """The largest share of the job one zone held before a whole zone was lost, and after."""
 
 
 def demo_config(options: DemoOptions) -> Config:
@@ -132,6 +137,7 @@ class Fleet:
         self.batch_seconds = options.duration * 0.7 / max(1.0, total_steps / concurrency)
         self.started_at = 0.0
         self.observer: Store | None = None
+        self.blast_radius: tuple[float, float] | None = None
 
     def current_store(self) -> Store:
         """A store client of the fleet's own that only reads (for views and checks)."""
@@ -176,6 +182,7 @@ class Fleet:
                         config=self.config,
                         fingerprint=f"demo-seed-{self.options.seed}",
                         leave_deadline=self.options.lease_duration * 3,
+                        locality=worker.locality,
                     )
                     worker.state = "done"
             except SpateError as exc:
@@ -188,7 +195,8 @@ class Fleet:
 
     def add(self, nursery: trio.Nursery, name: str) -> DemoWorker:
         """Start a new worker named ``name``."""
-        worker = DemoWorker(name=name, store=None)  # type: ignore[arg-type]
+        zone = ZONES[len(self.workers) % len(ZONES)]
+        worker = DemoWorker(name=name, store=None, locality=f"{zone}/{name}")  # type: ignore[arg-type]
         self.workers[name] = worker
         nursery.start_soon(self.run_one, worker, name=f"demo worker {name}")
         return worker
@@ -201,6 +209,26 @@ class Fleet:
         worker.store.partition()
         worker.scope.cancel()
         self.stats.log(f"{worker.name} killed without warning (its leases must expire)")
+
+    async def blast_radius_now(self) -> float:
+        """The largest share of the held weight one zone holds now (from the live leases)."""
+        return (await read_status(self.current_store(), JOB)).placement().blast_radius
+
+    async def lose_zone(self, zone: str) -> None:
+        """A whole zone goes dark at once; report the blast radius before and after."""
+        before = await self.blast_radius_now()
+        lost = [w for w in self.workers.values() if w.locality.startswith(zone + "/")]
+        self.stats.log(
+            f"{zone} lost at once ({', '.join(w.name for w in lost)}); blast radius before: "
+            f"{before:.0%} of the job in one zone"
+        )
+        for worker in lost:
+            await self.kill(worker)
+        # The zone's leases expire, its splits wait out the rebalance delay, then move.
+        await trio.sleep(self.config.rebalance_delay + self.options.lease_duration * 1.5)
+        after = await self.blast_radius_now()
+        self.blast_radius = (before, after)
+        self.stats.log(f"{zone}'s splits moved to the other zones; blast radius now {after:.0%}")
 
     async def freeze(self, worker: DemoWorker, seconds: float) -> None:
         """A stopped process: nothing it sends reaches the store until it wakes."""
@@ -245,8 +273,10 @@ class Fleet:
         self.stats.log(f"{joiner} joins the fleet")
         self.add(nursery, joiner)
         await trio.sleep(duration * 0.1)
-        await self.kill(self.workers[victim])
-        await trio.sleep(duration * 0.1)
+        # The victim's whole zone fails at once (the joiner shares it), then a replacement
+        # worker starts in another zone.
+        await self.lose_zone(self.workers[victim].locality.split("/")[0])
+        self.add(nursery, f"w{len(names) + 2}")
         if zombie != victim:
             nursery.start_soon(self.freeze, self.workers[zombie], self.options.lease_duration * 2.5)
         await trio.sleep(duration * 0.1)
@@ -331,6 +361,7 @@ async def run_demo(options: DemoOptions, view: View | None = None) -> DemoResult
             requeued=requeued,
             faults=faults,
             late_writes=late,
+            blast_radius=fleet.blast_radius,
         )
 
 

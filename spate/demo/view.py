@@ -168,6 +168,12 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
         f"handlers cancelled (lost or taken back): {stats.cancelled}; "
         f"poison failures: {stats.poison_hits}",
     ]
+    if result.blast_radius is not None:
+        before, after = result.blast_radius
+        lines.append(
+            f"blast radius (largest share of the job in one zone): {before:.0%} before a whole "
+            f"zone was lost, {after:.0%} after its splits moved"
+        )
     if result.handover_seconds:
         lines.append(
             "graceful hand-over: " + ", ".join(f"{s:.2f} s" for s in result.handover_seconds)

@@ -35,7 +35,11 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
     assert result.ok, result.problems
     assert isinstance(result.verdict, AllComplete)
     assert result.requeued  # the poison split was quarantined, then requeued and finished
-    assert result.faults["partition"] == 1
+    assert result.faults["partition"] == 2  # a whole zone (the victim and the joiner)
+    assert result.blast_radius is not None
+    before, after = result.blast_radius
+    assert before < 0.5  # spread over three zones
+    assert after >= 0.5  # two zones left
     assert result.faults["freeze"] == 1
     assert result.handover_seconds
     assert result.late_writes.get("refused", 0) >= 1
