@@ -149,6 +149,7 @@ async def spawn(
     fingerprint: str = "",
     expect_error: bool = False,
     on_event: Callable[[Worker, Event], Awaitable[None]] | None = None,
+    locality: str = "",
 ) -> Worker:
     """Start a worker; returns once its coordinator is open (or failed, if expected)."""
     worker = Worker(instance, on_event=on_event)
@@ -165,6 +166,7 @@ async def spawn(
                     config=cfg or config(),
                     fingerprint=fingerprint,
                     metrics=worker.metrics,
+                    locality=locality,
                 ) as coord:
                     worker.coord = coord
                     started = True
