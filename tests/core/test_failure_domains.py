@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import trio
 
@@ -17,12 +19,19 @@ from .harness import JOB, Worker, client, config, cooperative, planner_of, spawn
 LAYOUT = {"zone-a": 3, "zone-b": 2, "zone-c": 1}
 
 
-async def _fleet(nursery: trio.Nursery, server: MemoryServer, planner: object) -> list[Worker]:
+async def _fleet(
+    nursery: trio.Nursery, server: MemoryServer, planner: Callable[[PlanContext], Plan]
+) -> list[Worker]:
     return [
         await spawn(
-            nursery, client(server), f"{zone[-1]}{i}", planner=planner,  # type: ignore[arg-type]
-            cfg=config(max_in_flight=16), on_event=cooperative, locality=f"{zone}/host-{i}",
-        )  # fmt: skip
+            nursery,
+            client(server),
+            f"{zone[-1]}{i}",
+            planner=planner,
+            cfg=config(max_in_flight=16),
+            on_event=cooperative,
+            locality=f"{zone}/host-{i}",
+        )
         for zone, count in LAYOUT.items()
         for i in range(count)
     ]
