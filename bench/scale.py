@@ -17,6 +17,10 @@ Then :func:`spate.protocol.desired_assignment` over 100,000 splits and 100 worke
 fresh job, re-placing a balanced one (a fixpoint), and re-placing after a worker left —
 timed against one ``sorted()`` of the same splits.
 
+Then :func:`spate.placement.place` over 100,000 splits and 100 workers in 10 zones: a fresh
+job, a fixpoint, a whole zone lost, and the leader's cost per ownership change (one split
+completes and the leader re-places the job, as it does today after every such change).
+
 Each size is bounded in time; a size that does not finish is reported as such and larger
 ones are skipped. Run alone with ``python -m bench --only scale``.
 """
@@ -44,6 +48,7 @@ from bench._harness import (
     median,
 )
 from spate.config import Config
+from spate.placement import Member, place, placement_report
 from spate.protocol import Placement, desired_assignment, fingerprint_hash
 from spate.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won
@@ -222,6 +227,74 @@ def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) 
     return rows
 
 
+def placement_rows(
+    splits: int = 100_000, workers: int = 100, domains: int = 10, repeat: int = 3
+) -> list[Row]:
+    """place() over ``splits`` and ``workers`` in ``domains`` zones: fresh, fixpoint, zone lost,
+    and per change (one split leaves the pool; the whole job is placed again)."""
+    rng = random.Random(7)
+    # Lanes for twice a fair share, so a lost zone's splits fit on the survivors.
+    cap = 2 * splits // workers
+    members = {
+        f"w{n:03d}": Member(cap, f"zone-{n % domains}/rack-{n % 3}/host-{n}")
+        for n in range(workers)
+    }
+    weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
+    seed = fingerprint_hash("bench")
+    fresh = {s: Placement(w, None) for s, w in weights.items()}
+
+    def run(pool: dict[str, Placement], who: dict[str, Member]) -> dict[str, tuple[str, ...]]:
+        return place(who, pool, default_cap=8, seed=seed)
+
+    first = run(fresh, members)
+    owner = {s: m for m, held in first.items() for s in held}
+    balanced = {s: Placement(w, owner[s]) for s, w in weights.items()}
+    assert run(balanced, members) == first, "a balanced placement is not a fixpoint"
+    survivors = {m: v for m, v in members.items() if not v.locality.startswith("zone-0/")}
+    after = run(balanced, survivors)
+    moved = sum(1 for m, held in after.items() for s in held if owner[s] != m)
+    lost = sum(len(first[m]) for m in members if m not in survivors)
+    localities = {m: v.locality for m, v in members.items()}
+    radius = placement_report(first, localities, weights, 0).blast_radius
+    radius_after = placement_report(
+        after, {m: v.locality for m, v in survivors.items()}, weights, 0
+    ).blast_radius
+    one_done = dict(balanced)
+    del one_done[next(iter(one_done))]
+    sort_time = _time_it(lambda: sorted((-w, s) for s, w in weights.items()), repeat)
+    label = f"{splits:,} splits x {workers} workers in {domains} zones"
+    cases = (
+        ("fresh job", fresh, members, f"blast radius {radius:.3f}"),
+        ("balanced (fixpoint)", balanced, members, "nothing moves"),
+        (
+            "a whole zone lost",
+            balanced,
+            survivors,
+            f"moved {moved:,} = the zone's {lost:,}; blast radius {radius_after:.3f}",
+        ),
+        (
+            "per ownership change (one split done, all re-placed)",
+            one_done,
+            members,
+            "what the leader pays per change today",
+        ),
+    )
+    rows = []
+    for case, pool, who, note in cases:
+        took = _time_it(functools.partial(run, pool, who), repeat)
+        rows.append(
+            Row(
+                bench=f"5 place, {label}, {case}",
+                store="—",
+                measured=fmt_seconds(took),
+                baseline=f"{fmt_seconds(sort_time)} (one sorted() of the splits)",
+                ratio=took / sort_time,
+                note=f"CPU time, median of {repeat}; {note}",
+            )
+        )
+    return rows
+
+
 def run(options: Options) -> list[Row]:
     """Every job size that fits its time budget, then desired_assignment at 100k x 100."""
     rows: list[Row] = []
@@ -295,6 +368,9 @@ def run(options: Options) -> list[Row]:
             print(row.line(), flush=True)
     rows += assignment_rows(repeat=1 if options.quick else 3)
     for row in rows[-3:]:
+        print(row.line(), flush=True)
+    rows += placement_rows(repeat=1 if options.quick else 3)
+    for row in rows[-4:]:
         print(row.line(), flush=True)
     return rows
 

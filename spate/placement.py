@@ -236,7 +236,8 @@ def place(
         return not (p.locality and p.owner in matching.get(p.locality, ()))
 
     loose: list[tuple[int, str, str, str | None]] = []  # (weight, split, affinity, owner)
-    for weight, split, p in sorted(pool, key=pinned_first):  # stable: weight order within
+    ordered = sorted(pool, key=pinned_first) if matching else pool  # stable: weight order within
+    for weight, split, p in ordered:
         state.weight[split] = weight
         owner = p.owner
         wanted = matching.get(p.locality, []) if p.locality else []
@@ -279,12 +280,13 @@ def place(
     _fill(state, general)
 
     # 4. spread across domains, 5. balance inside each domain
-    _spread(state, max_moves=MAX_IMPROVING_MOVES + 4 * len(pool))
+    lightest = min((w for w, _, _ in pool), default=1)
+    _spread(state, lightest, max_moves=MAX_IMPROVING_MOVES + 4 * len(pool))
     by_domain: dict[str, list[str]] = {}
     for m in names:
         by_domain.setdefault(state.domain[m], []).append(m)
     for group in by_domain.values():
-        _balance(state, group, max_moves=MAX_IMPROVING_MOVES + 4 * len(pool))
+        _balance(state, group, lightest, max_moves=MAX_IMPROVING_MOVES + 4 * len(pool))
     return {m: tuple(sorted(state.placed[m])) for m in names}
 
 
@@ -336,7 +338,20 @@ def _fill(state: _State, general: list[tuple[int, str]]) -> None:
             heapq.heappush(tops, (load + weight, h, d))
 
 
-def _spread(state: _State, *, max_moves: int) -> None:
+def _settled(
+    load: Mapping[str, int], count: Mapping[str, int], cap: Mapping[str, int], lightest: int
+) -> bool:
+    """Whether no move can help: every load gap to the lightest open bin is at most ``lightest``.
+
+    A split of weight ``w`` only moves across a gap above ``w``. Checked before the improve
+    pass indexes every split: a placement fed its own output is settled, and finding that out
+    costs one pass over the bins instead of the whole index.
+    """
+    open_loads = [load[b] for b in load if count[b] < cap[b]]
+    return not open_loads or max(load.values()) - min(open_loads) <= lightest
+
+
+def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
     """Move unpinned splits between domains until no single move lowers the squared loads."""
     domains = sorted({state.domain[m] for m in state.names})
     if len(domains) < 2:
@@ -347,6 +362,8 @@ def _spread(state: _State, *, max_moves: int) -> None:
     load = {d: sum(state.load[m] for m in members_of[d]) for d in domains}
     count = {d: sum(len(state.placed[m]) for m in members_of[d]) for d in domains}
     cap = {d: sum(state.cap[m] for m in members_of[d]) for d in domains}
+    if _settled(load, count, cap, lightest):
+        return
     where: dict[str, str] = {}
     bins: dict[str, _Bins] = {}
     for d in domains:
@@ -393,9 +410,14 @@ def _spread(state: _State, *, max_moves: int) -> None:
         count[target] += 1
 
 
-def _balance(state: _State, group: list[str], *, max_moves: int) -> None:
+def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) -> None:
     """Inside one domain: move unpinned splits between workers while that lowers imbalance."""
-    if len(group) < 2:
+    if len(group) < 2 or _settled(
+        {m: state.load[m] for m in group},
+        {m: len(state.placed[m]) for m in group},
+        state.cap,
+        lightest,
+    ):
         return
     bins = {
         m: _Bins(

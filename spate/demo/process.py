@@ -38,8 +38,10 @@ async def run_demo_worker(
 ) -> AllComplete | Stalled:
     """Join ``job`` on the store at ``store_url`` and work the demo dataset until a verdict.
 
-    ``crash_on`` names poison splits: gaining one ends the process at once (exit status
-    :data:`CRASH_EXIT`), before its first commit, as a handler that crashes its host would.
+    ``crash_on`` names poison splits: a while after gaining one (three batches, so the
+    splits gained beside it get to commit) the process ends at once (exit status
+    :data:`CRASH_EXIT`), before the poison split's first commit, as a handler that crashes
+    its host on bad data would.
     """
     from spate_stores import open_store
 
@@ -70,6 +72,7 @@ async def run_demo_worker(
 
     async def handler(split: SplitHandle) -> None:
         if split.id in crash_on:
+            await trio.sleep(3 * batch_seconds)
             print(f"poison split {split.id}: crashing the process", flush=True)
             os._exit(CRASH_EXIT)
         await work(split)

@@ -10,6 +10,12 @@ checker. Real processes cannot show their store writes, so the checks are those 
 acknowledged commits supports: no acknowledged commit lost, acknowledgements in epoch order,
 one owner per epoch, every split finished, verdicts matching the listing, termination.
 
+With ``poison`` (``--poison N``), N splits are process-killing poison: every worker started
+with ``--crash-on`` for them exits a moment after gaining one, before its first commit (the
+supervisor restarts it). Fair blame must quarantine exactly those: each of their owners dies
+without moving them forward, while the healthy splits that die beside them keep moving.
+:attr:`ChaosResult.outcomes` holds every split's end.
+
 Unlike the simulator this runs on the real clock and is not reproducible; the seed only fixes
 the chaos schedule. It is the ``chaos`` nox session (not part of the default run).
 """
@@ -77,6 +83,17 @@ class ChaosResult:
     quarantined: int
     violations: tuple[Violation, ...]
     history: History = attrs.field(repr=False, eq=False)
+    poison: tuple[str, ...] = ()
+    """The process-killing poison splits of the run."""
+    outcomes: dict[str, str] = attrs.field(factory=dict, repr=False, eq=False)
+    """Every split's final status (``completed``, ``quarantined``, ``runnable``)."""
+
+    def table(self) -> dict[tuple[str, str], int]:
+        """``(poison|healthy, status) -> splits``: what became of each kind of split."""
+        counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        for split, status in self.outcomes.items():
+            counts[("poison" if split in self.poison else "healthy", status)] += 1
+        return dict(sorted(counts.items()))
 
     @property
     def ok(self) -> bool:
@@ -111,7 +128,16 @@ def _restart_server(kind: str, server: Any) -> None:
 
 
 class _Fleet:
-    def __init__(self, url: str, workdir: Path, splits: int, seed: int, history: History):
+    def __init__(
+        self,
+        url: str,
+        workdir: Path,
+        splits: int,
+        seed: int,
+        history: History,
+        poison: tuple[str, ...] = (),
+    ):
+        self.poison = poison
         self.url = url
         self.workdir = workdir
         self.splits = splits
@@ -137,6 +163,8 @@ class _Fleet:
             "--instance", instance, "--splits", str(self.splits), "--seed", str(self.seed),
             "--batch-seconds", "0.5", "--max-in-flight", "4", "--history", str(history),
         ]  # fmt: skip
+        for split in self.poison:
+            argv += ["--crash-on", split]
         with output.open("wb") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         life = _Life(instance, number, process, history, output)
@@ -161,16 +189,23 @@ def run_chaos(
     seed: int = 1,
     bound: float = 240.0,
     server_restarts: int = 1,
+    poison: int = 0,
 ) -> ChaosResult:
-    """Run one chaos run against a fresh ``store`` server (``"etcd"`` or ``"nats"``)."""
+    """Run one chaos run against a fresh ``store`` server (``"etcd"`` or ``"nats"``).
+
+    ``poison`` splits (chosen by the seed) crash every worker process that works them.
+    """
     if store not in ("etcd", "nats"):
         raise ValueError(f"store must be 'etcd' or 'nats', not {store!r}")
     rng = random.Random(seed)
     started = time.monotonic()
     history = History(job=JOB, seed=seed)
+    expected = [split for split, _, _, _ in Dataset(seed=seed, splits=splits).ranges()]
+    # Their own generator: the chaos schedule of a seed stays what it was without poison.
+    poisoned = tuple(sorted(random.Random(seed + 7919).sample(expected, poison)))
     with tempfile.TemporaryDirectory(prefix="spate-chaos-") as tmp, _server(store) as server:
         url = server.store_url(namespace=f"chaos{seed}", ttl=lease)
-        fleet = _Fleet(url, Path(tmp), splits, seed, history)
+        fleet = _Fleet(url, Path(tmp), splits, seed, history, poisoned)
         try:
             for i in range(workers):
                 fleet.start(f"w{i}")
@@ -186,7 +221,6 @@ def run_chaos(
         fenced = sum(
             life.output.read_text(errors="replace").count("was fenced") for life in fleet.lives
         )
-        expected = [split for split, _, _, _ in Dataset(seed=seed, splits=splits).ranges()]
         final = trio.run(_final, url, expected, terminated, bound)
         history.append(final)
     violations = tuple(check(history))
@@ -203,6 +237,8 @@ def run_chaos(
         quarantined=sum(1 for s in listing if s.status == "quarantined"),
         violations=violations,
         history=history,
+        poison=poisoned,
+        outcomes={s.split: s.status for s in listing},
     )
 
 
@@ -356,6 +392,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=6.0)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SPATE_CHAOS_SEED", 1)))
     parser.add_argument("--keep", help="write each history here (JSON lines)")
+    parser.add_argument(
+        "--poison",
+        type=int,
+        default=1,
+        help="process-killing poison splits (default 1; 0 for none)",
+    )
     args = parser.parse_args(argv)
     status = 0
     for store in ["etcd", "nats"] if args.store == "both" else [args.store]:
@@ -366,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds=args.seconds,
             lease=args.lease,
             seed=args.seed,
+            poison=args.poison,
         )
         print(
             f"{result.server}: {result.wall_seconds:.0f} s wall, actions "
@@ -374,6 +417,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"zombie commits refused; {result.completed} completed "
             f"and {result.quarantined} quarantined of {result.splits} splits"
         )
+        if result.poison:
+            table = ", ".join(f"{kind} {end}: {n}" for (kind, end), n in result.table().items())
+            print(f"  poison {', '.join(result.poison)}; {table}")
+            if result.table().get(("healthy", "quarantined")) or any(
+                result.outcomes.get(s) != "quarantined" for s in result.poison
+            ):
+                print("  FAIR BLAME FAILED: a healthy split quarantined, or a poison one not")
+                status = 1
         if args.keep:
             Path(f"{args.keep}.{store}.jsonl").write_text(result.history.to_jsonl())
         for violation in result.violations:
