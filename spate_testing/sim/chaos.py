@@ -41,6 +41,7 @@ from typing import Any
 import attrs
 import trio
 
+from spate.demo.process import CRASH_EXIT
 from spate.demo.workload import Dataset
 from spate_testing.sim.checker import Violation, check
 from spate_testing.sim.history import Acked, Action, History, Verdict
@@ -309,8 +310,12 @@ def _supervise(fleet: _Fleet, *, restart: bool) -> None:
         life.noted = True
         if _verdict_of(life) is not None:
             continue
-        fleet.action(life.actor, "crash" if not restart else "crash-restarted", f"exit {code}")
-        if restart and fleet.latest(life.instance) is life:
+        # A poison split's crash is restarted even while settling: the supervisor of a real
+        # fleet does, and without it a crash loop could take down every worker before the
+        # split runs out of attempts.
+        again = restart or code == CRASH_EXIT
+        fleet.action(life.actor, "crash" if not again else "crash-restarted", f"exit {code}")
+        if again and fleet.latest(life.instance) is life:
             fleet.start(life.instance, "restart")
 
 
