@@ -93,8 +93,9 @@ class DemoResult:
     requeued: list[str]
     faults: dict[str, int]
     late_writes: dict[str, int]
-    blast_radius: tuple[float, float] | None = None
-    """The largest share of the job one zone held before a whole zone was lost, and after."""
+    blast_radius: tuple[float, float | None] | None = None
+    """The largest share of the job one zone held before a whole zone was lost, and after
+    (None when the job ended before the lost zone's splits were held again)."""
 
 
 def demo_config(options: DemoOptions) -> Config:
@@ -137,7 +138,7 @@ class Fleet:
         self.batch_seconds = options.duration * 0.7 / max(1.0, total_steps / concurrency)
         self.started_at = 0.0
         self.observer: Store | None = None
-        self.blast_radius: tuple[float, float] | None = None
+        self.blast_radius: tuple[float, float | None] | None = None
 
     def current_store(self) -> Store:
         """A store client of the fleet's own that only reads (for views and checks)."""
@@ -210,25 +211,50 @@ class Fleet:
         worker.scope.cancel()
         self.stats.log(f"{worker.name} killed without warning (its leases must expire)")
 
-    async def blast_radius_now(self) -> float:
-        """The largest share of the held weight one zone holds now (from the live leases)."""
-        return (await read_status(self.current_store(), JOB)).placement().blast_radius
-
-    async def lose_zone(self, zone: str) -> None:
-        """A whole zone goes dark at once; report the blast radius before and after."""
-        before = await self.blast_radius_now()
+    async def lose_zone(self, zone: str, nursery: trio.Nursery) -> None:
+        """A whole zone goes dark at once; the blast radius is reported before and after."""
+        status = await read_status(self.current_store(), JOB)
+        with trio.move_on_after(self.options.lease_duration):
+            while not any(share.splits for share in status.placement().domains):
+                # Nothing held at this instant (a rebalance in flight): measure a moment later.
+                await trio.sleep(0.1)
+                status = await read_status(self.current_store(), JOB)
+        before = status.placement().blast_radius
         lost = [w for w in self.workers.values() if w.locality.startswith(zone + "/")]
+        held = {s.id for s in status.splits.values() if s.lease_owner in {w.name for w in lost}}
+        self.blast_radius = (before, None)
         self.stats.log(
             f"{zone} lost at once ({', '.join(w.name for w in lost)}); blast radius before: "
             f"{before:.0%} of the job in one zone"
         )
         for worker in lost:
             await self.kill(worker)
-        # The zone's leases expire, its splits wait out the rebalance delay, then move.
-        await trio.sleep(self.config.rebalance_delay + self.options.lease_duration * 1.5)
-        after = await self.blast_radius_now()
-        self.blast_radius = (before, after)
-        self.stats.log(f"{zone}'s splits moved to the other zones; blast radius now {after:.0%}")
+        nursery.start_soon(self._blast_radius_after, zone, before, held)
+
+    async def _blast_radius_after(self, zone: str, before: float, held: set[str]) -> None:
+        """Once the lost zone's unfinished splits are held elsewhere, report the blast radius."""
+        # Its leases expire first, then its splits wait out the rebalance delay.
+        await trio.sleep(self.options.lease_duration + self.config.rebalance_delay)
+        while True:
+            status = await read_status(self.current_store(), JOB)
+            waiting = [
+                s
+                for s in held
+                if s in status.splits
+                and status.splits[s].status == "runnable"
+                and status.splits[s].lease_owner is None
+            ]
+            if not waiting:
+                break
+            await trio.sleep(0.25)
+        report = status.placement()
+        if not any(share.splits for share in report.domains):
+            return  # the job ended first: nothing is held to measure
+        self.blast_radius = (before, report.blast_radius)
+        self.stats.log(
+            f"{zone}'s splits are held in the other zones; blast radius now "
+            f"{report.blast_radius:.0%}"
+        )
 
     async def freeze(self, worker: DemoWorker, seconds: float) -> None:
         """A stopped process: nothing it sends reaches the store until it wakes."""
@@ -273,10 +299,11 @@ class Fleet:
         self.stats.log(f"{joiner} joins the fleet")
         self.add(nursery, joiner)
         await trio.sleep(duration * 0.1)
-        # The victim's whole zone fails at once (the joiner shares it), then a replacement
+        # The victim's whole zone fails at once (the joiner shares it), and a replacement
         # worker starts in another zone.
-        await self.lose_zone(self.workers[victim].locality.split("/")[0])
+        await self.lose_zone(self.workers[victim].locality.split("/")[0], nursery)
         self.add(nursery, f"w{len(names) + 2}")
+        await trio.sleep(duration * 0.1)
         if zombie != victim:
             nursery.start_soon(self.freeze, self.workers[zombie], self.options.lease_duration * 2.5)
         await trio.sleep(duration * 0.1)

@@ -172,7 +172,8 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
         before, after = result.blast_radius
         lines.append(
             f"blast radius (largest share of the job in one zone): {before:.0%} before a whole "
-            f"zone was lost, {after:.0%} after its splits moved"
+            "zone was lost, "
+            + (f"{after:.0%} after its splits moved" if after is not None else "job done first")
         )
     if result.handover_seconds:
         lines.append(

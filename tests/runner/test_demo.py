@@ -39,6 +39,7 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
     assert result.blast_radius is not None
     before, after = result.blast_radius
     assert before < 0.5  # spread over three zones
+    assert after is not None
     assert after >= 0.5  # two zones left
     assert result.faults["freeze"] == 1
     assert result.handover_seconds
