@@ -6,11 +6,13 @@ from collections.abc import Callable
 
 import pytest
 import trio
+from rich.console import Console
 
 from spate.coordinator import open_coordinator
 from spate.errors import ConfigError
 from spate.ops import read_status
 from spate.plan import Plan, PlanContext, SplitSpec
+from spate.status_view import render_status
 from spate_stores.memory import MemoryServer
 
 from .harness import JOB, Worker, client, config, cooperative, planner_of, spawn
@@ -73,6 +75,12 @@ async def test_losing_a_whole_domain_moves_only_its_splits_spread_over_the_survi
         assert {d.domain: d.splits for d in status.placement().domains} == {
             "zone-a": 15, "zone-c": 15,
         }  # fmt: skip
+        doc = status.to_json()
+        assert doc["blast_radius"] == pytest.approx(1 / 2)
+        assert [d["domain"] for d in doc["domains"]] == ["zone-a", "zone-c"]  # type: ignore[attr-defined]
+        console = Console(width=120, record=True)
+        console.print(render_status(status))
+        assert "failure domains (tier 0) · blast radius 50%" in console.export_text()
         nursery.cancel_scope.cancel()
 
 
