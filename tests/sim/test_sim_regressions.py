@@ -421,8 +421,9 @@ async def test_a_lost_quarantine_waits_before_trying_again(
             )
 
         nursery.start_soon(doomed)
-        await trio.sleep(5.0)
-        # Killed, not left: nothing it sends lands any more, and its lease runs out.
+        # Killed (not left) after its claim and before its first commit: nothing it sends
+        # lands any more, its lease runs out, and (fair blame) its takeover is charged.
+        await trio.sleep(0.5)
         dead.partition()
         nursery.cancel_scope.cancel()
     store = _RewriteBehindTheView(inner, "sim.split.s00")
