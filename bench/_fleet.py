@@ -6,7 +6,7 @@ import collections
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -24,6 +24,7 @@ from spate.store import (
     Entry,
     Keyspace,
     Revision,
+    Session,
     Store,
     WatchEvent,
     Won,
@@ -255,15 +256,26 @@ class RecordingStore:
         self.calls[("list", keyspace.value)] += 1
         return await self.inner.list(keyspace, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    def session(self) -> AbstractAsyncContextManager[Session]:
+        return self.inner.session()
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
         self._count("create", keyspace, key)
-        return await self.inner.create(keyspace, key, value)
+        return await self.inner.create(keyspace, key, value, session=session)
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         self._count("update", keyspace, key)
-        result = await self.inner.update(keyspace, key, value, expected)
+        result = await self.inner.update(keyspace, key, value, expected, session=session)
         if keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
             self.renewed[key].append(trio.current_time())
         return result
