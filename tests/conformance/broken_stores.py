@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from typing import Any, ClassVar
 
 import attrs
@@ -440,6 +440,57 @@ class KeyspacesShared(Wrapper):
         return self._watch(Keyspace.EPHEMERAL, prefix)
 
 
+class SessionOutlivesCoordinator(Wrapper):
+    """Entries written under a session live as long as the store client, not the session.
+
+    The bug this issue's etcd adapter had: every ephemeral key hung on the client's one lease,
+    so a coordinator that stopped inside a long-lived application left its leader key and
+    leases alive until the process exited. Modelled here by a client that keeps renewing what
+    its sessions wrote, whether or not they ended.
+    """
+
+    async def __aenter__(self) -> SessionOutlivesCoordinator:
+        await super().__aenter__()
+        self._kept: dict[str, tuple[bytes, Revision]] = {}
+        self._stack = AsyncExitStack()
+        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        self._nursery.start_soon(self._keep_alive)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._nursery.cancel_scope.cancel()
+        await self._stack.aclose()
+        await super().__aexit__(*exc_info)
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await trio.sleep(TTL / 3)
+            for key, (value, revision) in list(self._kept.items()):
+                result = await self.inner.update(Keyspace.EPHEMERAL, key, value, revision)
+                if isinstance(result, Won):
+                    self._kept[key] = (value, result.revision)
+                else:
+                    del self._kept[key]
+
+    def _keep(
+        self, keyspace: Keyspace, key: str, value: bytes, result: WriteResult, named: Any
+    ) -> None:
+        if keyspace is Keyspace.EPHEMERAL and named.get("session") and isinstance(result, Won):
+            self._kept[key] = (value, result.revision)
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        result = await self.inner.create(keyspace, key, value, **named)
+        self._keep(keyspace, key, value, result, named)
+        return result
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
+    ) -> WriteResult:
+        result = await self.inner.update(keyspace, key, value, expected, **named)
+        self._keep(keyspace, key, value, result, named)
+        return result
+
+
 class NamespacesShared(Wrapper):
     """Every client uses one namespace, whatever it was opened with."""
 
@@ -468,6 +519,7 @@ BROKEN: dict[str, type[Wrapper]] = {
     "oversize-value-lands": OversizeValueLands,
     "keyspaces-shared": KeyspacesShared,
     "namespaces-shared": NamespacesShared,
+    "session-outlives-coordinator": SessionOutlivesCoordinator,
 }
 """Every wrapper by name; ``none`` breaks nothing (the control)."""
 
