@@ -53,6 +53,12 @@ class SessionSlot:
         self._stack, self.current = stack, session
         self.generation += 1
 
+    async def _open_replacement(self) -> AsyncExitStack | None:
+        """Open a new session and make it current; return the old one's stack to close."""
+        old = self._stack
+        await self.open()
+        return old
+
     async def close(self) -> None:
         """End the current session, giving up after about one operation timeout.
 
@@ -60,8 +66,10 @@ class SessionSlot:
         session's lease expires, within the TTL, since nothing keeps it alive any more.
         """
         stack, self._stack = self._stack, None
-        if stack is None:
-            return
+        if stack is not None:
+            await self._close_stack(stack)
+
+    async def _close_stack(self, stack: AsyncExitStack) -> None:
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + self._op_timeout
             try:
@@ -107,17 +115,20 @@ class SessionSlot:
             "one and announcing again"
         )
         try:
-            await self.close()
             low, high = REOPEN_BACKOFF
             delay = low
             while True:
                 try:
+                    # The new session first: writes naming the lost one keep failing as
+                    # transient (SessionLost) until it is in place, never as an ended one.
                     with trio.fail_after(self._op_timeout * 3):
-                        await self.open()
-                    return
+                        old = await self._open_replacement()
+                    break
                 except (StoreUnavailable, trio.TooSlowError) as exc:
                     logger.info("could not open a new store session yet (%s)", exc)
                 await trio.sleep(delay)
                 delay = min(high, delay * 2)
+            if old is not None:
+                await self._close_stack(old)
         finally:
             self._replacing = False

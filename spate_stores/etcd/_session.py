@@ -104,17 +104,18 @@ class LeaseSession:
     async def lease(self) -> int:
         """The lease for the next ephemeral write, granting a new one if this may."""
         async with self._lock:
-            if self._ended:
-                raise StoreError(
-                    "this etcd session has ended (its async with block was left), so its "
-                    "ephemeral writes are refused; open a new session"
-                )
-            self._expire_by_clock()
+            if not self._ended:
+                self._expire_by_clock()
             if self._lost:
                 raise SessionLost(
                     f"the etcd session lease on {self._gateway.endpoint} is lost (no keepalive "
                     f"confirmed for {self._ttl} s, or etcd dropped it); its keys are gone and "
                     "nothing was written; open a new session"
+                )
+            if self._ended:
+                raise StoreError(
+                    "this etcd session has ended (its async with block was left), so its "
+                    "ephemeral writes are refused; open a new session"
                 )
             if self._lease is None:
                 await self._grant()
