@@ -54,13 +54,13 @@ class Tracker:
 
     def enter(self, worker: str, split: str) -> None:
         self.active.setdefault(worker, set()).add(split)
-        self._poke()
+        self.poke()
 
     def leave(self, worker: str, split: str) -> None:
         self.active.setdefault(worker, set()).discard(split)
-        self._poke()
+        self.poke()
 
-    def _poke(self) -> None:
+    def poke(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
 
@@ -195,6 +195,7 @@ async def partition_of_one_worker(
                 config=fleet_config(),
             )
             finished[instance] = trio.current_time()
+            tracker.poke()
 
     with trio.fail_after(SCENARIO_TIMEOUT):
         async with open_store(url) as observer, open_blackhole(host, port) as proxy:
@@ -212,8 +213,7 @@ async def partition_of_one_worker(
                 cut_at = trio.current_time()
                 await tracker.wait_for(lambda: not tracker.active.get("cut"))
                 stopped_after = trio.current_time() - cut_at
-                while not ("near-1" in finished and "near-2" in finished):
-                    await trio.sleep(0.1)
+                await tracker.wait_for(lambda: "near-1" in finished and "near-2" in finished)
                 finished_after = max(finished.values()) - cut_at
                 assert "cut" not in finished, "the cut-off worker finished while cut off"
                 before_heal = await progress_records(observer)
