@@ -86,7 +86,8 @@ async def test_a_coordinator_stopped_by_a_fatal_error_ends_its_session_while_the
         assert await store.get(E, KEYS.worker("w1")) is None
         leader = await store.get(E, KEYS.leader)
         assert leader is None or b'"w1"' not in leader.value
-        assert store.sessions[0].ended and not store.sessions[1].ended
+        assert store.sessions[0].ended
+        assert not store.sessions[1].ended
         assert await store.get(E, KEYS.worker("w2")) is not None  # the other session is intact
         await w2.until(lambda: len(w2.c.owned) == 4)
         assert trio.current_time() - ended < TTL
@@ -110,9 +111,13 @@ async def test_leaving_while_the_store_is_unreachable_gives_up_within_an_operati
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 lambda: spate.run_worker(
-                    store, job="job", instance="a", planner=planner_of(3), handler=handle,
+                    store,
+                    job="job",
+                    instance="a",
+                    planner=planner_of(3),
+                    handler=handle,
                     config=cfg,
-                )  # fmt: skip
+                )
             )
             with trio.fail_after(30):
                 while len(held) < 3:  # noqa: ASYNC110
