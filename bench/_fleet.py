@@ -24,6 +24,7 @@ from spate.store import (
     Entry,
     Keyspace,
     Revision,
+    Session,
     Store,
     WatchEvent,
     Won,
@@ -208,6 +209,8 @@ class RecordingStore:
         self.keys = Keys(job)
         self.calls: collections.Counter[tuple[str, str]] = collections.Counter()
         self.renewed: dict[str, list[float]] = collections.defaultdict(list)
+        self.sessions: list[Session] = []
+        self.confirmed: list[float] = []
 
     def writes(self) -> collections.Counter[str]:
         """Writes (create, update, delete) by key category."""
@@ -255,15 +258,46 @@ class RecordingStore:
         self.calls[("list", keyspace.value)] += 1
         return await self.inner.list(keyspace, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Session]:
+        async with self.inner.session() as session:
+            self.sessions.append(session)
+            yield session
+
+    async def sample_keepalives(self, every: float = 0.02) -> None:
+        """Note each new ``last_confirmed`` of the newest session (session stores), forever."""
+        while True:
+            if self.sessions:
+                confirmed = self.sessions[-1].last_confirmed
+                if confirmed is not None and confirmed not in self.confirmed:
+                    self.confirmed.append(confirmed)
+            await trio.sleep(every)
+
+    def longest_keepalive_gap(self, started: float, ended: float) -> float:
+        """The longest stretch of [started, ended] with no keepalive confirmed."""
+        ordered = sorted(self.confirmed)
+        before = [t for t in ordered if t <= started]
+        marks = [before[-1] if before else started]
+        marks += [t for t in ordered if started < t <= ended] + [ended]
+        return max(b - a for a, b in itertools.pairwise(marks))
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
         self._count("create", keyspace, key)
-        return await self.inner.create(keyspace, key, value)
+        return await self.inner.create(keyspace, key, value, session=session)
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         self._count("update", keyspace, key)
-        result = await self.inner.update(keyspace, key, value, expected)
+        result = await self.inner.update(keyspace, key, value, expected, session=session)
         if keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
             self.renewed[key].append(trio.current_time())
         return result

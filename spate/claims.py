@@ -75,6 +75,8 @@ class Owned:
     lease_rev: int
     last_ok: float
     """When a lease write last succeeded (renewal cadence and the starvation self-fence)."""
+    session: int = 0
+    """The store session the lease was written under (session stores: it dies with it)."""
 
 
 class Claims:
@@ -202,6 +204,11 @@ class Claims:
             del self.awaiting[split]
         self.assigned = named
         self.assignment_seen = True
+
+    def abandon(self, split: str) -> None:
+        """Stop holding ``split`` without writing (its hand-back could not be written)."""
+        if self.owned.pop(split, None) is not None:
+            self.core.revocations.settle(split, "forced")
 
     def drop(self, split: str, reason: LossReason) -> None:
         """Stop holding ``split`` involuntarily and tell the user (Lost)."""
@@ -342,7 +349,7 @@ class Claims:
         self, split: str, kind: ClaimKind, record: ProgressRecord, revision: int, lease_rev: int
     ) -> None:
         core = self.core
-        self.owned[split] = Owned(record.epoch, lease_rev, core.now())
+        self.owned[split] = Owned(record.epoch, lease_rev, core.now(), core.session.generation)
         core.fold(core.view.put_progress(split, record, revision))
         core.metrics.acquired(kind.acquire_reason)
         since = self.awaiting.pop(split, None)
@@ -421,6 +428,15 @@ class Claims:
         # full third skipped every early tick, leaving gaps of up to two thirds of a lease (and
         # almost a whole one under load); gating below the shortest tick renews on every beat.
         renew_every = core.lease / 3 * RENEW_GATE
+        if core.session.keeps_keys:
+            # A session store keeps every lease key alive through the session's keepalive:
+            # nothing to renew per split. A key lives until at least the session's last
+            # confirmed keepalive plus the lease, and dies with a lost or replaced session.
+            for split, held in list(self.owned.items()):
+                if core.session.starved(held.session, now, core.lease):
+                    logger.warning("split %s: the store session kept no lease alive", split)
+                    self.drop(split, "starved")
+            return
         for split, held in list(self.owned.items()):
             if now - held.last_ok >= core.lease:
                 logger.warning("split %s: no lease write succeeded for a whole lease", split)
@@ -601,9 +617,11 @@ class Claims:
                 )  # fmt: skip
             except StoreUnavailable as exc:
                 logger.warning("split %s: release failed (%s); the lease will expire", split, exc)
-                self.owned.pop(split, None)
-                core.revocations.settle(split, "forced")
-                yield from self._drop_lease_of(split, held)
+                self.abandon(split)
+                if not core.parting:
+                    # (A departing worker's session ends next and takes the lease with it: a
+                    # second write to an unreachable store would only delay the leave.)
+                    yield from self._drop_lease_of(split, held)
                 return "failed"
             if not isinstance(result, Won):
                 self.drop(split, "fenced")

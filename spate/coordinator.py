@@ -175,6 +175,10 @@ class Coordinator:
         Hands every held split back (no attempt consumed), stops claiming, resigns leadership
         and deletes this worker's presence, so the others rebalance at once instead of after
         a lease. The coordinator keeps watching (a bounded job's verdict still arrives).
+
+        Raises :class:`~spate.errors.StoreUnavailable` (after about one operation timeout)
+        when a hand-back cannot reach the store: the worker then stops holding everything
+        without writing, and its splits move when its session's keys expire.
         """
         core = self._core
         context = capture()
@@ -234,11 +238,29 @@ def _release_all(core: Core, splits: list[str]) -> Flow[None]:
     core.metrics.released(released)
 
 
-def _depart(core: Core) -> Flow[None]:
+def _depart(core: Core) -> Flow[BaseException | None]:
     core.parting = True
     core.leader.demote(resign=True)
-    yield from _release_all(core, sorted(core.claims.owned))
+    released = 0
+    for split in sorted(core.claims.owned):
+        outcome_ = yield from core.claims.release_flow(split)
+        if outcome_ == "released":
+            released += 1
+        elif outcome_ == "failed":
+            # The store cannot be reached: no further hand-back could land either. Stop
+            # writing and let the session's end (expiry, if it cannot be revoked) free the
+            # rest, instead of spending an operation timeout per split.
+            for rest in sorted(core.claims.owned):
+                core.claims.abandon(rest)
+            core.metrics.released(released)
+            return StoreUnavailable(
+                "the store could not be reached while leaving, so the hand-back was not "
+                "written; this worker's splits move to others when its session's keys expire "
+                "(within a lease)"
+            )
+    core.metrics.released(released)
     yield from core.delete_presence()
+    return None
 
 
 # -- opening ---------------------------------------------------------------------------------
@@ -336,6 +358,9 @@ async def open_coordinator(
         finally:
             leaf.__context__ = context
     finally:
+        # The session ends with the coordinator, whatever ended it (the block left, a fatal
+        # error, cancellation), even while the application keeps its store client open.
+        await core.session.close()
         if core.stopped is None:
             core.stop(_Closed())
         if hooks is not None:
@@ -367,6 +392,7 @@ class _Retry(Exception):
 
 
 async def _startup(core: Core) -> None:
+    await _budgeted(core, "opening a store session", _open_session)
     await _budgeted(core, "probing the store", _probe)
     await _budgeted(core, "joining the job", _join)
     await _budgeted(core, "announcing presence", _announce)
@@ -396,7 +422,14 @@ async def _budgeted(core: Core, what: str, step: Callable[[Core], Awaitable[None
 
 async def _probe(core: Core) -> None:
     with fenced.span(core.scope, "probe"):
-        await probe_store(core.store, key_prefix=core.keys.probe_prefix)
+        await probe_store(
+            core.store, key_prefix=core.keys.probe_prefix, session=core.session.current
+        )
+
+
+async def _open_session(core: Core) -> None:
+    if core.session.current is None:
+        await core.session.open()
 
 
 async def _join(core: Core) -> None:

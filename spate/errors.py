@@ -26,6 +26,7 @@ __all__ = [
     "FatalCoordinationError",
     "Fenced",
     "PlanError",
+    "SessionLost",
     "SpateError",
     "StoreError",
     "StoreUnavailable",
@@ -63,6 +64,16 @@ class StoreUnavailable(SpateError):
 
     A write that raised this may or may not have landed. Callers of the store contract must
     treat the outcome as unknown; the coordinator re-reads before it decides anything.
+    """
+
+
+class SessionLost(StoreUnavailable):
+    """A store session ended while its coordinator still used it (its keys are gone).
+
+    Raised by a write that names a session the store has given up on: on etcd, a lease that
+    expired (no keepalive confirmed for a whole TTL, a partition, an operator's revoke). The
+    write was not applied. Open a new session to keep writing ephemeral keys; the coordinator
+    does so by itself.
     """
 
 

@@ -16,7 +16,7 @@ lets a test prove that no write escapes telemetry. Store adapters add client spa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -27,7 +27,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.metrics import MetricsHooks
-from spate.store import Keyspace, Lost, Store, Won, WriteResult
+from spate.store import Keyspace, Lost, Session, Store, Won, WriteResult
 
 __all__ = ["Scope", "WriteKind", "span", "write"]
 
@@ -45,6 +45,8 @@ class Scope:
     instance: str
     system: str
     metrics: MetricsHooks = attrs.field(factory=MetricsHooks)
+    session: Callable[[], Session | None] = attrs.field(default=lambda: None)
+    """The coordinator's current store session, named by every ephemeral create and update."""
 
 
 @contextmanager
@@ -87,8 +89,10 @@ async def write(
     """Perform one guarded write inside its span and report its outcome.
 
     ``kind`` picks ``create(key, value)``, ``update(key, value, expected)`` or
-    ``delete(key, expected)``. Store errors propagate unchanged after being recorded.
+    ``delete(key, expected)``; an ephemeral create or update names the scope's session.
+    Store errors propagate unchanged after being recorded.
     """
+    session = scope.session() if keyspace is Keyspace.EPHEMERAL else None
     attributes: dict[str, str | int] = {"spate.keyspace": keyspace.value, "spate.key": key}
     if split is not None:
         attributes["spate.split"] = split
@@ -100,11 +104,17 @@ async def write(
     with span(scope, operation, records_errors=False, **attributes) as current:
         try:
             if kind == "create":
-                result = await store.create(keyspace, key, value)
+                if session is None:
+                    result = await store.create(keyspace, key, value)
+                else:
+                    result = await store.create(keyspace, key, value, session=session)
             elif kind == "update":
                 if expected is None:
                     raise ValueError("an update needs the expected revision")
-                result = await store.update(keyspace, key, value, expected)
+                if session is None:
+                    result = await store.update(keyspace, key, value, expected)
+                else:
+                    result = await store.update(keyspace, key, value, expected, session=session)
             else:
                 result = await store.delete(keyspace, key, expected)
         except (StoreError, StoreUnavailable, trio.Cancelled) as exc:

@@ -36,6 +36,7 @@ from spate.metrics import Gauges, MetricsHooks
 from spate.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate.records import Keys, PresenceRecord, UnreadableRecord, encode
 from spate.revocation import Revocations
+from spate.session import SessionSlot
 from spate.store import Entry, Keyspace, Lost, Store, Won
 from spate.telemetry._context import Context
 from spate.terminal import Terminal
@@ -110,7 +111,10 @@ class Core:
         # are per job (every leader breaks them the same way).
         self.jitter_seed = stable_hash_str(0, f"{instance}/{self.nonce}")
         self.tie_seed = fingerprint_hash(fingerprint)
-        self.scope = fenced.Scope(job, instance, store.capabilities.system, metrics)
+        self.session = SessionSlot(store, op_timeout=config.op_timeout)
+        self.scope = fenced.Scope(
+            job, instance, store.capabilities.system, metrics, session=lambda: self.session.current
+        )
         self.view = View(self.keys, max_attempts=config.max_attempts)
         self.presence_rev = 0
         self.parting = False
@@ -341,6 +345,7 @@ class Core:
             self.start(self._renew_presence())
         self.leader.heartbeat()
         self.claims.heartbeat(now)
+        self.session.check(self.nursery)
 
     def presence_record(self) -> bytes:
         """This worker's presence value (it advertises its lane budget and locality)."""

@@ -11,7 +11,7 @@ import contextlib
 import secrets
 
 from spate.errors import FatalCoordinationError
-from spate.store import Keyspace, Lost, Store, Won
+from spate.store import Keyspace, Lost, Session, Store, Won
 
 __all__ = ["probe_store"]
 
@@ -24,27 +24,34 @@ def _refuse(keyspace: Keyspace, what: str) -> FatalCoordinationError:
     )
 
 
-async def probe_store(store: Store, *, key_prefix: str = "_probe") -> None:
+async def probe_store(
+    store: Store, *, key_prefix: str = "_probe", session: Session | None = None
+) -> None:
     """Check create-once, duplicate-create, stale-update and guarded-delete in both keyspaces.
 
-    Writes and removes one scratch key per keyspace named ``<key_prefix>.<random>``. Raises
+    Writes and removes one scratch key per keyspace named ``<key_prefix>.<random>`` (the
+    ephemeral one under ``session`` when given: a coordinator probes with its own). Raises
     :class:`~spate.errors.FatalCoordinationError` naming the first broken rule;
     :class:`~spate.errors.StoreUnavailable` passes through (the caller retries).
     """
     for keyspace in (Keyspace.DURABLE, Keyspace.EPHEMERAL):
         key = f"{key_prefix}.{secrets.token_hex(8)}"
-        first = await store.create(keyspace, key, b"probe-1")
+        named: dict[str, Session] = {}
+        if session is not None and keyspace is Keyspace.EPHEMERAL:
+            named["session"] = session
+        first = await store.create(keyspace, key, b"probe-1", **named)
         if not isinstance(first, Won):
             raise _refuse(keyspace, f"creating a fresh key {key!r} did not win")
         try:
-            if not isinstance(await store.create(keyspace, key, b"probe-2"), Lost):
+            if not isinstance(await store.create(keyspace, key, b"probe-2", **named), Lost):
                 raise _refuse(keyspace, "a second create of the same key won")
-            second = await store.update(keyspace, key, b"probe-3", first.revision)
+            second = await store.update(keyspace, key, b"probe-3", first.revision, **named)
             if not isinstance(second, Won) or second.revision <= first.revision:
                 raise _refuse(
                     keyspace, "an update at the current revision did not win with a larger revision"
                 )
-            if not isinstance(await store.update(keyspace, key, b"probe-4", first.revision), Lost):
+            stale = await store.update(keyspace, key, b"probe-4", first.revision, **named)
+            if not isinstance(stale, Lost):
                 raise _refuse(keyspace, "an update at a stale revision won")
             if not isinstance(await store.delete(keyspace, key, first.revision), Lost):
                 raise _refuse(keyspace, "a delete guarded by a stale revision won")

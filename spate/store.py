@@ -24,6 +24,20 @@ Revisions
     Revisions compare within one keyspace of one store; they are the only fence the protocol
     uses, so compare-and-swap must be exact.
 
+Sessions
+    A coordinator opens one :class:`Session` on the store for its whole lifetime
+    (:meth:`Store.session`, an async context manager) and names it in every ephemeral
+    ``create`` and ``update``. When the session ends — its block is left, cancelled or
+    raises, its process dies, or a partition outlasts the TTL — every ephemeral entry last
+    written under it is gone within the TTL plus :attr:`Capabilities.expiry_slack`, *whether
+    or not the store client stays open*: an application commonly keeps one client for its
+    whole life and starts, stops and restarts workers inside it. Two sessions on one client
+    are independent: ending one leaves the other's entries alone. A write naming an ended
+    session is refused with :class:`~spate.errors.StoreError` and not applied; a write naming
+    a session the store has lost raises :class:`~spate.errors.SessionLost` and is not applied.
+    A write that names no session belongs to the client's own default session, which lives as
+    long as the client (for tools and tests; the protocol always names its session).
+
 Errors
     :class:`~spate.errors.StoreUnavailable` for transient trouble (a write that raised it may
     or may not have landed) and :class:`~spate.errors.StoreError` for permanent trouble (bad
@@ -48,15 +62,18 @@ __all__ = [
     "Delete",
     "Entry",
     "EphemeralSemantics",
+    "KeySession",
     "Keyspace",
     "Lost",
     "Put",
     "Revision",
+    "Session",
     "SnapshotDone",
     "Store",
     "WatchEvent",
     "Won",
     "WriteResult",
+    "check_session",
     "validate_key",
 ]
 
@@ -103,10 +120,14 @@ class EphemeralSemantics(enum.Enum):
 
     PER_KEY = "per-key"
     """An entry lives until at least TTL after its last successful create or update, then
-    disappears (soon: within a small slack the store documents). Memory and NATS."""
+    disappears (soon: within a small slack the store documents). Memory and NATS. A session
+    is a light handle; the protocol renews each of its keys at a third of the TTL."""
     SESSION = "session"
-    """An entry lives while the session of the store client that last wrote it is alive, and
-    disappears within TTL after that session stops (the client closes or dies). etcd leases."""
+    """An entry lives while the :class:`Session` that last wrote it is kept alive, and
+    disappears within TTL plus slack after that session ends (closed, cancelled, its process
+    dead, or cut off for longer than the TTL), even if the store client stays open. etcd:
+    one lease per session. The protocol renews nothing per key: the session's keepalive
+    keeps them all, and its starvation self-fence reads :attr:`Session.last_confirmed`."""
 
 
 @attrs.frozen
@@ -181,6 +202,91 @@ WatchEvent: TypeAlias = Put | Delete | SnapshotDone
 
 
 @runtime_checkable
+class Session(Protocol):
+    """One coordinator's hold on the ephemeral keyspace, from :meth:`Store.session` to its end.
+
+    Name it in every ephemeral ``create``/``update`` the coordinator makes. On a per-key store
+    it is a light handle; on a session store it is what keeps those entries alive.
+    """
+
+    @property
+    def lost(self) -> bool:
+        """Whether the store gave this session up while it was open (its entries are gone).
+
+        Writes naming a lost session raise :class:`~spate.errors.SessionLost`. A per-key
+        store's session is never lost: its entries expire one by one instead.
+        """
+        ...
+
+    @property
+    def last_confirmed(self) -> float | None:
+        """Trio time at which the store last confirmed this session alive, if it keeps time.
+
+        On a session store every entry of the session lives until at least this time plus
+        the TTL: the protocol self-fences its splits once it is a whole TTL ago. None on
+        per-key stores (each entry's own last write is what counts there).
+        """
+        ...
+
+
+class KeySession:
+    """The session of a per-key store: a light handle that only knows whether it has ended.
+
+    Per-key stores (memory, NATS) return one from :meth:`Store.session` and call
+    :meth:`check` on every ephemeral write that names it.
+    """
+
+    def __init__(self, owner: object) -> None:
+        self._owner = owner
+        self._ended = False
+
+    @property
+    def lost(self) -> bool:
+        """Always False: a per-key store never gives a session up."""
+        return False
+
+    @property
+    def last_confirmed(self) -> float | None:
+        """None: per-key entries are timed by their own writes."""
+        return None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the session's block has been left."""
+        return self._ended
+
+    def end(self) -> None:
+        """Mark the session ended; later writes naming it are refused."""
+        self._ended = True
+
+    def check(self, owner: object) -> None:
+        """Raise StoreError unless this is an open session of ``owner``."""
+        if self._owner is not owner:
+            raise StoreError(
+                f"the session passed to {owner!r} was opened on another store client "
+                f"({self._owner!r}); open sessions on the client that writes"
+            )
+        if self._ended:
+            raise StoreError(
+                "this store session has ended (its async with block was left), so its "
+                "ephemeral writes are refused; open a new session"
+            )
+
+
+def check_session(session: object, owner: object) -> KeySession | None:
+    """Validate the ``session`` argument of a per-key store's ephemeral write."""
+    if session is None:
+        return None
+    if not isinstance(session, KeySession):
+        raise StoreError(
+            f"{owner!r} cannot use the session {session!r}: pass a session this store opened "
+            "(store.session())"
+        )
+    session.check(owner)
+    return session
+
+
+@runtime_checkable
 class Store(Protocol):
     """The store contract. Adapters implement it; the protocol uses nothing else.
 
@@ -205,7 +311,7 @@ class Store(Protocol):
         ...
 
     async def __aexit__(self, *exc_info: object) -> None:
-        """Close the store's connections (ending a session store's session)."""
+        """Close the store's connections (ending every session still open on it)."""
         ...
 
     async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
@@ -220,18 +326,38 @@ class Store(Protocol):
         """
         ...
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        """Create ``key`` if it does not exist: Won(revision) exactly once, else Lost."""
+    def session(self) -> AbstractAsyncContextManager[Session]:
+        """Open a session for one coordinator's lifetime (see *Sessions* above).
+
+        Leaving the block ends it: on a session store its entries go at once (or within the
+        TTL when the store cannot be reached), and its keepalives stop. May raise
+        :class:`~spate.errors.StoreUnavailable` when the store cannot start one.
+        """
+        ...
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
+        """Create ``key`` if it does not exist: Won(revision) exactly once, else Lost.
+
+        In the ephemeral keyspace the entry belongs to ``session`` (ignored for durable keys).
+        """
         ...
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         """Compare-and-swap: write ``value`` only if ``key`` exists at revision ``expected``.
 
         Returns Won(new revision, strictly greater than ``expected``) or Lost (the key moved
         on, or does not exist). In the ephemeral keyspace a won update restarts the entry's
-        TTL (per-key) or attaches it to this client's session (session).
+        TTL (per-key) and moves it onto ``session`` (it then lives and dies with it).
         """
         ...
 

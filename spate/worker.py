@@ -362,7 +362,13 @@ async def _work_until_verdict_or_leave(
         return verdict
     held = sorted(coord.owned)
     with trio.move_on_after(leave_deadline) as scope:
-        await _retry_unavailable(coord.depart)
+        try:
+            await coord.depart()
+        except StoreUnavailable as exc:
+            # Nothing of the leave could land, and waiting for new owners would only wait
+            # out the whole deadline: give up now. The keys expire with the session.
+            logger.warning("%s left without handing back its splits: %s", coord.instance, exc)
+            return None
         await wait_until_held_elsewhere(store, coord.job, coord.instance, held)
     if scope.cancelled_caught:
         logger.warning(

@@ -32,14 +32,17 @@ from spate.store import (
     Delete,
     Entry,
     EphemeralSemantics,
+    KeySession,
     Keyspace,
     Lost,
     Put,
     Revision,
+    Session,
     SnapshotDone,
     WatchEvent,
     Won,
     WriteResult,
+    check_session,
     validate_key,
     validate_prefix,
 )
@@ -311,6 +314,10 @@ class MemoryStore:
         if len(value) > self._capabilities.max_value_size:
             raise ValueTooLarge(key, len(value), self._capabilities.max_value_size)
 
+    def _check_session(self, keyspace: Keyspace, session: Session | None) -> None:
+        if keyspace is Keyspace.EPHEMERAL:
+            check_session(session, self)
+
     async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
         """Return the live entry for ``key`` or None."""
         validate_key(key)
@@ -325,21 +332,41 @@ class MemoryStore:
             (e for k, e in table.entries.items() if k.startswith(prefix)), key=lambda e: e.key
         )
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[KeySession]:
+        """A light session handle: entries keep their per-key TTL; writes after its end fail."""
+        await self._enter(Keyspace.EPHEMERAL)
+        session = KeySession(self)
+        try:
+            yield session
+        finally:
+            session.end()
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
         """Create-if-absent."""
         validate_key(key)
         self._check_value(key, value)
+        self._check_session(keyspace, session)
         table = await self._enter(keyspace)
         if key in table.entries:
             return Lost()
         return Won(table.put(key, bytes(value), trio.current_time()))
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         """Compare-and-swap on the key's revision."""
         validate_key(key)
         self._check_value(key, value)
+        self._check_session(keyspace, session)
         table = await self._enter(keyspace)
         current = table.entries.get(key)
         if current is None or current.revision != expected:

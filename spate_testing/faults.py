@@ -57,6 +57,7 @@ from spate.store import (
     Keyspace,
     Lost,
     Revision,
+    Session,
     SnapshotDone,
     Store,
     WatchEvent,
@@ -103,6 +104,10 @@ class FaultRates:
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f"{name} must be >= 0 seconds, not {value!r}")
+
+
+def _named(session: Session | None) -> dict[str, Session]:
+    return {} if session is None else {"session": session}
 
 
 class FaultyStore:
@@ -243,18 +248,41 @@ class FaultyStore:
         await self._gate("list")
         return await self.inner.list(keyspace, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        """Delegate after the gate; the reply may be lost, or the write land late."""
-        return await self._write(
-            "create", keyspace, key, lambda: self.inner.create(keyspace, key, value)
-        )
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Session]:
+        """The inner store's session, opened after the gate (a partition refuses it)."""
+        await self._gate("session")
+        async with self.inner.session() as session:
+            yield session
 
-    async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
     ) -> WriteResult:
         """Delegate after the gate; the reply may be lost, or the write land late."""
         return await self._write(
-            "update", keyspace, key, lambda: self.inner.update(keyspace, key, value, expected)
+            "create",
+            keyspace,
+            key,
+            lambda s: self.inner.create(keyspace, key, value, **_named(s)),
+            session,
+        )
+
+    async def update(
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
+    ) -> WriteResult:
+        """Delegate after the gate; the reply may be lost, or the write land late."""
+        return await self._write(
+            "update",
+            keyspace,
+            key,
+            lambda s: self.inner.update(keyspace, key, value, expected, **_named(s)),
+            session,
         )
 
     async def delete(
@@ -262,7 +290,7 @@ class FaultyStore:
     ) -> WriteResult:
         """Delegate after the gate; the reply may be lost, or the write land late."""
         return await self._write(
-            "delete", keyspace, key, lambda: self.inner.delete(keyspace, key, expected)
+            "delete", keyspace, key, lambda _: self.inner.delete(keyspace, key, expected), None
         )
 
     async def _write(
@@ -270,12 +298,19 @@ class FaultyStore:
         what: str,
         keyspace: Keyspace,
         key: str,
-        call: Callable[[], Awaitable[WriteResult]],
+        named: Callable[[Session | None], Awaitable[WriteResult]],
+        session: Session | None,
     ) -> WriteResult:
         waited = await self._gate(what)
+
+        def call() -> Awaitable[WriteResult]:
+            return named(session)
+
         if self._nursery is not None and self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1
-            self._nursery.start_soon(self._land_late, what, keyspace, key, call)
+            # The request left the process while its session was open; it lands whenever
+            # it arrives, even after that session ended (a per-key store cannot tell).
+            self._nursery.start_soon(self._land_late, what, keyspace, key, lambda: named(None))
             raise StoreUnavailable(
                 f"{self!r}: injected timeout during {what} (the write lands "
                 f"{self.rates.late_delay:g} s later)"

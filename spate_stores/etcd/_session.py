@@ -1,16 +1,22 @@
-"""The session behind the ephemeral keyspace: one etcd lease per store client.
+"""Store sessions on etcd: one etcd lease per session.
 
-Every ephemeral write attaches its key to this client's lease, so a key lives while the
-client keeps the lease alive and dies within the TTL once it stops (process death, network
-loss) or at once when the client closes (it revokes the lease). A background task sends a
-keepalive every third of the TTL over the gateway's WebSocket.
+Every ephemeral write attaches its key to the lease of the session it names, so a key lives
+while that session keeps its lease alive and dies within the TTL once it stops (process death,
+network loss) or at once when the session ends (its lease is revoked). Each session sends a
+keepalive every third of the TTL over its own WebSocket to the gateway, apart from the pooled
+HTTP connections that carry commits, so commit traffic cannot starve it.
 
-A lease can be lost while the client lives: a pause or partition longer than the TTL, a
+A lease can be lost while the session is in use: a pause or partition longer than the TTL, a
 revoke by an operator. Then etcd answers keepalives without a TTL, and writes naming the lease
-fail with "lease not found". Refreshing a dead lease would do nothing forever, so the session
-drops it and the next ephemeral write grants a new one; the keys of the dead lease are gone,
-which the protocol's renewals (CAS updates that now lose) notice. A write refused for its
-lease was not applied, so the store retries it once on a fresh lease.
+fail with "lease not found"; the session's own clock also knows that a lease with no keepalive
+confirmed for a whole TTL cannot have survived. Refreshing a dead lease would do nothing
+forever, so:
+
+* a coordinator's session (``replace_lost=False``) becomes *lost*: its keepalives stop and
+  writes naming it raise SessionLost (not applied); the coordinator opens a new session;
+* the client's default session (for writes that name none: tools and tests) drops the lease
+  and the next ephemeral write grants a new one. A write refused for its lease was not
+  applied, so the store retries it once on a fresh lease.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate.errors import SessionLost, StoreError, StoreUnavailable
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._wire import (
     lease_grant,
@@ -42,12 +48,18 @@ _Receive = Callable[[], Awaitable[str]]
 
 
 class LeaseSession:
-    """Grants, keeps alive, replaces and finally revokes this client's lease."""
+    """Grants, keeps alive and finally revokes one session's lease (see the module docs).
 
-    def __init__(self, gateway: Gateway, ttl: int) -> None:
+    It is the :class:`spate.store.Session` that :meth:`EtcdStore.session` yields.
+    """
+
+    def __init__(self, gateway: Gateway, ttl: int, *, replace_lost: bool = False) -> None:
         self._gateway = gateway
         self._ttl = ttl
         self._interval = ttl / 3
+        self._replace_lost = replace_lost
+        self._lost = False
+        self._ended = False
         self._lock = trio.Lock()
         self._lease: int | None = None
         # Trio time of the latest request (grant or keepalive) etcd confirmed for the
@@ -67,10 +79,44 @@ class LeaseSession:
         """How many leases this session has lost (expired or revoked while in use)."""
         return self._losses
 
-    async def lease(self) -> int:
-        """The lease for the next ephemeral write, granting a new one if needed."""
-        async with self._lock:
+    @property
+    def gateway(self) -> Gateway:
+        """The gateway of the store client that opened this session."""
+        return self._gateway
+
+    @property
+    def lost(self) -> bool:
+        """Whether etcd (or the clock) says this session's lease is gone (never for the default)."""
+        if not self._replace_lost and not self._lost and not self._ended:
             self._expire_by_clock()
+        return self._lost
+
+    @property
+    def last_confirmed(self) -> float:
+        """Trio time of the latest grant or keepalive etcd confirmed for the current lease."""
+        return self._confirmed_at
+
+    async def start(self) -> None:
+        """Grant the session's lease now (a coordinator's session starts with one)."""
+        async with self._lock:
+            await self._grant()
+
+    async def lease(self) -> int:
+        """The lease for the next ephemeral write, granting a new one if this may."""
+        async with self._lock:
+            if not self._ended:
+                self._expire_by_clock()
+            if self._lost:
+                raise SessionLost(
+                    f"the etcd session lease on {self._gateway.endpoint} is lost (no keepalive "
+                    f"confirmed for {self._ttl} s, or etcd dropped it); its keys are gone and "
+                    "nothing was written; open a new session"
+                )
+            if self._ended:
+                raise StoreError(
+                    "this etcd session has ended (its async with block was left), so its "
+                    "ephemeral writes are refused; open a new session"
+                )
             if self._lease is None:
                 await self._grant()
             assert self._lease is not None
@@ -82,6 +128,17 @@ class LeaseSession:
             self._lease = None
             self._losses += 1
             self._lease_ready = trio.Event()
+            if not self._replace_lost:
+                self._lost = True
+                self._lease_ready.set()  # wakes the keepalive task, which then ends
+                log.warning(
+                    "etcd session lease %x on %s is lost (%s); its ephemeral keys are gone "
+                    "and its coordinator must open a new session",
+                    lease,
+                    self._gateway.endpoint,
+                    why,
+                )
+                return
             log.warning(
                 "etcd lease %x of the store client for %s is lost (%s); its ephemeral keys "
                 "are gone and the next ephemeral write starts a new lease",
@@ -114,11 +171,12 @@ class LeaseSession:
         self._lease_ready.set()
 
     async def run(self) -> None:
-        """Keep the current lease alive until cancelled (the store's background task)."""
+        """Keep the current lease alive until cancelled or lost (a background task)."""
         backoff = 0.05
-        while True:
+        while not self._lost:
             if self._lease is None:
                 await self._lease_ready.wait()
+                continue
             try:
                 path = "/v3/lease/keepalive"
                 async with open_socket(self._gateway, path, "lease keepalive") as sock:
@@ -164,7 +222,12 @@ class LeaseSession:
         )
 
     async def close(self) -> None:
-        """End the session: revoke the lease so its keys go now, not a TTL later."""
+        """End the session: revoke the lease so its keys go now, not a TTL later.
+
+        Gives up after the gateway's timeout when etcd cannot be reached: the keys then go
+        when the lease expires, within the TTL, since nothing keeps it alive any more.
+        """
+        self._ended = True
         lease, self._lease = self._lease, None
         if lease is not None:
             with trio.CancelScope(shield=True):

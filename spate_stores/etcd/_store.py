@@ -18,6 +18,7 @@ from spate.store import (
     Keyspace,
     Lost,
     Revision,
+    Session,
     WatchEvent,
     Won,
     WriteResult,
@@ -66,9 +67,11 @@ class EtcdStore:
     owns one pooled httpx client for unary calls, a background task keeping its session
     lease alive, and one stream per open watch.
 
-    Ephemeral keys have *session* semantics: they live while this client's lease lives and
-    are gone within the TTL after the client dies (at once when it closes: the lease is
-    revoked). Revisions are etcd mod_revisions.
+    Ephemeral keys have *session* semantics: each :meth:`session` is one etcd lease, kept
+    alive over its own WebSocket; a key lives while the session that last wrote it lives and
+    is gone within the TTL after it stops (at once when it ends: the lease is revoked), even
+    while this client stays open. Writes that name no session use the client's default lease,
+    which lives as long as the client. Revisions are etcd mod_revisions.
     """
 
     def __init__(self, config: EtcdConfig) -> None:
@@ -117,7 +120,7 @@ class EtcdStore:
 
     @property
     def lease_id(self) -> int | None:
-        """This client's current etcd lease (None before the first ephemeral write)."""
+        """The client's default lease (for writes naming no session; None before the first)."""
         return self._session.lease_id if self._session else None
 
     @property
@@ -136,7 +139,7 @@ class EtcdStore:
             await self._gateway.open()
             stack.push_async_callback(self._gateway.aclose)
             await self._bind_ttl()
-            self._session = LeaseSession(self._gateway, self._ttl)
+            self._session = LeaseSession(self._gateway, self._ttl, replace_lost=True)
             stack.push_async_callback(self._session.close)
             self._nursery = await stack.enter_async_context(trio.open_nursery())
             self._nursery.start_soon(self._session.run)
@@ -260,21 +263,60 @@ class EtcdStore:
             f"etcd at {self._config.endpoint} refused a request while {doing}: {exc.error.message}"
         )
 
-    async def _put_txn(self, keyspace: Keyspace, build: _TxnBuilder, doing: str) -> WriteResult:
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[LeaseSession]:
+        """One etcd lease for one coordinator: granted now, kept alive, revoked at the end.
+
+        Its keepalive runs on its own WebSocket and stops the moment the block ends; the
+        lease is then revoked (within the client's timeout; failing that it expires within
+        the TTL). Raises StoreUnavailable when etcd cannot grant a lease.
+        """
+        self._check_open(Keyspace.EPHEMERAL)
+        assert self._nursery is not None
+        session = LeaseSession(self._gateway, self._ttl)
+        keepalive = trio.CancelScope()
+
+        async def keep_alive() -> None:
+            with keepalive:
+                await session.run()
+
+        try:
+            await session.start()
+            self._nursery.start_soon(keep_alive)
+            yield session
+        finally:
+            keepalive.cancel()
+            await session.close()
+
+    def _lease_session(self, session: Session | None) -> LeaseSession:
+        if session is None:
+            assert self._session is not None
+            return self._session
+        if not isinstance(session, LeaseSession) or session.gateway is not self._gateway:
+            raise StoreError(
+                f"{self!r} cannot use the session {session!r}: pass a session this client "
+                "opened (store.session())"
+            )
+        return session
+
+    async def _put_txn(
+        self, keyspace: Keyspace, build: _TxnBuilder, doing: str, session: Session | None
+    ) -> WriteResult:
         if keyspace is Keyspace.DURABLE:
             reply = await self._call_txn(build(0), doing)
         else:
-            assert self._session is not None
+            lease_session = self._lease_session(session)
             for attempt in range(2):
-                lease = await self._session.lease()
+                lease = await lease_session.lease()
                 try:
                     reply = await self._call_txn(build(lease), doing)
                     break
                 except ReplyError as exc:
                     if exc.error.kind is not ErrorKind.LEASE_NOT_FOUND or attempt == 1:
                         raise self._unexpected(exc, doing) from None
-                    # Refused for its lease, so not applied: safe to retry on a new lease.
-                    self._session.invalidate(lease, "etcd refused a write naming it")
+                    # Refused for its lease, so not applied: safe to retry on a new lease
+                    # (the default session grants one; a coordinator's raises SessionLost).
+                    lease_session.invalidate(lease, "etcd refused a write naming it")
         if txn_succeeded(reply):
             return Won(header_revision(reply))
         return Lost()
@@ -298,18 +340,29 @@ class EtcdStore:
         entries, _ = await self._range_all(keyspace, prefix)
         return entries
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
         """Create-if-absent (a txn comparing create_revision with 0)."""
         validate_key(key)
         data = self._value(key, value)
         self._check_open(keyspace)
         raw = self._layout.key(keyspace, key)
         return await self._put_txn(
-            keyspace, lambda lease: txn_create(raw, data, lease=lease), f"creating {key!r}"
+            keyspace,
+            lambda lease: txn_create(raw, data, lease=lease),
+            f"creating {key!r}",
+            session,
         )
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         """Compare-and-swap on the key's mod_revision."""
         validate_key(key)
@@ -322,6 +375,7 @@ class EtcdStore:
             keyspace,
             lambda lease: txn_put_if(raw, data, expected, lease=lease),
             f"updating {key!r}",
+            session,
         )
 
     async def delete(

@@ -27,12 +27,15 @@ from spate.store import (
     Capabilities,
     Entry,
     EphemeralSemantics,
+    KeySession,
     Keyspace,
     Lost,
     Revision,
+    Session,
     WatchEvent,
     Won,
     WriteResult,
+    check_session,
     validate_key,
     validate_prefix,
 )
@@ -249,11 +252,28 @@ class NatsStore:
         finally:
             await watch.aclose()
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[KeySession]:
+        """A light session handle: entries keep their per-key TTL (the bucket's max_age)."""
+        self._bucket(Keyspace.EPHEMERAL)
+        session = KeySession(self)
+        try:
+            yield session
+        finally:
+            session.end()
+
+    def _check_session(self, keyspace: Keyspace, session: Session | None) -> None:
+        if keyspace is Keyspace.EPHEMERAL:
+            check_session(session, self)
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
         """Create-if-absent, also over a deleted or expired key's tombstone."""
         validate_key(key)
         value = self._check_value(key, value)
         bucket = self._bucket(keyspace)
+        self._check_session(keyspace, session)
         expected = 0
         for _ in range(_MAX_ATTEMPTS):
             try:
@@ -273,12 +293,19 @@ class NatsStore:
         )
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         """Compare-and-swap on the key's revision (restarts an ephemeral key's TTL)."""
         validate_key(key)
         value = self._check_value(key, value)
         bucket = self._bucket(keyspace)
+        self._check_session(keyspace, session)
         if not isinstance(expected, int) or expected < 1:
             return Lost()
         try:

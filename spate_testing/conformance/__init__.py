@@ -21,12 +21,19 @@ import pytest
 pytest.register_assert_rewrite(
     *(
         f"spate_testing.conformance.{name}"
-        for name in ("_cas", "_concurrency", "_data", "_expiry", "_support", "_watch")
+        for name in ("_cas", "_concurrency", "_data", "_expiry", "_session", "_support", "_watch")
     )
 )
 
 from spate_testing.conformance._runner import run_conformance  # noqa: E402
+from spate_testing.conformance._session import Link, PartitionedStoreFactory  # noqa: E402
 from spate_testing.conformance._suite import StoreConformance  # noqa: E402
 from spate_testing.conformance._support import StoreFactory  # noqa: E402
 
-__all__ = ["StoreConformance", "StoreFactory", "run_conformance"]
+__all__ = [
+    "Link",
+    "PartitionedStoreFactory",
+    "StoreConformance",
+    "StoreFactory",
+    "run_conformance",
+]

@@ -9,13 +9,19 @@ from spate_testing.conformance._cas import CasConformance
 from spate_testing.conformance._concurrency import ConcurrencyConformance
 from spate_testing.conformance._data import DataConformance
 from spate_testing.conformance._expiry import ExpiryConformance
+from spate_testing.conformance._session import SessionConformance
 from spate_testing.conformance._watch import WatchConformance
 
 __all__ = ["StoreConformance"]
 
 
 class StoreConformance(
-    CasConformance, DataConformance, ConcurrencyConformance, ExpiryConformance, WatchConformance
+    CasConformance,
+    DataConformance,
+    ConcurrencyConformance,
+    ExpiryConformance,
+    SessionConformance,
+    WatchConformance,
 ):
     """Every rule of the store contract (:mod:`spate.store`) as a pytest test.
 
@@ -34,7 +40,9 @@ class StoreConformance(
     with a short ephemeral TTL (two seconds, say): the TTL tests wait one or two TTLs.
 
     Tests that do not apply to a store are skipped, naming the capability it declares
-    (per-key versus session expiry, whether expiry reaches watchers).
+    (per-key versus session expiry, whether expiry reaches watchers). Provide a
+    ``partitioned_store_factory`` fixture (clients behind a link the test can cut, such as
+    :mod:`spate_testing.blackhole`'s proxy) to run the partition test too.
     """
 
     pytestmark = pytest.mark.trio

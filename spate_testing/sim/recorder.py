@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
@@ -27,7 +28,17 @@ from spate.errors import Fenced
 from spate.events import AllComplete, Stalled
 from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
-from spate.store import Capabilities, Entry, Keyspace, Lost, Revision, Store, Won, WriteResult
+from spate.store import (
+    Capabilities,
+    Entry,
+    Keyspace,
+    Lost,
+    Revision,
+    Session,
+    Store,
+    Won,
+    WriteResult,
+)
 from spate_testing.sim.history import (
     Acked,
     Action,
@@ -111,23 +122,37 @@ class RecordingStore:
         """Delegate."""
         return self.inner.watch(keyspace, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    def session(self) -> AbstractAsyncContextManager[Session]:
+        """Delegate."""
+        return self.inner.session()
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
         """Delegate and record."""
+        named = {} if session is None else {"session": session}
         return await self._write(
-            "create", keyspace, key, None, value, self.inner.create(keyspace, key, value)
+            "create", keyspace, key, None, value, self.inner.create(keyspace, key, value, **named)
         )
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
     ) -> WriteResult:
         """Delegate and record."""
+        named = {} if session is None else {"session": session}
         return await self._write(
             "update",
             keyspace,
             key,
             expected,
             value,
-            self.inner.update(keyspace, key, value, expected),
+            self.inner.update(keyspace, key, value, expected, **named),
         )
 
     async def delete(

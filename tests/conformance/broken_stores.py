@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
-from typing import ClassVar
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
+from typing import Any, ClassVar
 
 import attrs
 import trio
@@ -69,19 +69,22 @@ class Wrapper:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.inner.__aexit__(*exc_info)
 
+    def session(self) -> Any:
+        return self.inner.session()
+
     async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
         return await self.inner.get(keyspace, key)
 
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return await self.inner.list(keyspace, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        return await self.inner.create(keyspace, key, value)
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        return await self.inner.create(keyspace, key, value, **named)
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
-        return await self.inner.update(keyspace, key, value, expected)
+        return await self.inner.update(keyspace, key, value, expected, **named)
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None
@@ -113,8 +116,8 @@ class Wrapper:
 class DuplicateCreateWins(Wrapper):
     """Create overwrites an existing key (a plain put instead of create-if-absent)."""
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        result = await self.inner.create(keyspace, key, value)
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        result = await self.inner.create(keyspace, key, value, **named)
         current = await self.inner.get(keyspace, key)
         if isinstance(result, Lost) and current is not None:
             return await self.inner.update(keyspace, key, value, current.revision)
@@ -125,7 +128,7 @@ class StaleUpdateWins(Wrapper):
     """Update ignores the expected revision (no compare in the CAS)."""
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None:
@@ -137,11 +140,11 @@ class UpdateOfMissingKeyWins(Wrapper):
     """Update of an absent key creates it (an upsert)."""
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         if await self.inner.get(keyspace, key) is None:
-            return await self.inner.create(keyspace, key, value)
-        return await self.inner.update(keyspace, key, value, expected)
+            return await self.inner.create(keyspace, key, value, **named)
+        return await self.inner.update(keyspace, key, value, expected, **named)
 
 
 class GuardedDeleteIgnoresRevision(Wrapper):
@@ -163,11 +166,11 @@ class RevisionNeverIncreases(Wrapper):
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return [attrs.evolve(e, revision=1) for e in await self.inner.list(keyspace, prefix)]
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        return _flatten(await self.inner.create(keyspace, key, value))
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        return _flatten(await self.inner.create(keyspace, key, value, **named))
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None or expected != 1:
@@ -218,15 +221,15 @@ class RevisionResetsOnRecreate(Wrapper):
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return [self._version(keyspace, e) for e in await self.inner.list(keyspace, prefix)]
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
-        result = await self.inner.create(keyspace, key, value)
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        result = await self.inner.create(keyspace, key, value, **named)
         if isinstance(result, Won):
             self.shared.versions[(keyspace, key)] = {result.revision: 1}
             return Won(1)
         return result
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         real = self._real(keyspace, key, expected)
         result = await self.inner.update(keyspace, key, value, real)
@@ -364,7 +367,7 @@ def _blind_put(inner: MemoryStore, keyspace: Keyspace, key: str, value: bytes) -
 class CreateNotAtomic(Wrapper):
     """Create checks for the key, yields, then puts (check-then-act)."""
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         if await self.inner.get(keyspace, key) is not None:
             return Lost()
         await trio.lowlevel.checkpoint()
@@ -375,7 +378,7 @@ class UpdateNotAtomic(Wrapper):
     """Update compares the revision, yields, then puts (check-then-act)."""
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None or current.revision != expected:
@@ -391,11 +394,11 @@ class ValuesMangled(Wrapper):
     def _mangle(value: bytes) -> bytes:
         return bytes(value).decode("utf-8", errors="replace").encode()
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         return await self.inner.create(keyspace, key, self._mangle(value))
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         return await self.inner.update(keyspace, key, self._mangle(value), expected)
 
@@ -403,10 +406,10 @@ class ValuesMangled(Wrapper):
 class OversizeValueLands(Wrapper):
     """Writes the value first and checks its size afterwards."""
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         if len(value) > MAX_VALUE_SIZE:
             await self.inner.create(keyspace, key, value[:MAX_VALUE_SIZE])
-        return await self.inner.create(keyspace, key, value)
+        return await self.inner.create(keyspace, key, value, **named)
 
 
 class KeyspacesShared(Wrapper):
@@ -418,11 +421,11 @@ class KeyspacesShared(Wrapper):
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return await self.inner.list(Keyspace.EPHEMERAL, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         return await self.inner.create(Keyspace.EPHEMERAL, key, value)
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         return await self.inner.update(Keyspace.EPHEMERAL, key, value, expected)
 
@@ -435,6 +438,57 @@ class KeyspacesShared(Wrapper):
         self, keyspace: Keyspace, prefix: str
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
         return self._watch(Keyspace.EPHEMERAL, prefix)
+
+
+class SessionOutlivesCoordinator(Wrapper):
+    """Entries written under a session live as long as the store client, not the session.
+
+    The bug this issue's etcd adapter had: every ephemeral key hung on the client's one lease,
+    so a coordinator that stopped inside a long-lived application left its leader key and
+    leases alive until the process exited. Modelled here by a client that keeps renewing what
+    its sessions wrote, whether or not they ended.
+    """
+
+    async def __aenter__(self) -> SessionOutlivesCoordinator:
+        await super().__aenter__()
+        self._kept: dict[str, tuple[bytes, Revision]] = {}
+        self._stack = AsyncExitStack()
+        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        self._nursery.start_soon(self._keep_alive)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._nursery.cancel_scope.cancel()
+        await self._stack.aclose()
+        await super().__aexit__(*exc_info)
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await trio.sleep(TTL / 3)
+            for key, (value, revision) in list(self._kept.items()):
+                result = await self.inner.update(Keyspace.EPHEMERAL, key, value, revision)
+                if isinstance(result, Won):
+                    self._kept[key] = (value, result.revision)
+                else:
+                    del self._kept[key]
+
+    def _keep(
+        self, keyspace: Keyspace, key: str, value: bytes, result: WriteResult, named: Any
+    ) -> None:
+        if keyspace is Keyspace.EPHEMERAL and named.get("session") and isinstance(result, Won):
+            self._kept[key] = (value, result.revision)
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        result = await self.inner.create(keyspace, key, value, **named)
+        self._keep(keyspace, key, value, result, named)
+        return result
+
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
+    ) -> WriteResult:
+        result = await self.inner.update(keyspace, key, value, expected, **named)
+        self._keep(keyspace, key, value, result, named)
+        return result
 
 
 class NamespacesShared(Wrapper):
@@ -465,6 +519,7 @@ BROKEN: dict[str, type[Wrapper]] = {
     "oversize-value-lands": OversizeValueLands,
     "keyspaces-shared": KeyspacesShared,
     "namespaces-shared": NamespacesShared,
+    "session-outlives-coordinator": SessionOutlivesCoordinator,
 }
 """Every wrapper by name; ``none`` breaks nothing (the control)."""
 

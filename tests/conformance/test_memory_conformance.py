@@ -11,7 +11,8 @@ import trio.testing
 
 from spate.store import Store
 from spate_stores.memory import MemoryServer, MemoryStore
-from spate_testing.conformance import StoreConformance, StoreFactory
+from spate_testing.conformance import PartitionedStoreFactory, StoreConformance, StoreFactory
+from spate_testing.faults import FaultyStore
 
 TTL = 15.0
 MAX_VALUE_SIZE = 64 * 1024
@@ -38,5 +39,28 @@ class TestMemoryStoreConformance(StoreConformance):
         return factory
 
     @pytest.fixture
+    def partitioned_store_factory(self, store_factory: StoreFactory) -> PartitionedStoreFactory:
+        @asynccontextmanager
+        async def client(namespace: str) -> AsyncIterator[tuple[Store, _Partition]]:
+            async with store_factory(namespace) as inner:
+                faulty = FaultyStore(inner)
+                yield faulty, _Partition(faulty)
+
+        return client
+
+    @pytest.fixture
     def spate_clock(self) -> trio.abc.Clock:
         return trio.testing.MockClock(autojump_threshold=0)
+
+
+class _Partition:
+    """FaultyStore's partition switch as a conformance Link."""
+
+    def __init__(self, store: FaultyStore) -> None:
+        self.store = store
+
+    def cut(self) -> None:
+        self.store.partition()
+
+    def heal(self) -> None:
+        self.store.heal()

@@ -244,6 +244,9 @@ class HookStore:
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
+    def session(self) -> Any:
+        return self.inner.session()
+
     async def get(self, keyspace: Keyspace, key: str) -> Any:
         return await self.inner.get(keyspace, key)
 
@@ -261,16 +264,19 @@ class HookStore:
             await self.after(kind, keyspace, key, result)
         return result
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         return await self._write(
-            "create", keyspace, key, lambda: self.inner.create(keyspace, key, value)
+            "create", keyspace, key, lambda: self.inner.create(keyspace, key, value, **named)
         )
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         return await self._write(
-            "update", keyspace, key, lambda: self.inner.update(keyspace, key, value, expected)
+            "update",
+            keyspace,
+            key,
+            lambda: self.inner.update(keyspace, key, value, expected, **named),
         )
 
     async def delete(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import attrs
 import trio
@@ -30,13 +31,13 @@ class LateLeaseStore(HookStore):
         self.arrived = trio.Event()
         self.release = trio.Event()
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         if keyspace is E and key == self.key and not self.release.is_set():
             self.arrived.set()
             with trio.CancelScope(shield=True):
                 await self.release.wait()
-                return await self.inner.create(keyspace, key, value)
-        return await super().create(keyspace, key, value)
+                return await self.inner.create(keyspace, key, value, **named)
+        return await super().create(keyspace, key, value, **named)
 
 
 async def test_a_claim_whose_lease_lands_after_another_owner_finished_writes_nothing(

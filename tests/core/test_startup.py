@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -19,12 +21,12 @@ class AcceptsStaleUpdates(HookStore):
     """A store whose compare-and-swap ignores the expected revision."""
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         entry = await self.inner.get(keyspace, key)
         if entry is None:
             return Lost()
-        return await self.inner.update(keyspace, key, value, entry.revision)
+        return await self.inner.update(keyspace, key, value, entry.revision, **named)
 
 
 async def test_probe_refuses_a_broken_store(autojump_clock: trio.abc.Clock) -> None:
@@ -75,7 +77,9 @@ async def test_startup_gives_up_on_an_unavailable_store_after_its_budget(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     class Down(HookStore):
-        async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+        async def create(
+            self, keyspace: Keyspace, key: str, value: bytes, **named: Any
+        ) -> WriteResult:
             raise StoreUnavailable("connection refused")
 
     with pytest.raises(FatalCoordinationError, match="3 attempts"):

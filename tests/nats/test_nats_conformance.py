@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
+from spate.store import Store
 from spate_stores.nats import NatsStore
-from spate_testing.conformance import StoreConformance, StoreFactory
+from spate_testing.blackhole import BlackholeProxy, open_blackhole
+from spate_testing.conformance import PartitionedStoreFactory, StoreConformance, StoreFactory
 from spate_testing.servers.nats import NatsServer
 
 pytestmark = pytest.mark.nats
@@ -26,12 +30,29 @@ def factory(server: NatsServer, transport: str) -> StoreFactory:
     return make
 
 
+def partitioned(server: NatsServer) -> PartitionedStoreFactory:
+    @asynccontextmanager
+    async def make(namespace: str) -> AsyncIterator[tuple[Store, BlackholeProxy]]:
+        url = server.store_url(f"conformance-{RUN}-{namespace}", ttl=TTL)
+        async with (
+            open_blackhole("127.0.0.1", server.port) as proxy,
+            NatsStore.from_url(proxy.url_for(url)) as store,
+        ):
+            yield store, proxy
+
+    return make
+
+
 class TestNatsConformance(StoreConformance):
     """The pip server (2.11+) over TCP: expiry reaches watchers."""
 
     @pytest.fixture
     def store_factory(self, spate_nats_server: NatsServer) -> StoreFactory:
         return factory(spate_nats_server, "tcp")
+
+    @pytest.fixture
+    def partitioned_store_factory(self, spate_nats_server: NatsServer) -> PartitionedStoreFactory:
+        return partitioned(spate_nats_server)
 
     @pytest.fixture
     def spate_clock(self) -> None:
@@ -56,6 +77,10 @@ class TestNatsLegacyConformance(StoreConformance):
     @pytest.fixture
     def store_factory(self, legacy_nats_server: NatsServer) -> StoreFactory:
         return factory(legacy_nats_server, "tcp")
+
+    @pytest.fixture
+    def partitioned_store_factory(self, legacy_nats_server: NatsServer) -> PartitionedStoreFactory:
+        return partitioned(legacy_nats_server)
 
     @pytest.fixture
     def spate_clock(self) -> None:

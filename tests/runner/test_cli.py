@@ -129,4 +129,4 @@ def test_the_conformance_command_passes_on_the_memory_store(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["conformance", "--store", "memory://"]) == 0
-    assert "57 passed" in capfd.readouterr().out
+    assert "59 passed" in capfd.readouterr().out

@@ -49,13 +49,13 @@ class _LastWriterWins(_Delegate):
     """Compare-and-swap on progress records ignores the expected revision."""
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         if keyspace is Keyspace.DURABLE and ".split." in key:
             current = await self.inner.get(keyspace, key)
             if current is not None:
                 expected = current.revision
-        result: WriteResult = await self.inner.update(keyspace, key, value, expected)
+        result: WriteResult = await self.inner.update(keyspace, key, value, expected, **named)
         return result
 
 
@@ -68,10 +68,10 @@ class _ForgetfulStore(_Delegate):
         self.updates = 0
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         before = await self.inner.get(keyspace, key)
-        result: WriteResult = await self.inner.update(keyspace, key, value, expected)
+        result: WriteResult = await self.inner.update(keyspace, key, value, expected, **named)
         if keyspace is Keyspace.DURABLE and ".split." in key and isinstance(result, Won):
             self.updates += 1
             if self.updates % 5 == 0 and before is not None and b'"completed":true' not in value:

@@ -174,13 +174,13 @@ class _LeaderKeyUnseen(FaultyStore):
         self.attempts = 0
         self.limit = limit
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         if not key.endswith(".leader"):
-            return await super().create(keyspace, key, value)
+            return await super().create(keyspace, key, value, **named)
         self.attempts += 1
         if self.attempts > self.limit:
             raise StoreError(f"{self.attempts} election attempts: the loop spins")
-        await super().create(keyspace, key, value)
+        await super().create(keyspace, key, value, **named)
         raise StoreUnavailable("the election's reply was lost")
 
     def watch(self, keyspace: Keyspace, prefix: str) -> Any:
@@ -233,14 +233,14 @@ class _BumpLosesThenReadFails(FaultyStore):
         self.failed_read = False
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: int
+        self, keyspace: Keyspace, key: str, value: bytes, expected: int, **named: Any
     ) -> WriteResult:
         if key.endswith(".plan") and not self.interfered:
             self.interfered = True
             current = await self.inner.get(keyspace, key)
             assert current is not None
             await self.inner.update(keyspace, key, current.value, current.revision)
-        return await super().update(keyspace, key, value, expected)
+        return await super().update(keyspace, key, value, expected, **named)
 
     async def get(self, keyspace: Keyspace, key: str) -> Any:
         if key.endswith(".plan") and self.interfered and not self.failed_read:
@@ -277,13 +277,13 @@ class _AssignmentEchoLost(FaultyStore):
         self.creates = 0
         self.limit = limit
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         if not key.endswith(".assign.w0"):
-            return await super().create(keyspace, key, value)
+            return await super().create(keyspace, key, value, **named)
         self.creates += 1
         if self.creates > self.limit:
             raise StoreError(f"{self.creates} assignment creates: the loop spins")
-        result = await super().create(keyspace, key, value)
+        result = await super().create(keyspace, key, value, **named)
         if self.creates == 1:
             raise StoreUnavailable("the assignment's reply was lost")
         return result
@@ -350,10 +350,10 @@ class _RewriteBehindTheView(FaultyStore):
             self.hidden.add(result.revision)
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: int
+        self, keyspace: Keyspace, key: str, value: bytes, expected: int, **named: Any
     ) -> WriteResult:
         await self._interfere(keyspace, key)
-        return await super().update(keyspace, key, value, expected)
+        return await super().update(keyspace, key, value, expected, **named)
 
     async def delete(self, keyspace: Keyspace, key: str, expected: int | None = None) -> Any:
         await self._interfere(keyspace, key)

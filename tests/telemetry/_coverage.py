@@ -60,6 +60,9 @@ class RecordingStore:
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
+    def session(self) -> Any:
+        return self.inner.session()
+
     def _note(self, kind: str, keyspace: Keyspace, key: str, expected: int | None) -> None:
         self.log.append(Noted(kind, keyspace, key, expected, trace.get_current_span(), self.name))
 
@@ -69,15 +72,15 @@ class RecordingStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return await self.inner.list(keyspace, prefix)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         self._note("create", keyspace, key, None)
-        return await self.inner.create(keyspace, key, value)
+        return await self.inner.create(keyspace, key, value, **named)
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision, **named: Any
     ) -> WriteResult:
         self._note("update", keyspace, key, expected)
-        return await self.inner.update(keyspace, key, value, expected)
+        return await self.inner.update(keyspace, key, value, expected, **named)
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None

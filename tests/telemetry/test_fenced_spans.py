@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -171,7 +173,7 @@ async def test_store_error_is_recorded_and_propagates(spans: Spans) -> None:
 class Hangs(MemoryStore):
     """A store whose creates never answer (a request in flight when its caller gives up)."""
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> WriteResult:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
@@ -242,13 +244,15 @@ class MovesOnce:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def update(self, keyspace: Keyspace, key: str, value: bytes, expected: int) -> object:
+    async def update(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: int, **named: Any
+    ) -> object:
         if not self.moved:
             self.moved = True
             entry = await self.inner.get(keyspace, key)
             assert entry is not None
             await self.inner.update(keyspace, key, entry.value, entry.revision)
-        return await self.inner.update(keyspace, key, value, expected)
+        return await self.inner.update(keyspace, key, value, expected, **named)
 
 
 async def test_requeue_race_shows_a_lost_then_a_won_span(spans: Spans) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -23,11 +25,11 @@ class TracedStore:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def create(self, keyspace: Keyspace, key: str, value: bytes) -> object:
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> object:
         with client_span(
             "etcd", "txn", server=server_endpoint("127.0.0.1", 2379), namespace="spate/job"
         ):
-            return await self.inner.create(keyspace, key, value)
+            return await self.inner.create(keyspace, key, value, **named)
 
 
 async def test_client_span_nests_under_the_fenced_write(spans: Spans) -> None:

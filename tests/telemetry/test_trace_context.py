@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 from opentelemetry import trace
@@ -38,10 +40,10 @@ class ClientSpans(MemoryStore):
     """A memory store whose writes open a client span, as a network adapter's do."""
 
     async def update(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: int
+        self, keyspace: Keyspace, key: str, value: bytes, expected: int, **named: Any
     ) -> WriteResult:
         with client_span("memory", "update", server=server_endpoint("127.0.0.1", 1)):
-            return await super().update(keyspace, key, value, expected)
+            return await super().update(keyspace, key, value, expected, **named)
 
 
 async def handle(split: SplitHandle) -> None:
