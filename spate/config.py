@@ -60,9 +60,11 @@ class Config:
         membership_debounce: Quiet period the leader waits after a membership change before
             it rebalances (several workers joining at once cause one rebalance). Zero
             rebalances at once.
-        planner_thread: Run a synchronous planner in a worker thread (the default, so a slow
-            plan never stalls renewals). ``False`` runs it inline on the event loop: only for
-            tests under a mock clock, where threads race the virtual clock.
+        planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
+            the clock: in a worker thread (so a slow plan never stalls renewals), except under
+            a ``trio.testing.MockClock``, where it runs inline on the event loop, because the
+            virtual clock runs ahead of a thread and a plan could come back after its
+            leader's lease expired. ``True`` always uses a thread, ``False`` always runs inline.
     """
 
     lease_duration: float | None = None
@@ -75,7 +77,7 @@ class Config:
     rebalance_delay: float = 20.0
     drain_deadline: float = 10.0
     membership_debounce: float = 0.0
-    planner_thread: bool = True
+    planner_thread: bool | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -93,8 +95,11 @@ class Config:
         for name in ("max_in_flight", "max_attempts", "startup_max_attempts"):
             if _count(getattr(self, name), name) < 1:
                 raise ConfigError(f"Config.{name} must be at least 1, not {getattr(self, name)!r}")
-        if not isinstance(self.planner_thread, bool):
-            raise ConfigError(f"Config.planner_thread must be a bool, not {self.planner_thread!r}")
+        if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
+            raise ConfigError(
+                f"Config.planner_thread must be True, False or None (decide by the clock), not "
+                f"{self.planner_thread!r}"
+            )
         if self.lease_duration is not None:
             self._check_timings(self.lease_duration)
 
