@@ -20,7 +20,7 @@ import trio
 
 from spate._groups import single_error
 from spate._version import __version__
-from spate.errors import SpateError
+from spate.errors import ConfigError, SpateError
 
 __all__ = ["build_parser", "main"]
 
@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--max-in-flight", type=int, default=4)
     worker.add_argument(
         "--history", help="append one JSON line per acknowledged commit to this file"
+    )
+    worker.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (HOST: all interfaces if "
+        "omitted; PORT 0 picks a free one); needs the otel extra",
     )
 
     status = commands.add_parser("status", help="show a job as an operator needs it")
@@ -202,21 +208,47 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    async def work() -> int:
-        verdict = await run_demo_worker(
-            store_url=args.store,
-            job=args.job,
-            instance=args.instance,
-            splits=args.splits,
-            seed=args.seed,
-            batch_seconds=args.batch_seconds,
-            max_in_flight=args.max_in_flight,
-            history=args.history,
+    telemetry = None
+    if args.metrics_port is not None:
+        from spate import telemetry as telemetry_module
+
+        host, port = _host_port(args.metrics_port)
+        telemetry = telemetry_module.configure(
+            service_name="spate-worker", traces=False, prometheus_port=port, prometheus_host=host
         )
+        print(f"metrics: {telemetry.prometheus_url}", flush=True)
+
+    async def work() -> int:
+        try:
+            verdict = await run_demo_worker(
+                store_url=args.store,
+                job=args.job,
+                instance=args.instance,
+                splits=args.splits,
+                seed=args.seed,
+                batch_seconds=args.batch_seconds,
+                max_in_flight=args.max_in_flight,
+                history=args.history,
+            )
+        finally:
+            if telemetry is not None:
+                await telemetry.ashutdown()
         print(f"verdict: {verdict!r}", flush=True)
         return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
 
     return _run_with_ctrl_c(work)
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` (``[::1]:9464`` for IPv6) as a host (all interfaces if omitted) and port."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        return host, int(port)
+    except ValueError:
+        raise ConfigError(
+            f"--metrics-port takes [HOST:]PORT, such as 9464 or 127.0.0.1:9464, not {value!r}"
+        ) from None
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
