@@ -23,9 +23,8 @@ def queries(node: Any) -> Iterator[str]:
     """Every PromQL expression of the dashboard: panel targets and template variables."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key == "expr" and isinstance(value, str):
-                yield value
-            elif key == "query" and isinstance(value, str) and "(" in value:
+            promql = key == "expr" or (key == "query" and "(" in str(value))
+            if promql and isinstance(value, str):
                 yield value
             else:
                 yield from queries(value)
