@@ -10,6 +10,7 @@ leaves at once.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import signal
 import sys
@@ -276,6 +277,14 @@ def _cmd_requeue(args: argparse.Namespace) -> int:
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
+    missing = [name for name in ("pytest", "pytest_trio") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"the conformance suite runs under pytest with pytest-trio, and "
+            f"{' and '.join(n.replace('_', '-') for n in missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: run "
+            "`pip install 'spate[conformance]'` (plus the store's own extra, e.g. spate[etcd])"
+        )
     from spate_testing.conformance import run_conformance
 
     return run_conformance(args.store, args.pytest_args)
