@@ -52,6 +52,16 @@ class SplitStatus:
     revision: int
     state: bytes = attrs.field(repr=False, default=b"")
 
+    def age(self, now_ms: int) -> float | None:
+        """Seconds from the last write of the split's progress record to ``now_ms``.
+
+        Every commit writes it (so do a claim, a hand-back, a fail): a runnable, owned split
+        whose age keeps growing is stuck. None when the record carries no time.
+        """
+        if not self.written_at_ms:
+            return None
+        return max(0, now_ms - self.written_at_ms) / 1000
+
 
 @attrs.frozen
 class WorkerStatus:
@@ -77,6 +87,8 @@ class JobStatus:
     workers: list[WorkerStatus]
     splits: dict[str, SplitStatus]
     unreadable: list[str]
+    read_at_ms: int = 0
+    """Wall-clock milliseconds when the store was read (the reference of split ages)."""
 
     def counts(self) -> dict[str, int]:
         """How many splits are in each status (plus ``owned``: runnable with a live lease)."""
@@ -106,15 +118,21 @@ class JobStatus:
             "workers": [attrs.asdict(w) for w in self.workers],
             "splits": [
                 {k: v for k, v in attrs.asdict(s).items() if k != "state"}
+                | {"age_s": _rounded(s.age(self.read_at_ms))}
                 for s in self.ordered_splits()
             ],
             "unreadable": self.unreadable,
         }
 
 
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
 async def read_status(store: Store, job: str) -> JobStatus:
     """Read everything the store holds about ``job`` (two listings, no writes)."""
     validate_job(job)
+    read_at_ms = now_ms()
     keys = Keys(job)
     durable = await store.list(Keyspace.DURABLE, keys.prefix)
     ephemeral = await store.list(Keyspace.EPHEMERAL, keys.prefix)
@@ -183,6 +201,7 @@ async def read_status(store: Store, job: str) -> JobStatus:
         workers=workers,
         splits=splits,
         unreadable=unreadable,
+        read_at_ms=read_at_ms,
     )
 
 
