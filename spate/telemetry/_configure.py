@@ -37,7 +37,8 @@ logger = logging.getLogger("spate.telemetry")
 
 _INSTALL_HINT = "pip install 'spate[otel]'"
 _SIGNAL_PATHS = ("/v1/traces", "/v1/metrics")
-_EXPORTERS = ("otlp", "console", "prometheus", "none")
+_EXPORTERS = ("otlp", "console", "none")
+_METRIC_EXPORTERS = ("otlp", "console", "prometheus", "none")
 _PROMETHEUS_DEFAULT = ("localhost", 9464)
 """Where ``OTEL_METRICS_EXPORTER=prometheus`` serves without its own host and port variables."""
 
@@ -185,18 +186,15 @@ def configure(
         resource = Resource.create({})
     effective_name = str(resource.attributes.get("service.name", service_name))
 
-    traces_exporter = _exporter_choice("OTEL_TRACES_EXPORTER") if traces else "none"
-    metrics_exporter = _exporter_choice("OTEL_METRICS_EXPORTER") if metrics else "none"
+    traces_exporter = _exporter_choice("OTEL_TRACES_EXPORTER", _EXPORTERS) if traces else "none"
+    metrics_exporter = (
+        _exporter_choice("OTEL_METRICS_EXPORTER", _METRIC_EXPORTERS) if metrics else "none"
+    )
     scrape_at: tuple[str, int] | None = None
     if metrics and prometheus_port is not None:
         metrics_exporter, scrape_at = "prometheus", (prometheus_host, prometheus_port)
     elif metrics_exporter == "prometheus":
         scrape_at = _prometheus_from_environment()
-    if traces_exporter == "prometheus":
-        raise ConfigError(
-            "OTEL_TRACES_EXPORTER=prometheus: Prometheus takes metrics only; export traces "
-            "over otlp (or set it to none)"
-        )
     for kind, choice in (("TRACES", traces_exporter), ("METRICS", metrics_exporter)):
         if choice == "otlp":
             _check_protocol(kind)
@@ -347,14 +345,14 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() == "true"
 
 
-def _exporter_choice(variable: str) -> str:
+def _exporter_choice(variable: str, supported: tuple[str, ...]) -> str:
     raw = os.environ.get(variable, "").strip().lower() or "otlp"
     choices = [c.strip() for c in raw.split(",") if c.strip()]
-    unknown = [c for c in choices if c not in _EXPORTERS]
+    unknown = [c for c in choices if c not in supported]
     if unknown or len(choices) != 1:
         raise ConfigError(
             f"{variable}={raw!r} is not supported by spate.telemetry.configure: use one of "
-            f"{', '.join(_EXPORTERS)} (or wire the OpenTelemetry SDK yourself; spate's spans "
+            f"{', '.join(supported)} (or wire the OpenTelemetry SDK yourself; spate's spans "
             "and metrics go to whatever global providers are installed)"
         )
     return choices[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -73,3 +74,28 @@ async def test_spate_worker_serves_its_coordination_series_to_prometheus() -> No
     writes = [ln for ln in text.splitlines() if ln.startswith("spate_coordination_writes_total{")]
     assert any('spate_job="prom"' in ln and 'spate_instance="w1"' in ln for ln in writes)
     assert any('spate_operation="claim"' in ln and 'spate_outcome="won"' in ln for ln in writes)
+
+
+def test_a_metrics_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "spate", "worker", "--store", "memory://",
+             "--metrics-port", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2
+    assert f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_metrics_port_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "spate", "worker", "--store", "memory://",
+         "--metrics-port", "localhost:http"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--metrics-port takes [HOST:]PORT" in result.stderr
