@@ -24,6 +24,7 @@ in-process memory store and checks that every record landed exactly once.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import sys
 import tempfile
@@ -204,6 +205,7 @@ async def main(path: str, splits: int = 8, records: int = 100, workers: int = 3)
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if len(sys.argv) > 1:
         database = sys.argv[1]
     else:

@@ -172,6 +172,10 @@ def configure(
     base = _normalize_endpoint(endpoint) if endpoint is not None else None
     if prometheus_port is not None:
         _check_port(prometheus_port, "prometheus_port")
+        if not metrics:
+            raise ConfigError(
+                "prometheus_port serves metrics, but metrics=False turns them off: drop one"
+            )
     if export_interval is not None and not export_interval > 0:
         raise ConfigError(
             f"export_interval must be a positive number of seconds, not {export_interval!r}"
@@ -191,7 +195,7 @@ def configure(
         _exporter_choice("OTEL_METRICS_EXPORTER", _METRIC_EXPORTERS) if metrics else "none"
     )
     scrape_at: tuple[str, int] | None = None
-    if metrics and prometheus_port is not None:
+    if prometheus_port is not None:
         metrics_exporter, scrape_at = "prometheus", (prometheus_host, prometheus_port)
     elif metrics_exporter == "prometheus":
         scrape_at = _prometheus_from_environment()

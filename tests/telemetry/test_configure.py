@@ -121,3 +121,8 @@ def test_a_bad_prometheus_port_variable_is_refused(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "ninety")
     with pytest.raises(ConfigError, match="OTEL_EXPORTER_PROMETHEUS_PORT='ninety'"):
         configure()
+
+
+def test_a_prometheus_port_without_metrics_is_refused() -> None:
+    with pytest.raises(ConfigError, match="metrics=False"):
+        configure(metrics=False, prometheus_port=9464)
