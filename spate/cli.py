@@ -220,24 +220,24 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         print(f"metrics: {telemetry.prometheus_url}", flush=True)
 
     async def work() -> int:
-        try:
-            verdict = await run_demo_worker(
-                store_url=args.store,
-                job=args.job,
-                instance=args.instance,
-                splits=args.splits,
-                seed=args.seed,
-                batch_seconds=args.batch_seconds,
-                max_in_flight=args.max_in_flight,
-                history=args.history,
-            )
-        finally:
-            if telemetry is not None:
-                await telemetry.ashutdown()
+        verdict = await run_demo_worker(
+            store_url=args.store,
+            job=args.job,
+            instance=args.instance,
+            splits=args.splits,
+            seed=args.seed,
+            batch_seconds=args.batch_seconds,
+            max_in_flight=args.max_in_flight,
+            history=args.history,
+        )
         print(f"verdict: {verdict!r}", flush=True)
         return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
 
-    return _run_with_ctrl_c(work)
+    try:
+        return _run_with_ctrl_c(work)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()  # the Trio run is over: blocking here stalls nothing
 
 
 def _host_port(value: str) -> tuple[str, int]:
