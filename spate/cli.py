@@ -10,6 +10,7 @@ leaves at once.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import signal
 import sys
@@ -20,7 +21,7 @@ import trio
 
 from spate._groups import single_error
 from spate._version import __version__
-from spate.errors import SpateError
+from spate.errors import ConfigError, SpateError
 
 __all__ = ["build_parser", "main"]
 
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--history", help="append one JSON line per acknowledged commit to this file"
+    )
+    worker.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (HOST: all interfaces if "
+        "omitted; PORT 0 picks a free one); needs the otel extra",
     )
 
     status = commands.add_parser("status", help="show a job as an operator needs it")
@@ -220,6 +227,16 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
+    telemetry = None
+    if args.metrics_port is not None:
+        from spate import telemetry as telemetry_module
+
+        host, port = _host_port(args.metrics_port)
+        telemetry = telemetry_module.configure(
+            service_name="spate-worker", traces=False, prometheus_port=port, prometheus_host=host
+        )
+        print(f"metrics: {telemetry.prometheus_url}", flush=True)
+
     async def work() -> int:
         verdict = await run_demo_worker(
             store_url=args.store,
@@ -236,7 +253,23 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         print(f"verdict: {verdict!r}", flush=True)
         return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
 
-    return _run_with_ctrl_c(work)
+    try:
+        return _run_with_ctrl_c(work)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()  # the Trio run is over: blocking here stalls nothing
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` (``[::1]:9464`` for IPv6) as a host (all interfaces if omitted) and port."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        return host, int(port)
+    except ValueError:
+        raise ConfigError(
+            f"--metrics-port takes [HOST:]PORT, such as 9464 or 127.0.0.1:9464, not {value!r}"
+        ) from None
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -269,6 +302,14 @@ def _cmd_requeue(args: argparse.Namespace) -> int:
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
+    missing = [name for name in ("pytest", "pytest_trio") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"the conformance suite runs under pytest with pytest-trio, and "
+            f"{' and '.join(n.replace('_', '-') for n in missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: run "
+            "`pip install 'spate[conformance]'` (plus the store's own extra, e.g. spate[etcd])"
+        )
     from spate_testing.conformance import run_conformance
 
     return run_conformance(args.store, args.pytest_args)

@@ -63,9 +63,11 @@ class Config:
         isolation_tier: The tier of the workers' localities whose domains the leader spreads
             the job across (0, the default, is the coarsest: ``zone-a`` of
             ``zone-a/rack-3/host-7``). Zero or more. Only matters when workers have a locality.
-        planner_thread: Run a synchronous planner in a worker thread (the default, so a slow
-            plan never stalls renewals). ``False`` runs it inline on the event loop: only for
-            tests under a mock clock, where threads race the virtual clock.
+        planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
+            the clock: in a worker thread (so a slow plan never stalls renewals), except under
+            a ``trio.testing.MockClock``, where it runs inline on the event loop, because the
+            virtual clock runs ahead of a thread and a plan could come back after its
+            leader's lease expired. ``True`` always uses a thread, ``False`` always runs inline.
     """
 
     lease_duration: float | None = None
@@ -78,7 +80,7 @@ class Config:
     rebalance_delay: float = 20.0
     drain_deadline: float = 10.0
     membership_debounce: float = 0.0
-    planner_thread: bool = True
+    planner_thread: bool | None = None
     isolation_tier: int = 0
 
     def __attrs_post_init__(self) -> None:
@@ -102,8 +104,11 @@ class Config:
                 f"Config.isolation_tier must be zero or more (0 is the coarsest tier of a "
                 f"locality), not {self.isolation_tier!r}"
             )
-        if not isinstance(self.planner_thread, bool):
-            raise ConfigError(f"Config.planner_thread must be a bool, not {self.planner_thread!r}")
+        if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
+            raise ConfigError(
+                f"Config.planner_thread must be True, False or None (decide by the clock), not "
+                f"{self.planner_thread!r}"
+            )
         if self.lease_duration is not None:
             self._check_timings(self.lease_duration)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -352,7 +353,7 @@ class Leadership:
             try:
                 if inspect.iscoroutinefunction(self.planner):
                     value: Any = await self.planner(ctx)
-                elif self.core.config.planner_thread:
+                elif _planner_in_thread(self.core.config.planner_thread):
                     value = await trio.to_thread.run_sync(self.planner, ctx, abandon_on_cancel=True)
                 else:
                     value = self.planner(ctx)
@@ -699,3 +700,17 @@ def fingerprint_mismatch(job: str, stored: str, ours: str) -> FatalCoordinationE
         "workers with different fingerprints cannot share a job. Deploy the same fingerprint "
         "everywhere, or run the new configuration under a new job name."
     )
+
+
+def _planner_in_thread(setting: bool | None) -> bool:
+    """Whether a synchronous planner runs in a worker thread (``Config.planner_thread``).
+
+    Undecided (None), it runs in a thread unless the run's clock is a MockClock: autojump
+    advances virtual time whenever every task waits, including while a thread plans, so the
+    plan could come back after its leader's lease (virtually) expired and never be written.
+    """
+    if setting is not None:
+        return setting
+    # A MockClock exists only once trio.testing is imported: never import it for production.
+    testing = sys.modules.get("trio.testing")
+    return testing is None or not isinstance(trio.lowlevel.current_clock(), testing.MockClock)

@@ -53,6 +53,16 @@ class SplitStatus:
     revision: int
     state: bytes = attrs.field(repr=False, default=b"")
 
+    def age(self, now_ms: int) -> float | None:
+        """Seconds from the last write of the split's progress record to ``now_ms``.
+
+        Every commit writes it (so do a claim, a hand-back, a fail): a runnable, owned split
+        whose age keeps growing is stuck. None when the record carries no time.
+        """
+        if not self.written_at_ms:
+            return None
+        return max(0, now_ms - self.written_at_ms) / 1000
+
 
 @attrs.frozen
 class WorkerStatus:
@@ -81,6 +91,8 @@ class JobStatus:
     unreadable: list[str]
     isolation_tier: int = 0
     """The locality tier whose domains :meth:`placement` groups the workers by."""
+    read_at_ms: int = 0
+    """Wall-clock milliseconds when the store was read (the reference of split ages)."""
 
     def placement(self) -> PlacementReport:
         """What each failure domain holds now (live leases, by weight) and the blast radius."""
@@ -123,6 +135,7 @@ class JobStatus:
             "workers": [attrs.asdict(w) for w in self.workers],
             "splits": [
                 {k: v for k, v in attrs.asdict(s).items() if k != "state"}
+                | {"age_s": _rounded(s.age(self.read_at_ms))}
                 for s in self.ordered_splits()
             ],
             "unreadable": self.unreadable,
@@ -139,12 +152,17 @@ def _placement_json(status: JobStatus) -> dict[str, object]:
     }
 
 
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
 async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> JobStatus:
     """Read everything the store holds about ``job`` (two listings, no writes).
 
     ``isolation_tier`` is the locality tier whose failure domains the status groups by.
     """
     validate_job(job)
+    read_at_ms = now_ms()
     keys = Keys(job)
     durable = await store.list(Keyspace.DURABLE, keys.prefix)
     ephemeral = await store.list(Keyspace.EPHEMERAL, keys.prefix)
@@ -216,6 +234,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         splits=splits,
         unreadable=unreadable,
         isolation_tier=isolation_tier,
+        read_at_ms=read_at_ms,
     )
 
 

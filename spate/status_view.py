@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -17,10 +16,16 @@ if TYPE_CHECKING:
 __all__ = ["render_status", "show_status"]
 
 
-def _when(ms: int) -> str:
-    if not ms:
+def _age(seconds: float | None) -> str:
+    # How long ago the progress record was last written: a stuck split's age keeps growing.
+    if seconds is None:
         return "-"
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).strftime("%H:%M:%S")
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole // 60 % 60:02d}m"
 
 
 def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
@@ -59,7 +64,7 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
         "epoch",
         "attempts",
         "watermark",
-        "written",
+        "age",
     ):
         splits.add_column(column)
     ordered = status.ordered_splits()
@@ -73,7 +78,7 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             str(split.epoch),
             str(split.attempts),
             "-" if split.watermark is None else str(split.watermark),
-            _when(split.written_at_ms),
+            _age(split.age(status.read_at_ms)),
         )
     parts: list[RenderableType] = [header, workers, *_domains(status), splits]
     if len(ordered) > limit:

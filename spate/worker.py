@@ -32,6 +32,7 @@ from spate.events import (
     Stalled,
 )
 from spate.handover import wait_until_held_elsewhere
+from spate.metrics import MetricsHooks
 from spate.plan import Plan, PlanContext
 from spate.store import Store
 
@@ -87,6 +88,31 @@ class SplitHandle:
     def completed(self) -> bool:
         """True once a ``completed=True`` commit has landed."""
         return self._completed
+
+    @property
+    def fence(self) -> int:
+        """The fencing token of this ownership: store it next to every output you write.
+
+        It strictly increases with every new ownership of the split (a claim, a reclaim after
+        a restart, a requeue all raise it), so of two owners the later one always holds the
+        larger fence. It is a plain non-negative ``int``: compare it, store it in an integer
+        column, send it anywhere. A sink that accepts a write only while the fence it holds
+        for the split is ``<=`` the writer's (in the same transaction as the output) refuses
+        a zombie's late writes: see the recipe in the docs (``docs/exactly-once.md``).
+        """
+        return self.epoch
+
+    async def decline_revoke(self) -> None:
+        """Say this split cannot stop at a safe boundary now: the revocation is forced at once.
+
+        Use it when ``revoke_requested`` is set but the handler cannot commit and return soon.
+        The split then moves the replaying way: the handler is cancelled (the split is lost,
+        its uncommitted work replays on the next owner) instead of running out the drain
+        deadline. Does nothing if no revocation is pending.
+        """
+        if self._lost:
+            return
+        await self._coordinator.decline_revoke(self.id)
 
     async def commit(
         self, watermark: int | None, *, state: bytes = b"", completed: bool = False
@@ -250,6 +276,7 @@ async def run_worker(
     fingerprint: str = "",
     leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
     locality: str = "",
+    metrics: MetricsHooks | None = None,
 ) -> AllComplete | Stalled:
     """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
 
@@ -265,6 +292,9 @@ async def run_worker(
 
     ``locality`` is this worker's failure-domain path (``"zone-a/rack-3/host-7"``), as for
     :func:`~spate.coordinator.open_coordinator`.
+
+    ``metrics`` receives every outcome the coordinator counts, as for
+    :func:`~spate.coordinator.open_coordinator` (default: OpenTelemetry instruments).
     """
     if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
         raise ConfigError(
@@ -273,7 +303,16 @@ async def run_worker(
     verdict: AllComplete | Stalled | None = None
     with single_error():
         verdict = await _run_shielded(
-            store, job, instance, planner, handler, config, fingerprint, leave_deadline, locality
+            store,
+            job,
+            instance,
+            planner,
+            handler,
+            config,
+            fingerprint,
+            leave_deadline,
+            locality,
+            metrics,
         )
     if verdict is None:
         # We left because we were cancelled; let the cancellation continue outward.
@@ -294,7 +333,8 @@ async def _run_shielded(
     config: Config | None,
     fingerprint: str,
     leave_deadline: float,
-    locality: str = "",
+    locality: str,
+    metrics: MetricsHooks | None,
 ) -> AllComplete | Stalled | None:
     leave = trio.Event()
 
@@ -318,6 +358,7 @@ async def _run_shielded(
                 config=config,
                 fingerprint=fingerprint,
                 locality=locality,
+                metrics=metrics,
             ) as coord:
                 # Shielded only once open: a cancellation during startup simply aborts it
                 # (nothing is held yet), while one after it becomes a graceful leave.

@@ -233,6 +233,24 @@ class MemoryStore:
         store._shares_process_server = True
         return store
 
+    @classmethod
+    def from_url(
+        cls, url: str, *, namespace: str | None = None, ttl: float | None = None
+    ) -> MemoryStore:
+        """A client of the process-wide server for a ``memory://`` URL (see :func:`store_from_url`).
+
+        ``namespace`` and ``ttl`` (seconds), when given, override the URL's; the same shape
+        as every adapter's ``from_url``. Raises ConfigError for a malformed URL.
+        """
+        store = store_from_url(url)
+        if namespace is None and ttl is None:
+            return store
+        return cls.process_shared(
+            namespace=store.namespace if namespace is None else namespace,
+            ephemeral_ttl=store.ephemeral_ttl if ttl is None else ttl,
+            max_value_size=store.capabilities.max_value_size,
+        )
+
     @property
     def server(self) -> MemoryServer:
         """The shared state this client talks to (pass it to another client to share it)."""

@@ -384,7 +384,7 @@ async def run_demo(options: DemoOptions, view: View | None = None) -> DemoResult
                 w.handover_seconds for w in fleet.workers.values() if w.handover_seconds is not None
             ],
             resumed=stats.resumed,
-            replayed=max(0, stats.processed - fleet.dataset.total_records),
+            replayed=stats.replayed,
             requeued=requeued,
             faults=faults,
             late_writes=late,

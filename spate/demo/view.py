@@ -55,7 +55,7 @@ class PlainView:
             )
             self._print(  # type: ignore[operator]
                 f"{self._stamp()} progress {stats.processed}/{fleet.dataset.total_records} "
-                f"records folded, {stats.commits} commits, "
+                f"records folded (+{stats.replayed} replayed), {stats.commits} commits, "
                 f"{len(stats.completed)}/{fleet.options.splits} splits completed; {workers}"
             )
 
@@ -134,7 +134,8 @@ class LiveView:
         total = fleet.dataset.total_records
         counts = status.counts() if status is not None else {}
         summary = (
-            f"records folded {stats.processed}/{total} · commits {stats.commits} · "
+            f"records folded {stats.processed}/{total} (+{stats.replayed} replayed) · "
+            f"commits {stats.commits} · "
             f"fenced zombie writes {stats.fenced} · completed {counts.get('completed', 0)}"
             f"/{fleet.options.splits} · quarantined {counts.get('quarantined', 0)}"
         )
@@ -159,7 +160,7 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
         if result.ok
         else f"check: FAILED — {len(result.problems)} problem(s)",
         f"time: {result.seconds:.1f} s",
-        f"records folded: {stats.processed} (replayed after failures: {result.replayed})",
+        f"records folded: {stats.processed}, and {result.replayed} replayed after failures",
         f"commits: {stats.commits}; zombie writes refused by the fence: "
         f"{stats.fenced + result.late_writes.get('refused', 0)} "
         f"(late store writes refused {result.late_writes.get('refused', 0)}, landed "

@@ -119,7 +119,11 @@ class DemoStats:
     """Counters the demo's handlers update (one process, so plain ints are enough)."""
 
     processed: int = 0
-    """Records folded, replays included."""
+    """Records folded for the first time (at most the dataset's total)."""
+    replayed: int = 0
+    """Records folded again: work a lost or failed tenancy did but never committed."""
+    frontier: dict[str, int] = attrs.field(factory=dict)
+    """split id -> one past the furthest record any tenancy folded."""
     commits: int = 0
     """Commits that landed."""
     fenced: int = 0
@@ -141,6 +145,14 @@ class DemoStats:
     events: list[str] = attrs.field(factory=list)
     """Human-readable event log, newest last."""
     on_event: Callable[[str], None] | None = None
+
+    def fold(self, split: str, start: int, end: int) -> None:
+        """Count records ``start..end`` of ``split`` as folded: new ones, then replays."""
+        frontier = self.frontier.get(split, start)
+        fresh = max(0, end - max(start, frontier))
+        self.processed += fresh
+        self.replayed += (end - start) - fresh
+        self.frontier[split] = max(frontier, end)
 
     def log(self, message: str) -> None:
         """Append to the event log (and echo it when someone listens)."""
@@ -213,7 +225,7 @@ def make_handler(
                     raise PoisonRecord(f"record {(start + end) // 2} of {split.id} is malformed")
                 for index in range(position, step_end):
                     fold = fold.add(dataset.value(index))
-                stats.processed += step_end - position
+                stats.fold(split.id, position, step_end)
                 await trio.sleep(batch_seconds)
                 position = step_end
                 try:

@@ -1,9 +1,11 @@
-"""Wiring the OpenTelemetry SDK: traces and metrics exported over OTLP/HTTP.
+"""Wiring the OpenTelemetry SDK: traces and metrics exported over OTLP/HTTP, or scraped.
 
 spate itself depends only on the OpenTelemetry API; this module is the one place that needs
-the SDK and the OTLP/HTTP exporter (the ``otel`` extra). :func:`configure` installs a global
-tracer provider (batch span processor) and meter provider (periodic reader), both exporting
-to one OTLP/HTTP endpoint such as Jaeger's 4318 or an OpenTelemetry Collector.
+the SDK and the exporters (the ``otel`` extra). :func:`configure` installs a global tracer
+provider (batch span processor) and meter provider, exporting to one OTLP/HTTP endpoint such
+as Jaeger's 4318 or an OpenTelemetry Collector; or, given a ``prometheus_port``, serving the
+metrics for Prometheus to scrape (the OpenTelemetry Prometheus exporter behind an HTTP
+server on its own thread).
 
 Exporting happens on the SDK's own threads. Flushing and shutting down block until the
 exporter has answered (or timed out), so under Trio they run in a worker thread
@@ -36,6 +38,9 @@ logger = logging.getLogger("spate.telemetry")
 _INSTALL_HINT = "pip install 'spate[otel]'"
 _SIGNAL_PATHS = ("/v1/traces", "/v1/metrics")
 _EXPORTERS = ("otlp", "console", "none")
+_METRIC_EXPORTERS = ("otlp", "console", "prometheus", "none")
+_PROMETHEUS_DEFAULT = ("localhost", 9464)
+"""Where ``OTEL_METRICS_EXPORTER=prometheus`` serves without its own host and port variables."""
 
 
 @attrs.define(eq=False)
@@ -58,6 +63,9 @@ class Telemetry:
     """Where spans go over OTLP/HTTP (None: not over OTLP)."""
     metrics_endpoint: str | None = None
     """Where metrics go over OTLP/HTTP (None: not over OTLP)."""
+    prometheus_url: str | None = None
+    """Where Prometheus scrapes the metrics (``http://host:port/metrics``; None: not served)."""
+    _http_server: Any = attrs.field(default=None, repr=False, alias="_http_server")
     _closed: bool = attrs.field(default=False, init=False)
 
     def flush(self, within: float = 30.0) -> bool:
@@ -88,6 +96,9 @@ class Telemetry:
             self.tracer_provider.shutdown()
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
+        if self._http_server is not None:
+            self._http_server.shutdown()
+            self._http_server.server_close()
 
     async def aflush(self, within: float = 30.0) -> bool:
         """:meth:`flush` in a worker thread, so the Trio loop keeps running meanwhile."""
@@ -115,6 +126,8 @@ def configure(
     traces: bool = True,
     metrics: bool = True,
     export_interval: float | None = None,
+    prometheus_port: int | None = None,
+    prometheus_host: str = "0.0.0.0",
 ) -> Telemetry:
     """Install the OpenTelemetry SDK globally, exporting traces and metrics over OTLP/HTTP.
 
@@ -133,11 +146,20 @@ def configure(
     ``traces=False`` or ``metrics=False`` leaves that signal unconfigured;
     ``export_interval`` (seconds) overrides the metric export interval.
 
+    ``prometheus_port`` serves the metrics for Prometheus to scrape at
+    ``http://<prometheus_host>:<prometheus_port>/metrics`` (on all interfaces by default; port
+    0 picks a free one, see :attr:`Telemetry.prometheus_url`) instead of pushing them over
+    OTLP; traces still go over OTLP. ``OTEL_METRICS_EXPORTER=prometheus`` does the same with
+    ``OTEL_EXPORTER_PROMETHEUS_HOST`` and ``OTEL_EXPORTER_PROMETHEUS_PORT`` (default
+    ``localhost:9464``). Instrument names become Prometheus names the usual way:
+    ``spate.coordination.writes`` is served as ``spate_coordination_writes_total``.
+
     Call it once per process, before the coordinators start, and await
     :meth:`Telemetry.ashutdown` at the end so the last batch is exported. Raises
     :class:`~spate.errors.ConfigError` if the ``otel`` extra is not installed, if the
     endpoint is not an http(s) URL, if another OTLP protocol than ``http/protobuf`` is
-    requested, or if OpenTelemetry is already configured in this process.
+    requested, if the Prometheus port cannot be bound, or if OpenTelemetry is already
+    configured in this process.
     """
     try:
         import opentelemetry.exporter.otlp.proto.http  # noqa: F401
@@ -148,6 +170,12 @@ def configure(
             f"installed: run `{_INSTALL_HINT}` (spate itself only needs the API)"
         ) from exc
     base = _normalize_endpoint(endpoint) if endpoint is not None else None
+    if prometheus_port is not None:
+        _check_port(prometheus_port, "prometheus_port")
+        if not metrics:
+            raise ConfigError(
+                "prometheus_port serves metrics, but metrics=False turns them off: drop one"
+            )
     if export_interval is not None and not export_interval > 0:
         raise ConfigError(
             f"export_interval must be a positive number of seconds, not {export_interval!r}"
@@ -162,8 +190,15 @@ def configure(
         resource = Resource.create({})
     effective_name = str(resource.attributes.get("service.name", service_name))
 
-    traces_exporter = _exporter_choice("OTEL_TRACES_EXPORTER") if traces else "none"
-    metrics_exporter = _exporter_choice("OTEL_METRICS_EXPORTER") if metrics else "none"
+    traces_exporter = _exporter_choice("OTEL_TRACES_EXPORTER", _EXPORTERS) if traces else "none"
+    metrics_exporter = (
+        _exporter_choice("OTEL_METRICS_EXPORTER", _METRIC_EXPORTERS) if metrics else "none"
+    )
+    scrape_at: tuple[str, int] | None = None
+    if prometheus_port is not None:
+        metrics_exporter, scrape_at = "prometheus", (prometheus_host, prometheus_port)
+    elif metrics_exporter == "prometheus":
+        scrape_at = _prometheus_from_environment()
     for kind, choice in (("TRACES", traces_exporter), ("METRICS", metrics_exporter)):
         if choice == "otlp":
             _check_protocol(kind)
@@ -182,12 +217,65 @@ def configure(
             resource, traces_exporter, base
         )
         trace.set_tracer_provider(telemetry.tracer_provider)
-    if metrics_exporter != "none":
+    if scrape_at is not None:
+        telemetry.meter_provider, telemetry.prometheus_url, telemetry._http_server = (
+            _prometheus_provider(resource, *scrape_at)
+        )
+        otel_metrics.set_meter_provider(telemetry.meter_provider)
+    elif metrics_exporter != "none":
         telemetry.meter_provider, telemetry.metrics_endpoint = _meter_provider(
             resource, metrics_exporter, base, export_interval
         )
         otel_metrics.set_meter_provider(telemetry.meter_provider)
     return telemetry
+
+
+def _prometheus_provider(resource: Any, host: str, port: int) -> tuple[MeterProvider, str, Any]:
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+    except ImportError as exc:
+        raise ConfigError(
+            "serving metrics to Prometheus needs the OpenTelemetry Prometheus exporter, which "
+            f"is not installed: run `{_INSTALL_HINT}`"
+        ) from exc
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    try:
+        # The server answers scrapes on its own daemon thread: a scrape never waits on the
+        # Trio loop, and the loop never waits on a scrape.
+        server, _thread = start_http_server(port, addr=host)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve Prometheus metrics on {host}:{port} ({exc}); choose another port "
+            "(0 picks a free one)"
+        ) from exc
+    reader = PrometheusMetricReader()
+    bound_host, bound_port = server.server_address[:2]
+    shown = host if host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    if ":" in shown:
+        shown = f"[{shown}]"
+    url = f"http://{shown}:{bound_port or port}/metrics"
+    logger.info("serving Prometheus metrics at %s (bound to %s)", url, bound_host)
+    return MeterProvider(resource=resource, metric_readers=[reader]), url, server
+
+
+def _prometheus_from_environment() -> tuple[str, int]:
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or _PROMETHEUS_DEFAULT[0]
+    raw = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip()
+    try:
+        port = int(raw) if raw else _PROMETHEUS_DEFAULT[1]
+    except ValueError:
+        raise ConfigError(
+            f"OTEL_EXPORTER_PROMETHEUS_PORT={raw!r} is not a port number (0-65535)"
+        ) from None
+    _check_port(port, "OTEL_EXPORTER_PROMETHEUS_PORT")
+    return host, port
+
+
+def _check_port(port: object, name: str) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"{name} must be a port number from 0 to 65535, not {port!r}")
 
 
 def _tracer_provider(
@@ -261,14 +349,14 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() == "true"
 
 
-def _exporter_choice(variable: str) -> str:
+def _exporter_choice(variable: str, supported: tuple[str, ...]) -> str:
     raw = os.environ.get(variable, "").strip().lower() or "otlp"
     choices = [c.strip() for c in raw.split(",") if c.strip()]
-    unknown = [c for c in choices if c not in _EXPORTERS]
+    unknown = [c for c in choices if c not in supported]
     if unknown or len(choices) != 1:
         raise ConfigError(
             f"{variable}={raw!r} is not supported by spate.telemetry.configure: use one of "
-            f"{', '.join(_EXPORTERS)} (or wire the OpenTelemetry SDK yourself; spate's spans "
+            f"{', '.join(supported)} (or wire the OpenTelemetry SDK yourself; spate's spans "
             "and metrics go to whatever global providers are installed)"
         )
     return choices[0]

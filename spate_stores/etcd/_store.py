@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
@@ -92,9 +93,20 @@ class EtcdStore:
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str) -> EtcdStore:
-        """A store for an ``etcd://`` / ``etcd+https://`` URL (see docs/stores/etcd.md)."""
-        return cls(EtcdConfig.from_url(url))
+    def from_url(
+        cls, url: str, *, namespace: str | None = None, ttl: float | None = None
+    ) -> EtcdStore:
+        """A store for an ``etcd://`` / ``etcd+https://`` URL (see docs/stores/etcd.md).
+
+        ``namespace`` and ``ttl`` (seconds), when given, override the URL's; the same shape
+        as every adapter's ``from_url``. Raises ConfigError for a malformed URL.
+        """
+        config = EtcdConfig.from_url(url)
+        if namespace is not None:
+            config = attrs.evolve(config, namespace=namespace)
+        if ttl is not None:
+            config = attrs.evolve(config, ephemeral_ttl=ttl)
+        return cls(config)
 
     def __repr__(self) -> str:
         user = f", user={self._config.username!r}" if self._config.username else ""

@@ -109,7 +109,9 @@ class NatsStore:
     ) -> NatsStore:
         """A store for ``url`` (format in ``spate_stores.nats``), optionally overriding parts.
 
-        Raises ConfigError for a malformed URL.
+        ``namespace`` and ``ttl`` (seconds), when given, override the URL's, the same shape as
+        every adapter's ``from_url``; ``heartbeat`` (seconds) is NATS's own tuning of how
+        often the connection is checked. Raises ConfigError for a malformed URL.
         """
         options = parse_url(url)
         if namespace is not None or ttl is not None:

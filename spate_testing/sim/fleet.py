@@ -17,18 +17,15 @@ server and appended as the history's :class:`~spate_testing.sim.history.Final`.
 from __future__ import annotations
 
 import collections
-import contextlib
-import inspect
 import itertools
 import logging
 import random
-from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import attrs
 import trio
 
-from spate import worker as worker_module
 from spate.errors import FatalCoordinationError
 from spate.store import Store
 from spate.worker import run_worker
@@ -79,7 +76,6 @@ class _Fleet:
         self.next_instance = itertools.count()
         self.calm = False
         self.duplicated: set[str] = set()
-        self.metrics_for_store: dict[int, RecordingMetrics] = {}
 
     # -- lives --------------------------------------------------------------------------
 
@@ -101,7 +97,6 @@ class _Fleet:
         )
         store.attach(nursery)  # late-landing writes outlive the call that sent them
         inc = _Incarnation(actor, instance, store, self.recorder.metrics(actor))
-        self.metrics_for_store[id(store)] = inc.metrics
         self.incarnations.append(inc)
         self.recorder.action(actor, how)
         nursery.start_soon(self._life, inc, name=f"sim worker {actor}")
@@ -122,7 +117,7 @@ class _Fleet:
                     config=self.scenario.config,
                     fingerprint=FINGERPRINT,
                     leave_deadline=self.scenario.leave_deadline,
-                    **_metrics_argument(inc.metrics),
+                    metrics=inc.metrics,
                 )
                 inc.state = "verdict"
                 self.recorder.verdict(inc.actor, verdict)
@@ -312,41 +307,6 @@ class _Fleet:
             )
 
 
-def _metrics_argument(metrics: RecordingMetrics) -> dict[str, Any]:
-    if _RUN_WORKER_TAKES_METRICS:
-        return {"metrics": metrics}
-    return {}
-
-
-_RUN_WORKER_TAKES_METRICS = "metrics" in inspect.signature(run_worker).parameters
-
-
-@contextlib.contextmanager
-def _metrics_by_store(fleet: _Fleet) -> Iterator[None]:
-    """Give each incarnation's coordinator its metrics hooks, keyed by its store wrapper.
-
-    Needed only while ``run_worker`` has no ``metrics`` argument of its own: the runner's
-    ``open_coordinator`` is swapped for one that looks the hooks up by store.
-    """
-    if _RUN_WORKER_TAKES_METRICS:
-        yield
-        return
-    module: Any = worker_module
-    original = module.open_coordinator
-
-    def open_with_metrics(store: Any, **kwargs: Any) -> Any:
-        hooks = fleet.metrics_for_store.get(id(store))
-        if hooks is not None and kwargs.get("metrics") is None:
-            kwargs["metrics"] = hooks
-        return original(store, **kwargs)
-
-    module.open_coordinator = open_with_metrics
-    try:
-        yield
-    finally:
-        module.open_coordinator = original
-
-
 async def _any_done(incarnations: list[_Incarnation]) -> None:
     async with trio.open_nursery() as nursery:
         for inc in incarnations:
@@ -413,11 +373,10 @@ async def simulate(
         history = History(job=scenario.job, seed=scenario.seed)
     fleet = _Fleet(scenario, history, wrap_store or _unwrapped)
     terminated = False
-    with _metrics_by_store(fleet):
-        async with trio.open_nursery() as nursery:
-            await _run_phases(fleet, nursery)
-            terminated = await fleet.settle(nursery)
-            fleet.stop_all()
+    async with trio.open_nursery() as nursery:
+        await _run_phases(fleet, nursery)
+        terminated = await fleet.settle(nursery)
+        fleet.stop_all()
     history.append(await fleet.final(terminated))
     faults: collections.Counter[str] = collections.Counter()
     for inc in fleet.incarnations:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,23 @@ def test_the_conformance_command_passes_on_the_memory_store(
 ) -> None:
     assert main(["conformance", "--store", "memory://"]) == 0
     assert "59 passed" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("hidden", [["pytest", "pytest_trio"], ["pytest_trio"]])
+def test_the_conformance_command_without_pytest_says_which_extra_to_install(
+    hidden: list[str],
+) -> None:
+    # An install without the test tools: importing them fails as it would there.
+    code = (
+        "import sys\n"
+        f"for name in {hidden!r}: sys.modules[name] = None\n"
+        "from spate.cli import main\n"
+        "sys.exit(main(['conformance', '--store', 'memory://']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "pip install 'spate[conformance]'" in result.stderr
+    assert "pytest-trio" in result.stderr

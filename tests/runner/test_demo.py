@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import re
+
 import trio
 import trio.testing
 
 from spate.demo.fleet import DemoOptions, run_demo
 from spate.demo.view import PlainView, print_result
+from spate.demo.workload import Dataset
 from spate.events import AllComplete
 
 
@@ -44,3 +47,12 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
     assert result.faults["freeze"] == 1
     assert result.handover_seconds
     assert result.late_writes.get("refused", 0) >= 1
+    # Replays are counted apart: the folded total is the dataset's, never more.
+    assert result.stats.processed == Dataset(seed=1, splits=24).total_records
+    assert result.replayed == result.stats.replayed
+    assert any(
+        re.fullmatch(
+            rf"records folded: {result.stats.processed}, and \d+ replayed after failures", ln
+        )
+        for ln in lines
+    )

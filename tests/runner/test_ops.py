@@ -147,3 +147,32 @@ async def test_requeue_retries_when_a_concurrent_write_moves_the_record() -> Non
     store.update = racing_update  # type: ignore[method-assign]
     assert await requeue(store, JOB, ["b"]) == ["b"]
     assert raced
+
+
+async def test_status_shows_each_splits_age_since_its_last_commit() -> None:
+    from rich.console import Console
+
+    from spate.records import now_ms
+    from spate.status_view import render_status
+
+    store = MemoryStore()
+    await seed_job(store)  # its records carry no time: no age
+    written = now_ms() - 95_000  # a split whose owner stopped committing 95 s ago
+    await store.create(
+        Keyspace.DURABLE,
+        KEYS.split("stuck"),
+        encode(ProgressRecord(id="stuck", epoch=2, owner="w2", watermark=7, written_at_ms=written)),
+    )
+    status = await read_status(store, JOB)
+    age = status.splits["stuck"].age(status.read_at_ms)
+    assert age is not None
+    assert 95 <= age < 120
+    assert status.splits["a"].age(status.read_at_ms) is None
+    document = json.loads(json.dumps(status.to_json()))
+    ages = {s["id"]: s["age_s"] for s in document["splits"]}
+    assert ages["a"] is None
+    assert 95 <= ages["stuck"] < 120
+    console = Console(width=200, record=True)
+    console.print(render_status(status))
+    row = next(line for line in console.export_text().splitlines() if "stuck" in line)
+    assert "1m3" in row  # 1m35s, give or take the test's own time

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from spate.demo.workload import Dataset, Fold
+from spate.demo.workload import Dataset, DemoStats, Fold
 from spate.plan import PlanContext
 
 
@@ -45,3 +45,12 @@ def test_the_planner_plans_only_unknown_splits_and_is_final() -> None:
     plan = make_planner(data)(PlanContext(job="j", known=frozenset({"range-0001"}), generation=1))
     assert plan.final
     assert [s.id for s in plan.splits] == ["range-0000", "range-0002", "range-0003"]
+
+
+def test_records_folded_again_count_as_replays_not_progress() -> None:
+    stats = DemoStats()
+    stats.fold("a", 0, 50)
+    stats.fold("a", 50, 100)  # a tenancy folds up to 100 but its last commit was at 50
+    stats.fold("a", 50, 120)  # the next owner resumes at 50: 50 replayed, 20 new
+    stats.fold("b", 200, 210)  # splits are counted apart
+    assert (stats.processed, stats.replayed) == (130, 50)

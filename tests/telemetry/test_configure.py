@@ -76,7 +76,9 @@ def test_the_per_signal_protocol_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("variable", ["OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"])
 def test_an_unsupported_exporter_is_refused(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     monkeypatch.setenv(variable, "zipkin")
-    with pytest.raises(ConfigError, match=f"{variable}='zipkin'.*otlp, console, none"):
+    with pytest.raises(
+        ConfigError, match=f"{variable}='zipkin'.*otlp, console, (prometheus, )?none"
+    ):
         configure()
 
 
@@ -106,3 +108,21 @@ def test_configuring_twice_in_a_process_is_refused() -> None:
         configure(endpoint="http://127.0.0.1:4318")
     with pytest.raises(ConfigError, match="global meter provider"):
         configure(endpoint="http://127.0.0.1:4318", traces=False)
+
+
+@pytest.mark.parametrize("port", [-1, 65536, "9464", True])
+def test_a_bad_prometheus_port_is_refused(port: object) -> None:
+    with pytest.raises(ConfigError, match="prometheus_port must be a port number"):
+        configure(prometheus_port=port)  # type: ignore[arg-type]
+
+
+def test_a_bad_prometheus_port_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "ninety")
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_PROMETHEUS_PORT='ninety'"):
+        configure()
+
+
+def test_a_prometheus_port_without_metrics_is_refused() -> None:
+    with pytest.raises(ConfigError, match="metrics=False"):
+        configure(metrics=False, prometheus_port=9464)
