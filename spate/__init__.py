@@ -29,7 +29,8 @@ from spate.events import (
 )
 from spate.metrics import Gauges, MetricsHooks
 from spate.plan import Plan, PlanContext, SplitSpec
-from spate.worker import SplitHandle, Verdict, run_worker
+from spate.store import Keyspace, Store
+from spate.worker import Handler, Planner, SplitHandle, Verdict, run_worker
 
 __all__ = [
     "AllComplete",
@@ -41,11 +42,14 @@ __all__ = [
     "Fenced",
     "Gained",
     "Gauges",
+    "Handler",
+    "Keyspace",
     "Lost",
     "MetricsHooks",
     "Plan",
     "PlanContext",
     "PlanError",
+    "Planner",
     "Progress",
     "Quarantined",
     "RevokeRequested",
@@ -53,6 +57,7 @@ __all__ = [
     "SplitHandle",
     "SplitSpec",
     "Stalled",
+    "Store",
     "StoreError",
     "StoreUnavailable",
     "ValueTooLarge",

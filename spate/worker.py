@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
 import attrs
 import trio
@@ -40,11 +41,11 @@ __all__ = ["Handler", "Planner", "SplitHandle", "Verdict", "run_worker"]
 
 logger = logging.getLogger("spate.worker")
 
-Verdict = AllComplete | Stalled
+Verdict: TypeAlias = AllComplete | Stalled
 """What a bounded job ends with."""
-Planner = Callable[[PlanContext], Plan | Awaitable[Plan]]
+Planner: TypeAlias = Callable[[PlanContext], Plan | Awaitable[Plan]]
 """A function (sync or async) that returns the splits to add to the job."""
-Handler = Callable[["SplitHandle"], Awaitable[None]]
+Handler: TypeAlias = Callable[["SplitHandle"], Awaitable[None]]
 """The user's work function, called once per gained split."""
 
 DEFAULT_LEAVE_DEADLINE = 30.0
@@ -172,7 +173,7 @@ class _Runner:
         self._running: dict[str, _Running] = {}
         self._changed = trio.Event()
 
-    async def dispatch(self, nursery: trio.Nursery) -> AllComplete | Stalled | None:
+    async def dispatch(self, nursery: trio.Nursery) -> Verdict | None:
         async for event in self._coord.events():
             if isinstance(event, Gained):
                 self._start(nursery, event)
@@ -277,7 +278,7 @@ async def run_worker(
     leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
     locality: str = "",
     metrics: MetricsHooks | None = None,
-) -> AllComplete | Stalled:
+) -> Verdict:
     """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
 
     Returns the verdict of a bounded job (:class:`~spate.events.AllComplete` or
@@ -300,7 +301,7 @@ async def run_worker(
         raise ConfigError(
             f"leave_deadline must be a finite number of seconds >= 0, not {leave_deadline!r}"
         )
-    verdict: AllComplete | Stalled | None = None
+    verdict: Verdict | None = None
     with single_error():
         verdict = await _run_shielded(
             store,
@@ -335,7 +336,7 @@ async def _run_shielded(
     leave_deadline: float,
     locality: str,
     metrics: MetricsHooks | None,
-) -> AllComplete | Stalled | None:
+) -> Verdict | None:
     leave = trio.Event()
 
     async def notice_cancellation() -> None:
@@ -346,7 +347,7 @@ async def _run_shielded(
         finally:
             leave.set()
 
-    verdict: AllComplete | Stalled | None = None
+    verdict: Verdict | None = None
     async with trio.open_nursery() as outer:
         outer.start_soon(notice_cancellation, name="spate leave sentinel")
         with trio.CancelScope() as work:
@@ -372,9 +373,9 @@ async def _run_shielded(
 
 async def _work_until_verdict_or_leave(
     store: Store, coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
-) -> AllComplete | Stalled | None:
+) -> Verdict | None:
     runner = _Runner(coord, handler)
-    verdict: AllComplete | Stalled | None = None
+    verdict: Verdict | None = None
     stream_ended = False
     async with trio.open_nursery() as nursery:
 

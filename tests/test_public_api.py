@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import subprocess
 import sys
@@ -15,6 +16,11 @@ PUBLIC = {
     "run_worker",
     "SplitHandle",
     "Verdict",
+    "Planner",
+    "Handler",
+    # the store contract adapters implement
+    "Store",
+    "Keyspace",
     # configuration and planning
     "Config",
     "Plan",
@@ -54,7 +60,7 @@ def test_all_is_exactly_the_public_surface() -> None:
 
 
 def test_public_names_are_documented_and_defined_in_a_private_home() -> None:
-    for name in sorted(PUBLIC - {"__version__", "Event", "Verdict"}):
+    for name in sorted(PUBLIC - {"__version__", "Event", "Verdict", "Planner", "Handler"}):
         obj = getattr(spate, name)
         assert inspect.getdoc(obj), f"spate.{name} has no docstring"
         assert obj.__module__.startswith("spate."), name
@@ -86,3 +92,30 @@ def test_importing_spate_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_run_worker_is_annotated_to_return_a_verdict() -> None:
+    hints = inspect.get_annotations(spate.run_worker, eval_str=True)
+    assert hints["return"] == spate.Verdict
+
+
+def test_every_public_module_pins_its_exports() -> None:
+    # trio's test_exports habit: each package says exactly what it offers, and says it once.
+    import spate_stores
+    import spate_testing
+
+    for module in (spate, spate_stores, spate_testing):
+        exported = module.__all__
+        assert len(exported) == len(set(exported)), module.__name__
+    assert set(spate_stores.__all__) == {
+        "SUPPORTED_SCHEMES",
+        "open_store",
+        "redact_url",
+        "store_from_url",
+    }
+    assert set(spate_testing.__all__) == {"blackhole", "conformance", "faults", "servers", "sim"}
+    for name in spate_stores.__all__:
+        assert hasattr(spate_stores, name), name
+    for name in spate_testing.__all__:
+        # submodules, imported on demand so importing the kit stays light
+        assert importlib.import_module(f"spate_testing.{name}").__doc__, name
