@@ -124,8 +124,6 @@ class Driver:
         self._waiting: dict[Key, collections.deque[_Running]] = {}
         self._ready: collections.deque[tuple[_Running, outcome.Outcome[Any]]] = collections.deque()
         self._running = False
-        self.in_flight = 0
-        """Flows started and not yet finished."""
 
     def busy(self, keyspace: Keyspace, key: str) -> bool:
         """Whether a flow holds ``key`` (or waits for it)."""
@@ -143,7 +141,6 @@ class Driver:
         An exception out of ``done`` (or out of a flow whose ``done`` re-raises) propagates out
         of the loop: that is how a fatal condition found by a flow stops the coordinator.
         """
-        self.in_flight += 1
         self._ready.append((_Running(flow, done, context=context), outcome.Value(None)))
         self._drain()
 
@@ -201,7 +198,6 @@ class Driver:
 
     def _finish(self, running: _Running, result: outcome.Outcome[Any]) -> None:
         self._release(running)
-        self.in_flight -= 1
         running.done(result)
 
     def _release(self, running: _Running) -> None:

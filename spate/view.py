@@ -240,11 +240,6 @@ class View:
             statuses.count(Status.QUARANTINED),
         )
 
-    def revision_of(self, keyspace: Keyspace, key: str) -> int | None:
-        """The revision the view holds for ``key``, or None if it believes the key absent."""
-        known = self._known[keyspace].get(key)
-        return None if known is None else known.revision
-
     # -- feeding ---------------------------------------------------------------------------
 
     def apply_put(self, keyspace: Keyspace, entry: Entry) -> list[Notice]:

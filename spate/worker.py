@@ -256,10 +256,6 @@ class _Runner:
         while self._running:
             await self._changed.wait()
 
-    def cancel_handlers(self) -> None:
-        for running in self._running.values():
-            running.scope.cancel()
-
     @property
     def handles(self) -> list[SplitHandle]:
         """Handles of the splits whose handlers are running."""
