@@ -1,0 +1,111 @@
+"""Endpoint lists: parsing ``h1:2379,h2:2379`` and choosing which member to talk to.
+
+An etcd URL may name several members of one cluster. Every request goes to the *current*
+member; when a member cannot be reached (refused, reset, timed out, no leader) the client
+moves on to the next one in the list and stays there, like etcd's own client does (it
+pins one endpoint and switches only on failure). Which calls may be retried on the next
+member at once is decided by the gateway (see ``_gateway.py``): a write whose bytes may
+have reached a member is never resent, because it may have landed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from spate.errors import ConfigError
+
+__all__ = ["EndpointSet", "parse_host_list"]
+
+_HOST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+def _parse_one(item: str, default_port: int, kind: str) -> tuple[str, int]:
+    if item.startswith("["):
+        host, sep, rest = item[1:].partition("]")
+        if not sep or not host or ":" not in host:
+            raise ConfigError(f"malformed {kind} URL: endpoint {item!r}: write [v6-address]:port")
+        host = f"[{host}]"
+        if rest and not rest.startswith(":"):
+            raise ConfigError(
+                f"malformed {kind} URL: endpoint {item!r}: expected ':port' after ']'"
+            )
+        port_text = rest[1:] if rest else ""
+    else:
+        host, _, port_text = item.partition(":")
+        if not _HOST_RE.fullmatch(host):
+            raise ConfigError(
+                f"malformed {kind} URL: endpoint {item!r}: expected host[:port] (names or "
+                "addresses; separate endpoints with commas)"
+            )
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"malformed {kind} URL: endpoint {item!r}: the port must be 1-65535")
+    return host, int(port_text)
+
+
+def parse_host_list(hosts: str, default_port: int, kind: str) -> tuple[tuple[str, int], ...]:
+    """``h1:2379,h2,[::1]:2380`` as ``(host, port)`` pairs (IPv6 hosts keep their brackets).
+
+    ``hosts`` is the part of a URL's authority after any credentials. Raises
+    :class:`~spate.errors.ConfigError` naming the malformed entry (never credentials): an
+    empty entry, a bad host, a bad port, or the same endpoint twice.
+    """
+    if not hosts:
+        raise ConfigError(f"the {kind} URL names no host; write {kind}://host:port[,host:port]")
+    parsed: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        if not item:
+            raise ConfigError(
+                f"the {kind} endpoint list {hosts!r} has an empty entry; separate endpoints "
+                "with single commas"
+            )
+        endpoint = _parse_one(item, default_port, kind)
+        if endpoint in parsed:
+            raise ConfigError(f"the {kind} endpoint list {hosts!r} names {item!r} twice")
+        parsed.append(endpoint)
+    return tuple(parsed)
+
+
+class EndpointSet:
+    """The members a client may talk to, and which one it uses now.
+
+    Not thread-safe and needs no lock under Trio: every method runs without a checkpoint.
+    """
+
+    def __init__(self, endpoints: tuple[str, ...]) -> None:
+        if not endpoints:
+            raise ConfigError("an endpoint list needs at least one endpoint")
+        self._endpoints = endpoints
+        self._current = 0
+        self.switches = 0
+        """How many times the client moved to another member (for tests and telemetry)."""
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every endpoint, in the configured order."""
+        return self._endpoints
+
+    @property
+    def current(self) -> str:
+        """The endpoint requests go to now."""
+        return self._endpoints[self._current]
+
+    def rotation(self) -> list[str]:
+        """Every endpoint once, the current one first (the order a failing call tries)."""
+        n = len(self._endpoints)
+        return [self._endpoints[(self._current + i) % n] for i in range(n)]
+
+    def failed(self, endpoint: str) -> None:
+        """``endpoint`` did not answer: move past it (if it is still the current one).
+
+        Concurrent calls that fail on the same member move the client on once, not once
+        per call.
+        """
+        if len(self._endpoints) > 1 and self.current == endpoint:
+            self._current = (self._current + 1) % len(self._endpoints)
+            self.switches += 1
+
+    def describe(self) -> str:
+        """The endpoints for messages: ``http://a:2379, http://b:2379``."""
+        return ", ".join(self._endpoints)
