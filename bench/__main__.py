@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from bench import commit, failover, scale, steady
+from bench import cluster, commit, failover, scale, steady
 from bench._harness import Options, Row, print_rows
 from spate import __version__
 
@@ -29,6 +29,7 @@ SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "failover": failover.run,
     "scale": scale.run,
     "steady": steady.run,
+    "cluster": cluster.run,
 }
 
 

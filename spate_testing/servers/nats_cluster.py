@@ -106,9 +106,9 @@ class NatsCluster:
         ]
         """Every server, running or not."""
         self.version = self.servers[0].version
-        self.election_timeout = 2.0
-        """Roughly how long JetStream's raft waits before electing a new leader (its minimum
-        election timeout; nats-server does not make it configurable)."""
+        self.election_timeout = 4.0
+        """Seconds JetStream's raft waits at least before electing a new leader (nats-server
+        draws each election timeout from 4-9 s and does not make it configurable)."""
 
     def __repr__(self) -> str:
         return f"NatsCluster({', '.join(repr(s) for s in self.servers)})"

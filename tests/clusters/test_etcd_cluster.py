@@ -1,0 +1,72 @@
+"""A 3-member etcd cluster: failover of unary calls, watches and the session keepalive, and
+commits across a killed raft leader (none lost, none twice)."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+import trio
+
+from _fleet import lost, run_fleet
+from spate.errors import StoreUnavailable
+from spate.store import Keyspace, Put, SnapshotDone
+from spate_stores import open_store
+from spate_stores.etcd import EtcdStore
+from spate_testing.servers.etcd_cluster import etcd_cluster
+
+pytestmark = [pytest.mark.etcd, pytest.mark.cluster]
+
+D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+
+
+async def test_store_follows_the_cluster_when_its_member_dies() -> None:
+    async with etcd_cluster() as cluster:
+        ns = f"fo-{secrets.token_hex(3)}"
+        async with open_store(cluster.store_url(ns, ttl=3, timeout="1")) as store:
+            assert isinstance(store, EtcdStore)
+            assert await store.create(E, "presence", b"here")
+            await store.create(D, "k", b"1")
+            gateway = store._gateway
+            # Kill exactly the member this client talks to (the harder case than any member).
+            used = next(m for m in cluster.members if m.endpoint == gateway.endpoint)
+            await trio.to_thread.run_sync(lambda: cluster.stop_member_sync(used, kill=True))
+            # Unary calls move on to a live member.
+            with trio.fail_after(15):
+                while True:
+                    try:
+                        entry = await store.get(D, "k")
+                        break
+                    except StoreUnavailable:
+                        await trio.sleep(0.1)
+            assert entry is not None and entry.value == b"1"
+            assert gateway.endpoint != used.endpoint
+            # A watch opens on a live member and sees new writes.
+            async with store.watch(D, "") as events:
+                seen = [await events.__anext__(), await events.__anext__()]
+                assert isinstance(seen[-1], SnapshotDone)
+                await store.create(D, "k2", b"2")
+                event = await events.__anext__()
+                assert isinstance(event, Put) and event.entry.key == "k2"
+            # The keepalive moved with the client: the ephemeral key outlives 2 TTLs.
+            await trio.sleep(7)
+            assert await store.get(E, "presence") is not None
+            assert store.lease_losses == 0
+            await cluster.restart(used)
+
+
+async def test_commits_survive_a_killed_leader() -> None:
+    async with etcd_cluster() as cluster:
+        url = cluster.store_url(f"fleet-{secrets.token_hex(3)}", ttl=6, timeout="1")
+        killed: list[object] = []
+
+        async def chaos() -> None:
+            killed.append(await cluster.kill("leader"))
+            await trio.sleep(3)
+            await cluster.restart(killed[0])  # type: ignore[arg-type]
+
+        record, stored = await run_fleet(url, workers=2, splits=6, seconds=3, chaos=chaos)
+    print(f"etcd cluster: {len(record.acked)} acknowledged, {record.failed} outcome-unknown")
+    assert len(record.acked) > 50  # commits flowed before and after the kill
+    assert lost(record, stored) == []
+    assert record.duplicates() == 0
