@@ -5,8 +5,9 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 ``nox -s bench`` runs this, then the two adapter benchmarks (``bench/bench_etcd.py``,
 ``bench/bench_nats.py``).
 
-Options: ``--only commit,failover,scale,steady`` picks benchmarks; ``--stores memory,etcd,nats``
-picks stores; ``--quick`` shrinks every count (a smoke run, not figures to quote);
+Options: ``--only commit,failover,scale,steady,cluster`` picks benchmarks;
+``--stores memory,etcd,nats`` picks stores; ``--quick`` shrinks every count (a smoke run,
+not figures to quote);
 ``--markdown FILE`` also writes the table there.
 """
 

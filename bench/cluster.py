@@ -8,7 +8,8 @@
    SIGKILLed; the figure is the time from the kill until the first commit *sent after the
    kill* is acknowledged, against the store's own election timeout (etcd: the cluster's
    ``--election-timeout``; NATS: JetStream's minimum raft election timeout, 4 s (it draws
-   each one from 4-9 s and does not let one configure it)). Each round restarts the killed member before the next.
+   each one from 4-9 s and does not let one configure it)). Each round restarts the killed
+   member before the next.
 
 Run alone with ``python -m bench --only cluster``.
 """

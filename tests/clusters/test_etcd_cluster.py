@@ -8,12 +8,12 @@ import secrets
 import pytest
 import trio
 
-from _fleet import lost, run_fleet
 from spate.errors import StoreUnavailable
 from spate.store import Keyspace, Put, SnapshotDone
 from spate_stores import open_store
 from spate_stores.etcd import EtcdStore
 from spate_testing.servers.etcd_cluster import etcd_cluster
+from spate_testing.sim.cluster_fleet import lost, run_fleet
 
 pytestmark = [pytest.mark.etcd, pytest.mark.cluster]
 
@@ -39,7 +39,8 @@ async def test_store_follows_the_cluster_when_its_member_dies() -> None:
                         break
                     except StoreUnavailable:
                         await trio.sleep(0.1)
-            assert entry is not None and entry.value == b"1"
+            assert entry is not None
+            assert entry.value == b"1"
             assert gateway.endpoint != used.endpoint
             # A watch opens on a live member and sees new writes.
             async with store.watch(D, "") as events:
@@ -47,7 +48,8 @@ async def test_store_follows_the_cluster_when_its_member_dies() -> None:
                 assert isinstance(seen[-1], SnapshotDone)
                 await store.create(D, "k2", b"2")
                 event = await events.__anext__()
-                assert isinstance(event, Put) and event.entry.key == "k2"
+                assert isinstance(event, Put)
+                assert event.entry.key == "k2"
             # The keepalive moved with the client: the ephemeral key outlives 2 TTLs.
             await trio.sleep(7)
             assert await store.get(E, "presence") is not None

@@ -1,5 +1,12 @@
 """A fleet of ``run_worker``s committing on a store cluster while a store member dies.
 
+Used by ``tests/clusters``; usable for your own cluster tests::
+
+    record, stored = await run_fleet(cluster.store_url("job"), workers=2, splits=6,
+                                     seconds=3, chaos=kill_and_restart_the_leader)
+    assert lost(record, stored) == [] and record.duplicates() == 0
+
+
 Each worker (its own store client, as a process would have) commits watermark after
 watermark on every split it holds and records each commit the store acknowledged. The test
 kills a store member mid-run, restarts it, and then holds the records to the promises:
@@ -22,7 +29,10 @@ from spate.worker import SplitHandle, run_worker
 from spate_stores import open_store
 from spate_testing.sim.recorder import final_listing
 
+__all__ = ["FleetRecord", "lost", "run_fleet"]
+
 JOB = "cluster-fleet"
+"""The job the fleet runs."""
 
 
 @attrs.define
@@ -55,8 +65,12 @@ async def run_fleet(
     seconds: float,
     chaos: Callable[[], Awaitable[None]],
 ) -> tuple[FleetRecord, dict[str, int]]:
-    """Run the fleet for ``seconds`` with ``chaos`` running alongside; return the records
-    and the final stored watermark of each split."""
+    """Run the fleet for ``seconds`` after ``chaos``; the records and stored watermarks.
+
+    The workers start, commit for 1.5 s, then ``chaos`` runs (it may kill and restart store
+    members) and the fleet goes on for ``seconds`` more; the stored watermark of each split
+    is read last.
+    """
     record = FleetRecord()
 
     async def handler(split: SplitHandle) -> None:
@@ -92,14 +106,24 @@ async def run_fleet(
         await chaos()
         await trio.sleep(seconds)
         nursery.cancel_scope.cancel()
-    async with open_store(url) as store:
-        final = await final_listing(store, JOB, terminated=False)
+    # The cluster may still be settling after the chaos (a restarted member catching up, an
+    # election): retry the final read like any client would, for a while.
+    with trio.fail_after(60):
+        while True:
+            try:
+                async with open_store(url) as store:
+                    final = await final_listing(store, JOB, terminated=False)
+                break
+            except StoreUnavailable:
+                await trio.sleep(0.5)
     return record, {s.split: int(s.watermark or 0) for s in final.splits}
 
 
 def lost(record: FleetRecord, stored: dict[str, int]) -> list[str]:
-    """Acknowledged commits the store does not hold: per split, the latest epoch's highest
-    acknowledged watermark above the stored one."""
+    """Acknowledged commits the store does not hold, as messages (empty: none lost).
+
+    Per split, the highest acknowledged watermark of the latest epoch must be stored.
+    """
     latest: dict[str, tuple[int, int]] = {}
     for split, epoch, watermark in record.acked:
         latest[split] = max(latest.get(split, (0, 0)), (epoch, watermark))
