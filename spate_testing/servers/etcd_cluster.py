@@ -299,12 +299,26 @@ class EtcdCluster:
         return await trio.to_thread.run_sync(self.leader)
 
 
+def _started(size: int, attempts: int = 3) -> EtcdCluster:
+    """A started cluster; new ports when another process took one between pick and bind."""
+    for attempt in range(attempts):
+        cluster = EtcdCluster(Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-")), size)
+        try:
+            cluster.start_sync()
+            return cluster
+        except EtcdServerError:
+            in_use = any("address already in use" in m.log_tail() for m in cluster.members)
+            cluster.cleanup()
+            if not in_use or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def etcd_cluster_sync(size: int = 3) -> Iterator[EtcdCluster]:
     """Start a cluster of ``size`` members, yield it, and stop it (blocking)."""
-    cluster = EtcdCluster(Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-")), size)
+    cluster = _started(size)
     try:
-        cluster.start_sync()
         yield cluster
     finally:
         cluster.cleanup()
@@ -313,10 +327,8 @@ def etcd_cluster_sync(size: int = 3) -> Iterator[EtcdCluster]:
 @asynccontextmanager
 async def etcd_cluster(size: int = 3) -> AsyncIterator[EtcdCluster]:
     """Start a cluster of ``size`` members from a Trio task, yield it, stop it on exit."""
-    workdir = Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-"))
-    cluster = await trio.to_thread.run_sync(EtcdCluster, workdir, size)
+    cluster = await trio.to_thread.run_sync(_started, size)
     try:
-        await trio.to_thread.run_sync(cluster.start_sync)
         yield cluster
     finally:
         with trio.CancelScope(shield=True):

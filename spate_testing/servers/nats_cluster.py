@@ -141,6 +141,20 @@ class NatsCluster:
                             return str(leader)
         return None
 
+    def stream_replicas(self, stream: str) -> int | None:
+        """How many servers hold ``stream`` (its leader and replicas), or None if unknown."""
+        for server in self.servers:
+            info = server.monitor("/jsz?accounts=true&streams=true&config=true")
+            for account in (info or {}).get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    if detail.get("name") == stream:
+                        config = detail.get("config") or {}
+                        if "num_replicas" in config:
+                            return int(config["num_replicas"])
+                        cluster = detail.get("cluster") or {}
+                        return 1 + len(cluster.get("replicas") or [])
+        return None
+
     def leader(self, stream: str | None = None) -> NatsClusterServer:
         """The JetStream meta leader, or ``stream``'s leader (waits up to 15 s for one)."""
         deadline = time.monotonic() + 15
@@ -254,12 +268,25 @@ class NatsCluster:
         await trio.to_thread.run_sync(self.restart_member_sync, server)
 
 
+def _started(size: int, attempts: int = 3) -> NatsCluster:
+    """A started cluster; new ports when another process took one between pick and bind."""
+    for attempt in range(attempts):
+        cluster = NatsCluster(Path(tempfile.mkdtemp(prefix="spate-nats-cluster-")), size)
+        try:
+            cluster.start_sync()
+            return cluster
+        except RuntimeError as exc:
+            cluster.cleanup()
+            if "address already in use" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def nats_cluster_sync(size: int = 3) -> Iterator[NatsCluster]:
     """Start a cluster of ``size`` servers, yield it, and stop it (blocking)."""
-    cluster = NatsCluster(Path(tempfile.mkdtemp(prefix="spate-nats-cluster-")), size)
+    cluster = _started(size)
     try:
-        cluster.start_sync()
         yield cluster
     finally:
         cluster.cleanup()
@@ -268,10 +295,8 @@ def nats_cluster_sync(size: int = 3) -> Iterator[NatsCluster]:
 @asynccontextmanager
 async def nats_cluster(size: int = 3) -> AsyncIterator[NatsCluster]:
     """Start a cluster of ``size`` servers from a Trio task, yield it, stop it on exit."""
-    directory = Path(tempfile.mkdtemp(prefix="spate-nats-cluster-"))
-    cluster = await trio.to_thread.run_sync(NatsCluster, directory, size)
+    cluster = await trio.to_thread.run_sync(_started, size)
     try:
-        await trio.to_thread.run_sync(cluster.start_sync)
         yield cluster
     finally:
         with trio.CancelScope(shield=True):

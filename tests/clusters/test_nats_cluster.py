@@ -66,6 +66,8 @@ async def test_commits_survive_a_killed_stream_leader() -> None:
             await cluster.restart(killed)
 
         record, stored = await run_fleet(url, workers=2, splits=6, seconds=6, chaos=chaos)
+        # ?replicas=3 made R3 buckets (what lets the bucket outlive its leader).
+        assert await trio.to_thread.run_sync(cluster.stream_replicas, stream) == 3
     print(f"NATS cluster: {len(record.acked)} acknowledged, {record.failed} outcome-unknown")
     assert len(record.acked) > 50
     assert lost(record, stored) == []
