@@ -113,3 +113,29 @@ async def test_commits_survive_a_killed_leader() -> None:
     assert len(record.acked) > 50  # commits flowed before and after the kill
     assert lost(record, stored) == []
     assert record.duplicates() == 0
+
+
+async def test_a_paused_member_is_left_behind() -> None:
+    async with etcd_cluster() as cluster:
+        ns = f"pause-{secrets.token_hex(3)}"
+        async with open_store(cluster.store_url(ns, ttl=4, timeout="1")) as store:
+            assert isinstance(store, EtcdStore)
+            await store.create(D, "k", b"1")
+            # SIGSTOP the member the client uses: its sockets stay open but nothing answers,
+            # so only the request timeout tells the client to move on.
+            used = next(m for m in cluster.members if m.endpoint == store._gateway.endpoint)
+            cluster.pause_sync(used)
+            with trio.fail_after(15):
+                while True:
+                    try:
+                        entry = await store.get(D, "k")
+                        break
+                    except StoreUnavailable:
+                        await trio.sleep(0.1)
+            assert entry is not None
+            assert store._gateway.endpoint != used.endpoint
+            assert await store.create(E, "alive", b"") is not None
+            await trio.sleep(9)  # two TTLs: the keepalive left the paused member too
+            assert await store.get(E, "alive") is not None
+            await cluster.restart(used)  # SIGCONT
+            assert not used.paused
