@@ -5,8 +5,9 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 ``nox -s bench`` runs this, then the two adapter benchmarks (``bench/bench_etcd.py``,
 ``bench/bench_nats.py``).
 
-Options: ``--only commit,failover,scale,steady`` picks benchmarks; ``--stores memory,etcd,nats``
-picks stores; ``--quick`` shrinks every count (a smoke run, not figures to quote);
+Options: ``--only commit,failover,scale,steady,cluster`` picks benchmarks;
+``--stores memory,etcd,nats`` picks stores; ``--quick`` shrinks every count (a smoke run,
+not figures to quote);
 ``--markdown FILE`` also writes the table there.
 """
 
@@ -20,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from bench import commit, failover, scale, steady
+from bench import cluster, commit, failover, scale, steady
 from bench._harness import Options, Row, print_rows
 from spate import __version__
 
@@ -29,6 +30,7 @@ SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "failover": failover.run,
     "scale": scale.run,
     "steady": steady.run,
+    "cluster": cluster.run,
 }
 
 

@@ -207,7 +207,8 @@ def _url_backend(name: str, store_url: Callable[..., str]) -> Backend:
 @asynccontextmanager
 async def backends(names: Iterable[str]) -> AsyncIterator[dict[str, Backend]]:
     """Start a real server for each of ``names`` ("etcd", "nats"; "memory" needs none), on free
-    loopback ports, and stop them on exit."""
+    loopback ports, and stop them on exit. ``etcd-cluster`` and ``nats-cluster`` start a
+    3-member cluster instead (URLs naming every member; R3 buckets)."""
     wanted = list(dict.fromkeys(names))
     found: dict[str, Backend] = {}
     async with AsyncExitStack() as stack:
@@ -224,8 +225,20 @@ async def backends(names: Iterable[str]) -> AsyncIterator[dict[str, Backend]]:
 
                 nats = await stack.enter_async_context(nats_server(websocket=False))
                 found[name] = _url_backend("nats", nats.store_url)
+            elif name == "etcd-cluster":
+                from spate_testing.servers.etcd_cluster import etcd_cluster
+
+                members = await stack.enter_async_context(etcd_cluster())
+                found[name] = _url_backend(name, members.store_url)
+            elif name == "nats-cluster":
+                from spate_testing.servers.nats_cluster import nats_cluster
+
+                servers = await stack.enter_async_context(nats_cluster())
+                found[name] = _url_backend(name, servers.store_url)
             else:
-                raise ValueError(f"unknown store {name!r}: use memory, etcd or nats")
+                raise ValueError(
+                    f"unknown store {name!r}: use memory, etcd, nats, etcd-cluster or nats-cluster"
+                )
         yield found
 
 

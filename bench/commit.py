@@ -325,11 +325,11 @@ async def _run(options: Options) -> list[Row]:
     rows: list[Row] = []
     quick = options.quick
     async with backends(options.stores) as found:
-        for name in ("memory", "etcd", "nats"):
+        for name in ("memory", "etcd", "nats", "etcd-cluster", "nats-cluster"):
             backend = found.get(name)
             if backend is None:
                 continue
-            ops = {"memory": 2000, "etcd": 300, "nats": 1000}[name]
+            ops = {"memory": 2000, "etcd": 300, "nats": 1000}.get(name, 200)
             if quick:
                 ops //= 10
             rows.append(await commit_latency(backend, ops=ops, rounds=2 if quick else 6))

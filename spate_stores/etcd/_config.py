@@ -2,7 +2,7 @@
 
 URL grammar (documented in ``docs/stores/etcd.md``)::
 
-    etcd://[user:password@]host[:port][/namespace][?param=value&...]
+    etcd://[user:password@]host[:port][,host[:port]...][/namespace][?param=value&...]
     etcd+http://...      the same as etcd://
     etcd+https://...     TLS (params ca=, cert=, key=)
 
@@ -10,6 +10,9 @@ Parameters: ``namespace`` (or the path), ``ttl`` (seconds, a whole number >= 2; 
 adopt the namespace's recorded TTL, or 30 s for a new namespace), ``ca``, ``cert``, ``key``
 (PEM files), ``timeout`` (seconds per request, default 5), ``max_request_bytes`` (the
 server's ``--max-request-bytes``, default 1.5 MiB).
+
+Several comma-separated members of one cluster may be given; the store fails over between
+them (see ``_endpoints.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from __future__ import annotations
 import math
 import re
 import ssl
+from collections.abc import Iterable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
 from spate.errors import ConfigError, StoreError
 from spate.store import MAX_KEY_LENGTH, Keyspace
+from spate_stores.etcd._endpoints import parse_host_list
 
 __all__ = [
     "DEFAULT_EPHEMERAL_TTL",
@@ -73,6 +78,10 @@ def _check_ttl(ttl: float | None) -> float | None:
     return float(ttl)
 
 
+def _as_tuple(endpoints: Iterable[str]) -> tuple[str, ...]:
+    return tuple(endpoints)
+
+
 @attrs.frozen(repr=False)
 class EtcdConfig:
     """Validated connection settings of an :class:`~spate_stores.etcd.EtcdStore`.
@@ -81,7 +90,7 @@ class EtcdConfig:
     """
 
     endpoint: str = attrs.field(default="http://127.0.0.1:2379")
-    """``http://host:port`` or ``https://host:port`` (no credentials, no path)."""
+    """``http://host:port`` or ``https://host:port`` (no credentials, no path): the first member."""
     namespace: str = attrs.field(default="", converter=_check_namespace)
     """Isolates jobs and tenants: every key lives under this namespace's prefix."""
     ephemeral_ttl: float | None = attrs.field(default=None, converter=_check_ttl)
@@ -100,11 +109,24 @@ class EtcdConfig:
     """Seconds a unary request (and a stream's connect) may take."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     """The server's request size limit; values are limited to this minus txn overhead."""
+    endpoints: tuple[str, ...] = attrs.field(converter=_as_tuple)
+    """Every member the store may talk to (``endpoint`` first); defaults to ``(endpoint,)``."""
+
+    @endpoints.default
+    def _endpoints_default(self) -> tuple[str, ...]:
+        return (self.endpoint,)
 
     def __attrs_post_init__(self) -> None:
-        parts = urlsplit(self.endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"etcd endpoint must be http(s)://host:port, not {self.endpoint!r}")
+        if not self.endpoints or self.endpoints[0] != self.endpoint:
+            raise ConfigError("endpoints must start with endpoint (the first member)")
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ConfigError(f"the etcd endpoint list names a member twice: {self.endpoints}")
+        for endpoint in self.endpoints:
+            parts = urlsplit(endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ConfigError(f"etcd endpoint must be http(s)://host:port, not {endpoint!r}")
+            if parts.scheme != urlsplit(self.endpoint).scheme:
+                raise ConfigError("every etcd endpoint must use the same scheme (http or https)")
         if parts.scheme == "http" and (self.ca or self.cert or self.key):
             raise ConfigError(
                 "ca=, cert= and key= need TLS: use an etcd+https:// URL (https:// endpoint)"
@@ -123,7 +145,12 @@ class EtcdConfig:
 
     def __repr__(self) -> str:
         user = f", username={self.username!r}, password='***'" if self.username else ""
-        return f"EtcdConfig(endpoint={self.endpoint!r}, namespace={self.namespace!r}{user})"
+        where = (
+            f"endpoint={self.endpoint!r}"
+            if len(self.endpoints) == 1
+            else f"endpoints={self.endpoints!r}"
+        )
+        return f"EtcdConfig({where}, namespace={self.namespace!r}{user})"
 
     @property
     def tls(self) -> bool:
@@ -139,17 +166,27 @@ class EtcdConfig:
         """
         try:
             parts = urlsplit(url)
-            port = parts.port or DEFAULT_PORT
         except ValueError:
             raise ConfigError(
-                "malformed etcd URL: expected etcd://[user:password@]host:port[/namespace]"
+                "malformed etcd URL: expected etcd://[user:password@]host:port[,host:port...]"
+                "[/namespace]"
             ) from None
         scheme = _SCHEMES.get(parts.scheme.lower())
-        if scheme is None or not parts.hostname:
+        if scheme is None or not parts.netloc:
             raise ConfigError(
-                "an etcd URL looks like etcd://[user:password@]host:port[/namespace]"
-                "[?ttl=...] (etcd+https:// for TLS)"
+                "an etcd URL looks like etcd://[user:password@]host:port[,host:port...]"
+                "[/namespace][?ttl=...] (etcd+https:// for TLS)"
             )
+        # urlsplit cannot read a host list (it takes "2379,h2:2379" for a port), so the
+        # authority is split here: credentials before the last '@', then the hosts.
+        userinfo, at, hosts = parts.netloc.rpartition("@")
+        username = password = None
+        if at:
+            user_text, colon, password_text = userinfo.partition(":")
+            username = unquote(user_text)
+            password = unquote(password_text) if colon else None
+        members = parse_host_list(hosts, DEFAULT_PORT, "etcd")
+        endpoints = tuple(f"{scheme}://{host}:{port}" for host, port in members)
         query: dict[str, str] = {}
         for name, values in parse_qs(parts.query, keep_blank_values=True).items():
             if name not in _PARAMS:
@@ -164,7 +201,6 @@ class EtcdConfig:
                 f"the URL path names namespace {path_namespace!r} but namespace= says "
                 f"{namespace!r}; give one"
             )
-        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         try:
             ttl = float(query["ttl"]) if "ttl" in query else None
             timeout = float(query.get("timeout", DEFAULT_TIMEOUT))
@@ -174,11 +210,12 @@ class EtcdConfig:
                 "ttl and timeout must be numbers of seconds and max_request_bytes an integer"
             ) from None
         return cls(
-            endpoint=f"{scheme}://{host}:{port}",
+            endpoint=endpoints[0],
+            endpoints=endpoints,
             namespace=namespace,
             ephemeral_ttl=ttl,
-            username=unquote(parts.username) if parts.username is not None else None,
-            password=unquote(parts.password) if parts.password is not None else None,
+            username=username,
+            password=password,
             ca=query.get("ca"),
             cert=query.get("cert"),
             key=query.get("key"),

@@ -5,6 +5,14 @@ One :class:`httpx.AsyncClient` per store keeps connections alive (creating a cli
 whenever etcd says the token is invalid (simple tokens expire after ``--auth-token-ttl`` of
 idleness, JWTs after their lifetime), then retries that request once: a request refused for
 its token was not applied, so the retry cannot apply a write twice.
+
+With several members (an endpoint list) each call goes to the current member and, when that
+member cannot be reached or has no leader, moves on (see ``_endpoints.py``). A call moves on
+*within* the same call only when resending it cannot apply anything twice: the connection
+to the failed member was never made, or the call only reads. A write whose bytes may have
+reached a member fails with StoreUnavailable ("may or may not have been applied") after the
+client has switched member, so the caller's own outcome-unknown handling decides, on the
+next member, whether it landed.
 """
 
 from __future__ import annotations
@@ -19,9 +27,10 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
-from spate.errors import StoreError
+from spate.errors import StoreError, StoreUnavailable
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.etcd._config import EtcdConfig
+from spate_stores.etcd._endpoints import EndpointSet
 from spate_stores.etcd._errors import gateway_error, transport_error
 from spate_stores.etcd._wire import ErrorKind, GatewayError, classify_error
 
@@ -42,6 +51,17 @@ class ReplyError(Exception):
 
 # Kinds a caller recovers from; every other error reply becomes a store error here.
 _PASSED_THROUGH = {ErrorKind.LEASE_NOT_FOUND, ErrorKind.COMPACTED}
+# Calls that change nothing (or nothing a second time) when resent to another member.
+_RESENDABLE = {"/v3/kv/range", "/v3/auth/authenticate", "/v3/lease/revoke"}
+
+
+class _Failover(Exception):
+    """This member failed the call; ``resend`` says whether the next member may take it."""
+
+    def __init__(self, error: Exception, *, resend: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.resend = resend
 
 
 class Gateway:
@@ -49,13 +69,17 @@ class Gateway:
 
     def __init__(self, config: EtcdConfig) -> None:
         self.config = config
-        self.endpoint = config.endpoint
-        parts = urlsplit(config.endpoint)
-        self._server = server_endpoint(parts.hostname or "", parts.port)
+        self.endpoints = EndpointSet(config.endpoints)
+        """The members this client may use, and the one it uses now."""
         self._client: httpx.AsyncClient | None = None
         self._ssl: ssl.SSLContext | None = None
         self._token: str | None = None
         self._auth_lock = trio.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        """The member requests go to now."""
+        return self.endpoints.current
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -71,7 +95,6 @@ class Gateway:
         """Create the pooled client and sign in (with credentials)."""
         self._ssl = self.config.ssl_context()
         self._client = httpx.AsyncClient(
-            base_url=self.endpoint,
             verify=self._ssl if self._ssl is not None else True,
             timeout=httpx.Timeout(self.config.timeout),
             limits=httpx.Limits(max_keepalive_connections=32, max_connections=256),
@@ -109,10 +132,9 @@ class Gateway:
             if self._token != stale:
                 return  # another task signed in again while this one waited
             body = {"name": self.config.username, "password": self.config.password}
-            try:
-                response = await self._http().post("/v3/auth/authenticate", json=body)
-            except httpx.HTTPError as exc:
-                raise transport_error(self.endpoint, exc, doing="signing in") from None
+            response = await self._over_members(
+                "/v3/auth/authenticate", body, doing="signing in", headers={}
+            )
             if response.status_code != 200:
                 error = classify_error(response.status_code, response.content)
                 if error.kind is ErrorKind.AUTH_NOT_ENABLED:
@@ -138,18 +160,15 @@ class Gateway:
         client span (``txn``, ``range``...) beneath the spate span that made it.
         """
         operation = path.rsplit("/", 1)[-1]
-        with client_span(
-            "etcd", operation, server=self._server, namespace=self.config.namespace or None
-        ):
+        server = _server_of(self.endpoint)
+        namespace = self.config.namespace or None
+        with client_span("etcd", operation, server=server, namespace=namespace):
             return await self._call(path, body, doing=doing)
 
     async def _call(self, path: str, body: Json, *, doing: str) -> Json:
         for attempt in range(2):
             token = self._token
-            try:
-                response = await self._http().post(path, json=body, headers=self._headers())
-            except httpx.HTTPError as exc:
-                raise transport_error(self.endpoint, exc, doing=doing) from None
+            response = await self._over_members(path, body, doing=doing, headers=self._headers())
             if response.status_code == 200:
                 return _json(response)
             error = classify_error(response.status_code, response.content)
@@ -160,6 +179,55 @@ class Gateway:
                 raise ReplyError(error)
             raise self._fail(error, doing) from None
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _over_members(
+        self, path: str, body: Json, *, doing: str, headers: dict[str, str]
+    ) -> httpx.Response:
+        """POST to the current member, moving on to the next ones as far as is safe.
+
+        Returns the first reply that is not "this member cannot serve" (any other error
+        reply is the caller's to judge). Raises StoreUnavailable naming every member tried
+        when none could serve.
+        """
+        tried: list[str] = []
+        last: Exception | None = None
+        for endpoint in self.endpoints.rotation():
+            tried.append(endpoint)
+            try:
+                return await self._post_to(endpoint, path, body, doing=doing, headers=headers)
+            except _Failover as failure:
+                self.endpoints.failed(endpoint)
+                last = failure.error
+                if not failure.resend:
+                    break
+        assert last is not None
+        if len(tried) < len(self.endpoints.all) or len(tried) == 1:
+            raise last  # one member's failure (the write may have landed): the caller decides
+        raise StoreUnavailable(
+            f"no etcd endpoint could serve the request while {doing} (tried {', '.join(tried)}); "
+            f"the last said: {last}"
+        )
+
+    async def _post_to(
+        self, endpoint: str, path: str, body: Json, *, doing: str, headers: dict[str, str]
+    ) -> httpx.Response:
+        resend = path in _RESENDABLE
+        try:
+            response = await self._http().post(endpoint + path, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            # ConnectError (refused, unreachable) and ConnectTimeout mean no byte was sent.
+            never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            error = transport_error(endpoint, exc, doing=doing)
+            if isinstance(error, StoreUnavailable):
+                raise _Failover(error, resend=resend or never_sent) from None
+            raise error from None
+        if response.status_code != 200:
+            error_reply = classify_error(response.status_code, response.content)
+            if error_reply.kind is ErrorKind.UNAVAILABLE:
+                # No leader, leader changed, request timed out: another member may have
+                # a leader; a write refused this way may still have been proposed.
+                raise _Failover(self._fail(error_reply, doing), resend=resend)
+        return response
 
     @asynccontextmanager
     async def stream_lines(self, path: str, body: Json, *, doing: str) -> AsyncIterator[Any]:
@@ -172,7 +240,7 @@ class Gateway:
         timeout = httpx.Timeout(self.config.timeout, read=None)
         try:
             async with self._http().stream(
-                "POST", path, json=body, headers=self._headers(), timeout=timeout
+                "POST", self.endpoint + path, json=body, headers=self._headers(), timeout=timeout
             ) as response:
                 if response.status_code != 200:
                     await response.aread()
@@ -180,7 +248,9 @@ class Gateway:
                     raise self._fail(error, doing)
                 yield response.aiter_lines()
         except httpx.HTTPError as exc:
-            raise transport_error(self.endpoint, exc, doing=doing) from None
+            failed = self.endpoint
+            self.endpoints.failed(failed)
+            raise transport_error(failed, exc, doing=doing) from None
 
     async def refresh_token(self, stale: str | None) -> None:
         """Sign in again if the token is still ``stale`` (a stream reported it invalid)."""
@@ -191,6 +261,11 @@ class Gateway:
     def token(self) -> str | None:
         """The current auth token (never logged)."""
         return self._token
+
+
+def _server_of(endpoint: str) -> dict[str, str | int]:
+    parts = urlsplit(endpoint)
+    return server_endpoint(parts.hostname or "", parts.port)
 
 
 def _json(response: httpx.Response) -> Json:

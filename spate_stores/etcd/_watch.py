@@ -28,6 +28,7 @@ from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone, WatchEvent
 from spate_stores.etcd._config import KeyLayout
 from spate_stores.etcd._errors import gateway_error, transport_error
 from spate_stores.etcd._gateway import Gateway
+from spate_stores.etcd._watch_failover import resuming_watch
 from spate_stores.etcd._wire import (
     ErrorKind,
     EventKind,
@@ -129,7 +130,8 @@ async def _deliver(send: trio.MemorySendChannel[str | Exception], exc: Exception
         pass
 
 
-def _created_error(gateway: Gateway, message: WatchMessage, start_revision: int) -> Exception:
+def created_error(gateway: Gateway, message: WatchMessage, start_revision: int) -> Exception:
+    """The error for a watch etcd canceled instead of creating (compacted, refused)."""
     reason = message.cancel_reason.lower()
     if message.compact_revision or "compacted" in reason:
         return StoreUnavailable(
@@ -161,7 +163,7 @@ async def _await_created(gateway: Gateway, source: WatchSource, start_revision: 
         if message.error:
             raise StoreUnavailable(f"etcd at {gateway.endpoint} failed a watch: {message.error}")
         if message.canceled:
-            raise _created_error(gateway, message, start_revision)
+            raise created_error(gateway, message, start_revision)
         if not message.created:
             raise StoreUnavailable(f"etcd at {gateway.endpoint} did not acknowledge a watch")
         return
@@ -193,6 +195,11 @@ async def open_watch_stream(
     ``nursery``, the store's, so no exception group wraps the caller's own exceptions.
     """
     body = watch_create(key, range_end, start_revision)
+    if not gateway.uses_token and len(gateway.endpoints.all) > 1:
+        # Several members: a task owns the stream and resumes it elsewhere when it breaks.
+        async with resuming_watch(gateway, nursery, key, range_end, start_revision) as resumed:
+            yield resumed
+        return
     if not gateway.uses_token:
         async with open_socket(gateway, "/v3/watch", "watch") as sock:
             await sock.send(body)

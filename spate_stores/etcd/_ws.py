@@ -4,6 +4,10 @@ The gateway's WebSocket proxy turns each text message into one line of the strea
 request and each reply line into one message, so both directions flow at once (plain
 HTTP/1.1 streaming sends nothing back until the request body ends). Failures map to
 StoreUnavailable naming the endpoint.
+
+With several members, a socket opens on the first member (from the current one on) that
+accepts it, and a stream that breaks or goes unanswered moves the client past its member,
+so the next stream (a re-watch, the lease keepalive's next connection) goes elsewhere.
 """
 
 from __future__ import annotations
@@ -83,12 +87,49 @@ class GatewaySocket:
 
 @asynccontextmanager
 async def open_socket(gateway: Gateway, path: str, what: str) -> AsyncIterator[GatewaySocket]:
-    """Open a WebSocket to ``path`` on the gateway's endpoint and close it on exit.
+    """Open a WebSocket to ``path`` on a member and close it on exit.
 
-    Raises StoreUnavailable (or StoreError for TLS trust problems) if it cannot connect
-    within the configured timeout. Exceptions of the body pass through untouched.
+    Tries each member once, from the current one on. Raises StoreUnavailable naming the
+    members tried (or StoreError for TLS trust problems) if none connects within the
+    configured timeout. Exceptions of the body pass through untouched, but a
+    StoreUnavailable from the body (the stream broke) moves the client past the member.
     """
-    endpoint = gateway.endpoint
+    tried: list[str] = []
+    failure: Exception | None = None
+    for endpoint in gateway.endpoints.rotation():
+        tried.append(endpoint)
+        try:
+            async with _connect(gateway, endpoint, path, what) as ws:
+                try:
+                    yield GatewaySocket(ws, endpoint, what)
+                except StoreUnavailable:
+                    gateway.endpoints.failed(endpoint)
+                    raise
+            return
+        except _ConnectFailed as exc:
+            gateway.endpoints.failed(endpoint)
+            failure = exc.error
+    assert failure is not None
+    if len(tried) == 1:
+        raise failure
+    raise StoreUnavailable(
+        f"no etcd endpoint accepted the {what} stream (tried {', '.join(tried)}); "
+        f"the last said: {failure}"
+    )
+
+
+class _ConnectFailed(Exception):
+    """A socket could not be opened on one member (nothing was sent on it)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@asynccontextmanager
+async def _connect(
+    gateway: Gateway, endpoint: str, path: str, what: str
+) -> AsyncIterator[trio_websocket.WebSocketConnection]:
     url = ("wss" if endpoint.startswith("https:") else "ws") + endpoint[endpoint.index(":") :]
     stage = "connecting"
     try:
@@ -100,7 +141,7 @@ async def open_socket(gateway: Gateway, path: str, what: str) -> AsyncIterator[G
             max_message_size=_MAX_MESSAGE,
         ) as ws:
             stage = "open"
-            yield GatewaySocket(ws, endpoint, what)
+            yield ws
             stage = "closing"
     except WS_ERRORS as exc:
         if stage == "open":
@@ -108,8 +149,14 @@ async def open_socket(gateway: Gateway, path: str, what: str) -> AsyncIterator[G
         if stage == "closing":
             return  # the caller is done with the stream; a failed close handshake is moot
         if isinstance(exc, trio_websocket.ConnectionTimeout):
-            raise StoreUnavailable(
-                f"etcd at {endpoint} did not complete the {what} WebSocket handshake within "
-                f"{gateway.config.timeout} s; check that it is reachable (and its TLS settings)"
+            raise _ConnectFailed(
+                StoreUnavailable(
+                    f"etcd at {endpoint} did not complete the {what} WebSocket handshake within "
+                    f"{gateway.config.timeout} s; check that it is reachable (and its TLS "
+                    "settings)"
+                )
             ) from None
-        raise transport_error(endpoint, exc, doing=f"opening the {what} stream") from None
+        error = transport_error(endpoint, exc, doing=f"opening the {what} stream")
+        if isinstance(error, StoreUnavailable):
+            raise _ConnectFailed(error) from None
+        raise error from None

@@ -13,6 +13,10 @@ re-subscribes, and carries on. Exactly what happens to work in flight:
 * bytes queued for a broken connection are dropped, never sent on the next one;
 * every subscription receives a :class:`ConnectionLost` marker in its channel, so its reader
   knows messages may have been missed while the connection was down.
+
+With several servers (configured, or advertised by the cluster in INFO ``connect_urls``) each
+attempt goes to the next server of the pool (see ``_servers.py``): the first connection tries
+every configured server once before giving up, and a broken connection reconnects elsewhere.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from spate_stores.nats._protocol import (
     encode_sub,
     encode_unsub,
 )
+from spate_stores.nats._servers import ServerPool
 from spate_stores.nats._transport import (
     SocketTransport,
     Transport,
@@ -116,6 +121,13 @@ class _Pending:
             self.event.set()
 
 
+def _is_fatal(reason: Exception) -> bool:
+    """Whether a failed first connection is a misconfiguration no other server would fix."""
+    return (isinstance(reason, _ServerError) and reason.is_auth) or isinstance(
+        reason, TlsVerificationFailed | StoreError
+    )
+
+
 def _parse_version(text: object) -> tuple[int, ...]:
     numbers = []
     for part in str(text).split("-")[0].split("."):
@@ -130,6 +142,8 @@ class NatsConnection:
 
     def __init__(self, options: ConnectOptions) -> None:
         self.options = options
+        self.pool = ServerPool(options.configured)
+        """The servers this connection may use (configured first, then advertised ones)."""
         self._info: dict[str, Any] = {}
         self._transport: Transport | None = None
         self._ready = trio.Event()
@@ -171,6 +185,11 @@ class NatsConnection:
     def max_payload(self) -> int:
         """Largest message (headers plus payload) the server accepts."""
         return int(self._info.get("max_payload", 1024 * 1024))
+
+    @property
+    def server(self) -> tuple[str, int]:
+        """``(host, port)`` of the server in use (or tried next, while disconnected)."""
+        return self.pool.current
 
     @property
     def connected(self) -> bool:
@@ -229,11 +248,18 @@ class NatsConnection:
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         first = True
         delay = 0.05
+        tried: list[tuple[str, int]] = []
         while not self._closed:
             started = trio.current_time()
+            server = self.pool.current
             connected, reason = await self._session(task_status if first else None)
+            if not connected or self._loss is not None:
+                self.pool.advance()  # next attempt: the next server (no-op with one)
             if first and not connected:
-                raise self._first_failure(reason)
+                tried.append(server)
+                if len(tried) < len(self.options.configured) and not _is_fatal(reason):
+                    continue  # the first connection tries each configured server once
+                raise self._first_failure(reason, tried)
             first = False
             if self._is_closed():
                 return
@@ -250,7 +276,7 @@ class NatsConnection:
             await trio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self.options.reconnect_wait_max)
 
-    def _first_failure(self, reason: Exception) -> Exception:
+    def _first_failure(self, reason: Exception, tried: list[tuple[str, int]]) -> Exception:
         url = self.options.url
         if isinstance(reason, _ServerError) and reason.is_auth:
             return StoreError(
@@ -268,6 +294,12 @@ class NatsConnection:
             return StoreError(
                 f"{url} does not speak the NATS client protocol ({reason}); check the scheme "
                 "and port (TCP clients use 4222, WebSocket clients the websocket port)."
+            )
+        if len(tried) > 1:
+            return StoreUnavailable(
+                f"cannot connect to any NATS server of {url} (tried {ServerPool.describe(tried)}; "
+                f"the last: {reason}). Check that nats-server is running there (with -js for "
+                "JetStream) and reachable; the caller may retry."
             )
         return StoreUnavailable(
             f"cannot connect to NATS at {url}: {reason}. Check that nats-server is running "
@@ -303,7 +335,7 @@ class NatsConnection:
                         task_status.started()
                     else:
                         self.reconnects += 1
-                        log.info("reconnected to %s", self.options.url)
+                        log.info("reconnected to %s", ServerPool.describe([self.pool.current]))
                     self._writer_wakeup = trio.Event()
                     nursery.start_soon(self._writer, transport)
                     nursery.start_soon(self._ping_loop)
@@ -337,23 +369,22 @@ class NatsConnection:
 
     async def _connect(self, nursery: trio.Nursery) -> Transport:
         options = self.options
+        host, port = self.pool.current
         transport: Transport
         with trio.fail_after(options.timeout):
             if options.transport == "ws":
                 context = options.ssl_context() if options.tls else None
-                transport = await WebSocketTransport.connect(
-                    nursery, options.host, options.port, context
-                )
+                transport = await WebSocketTransport.connect(nursery, host, port, context)
             else:
-                transport = await SocketTransport.connect(options.host, options.port)
+                transport = await SocketTransport.connect(host, port)
             try:
-                transport = await self._handshake(transport)
+                transport = await self._handshake(transport, host)
             except BaseException:
                 await transport.aclose()
                 raise
         return transport
 
-    async def _handshake(self, transport: Transport) -> Transport:
+    async def _handshake(self, transport: Transport, host: str) -> Transport:
         """INFO, TLS upgrade if needed, CONNECT, PING/PONG, subscriptions; the transport to use."""
         options = self.options
         self._parser = parser = Parser()
@@ -371,11 +402,12 @@ class NatsConnection:
                 else:
                     raise ProtocolError(f"expected INFO first, got {event!r}")
         self._info = dict(info)
+        self._learn(info)
         if isinstance(transport, SocketTransport) and (options.tls or info.get("tls_required")):
             if early or parser.buffered:
                 raise ProtocolError("the server sent data after INFO before the TLS upgrade")
             try:
-                transport = await transport.start_tls(options.ssl_context(), options.host)
+                transport = await transport.start_tls(options.ssl_context(), host)
             except TransportError as exc:
                 if "certificate" in str(exc).lower():
                     raise TlsVerificationFailed(str(exc)) from exc
@@ -413,6 +445,7 @@ class NatsConnection:
                     return transport
                 if isinstance(event, Info):
                     self._info.update(event.data)
+                    self._learn(event.data)
                 elif isinstance(event, Ping):
                     await transport.send_all(encode_pong())
                 elif isinstance(event, Err):
@@ -447,10 +480,16 @@ class NatsConnection:
                     self._pings_outstanding = 0
                 elif isinstance(event, Info):
                     self._info.update(event.data)
+                    self._learn(event.data)
                 elif isinstance(event, Err):
                     self._server_error(event)
             if self._loss is not None:
                 return
+
+    def _learn(self, info: dict[str, Any]) -> None:
+        # A cluster advertises its servers' client addresses (WebSocket ones separately).
+        key = "ws_connect_urls" if self.options.transport == "ws" else "connect_urls"
+        self.pool.learn(info.get(key))
 
     def _deliver(self, msg: Msg) -> None:
         if msg.sid == _INBOX_SID:

@@ -2,7 +2,7 @@
 
 ::
 
-    nats://[user:password@ | token@]host[:port][/namespace][?param=value&...]
+    nats://[user:password@ | token@]host[:port][,host[:port]...][/namespace][?param=value&...]
 
 Schemes: ``nats://`` (TCP; TLS when the server requires it or ``ca=`` is given), ``tls://`` and
 ``nats+tls://`` (TCP, TLS required), ``nats+ws://`` (WebSocket) and ``nats+wss://`` (WebSocket
@@ -12,7 +12,9 @@ Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral 
 at least 1), ``timeout`` (seconds per request, default 5), ``ca`` (a PEM file of CA certificates
 to verify the server with, instead of the system store), ``name`` (the client name the server
 shows in its monitoring), ``replicas`` (stream replicas of buckets this store creates: 1, 3 or
-5; default 1). User, password and token are percent-decoded.
+5; default 1). User, password and token are percent-decoded. Several comma-separated servers
+of one cluster may be given: the client connects to the first that answers, moves on when its
+server goes away, and also learns the servers the cluster advertises.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from spate.errors import ConfigError
+from spate_stores._hosts import parse_host_list
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
 
@@ -68,6 +71,13 @@ class ConnectOptions:
     """Seconds between client PINGs; two unanswered PINGs mean the connection is dead."""
     reconnect_wait_max: float = 2.0
     """Longest pause between reconnection attempts (the backoff doubles up to it)."""
+    servers: tuple[tuple[str, int], ...] = ()
+    """Every configured server as ``(host, port)``, ``(host, port)`` first; empty means just it."""
+
+    @property
+    def configured(self) -> tuple[tuple[str, int], ...]:
+        """The configured servers (at least ``(host, port)``)."""
+        return self.servers or ((self.host, self.port),)
 
     @property
     def url(self) -> str:
@@ -79,8 +89,11 @@ class ConnectOptions:
             ("ws", True): "nats+wss",
         }[(self.transport, self.tls)]
         auth = "***@" if self.user or self.token else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{auth}{host}:{self.port}"
+        hosts = ",".join(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            for host, port in self.configured
+        )
+        return f"{scheme}://{auth}{hosts}"
 
     def __repr__(self) -> str:
         return f"ConnectOptions({self.url!r})"
@@ -125,13 +138,15 @@ def parse_url(url: str) -> StoreOptions:
             + ", ".join(s + "://" for s in _TRANSPORTS)
         )
     transport, tls = _TRANSPORTS[scheme]
+    # urlsplit cannot read a host list (it takes "4222,h2:4222" for a port): split the
+    # authority here, credentials before the last '@'.
+    userinfo, at, hosts = parts.netloc.rpartition("@")
     try:
-        host = parts.hostname
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"invalid host or port in {redacted!r}") from None
-    if not host:
-        raise ConfigError(f"{redacted!r} names no host; write {scheme}://host:port")
+        members = parse_host_list(hosts, _DEFAULT_PORTS[(transport, tls)], "nats")
+    except ConfigError as exc:
+        raise ConfigError(f"invalid host or port in {redacted!r}: {exc}") from None
+    servers = tuple((host.strip("[]"), port) for host, port in members)
+    host, port = servers[0]
     query: dict[str, str] = {}
     for key, values in parse_qs(parts.query, keep_blank_values=True).items():
         query[key] = values[-1]
@@ -141,8 +156,9 @@ def parse_url(url: str) -> StoreOptions:
             f"unknown parameter(s) {sorted(unknown)} in {redacted!r}; NATS URLs take "
             + ", ".join(sorted(_PARAMS))
         )
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password is not None else None
+    user_text, colon, password_text = userinfo.partition(":")
+    user = unquote(user_text) if at and user_text else None
+    password = unquote(password_text) if at and colon else None
     token = None
     if user is not None and password is None:
         token, user = user, None
@@ -155,7 +171,8 @@ def parse_url(url: str) -> StoreOptions:
     ca_file = query.get("ca") or None
     connect = ConnectOptions(
         host=host,
-        port=port or _DEFAULT_PORTS[(transport, tls)],
+        port=port,
+        servers=servers if len(servers) > 1 else (),
         transport=transport,
         tls=tls or ca_file is not None,
         ca_file=ca_file,

@@ -18,6 +18,13 @@ without moving them forward, while the healthy splits that die beside them keep 
 
 Unlike the simulator this runs on the real clock and is not reproducible; the seed only fixes
 the chaos schedule. It is the ``chaos`` nox session (not part of the default run).
+
+With ``--cluster`` the store is a 3-member cluster (etcd, or NATS with R3 buckets) reached
+through a URL naming every member, and instead of restarting "the server" the run SIGKILLs
+the store's leader (etcd's raft leader; the durable bucket's stream leader on NATS) and later
+a follower, restarting each a few seconds later. The result then also counts duplicated
+acknowledgements and the stall after the leader kill: the time until the fleet's next
+acknowledged commit (seen as a worker's history file growing).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +103,15 @@ class ChaosResult:
             counts[("poison" if split in self.poison else "healthy", status)] += 1
         return dict(sorted(counts.items()))
 
+    duplicated_commits: int = 0
+    """Acknowledgements of the same split, epoch and watermark more than once."""
+    lost_commits: int = 0
+    """Acknowledged commits the final listing does not hold (lost-ack violations)."""
+    leader_stalls: tuple[float, ...] = ()
+    """Cluster mode: seconds from each store-leader kill to the next acknowledged commit."""
+    election_timeout: float | None = None
+    """Cluster mode: the store's election timeout, seconds."""
+
     @property
     def ok(self) -> bool:
         """Whether the history was clean."""
@@ -103,7 +119,19 @@ class ChaosResult:
 
 
 @contextlib.contextmanager
-def _server(kind: str) -> Iterator[Any]:
+def _server(kind: str, cluster: bool = False) -> Iterator[Any]:
+    if cluster and kind == "etcd":
+        from spate_testing.servers.etcd_cluster import etcd_cluster_sync
+
+        with etcd_cluster_sync() as members:
+            yield members
+        return
+    if cluster:
+        from spate_testing.servers.nats_cluster import nats_cluster_sync
+
+        with nats_cluster_sync() as servers:
+            yield servers
+        return
     if kind == "etcd":
         from spate_testing.servers.etcd import etcd_server_sync
 
@@ -191,10 +219,13 @@ def run_chaos(
     bound: float = 240.0,
     server_restarts: int = 1,
     poison: int = 0,
+    cluster: bool = False,
 ) -> ChaosResult:
     """Run one chaos run against a fresh ``store`` server (``"etcd"`` or ``"nats"``).
 
     ``poison`` splits (chosen by the seed) crash every worker process that works them.
+    ``cluster`` runs it on a 3-member cluster, killing its leader and a follower instead of
+    restarting the server (see the module docstring).
     """
     if store not in ("etcd", "nats"):
         raise ValueError(f"store must be 'etcd' or 'nats', not {store!r}")
@@ -204,13 +235,20 @@ def run_chaos(
     expected = [split for split, _, _, _ in Dataset(seed=seed, splits=splits).ranges()]
     # Their own generator: the chaos schedule of a seed stays what it was without poison.
     poisoned = tuple(sorted(random.Random(seed + 7919).sample(expected, poison)))
-    with tempfile.TemporaryDirectory(prefix="spate-chaos-") as tmp, _server(store) as server:
-        url = server.store_url(namespace=f"chaos{seed}", ttl=lease)
+    stalls: list[float] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="spate-chaos-") as tmp,
+        _server(store, cluster) as server,
+    ):
+        url = server.store_url(f"chaos{seed}", ttl=lease)
         fleet = _Fleet(url, Path(tmp), splits, seed, history, poisoned)
         try:
             for i in range(workers):
                 fleet.start(f"w{i}")
-            _chaos(fleet, store, server, rng, seconds, lease, server_restarts)
+            if cluster:
+                stalls = _cluster_chaos(fleet, store, server, rng, seconds, lease, f"chaos{seed}")
+            else:
+                _chaos(fleet, store, server, rng, seconds, lease, server_restarts)
             terminated = _settle(fleet, bound)
         finally:
             for life in fleet.lives:
@@ -226,6 +264,9 @@ def run_chaos(
         history.append(final)
     violations = tuple(check(history))
     listing = final.splits
+    acked = collections.Counter(
+        (a.split, a.epoch, a.watermark, a.completed) for a in history.of(Acked)
+    )
     return ChaosResult(
         store=store,
         server=f"{store} {'.'.join(map(str, server.version))}",
@@ -240,7 +281,71 @@ def run_chaos(
         history=history,
         poison=poisoned,
         outcomes={s.split: s.status for s in listing},
+        duplicated_commits=sum(n - 1 for n in acked.values() if n > 1),
+        lost_commits=sum(1 for v in violations if v.invariant == "lost-ack"),
+        leader_stalls=tuple(stalls),
+        election_timeout=float(server.election_timeout) if cluster else None,
     )
+
+
+def _acks_so_far(fleet: _Fleet) -> int:
+    """How many acknowledgement lines the workers' history files hold now."""
+    total = 0
+    for life in fleet.lives:
+        try:
+            total += life.history.read_bytes().count(b"\n")
+        except OSError:
+            continue
+    return total
+
+
+def _cluster_chaos(
+    fleet: _Fleet,
+    kind: str,
+    cluster: Any,
+    rng: random.Random,
+    seconds: float,
+    lease: float,
+    namespace: str,
+) -> list[float]:
+    """Worker chaos as in :func:`_chaos` (no server restarts), plus store-member kills.
+
+    At ~30% of the run the store's leader is SIGKILLed, at ~65% a follower; each comes back
+    4 s later. Returns the stall after each leader kill (seconds to the next acknowledgement).
+    """
+    stream = None
+    if kind == "nats":
+        from spate.store import Keyspace
+        from spate_stores.nats._keys import bucket_name
+
+        stream = "KV_" + bucket_name(namespace, Keyspace.DURABLE)
+    plan = [(0.3 * seconds, "leader"), (0.65 * seconds, "follower")]
+    stalls: list[float] = []
+    down: list[tuple[float, Any]] = []
+    started = time.monotonic()
+
+    def tick(now: float) -> None:
+        for item in [d for d in down if d[0] <= now]:
+            down.remove(item)
+            fleet.action("store", "member-restart", repr(item[1]))
+            cluster.restart_member_sync(item[1])
+        if plan and now - started >= plan[0][0]:
+            _, role = plan.pop(0)
+            member = cluster.member(role) if stream is None else cluster.member(role, stream)
+            before = _acks_so_far(fleet)
+            killed_at = time.monotonic()
+            cluster.stop_member_sync(member, kill=True)
+            fleet.action("store", f"{role}-kill", repr(member))
+            down.append((killed_at + 4.0, member))
+            if role == "leader":
+                while _acks_so_far(fleet) == before and time.monotonic() - killed_at < 60:
+                    time.sleep(0.01)
+                stalls.append(time.monotonic() - killed_at)
+
+    _chaos(fleet, kind, cluster, rng, seconds, lease, 0, tick=tick)
+    for _, member in down:
+        cluster.restart_member_sync(member)
+    return stalls
 
 
 def _chaos(
@@ -251,6 +356,7 @@ def _chaos(
     seconds: float,
     lease: float,
     server_restarts: int,
+    tick: Callable[[float], None] | None = None,
 ) -> None:
     end = time.monotonic() + seconds
     restarts_at = sorted(rng.uniform(0.3, 0.8) * seconds for _ in range(server_restarts))
@@ -270,6 +376,8 @@ def _chaos(
             elif what == "restart":
                 fleet.start(instance, "restart")
         _supervise(fleet, restart=True)
+        if tick is not None:
+            tick(now)
         if restarts_at and fleet.now() >= restarts_at[0]:
             restarts_at.pop(0)
             fleet.action("server", "server-restart")
@@ -403,6 +511,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1,
         help="process-killing poison splits (default 1; 0 for none)",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="3-member store clusters; kill the store's leader and a follower during the run",
+    )
     args = parser.parse_args(argv)
     status = 0
     for store in ["etcd", "nats"] if args.store == "both" else [args.store]:
@@ -414,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lease=args.lease,
             seed=args.seed,
             poison=args.poison,
+            cluster=args.cluster,
         )
         print(
             f"{result.server}: {result.wall_seconds:.0f} s wall, actions "
@@ -429,6 +543,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result.outcomes.get(s) != "quarantined" for s in result.poison
             ):
                 print("  FAIR BLAME FAILED: a healthy split quarantined, or a poison one not")
+                status = 1
+        if args.cluster:
+            stalls = ", ".join(f"{stall:.2f} s" for stall in result.leader_stalls)
+            print(
+                f"  cluster: {result.acked_commits} acknowledged, {result.lost_commits} lost, "
+                f"{result.duplicated_commits} duplicated; stall after the leader kill {stalls} "
+                f"(election timeout {result.election_timeout:g} s)"
+            )
+            if result.duplicated_commits:
                 status = 1
         if args.keep:
             Path(f"{args.keep}.{store}.jsonl").write_text(result.history.to_jsonl())

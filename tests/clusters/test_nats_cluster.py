@@ -1,0 +1,74 @@
+"""A 3-server NATS cluster with R3 buckets: the client learns the cluster, reconnects to
+another server, its watches carry on, and commits survive a killed stream leader."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+import trio
+
+from spate.errors import StoreUnavailable
+from spate.store import Keyspace, Put, SnapshotDone
+from spate_stores import open_store
+from spate_stores.nats import NatsStore
+from spate_stores.nats._keys import bucket_name
+from spate_testing.servers.nats_cluster import nats_cluster
+from spate_testing.sim.cluster_fleet import lost, run_fleet
+
+pytestmark = [pytest.mark.nats, pytest.mark.cluster]
+
+D = Keyspace.DURABLE
+
+
+async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
+    async with nats_cluster() as cluster:
+        ns = f"fo{secrets.token_hex(3)}"
+        first = cluster.servers[0]
+        # Name one server only: the rest come from the cluster's INFO connect_urls.
+        url = f"nats://127.0.0.1:{first.port}/{ns}?replicas=3&ttl=5"
+        async with open_store(url) as store:
+            assert isinstance(store, NatsStore)
+            conn = store.connection
+            assert {p for _, p in conn.pool.servers} == {s.port for s in cluster.servers}
+            await store.create(D, "k", b"1")
+            async with store.watch(D, "") as events:
+                assert isinstance(await events.__anext__(), Put)
+                assert isinstance(await events.__anext__(), SnapshotDone)
+                await trio.to_thread.run_sync(lambda: cluster.stop_member_sync(first, kill=True))
+                with trio.fail_after(30):
+                    while True:
+                        try:
+                            await store.create(D, "k2", b"2")
+                            break
+                        except StoreUnavailable:
+                            await trio.sleep(0.2)
+                assert conn.server[1] != first.port
+                # The watch's consumer was re-created on the cluster: the write arrives.
+                with trio.fail_after(30):
+                    event = await events.__anext__()
+                assert isinstance(event, Put)
+                assert event.entry.key == "k2"
+            await cluster.restart(first)
+
+
+async def test_commits_survive_a_killed_stream_leader() -> None:
+    async with nats_cluster() as cluster:
+        ns = f"fleet{secrets.token_hex(3)}"
+        # JetStream elects a new stream leader 4-9 s after the old one dies: the lease (and so
+        # op_timeout, a third of it) must outlast that, or leases lapse during the election.
+        url = cluster.store_url(ns, ttl=20)
+        stream = "KV_" + bucket_name(ns, D)
+
+        async def chaos() -> None:
+            killed = await cluster.kill("leader", stream=stream)
+            await trio.sleep(3)
+            await cluster.restart(killed)
+
+        record, stored = await run_fleet(url, workers=2, splits=6, seconds=6, chaos=chaos)
+        # ?replicas=3 made R3 buckets (what lets the bucket outlive its leader).
+        assert await trio.to_thread.run_sync(cluster.stream_replicas, stream) == 3
+    print(f"NATS cluster: {len(record.acked)} acknowledged, {record.failed} outcome-unknown")
+    assert len(record.acked) > 50
+    assert lost(record, stored) == []
+    assert record.duplicates() == 0
