@@ -36,6 +36,10 @@ __all__ = [
 ]
 
 ERR_WRONG_LAST_SEQUENCE = 10071
+# A clustered stream's leader checks the expected sequence again when it proposes the write, and
+# a conflict found there comes back under its own code, without the sequence it saw. Both are a
+# lost compare-and-swap, never an error: seen when two workers race on a 3-server R3 bucket.
+ERR_WRONG_LAST_SEQUENCE_CLUSTERED = 10164
 ERR_STREAM_EXISTS = 10058
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE = 10037
@@ -186,7 +190,7 @@ class JetStream:
         data = _json(msg, f"a write to {subject}")
         error = _api_error(data, f"write to {subject}")
         if error is not None:
-            if error.err_code == ERR_WRONG_LAST_SEQUENCE:
+            if error.err_code in (ERR_WRONG_LAST_SEQUENCE, ERR_WRONG_LAST_SEQUENCE_CLUSTERED):
                 _, _, last = error.description.rpartition(" ")
                 raise WrongLastSequence(int(last) if last.isdigit() else None)
             raise error
