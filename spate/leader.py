@@ -109,6 +109,8 @@ class Leadership:
         self._index_key: tuple[int, frozenset[str]] | None = None
         self._recheck: set[str] = set()
         """Members whose published assignment must be compared with the placement."""
+        self._interim = False
+        """Whether the last publish was the debounce's interim placement."""
 
     @property
     def leading(self) -> bool:
@@ -538,11 +540,13 @@ class Leadership:
         if view.assignment_changes:
             self._recheck |= view.assignment_changes
             view.assignment_changes.clear()
-        if changed is None or debouncing:
-            # A membership change (or the debounce's interim placement): compare every member.
+        if changed is None or debouncing or self._interim:
+            # A membership change, or the debounce's interim placement (while it runs, and
+            # once more when it ends): compare every member.
             self._recheck |= set(members) | set(view.assignments)
         else:
             self._recheck |= changed
+        self._interim = debouncing
         if changed is not None and not changed and not self._recheck:
             return  # nothing moved: a claim by the assignee, a reconcile that found nothing
         core.metrics.placement(
@@ -649,6 +653,7 @@ class Leadership:
         self._index = None
         self._index_key = None
         self._recheck.clear()
+        self._interim = False
         self.core.view.placement_changes = None
         self.core.view.assignment_changes = None
 
@@ -724,6 +729,9 @@ class Leadership:
                     core.fold(view.apply_put(D, entry))
         finally:
             self._publishing.discard(instance)
+            # Compared again at the next publish: a write that failed, lost, or was
+            # overtaken by a newer placement leaves the record behind the placement.
+            self._recheck.add(instance)
 
     def _delete_assignment(self, instance: str) -> Flow[None]:
         core, view = self.core, self.core.view

@@ -167,9 +167,24 @@ class PlacementIndex:
             return self._batch.get(member, ())
         if member not in self._members:
             return ()
-        held = set(self._owned[member]) | self._moved_in.get(member, set())
-        held -= self._moved_out.get(member, set())
-        return tuple(sorted(held))
+        owned = self._sorted[member]
+        out = self._moved_out.get(member)
+        moved_in = self._moved_in.get(member)
+        if not out and not moved_in:
+            return tuple(owned)
+        held = list(owned)
+        for split in out or ():
+            held.pop(bisect.bisect_left(held, split))
+        for split in sorted(moved_in or ()):
+            bisect.insort(held, split)
+        return tuple(held)
+
+    def moves(self) -> dict[str, str]:
+        """The splits the answer places elsewhere than on their owner: split -> member."""
+        self.solve()
+        if self._batch is not None:
+            return {s: m for m, held in self._batch.items() for s in held if self._where(s) != m}
+        return dict(self._result)
 
     def assignment(self) -> dict[str, tuple[str, ...]]:
         """Every member's splits: what the batch function answers for the same inputs."""
@@ -202,6 +217,8 @@ class PlacementIndex:
         }
         self._member_hash = {m: stable_hash_str(self._seed, m) for m in self._names}
         self._owned: dict[str, set[str]] = {m: set() for m in self._names}
+        self._sorted: dict[str, list[str]] = {m: [] for m in self._names}
+        self._domain_hash = {d: stable_hash_str(self._seed, d) for d in set(self._domain.values())}
         self._load = dict.fromkeys(self._names, 0)
         self._bins = {m: _Bins([]) for m in self._names}
         self._domain_bins = {d: _Bins([]) for d in set(self._domain.values())}
@@ -217,6 +234,7 @@ class PlacementIndex:
                 unowned.append((-max(1, p.weight), split))
         unowned.sort()
         self._unowned = unowned
+        self._sorted = {m: sorted(self._owned[m]) for m in self._names}
 
     def _owner(self, p: Placement) -> str | None:
         return p.owner if p.owner is not None and p.owner in self._members else None
@@ -250,13 +268,13 @@ class PlacementIndex:
             bisect.insort(self._unowned, (-weight, split))
             return False
         self._owned[owner].add(split)
+        if not bulk:
+            bisect.insort(self._sorted[owner], split)
         self._load[owner] += weight
         if honoured and split not in self._affine_loose:
             self._pinned.add(split)
         else:
-            key = self._key(split)
-            self._bins[owner].add(weight, key)
-            self._domain_bins[self._domain[owner]].add(weight, key)
+            self._bins_add(owner, weight, split)
         return False
 
     def _unstate(self, split: str, p: Placement) -> None:
@@ -268,13 +286,13 @@ class PlacementIndex:
             self._unowned.pop(bisect.bisect_left(self._unowned, entry))
             return
         self._owned[owner].discard(split)
+        held = self._sorted[owner]
+        held.pop(bisect.bisect_left(held, split))
         self._load[owner] -= weight
         if split in self._pinned:
             self._pinned.discard(split)
         else:
-            key = self._key(split)
-            self._bins[owner].remove(weight, key)
-            self._domain_bins[self._domain[owner]].remove(weight, key)
+            self._bins_remove(owner, weight, split)
 
     def _over(self) -> bool:
         return any(len(self._owned[m]) > self._cap[m] for m in self._names)
@@ -322,12 +340,14 @@ class PlacementIndex:
     def _bins_add(self, member: str, weight: int, split: str) -> None:
         key = self._key(split)
         self._bins[member].add(weight, key)
-        self._domain_bins[self._domain[member]].add(weight, key)
+        if self._domains:  # the domain bins serve only the spread across domains
+            self._domain_bins[self._domain[member]].add(weight, key)
 
     def _bins_remove(self, member: str, weight: int, split: str) -> None:
         key = self._key(split)
         self._bins[member].remove(weight, key)
-        self._domain_bins[self._domain[member]].remove(weight, key)
+        if self._domains:
+            self._domain_bins[self._domain[member]].remove(weight, key)
 
     def _fill(
         self, load: dict[str, int], count: dict[str, int], final: dict[str, str]
@@ -357,7 +377,7 @@ class PlacementIndex:
         domain_load: dict[str, int] = {}
         for m in self._names:
             domain_load[self._domain[m]] = domain_load.get(self._domain[m], 0) + load[m]
-        tops = [(domain_load[d], stable_hash_str(self._seed, d), d) for d in domains]
+        tops = [(domain_load[d], self._domain_hash[d], d) for d in domains]
         heapq.heapify(tops)
         for negative, split in self._unowned:
             if not tops:
