@@ -10,12 +10,16 @@ must reach the same placement, however it got there).
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import trio
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spate.placement import Member, place
 from spate.placement_index import PlacementIndex
 from spate.protocol import Placement
+from spate_stores.memory import MemoryServer
+
+from .harness import TTL, client, cooperative, planner_of, spawn
 
 SEED = 1234
 DEFAULT_CAP = 3
@@ -32,6 +36,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
         self.splits: dict[str, Placement] = {}
         self.next_split = 0
         self.index = PlacementIndex(default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0)
+        self.last: dict[str, tuple[str, ...]] = {}
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -129,6 +134,17 @@ class IndexAgainstBatch(RuleBasedStateMachine):
             self.members, self.splits, default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0
         )
         assert self.index.assignment() == expected
+        # The leader publishes only the members the index names as changed: every member
+        # whose assignment differs from the last answer must be among them.
+        changed = self.index.take_changed()
+        if changed is not None:
+            moved = {
+                m
+                for m in set(expected) | set(self.last)
+                if expected.get(m, ()) != self.last.get(m, ())
+            }
+            assert moved <= changed | (set(self.last) - set(expected))
+        self.last = expected
 
 
 TestIndexAgainstBatch = IndexAgainstBatch.TestCase
@@ -161,3 +177,37 @@ def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -
     assert index.assignment() == place(members, rest, default_cap=4, seed=SEED)
     assert index.batches == 0
     assert index.solves >= 2
+
+
+async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_with_place(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Once settled, renewals and reconcile listings re-place nothing and publish nothing;
+    then a completion is placed incrementally, and the leader's answer is the batch one."""
+    server = MemoryServer()
+    async with trio.open_nursery() as nursery:
+        workers = [
+            await spawn(
+                nursery, client(server), f"w{i}", planner=planner_of(12), on_event=cooperative
+            )
+            for i in range(3)
+        ]
+        await workers[0].until(lambda: all(len(w.c.owned) == 4 for w in workers), within=3 * TTL)
+        await trio.sleep(TTL)
+        leader = next(w.c._core.leader for w in workers if w.c.is_leader)
+        index = leader._index
+        assert index is not None
+        mark = (index.solves, index.batches, [len(w.metrics.writes) for w in workers])
+        await trio.sleep(6 * TTL)  # several reconcile intervals (5 s)
+        assert (index.solves, index.batches) == mark[:2]
+        writes = [
+            op for w, m in zip(workers, mark[2], strict=True) for _, op, _ in w.metrics.writes[m:]
+        ]
+        assert "assign" not in writes
+        core = leader.core
+        pool = {s: p for s in core.view.splits if (p := leader._placement_input(s)) is not None}
+        members = {i: Member(p.max_in_flight if p else 0) for i, p in core.view.presence.items()}
+        assert index.assignment() == place(
+            members, pool, default_cap=core.config.max_in_flight, seed=core.tie_seed
+        )
+        nursery.cancel_scope.cancel()
