@@ -17,10 +17,13 @@ The rules, each with the race it prevents:
   ``PlanError``); then spec records, then progress records (so a progress record implies its
   spec), then the plan record (planned count recounted from a listing, finality). A planner
   that raises is logged and retried with backoff.
-- **Assignment** is the pure :func:`~spate.placement.place` (spread across the workers'
-  failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no worker
-  has a locality), recomputed only when an input moved, published only where it changed (a
-  steady fleet writes nothing). The splits of a departed worker are withheld for
+- **Assignment** is what the pure :func:`~spate.placement.place` answers (spread across the
+  workers' failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no
+  worker has a locality), kept by a :class:`~spate.placement_index.PlacementIndex` fed only
+  the splits the view names as changed, so one ownership change costs the splits in flight,
+  not the job. It is published only to the members whose assignment changed (a steady fleet
+  writes nothing, and a claim by the assignee or a reconcile that finds nothing new places
+  nothing). The splits of a departed worker are withheld for
   ``rebalance_delay`` so a restarting worker reclaims its own; records of instances gone past
   that window are deleted.
 """
