@@ -57,7 +57,7 @@ class PlacementIndex:
         self.solves = 0
         """Solves done incrementally."""
         self._rebuild()
-        self._result: dict[str, str] = {}  # split -> member, where it differs from its owner
+        self._result: dict[str, str | None] = {}  # split -> where it differs from its owner
         self._batch: dict[str, tuple[str, ...]] | None = None  # the batch answer, when used
         self._dirty = True
         self._all_changed = True
@@ -123,7 +123,7 @@ class PlacementIndex:
         old_result, old_batch = self._result, self._batch
         if not self._members:
             self._result, self._batch = {}, {}
-        elif self._over() or self._affine_loose:
+        elif self._affine_loose or (result := self._improve()) is None:
             self.batches += 1
             self._batch = place(
                 self._members,
@@ -136,7 +136,7 @@ class PlacementIndex:
         else:
             self.solves += 1
             self._batch = None
-            self._result = self._improve()
+            self._result = result
         if self._all_changed or old_batch is not None or self._batch is not None:
             self._all_changed = True
         else:
@@ -180,11 +180,11 @@ class PlacementIndex:
         return tuple(held)
 
     def moves(self) -> dict[str, str]:
-        """The splits the answer places elsewhere than on their owner: split -> member."""
+        """The splits the answer places on a member other than their owner: split -> member."""
         self.solve()
         if self._batch is not None:
             return {s: m for m, held in self._batch.items() for s in held if self._where(s) != m}
-        return dict(self._result)
+        return {s: m for s, m in self._result.items() if m is not None}
 
     def assignment(self) -> dict[str, tuple[str, ...]]:
         """Every member's splits: what the batch function answers for the same inputs."""
@@ -294,20 +294,56 @@ class PlacementIndex:
         else:
             self._bins_remove(owner, weight, split)
 
-    def _over(self) -> bool:
-        return any(len(self._owned[m]) > self._cap[m] for m in self._names)
+    def _overflow(self) -> list[tuple[int, str]] | None:
+        """Splits the sticky pass leaves unplaced because their owner is over its budget.
+
+        The batch sticky pass keeps an owner's splits in its order (honoured affinities
+        first, then heaviest, then by id) until the budget is reached: the rest join the
+        unowned splits in the fill. ``None`` when one of them has an honoured affinity (the
+        batch's affinity step, with its evictions, would place it): the caller runs the batch.
+        """
+        extra: list[tuple[int, str]] = []
+        for m in self._names:
+            owned = self._owned[m]
+            if len(owned) <= self._cap[m]:
+                continue
+            order = sorted(
+                owned,
+                key=lambda s: (s not in self._pinned, -max(1, self._inputs[s].weight), s),
+            )
+            for split in order[self._cap[m] :]:
+                if split in self._pinned:
+                    return None
+                extra.append((-max(1, self._inputs[split].weight), split))
+        extra.sort()
+        return extra
 
     # -- fill and improve, from the sticky state, undone afterwards ------------------------
 
-    def _improve(self) -> dict[str, str]:
+    def _improve(self) -> dict[str, str | None] | None:
+        """What the batch answers, as the splits placed elsewhere than the sticky state.
+
+        Values are members (``None``: queued); the whole result is ``None`` when the batch
+        must run instead.
+        """
+        extra = self._overflow()
+        if extra is None:
+            return None
         load = dict(self._load)
         count = {m: len(self._owned[m]) for m in self._names}
         final: dict[str, str] = {}
         origin: dict[str, str | None] = {}
-        weight_of = {split: -negative for negative, split in self._fill(load, count, final)}
-        for split in final:
-            origin[split] = None
-            self._bins_add(final[split], weight_of[split], split)
+        for negative, split in extra:
+            owner = self._owner(self._inputs[split])
+            assert owner is not None
+            origin[split] = owner
+            self._bins_remove(owner, -negative, split)
+            load[owner] += negative
+            count[owner] -= 1
+        queue = heapq.merge(self._unowned, extra) if extra else self._unowned
+        for negative, split in self._fill(queue, load, count, final):
+            origin.setdefault(split, None)
+            self._bins_add(final[split], -negative, split)
         limit = MAX_IMPROVING_MOVES
         if self._domains:
             limit += 4 * len(self._inputs)
@@ -321,16 +357,18 @@ class PlacementIndex:
         else:
             self._balance(self._names, load, count, final, origin, limit)
         # Undo: the bins go back to the sticky state.
-        for split, now in final.items():
-            w = weight_of.get(split) or max(1, self._inputs[split].weight)
-            self._bins_remove(now, w, split)
-            was = origin[split]
+        for split, was in origin.items():
+            w = max(1, self._inputs[split].weight)
+            now = final.get(split)
+            if now is not None:
+                self._bins_remove(now, w, split)
             if was is not None:
                 self._bins_add(was, w, split)
-        result = {s: m for s, m in final.items() if m != origin[s]}
+        result = {s: final.get(s) for s, was in origin.items() if final.get(s) != was}
         self._moved_in, self._moved_out = {}, {}
-        for split, m in result.items():
-            self._moved_in.setdefault(m, set()).add(split)
+        for split, target in result.items():
+            if target is not None:
+                self._moved_in.setdefault(target, set()).add(split)
             was = origin[split]
             if was is not None:
                 self._moved_out.setdefault(was, set()).add(split)
@@ -350,14 +388,18 @@ class PlacementIndex:
             self._domain_bins[self._domain[member]].remove(weight, key)
 
     def _fill(
-        self, load: dict[str, int], count: dict[str, int], final: dict[str, str]
+        self,
+        queue: Iterable[tuple[int, str]],
+        load: dict[str, int],
+        count: dict[str, int],
+        final: dict[str, str],
     ) -> Iterable[tuple[int, str]]:
         """Place unowned splits heaviest first, as the batch fill does; returns those placed."""
         cap, placed = self._cap, []
         if not self._domains:
             spare = [(load[m], self._member_hash[m], m) for m in self._names if count[m] < cap[m]]
             heapq.heapify(spare)
-            for negative, split in self._unowned:
+            for negative, split in queue:
                 if not spare:
                     break
                 _, h, member = heapq.heappop(spare)
@@ -379,7 +421,7 @@ class PlacementIndex:
             domain_load[self._domain[m]] = domain_load.get(self._domain[m], 0) + load[m]
         tops = [(domain_load[d], self._domain_hash[d], d) for d in domains]
         heapq.heapify(tops)
-        for negative, split in self._unowned:
+        for negative, split in queue:
             if not tops:
                 break
             dload, dh, d = heapq.heappop(tops)

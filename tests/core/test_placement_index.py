@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 import trio
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spate.placement import Member, place
@@ -211,3 +211,28 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
             members, pool, default_cap=core.config.max_in_flight, seed=core.tie_seed
         )
         nursery.cancel_scope.cancel()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    caps=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    zones=st.booleans(),
+    owners=st.lists(st.tuples(st.integers(1, 4), st.integers(-1, 3)), max_size=16),
+)
+def test_owners_over_their_budget_are_placed_as_the_batch_does_without_it(
+    caps: list[int], zones: bool, owners: list[tuple[int, int]]
+) -> None:
+    """Owners holding more than their budget (a worker draining while its new splits are
+    anchored on it): the sticky overflow is placed incrementally, equal to the batch."""
+    members = {f"w{n}": Member(cap, f"zone-{n % 2}" if zones else "") for n, cap in enumerate(caps)}
+    names = sorted(members)
+    splits = {
+        f"s{n:02d}": Placement(weight, names[owner] if 0 <= owner < len(names) else None)
+        for n, (weight, owner) in enumerate(owners)
+    }
+    index = PlacementIndex(default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0)
+    index.set_members(members)
+    for split, p in splits.items():
+        index.update(split, p)
+    assert index.assignment() == place(members, splits, default_cap=DEFAULT_CAP, seed=SEED)
+    assert index.batches == 0
