@@ -5,12 +5,13 @@ worker has a locality) is the oracle: a :class:`PlacementIndex` fed the same mem
 splits always answers exactly what the batch function answers. It gets there without
 re-placing the whole job:
 
-- The batch function's first pass (*sticky*) puts every split on its owner. When no owner is
-  over its lane budget and no affinity is unhonoured, every owned split fits whatever the
-  order, so the state after that pass is simply "each split on its owner": a function of each
-  split alone. The index keeps that state (per-member sets, loads, counts, and the weight bins
-  the improve pass searches, with every split's hash computed once) and updates it in O(1) per
-  changed split.
+- The batch function's first pass (*sticky*) puts every split on its owner. When no affinity
+  is unhonoured, that pass keeps each owner's splits in a fixed order up to its lane budget,
+  so its state is "each split on its owner" less the overflow of owners over their budget
+  (a worker draining while new splits are anchored on it): a function of each split and its
+  owner's splits alone. The index keeps "each split on its owner" (per-member sets, loads, and
+  the weight bins the improve pass searches, with every split's hash computed once), updates
+  it in O(log n) per changed split, and takes the overflow out on each solve.
 - The later passes (*fill* the unowned splits heaviest first, then *spread* across domains and
   *balance* workers, or *improve* without localities) run from that state on every solve, and
   are then undone. Their cost is the number of lanes they fill and moves they make: the splits
@@ -18,8 +19,9 @@ re-placing the whole job:
 - A changed split whose owner, weight and affinity are unchanged (a renewal, a claim by the
   assignee of a split it was already anchored to, an owner that is no member either way)
   changes nothing at all: no solve, nothing to publish.
-- When the shortcut does not hold (an owner over its budget, an unhonoured or unowned affinity),
-  the index calls the batch function itself. A change of members or of their budgets or
+- When the shortcut does not hold (an affinity its owner does not honour, or that has no
+  owner, or one in an owner's overflow: the batch's affinity step may evict), the index calls
+  the batch function itself. A change of members or of their budgets or
   localities rebuilds the state from the stored inputs (O(n), once per membership change).
 
 Pure and synchronous: no Trio, no clock, no I/O.
