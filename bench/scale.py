@@ -18,8 +18,14 @@ fresh job, re-placing a balanced one (a fixpoint), and re-placing after a worker
 timed against one ``sorted()`` of the same splits.
 
 Then :func:`spate.placement.place` over 100,000 splits and 100 workers in 10 zones: a fresh
-job, a fixpoint, a whole zone lost, and the leader's cost per ownership change (one split
-completes and the leader re-places the job, as it does today after every such change).
+job, a fixpoint, a whole zone lost, and the batch cost per ownership change (one split
+completes and the whole job is placed again: what the leader paid per change before it kept
+an index).
+
+Then the leader's :class:`spate.placement_index.PlacementIndex` over the same job, with and
+without zones: CPU per ownership change as the leader pays it (one split completes, the index
+re-solves, the changed members' assignments are read; then the moves it made land: their
+owners hand back and the assignees claim), and per claim by the assignee (changes nothing).
 
 Each size is bounded in time; a size that does not finish is reported as such and larger
 ones are skipped. Run alone with ``python -m bench --only scale``.
@@ -49,6 +55,7 @@ from bench._harness import (
 )
 from spate.config import Config
 from spate.placement import Member, place, placement_report
+from spate.placement_index import PlacementIndex
 from spate.protocol import Placement, desired_assignment, fingerprint_hash
 from spate.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won
@@ -273,10 +280,10 @@ def placement_rows(
             f"moved {moved:,} = the zone's {lost:,}; blast radius {radius_after:.3f}",
         ),
         (
-            "per ownership change (one split done, all re-placed)",
+            "per ownership change, batch (one split done, all re-placed)",
             one_done,
             members,
-            "what the leader pays per change today",
+            "what the leader paid per change before the index",
         ),
     )
     rows = []
@@ -290,6 +297,83 @@ def placement_rows(
                 baseline=f"{fmt_seconds(sort_time)} (one sorted() of the splits)",
                 ratio=took / sort_time,
                 note=f"CPU time, median of {repeat}; {note}",
+            )
+        )
+    return rows
+
+
+def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) -> list[Row]:
+    """The leader's placement index: CPU per ownership change, with and without zones."""
+    rows = []
+    for domains in (10, 0):
+        rng = random.Random(11)
+        cap = 2 * splits // workers
+        members = {
+            f"w{n:03d}": Member(cap, f"zone-{n % domains}/host-{n}" if domains else "")
+            for n in range(workers)
+        }
+        weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
+        seed = fingerprint_hash("bench")
+        first = place(members, {s: Placement(w, None) for s, w in weights.items()},
+                      default_cap=8, seed=seed)  # fmt: skip
+        owner = {s: m for m, held in first.items() for s in held}
+        started = time.process_time()
+        index = PlacementIndex(default_cap=8, seed=seed, isolation_tier=0)
+        index.set_members(members)
+        for split, weight in weights.items():
+            index.update(split, Placement(weight, owner[split]))
+        index.take_changed()
+        build = time.process_time() - started
+        alive = sorted(weights)
+        rng.shuffle(alive)
+
+        moves = 0
+        leader_cpu = 0.0
+        for n in range(changes):
+            cpu = time.process_time()
+            done = alive[n]
+            index.update(done, None)  # a completion: the split leaves the pool
+            changed = index.take_changed()
+            published = [index.assignment_of(m) for m in changed or ()]
+            leader_cpu += time.process_time() - cpu
+            assert published is not None
+            del owner[done]
+            landed = index.moves()  # the workers' part: hand back, and the assignees claim
+            moves += len(landed)
+            cpu = time.process_time()
+            for split, member in landed.items():
+                owner[split] = member
+                index.update(split, Placement(weights[split], member))
+            assert index.take_changed() == set()  # the claims themselves change nothing
+            leader_cpu += time.process_time() - cpu
+        per_change = leader_cpu / changes
+        cpu = time.process_time()
+        for n in range(changes):  # a claim by the assignee (its split anchored on it already)
+            split = alive[changes + n]
+            index.update(split, Placement(weights[split], owner[split]))
+            assert index.take_changed() == set()
+        per_claim = (time.process_time() - cpu) / changes
+        check = place(members, {s: Placement(weights[s], owner[s]) for s in alive[changes:]},
+                      default_cap=8, seed=seed)  # fmt: skip
+        assert index.assignment() == check, "the index left the batch placement"
+        label = (
+            f"{splits:,} splits x {workers} workers in {domains} zones"
+            if domains
+            else f"{splits:,} splits x {workers} workers, no zones"
+        )
+        rows.append(
+            Row(
+                bench=f"5 placement index, {label}, CPU per ownership change",
+                store="—",
+                measured=fmt_seconds(per_change),
+                baseline="1 ms (target)",
+                ratio=per_change / 0.001,
+                note=(
+                    f"{changes:,} completions, each re-solved and published, then its moves "
+                    f"claimed ({moves} moves in all); batch solves {index.batches}; building the "
+                    f"index {fmt_seconds(build)}; a claim by the assignee "
+                    f"{fmt_seconds(per_claim)}; equal to place() at the end"
+                ),
             )
         )
     return rows
@@ -359,8 +443,8 @@ def run(options: Options) -> list[Row]:
                 baseline=f"{fmt_seconds(smallest_change)} at {sizes[0]:,} splits",
                 ratio=point["cpu_per_owner_change"] / smallest_change if smallest_change else None,
                 note=(
-                    f"{point['owner_changes']:.0f} changes, each folded alone; the leader "
-                    "re-runs desired_assignment over the whole job for each"
+                    f"{point['owner_changes']:.0f} changes, each folded alone, the whole "
+                    "coordinator (watch, view, leader's placement index, publish)"
                 ),
             )
         )
@@ -371,6 +455,9 @@ def run(options: Options) -> list[Row]:
         print(row.line(), flush=True)
     rows += placement_rows(repeat=1 if options.quick else 3)
     for row in rows[-4:]:
+        print(row.line(), flush=True)
+    rows += index_rows(changes=500 if options.quick else 2_000)
+    for row in rows[-2:]:
         print(row.line(), flush=True)
     return rows
 

@@ -17,10 +17,13 @@ The rules, each with the race it prevents:
   ``PlanError``); then spec records, then progress records (so a progress record implies its
   spec), then the plan record (planned count recounted from a listing, finality). A planner
   that raises is logged and retried with backoff.
-- **Assignment** is the pure :func:`~spate.placement.place` (spread across the workers'
-  failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no worker
-  has a locality), recomputed only when an input moved, published only where it changed (a
-  steady fleet writes nothing). The splits of a departed worker are withheld for
+- **Assignment** is what the pure :func:`~spate.placement.place` answers (spread across the
+  workers' failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no
+  worker has a locality), kept by a :class:`~spate.placement_index.PlacementIndex` fed only
+  the splits the view names as changed, so one ownership change costs the splits in flight,
+  not the job. It is published only to the members whose assignment changed (a steady fleet
+  writes nothing, and a claim by the assignee or a reconcile that finds nothing new places
+  nothing). The splits of a departed worker are withheld for
   ``rebalance_delay`` so a restarting worker reclaims its own; records of instances gone past
   that window are deleted.
 """
@@ -40,7 +43,8 @@ import trio
 
 from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
 from spate.flows import Batch, Flow, Hold, Op
-from spate.placement import Member, place, placement_report
+from spate.placement import Member, report_from_totals
+from spate.placement_index import PlacementIndex
 from spate.plan import Plan, PlanContext, SplitSpec, validate_plan
 from spate.protocol import Placement
 from spate.records import (
@@ -104,6 +108,13 @@ class Leadership:
         self._debounce_until = 0.0
         self._publish_not_before = 0.0
         self._publishing: set[str] = set()
+        self._index: PlacementIndex | None = None
+        """The placement kept split by split while leading (see spate.placement_index)."""
+        self._index_key: tuple[int, frozenset[str]] | None = None
+        self._recheck: set[str] = set()
+        """Members whose published assignment must be compared with the placement."""
+        self._interim = False
+        """Whether the last publish was the debounce's interim placement."""
 
     @property
     def leading(self) -> bool:
@@ -210,6 +221,7 @@ class Leadership:
         """Stop leading; ``resign`` also deletes the leader key so a successor is elected now."""
         rev, self.rev = self.rev, None
         self.plan_now = False
+        self._drop_index()
         self.core.metrics.placement(None)
         if self._run is not None:
             self._run.scope.cancel()
@@ -522,63 +534,52 @@ class Leadership:
         }
         if not members:
             return
+        index = self._placement_index()
+        index.set_members(members)
         debouncing = now < self._debounce_until
-        # A split in transit (handed back, not yet claimed by its new assignee) has no owner;
-        # anchoring it on the member it is already assigned to keeps the placement a fixpoint
-        # while moves are in flight. Anchoring on ownership alone re-placed every such split
-        # from scratch, so assignments flip-flopped between members until the moves settled.
-        assigned_to = {
-            split: instance
-            for instance, (record, _) in view.assignments.items()
-            if record.generation == self.generation
-            for split in record.splits
-        }
-        pool = {
-            split: Placement(
-                state.spec.weight,
-                state.current_owner or assigned_to.get(split),
-                state.spec.locality,
-            )
-            for split, state in view.splits.items()
-            if state.spec is not None
-            and state.progress.status is Status.RUNNABLE
-            and not state.progress.completed
-        }
-        if debouncing and not any(p.owner not in members for p in pool.values()):
+        if debouncing and not index.has_unowned() and not self.departed:
             return  # nothing unowned to hand out; the rebalance waits for the quiet period
         view.assign_dirty = debouncing  # while debouncing, the full rebalance is still owed
-        reserved: set[str] = set()
-        if self.departed:
-            reserved = {s for s in pool if view.splits[s].progress.owner in self.departed}
-        desired = place(
-            members,
-            pool,
-            reserved=reserved,
-            default_cap=core.config.max_in_flight,
-            seed=core.tie_seed,
-            isolation_tier=core.config.isolation_tier,
-        )
-        if debouncing:
-            desired = self._hand_outs_only(desired, pool, members)
+        changed = index.take_changed()
+        if view.assignment_changes:
+            self._recheck |= view.assignment_changes
+            view.assignment_changes.clear()
+        if changed is None or debouncing or self._interim:
+            # A membership change, or the debounce's interim placement (while it runs, and
+            # once more when it ends): compare every member.
+            self._recheck |= set(members) | set(view.assignments)
+        else:
+            self._recheck |= changed
+        self._interim = debouncing
+        if changed is not None and not changed and not self._recheck:
+            return  # nothing moved: a claim by the assignee, a reconcile that found nothing
         core.metrics.placement(
-            placement_report(
-                desired,
+            report_from_totals(
+                index.totals(),
                 {i: m.locality for i, m in members.items()},
-                {s: p.weight for s, p in pool.items()},
                 core.config.isolation_tier,
             )
         )
-        for instance, splits in desired.items():
+        interim = (
+            self._hand_outs_only(index.assignment(), index.pool(), members) if debouncing else None
+        )
+        for instance in sorted(self._recheck):
+            if instance not in members:
+                self._recheck.discard(instance)
+                continue
+            splits = interim[instance] if interim is not None else index.assignment_of(instance)
             current = view.assignments.get(instance)
             if (
                 current is not None
                 and current[0].splits == splits
                 and (current[0].generation == self.generation)
             ):
+                self._recheck.discard(instance)
                 continue  # unchanged: the common case, and free
             if instance in self._publishing:
                 view.assign_dirty = True
                 continue
+            self._recheck.discard(instance)
             self._publishing.add(instance)
             core.start(self._write_assignment(instance, splits))
         for instance in list(view.assignments):
@@ -589,6 +590,76 @@ class Leadership:
             ):
                 self._publishing.add(instance)
                 core.start(self._delete_assignment(instance))
+
+    def _placement_index(self) -> PlacementIndex:
+        """The index, fed every placement input that moved since the last publish.
+
+        Built from the whole view when leadership starts and when the withheld set changes
+        (a departure, a grace window closing): both are O(n) and rare. Otherwise only the
+        splits the view names as changed are read again.
+        """
+        core, view = self.core, self.core.view
+        key = (self.generation, frozenset(self.departed))
+        index = self._index
+        changes = view.placement_changes
+        if index is None or key != self._index_key or changes is None:
+            if index is None:
+                index = self._index = PlacementIndex(
+                    default_cap=core.config.max_in_flight,
+                    seed=core.tie_seed,
+                    isolation_tier=core.config.isolation_tier,
+                )
+            self._index_key = key
+            view.placement_changes = set()
+            view.assignment_changes = set()
+            for split in view.splits:
+                index.update(split, self._placement_input(split))
+            return index
+        view.placement_changes = set()
+        for split in changes:
+            index.update(split, self._placement_input(split))
+        return index
+
+    def _placement_input(self, split: str) -> Placement | None:
+        """What placement needs to know of ``split``, or None when it is not to be placed.
+
+        A split in transit (handed back, not yet claimed by its new assignee) has no owner;
+        anchoring it on the member it is already assigned to keeps the placement a fixpoint
+        while moves are in flight. Anchoring on ownership alone re-placed every such split
+        from scratch, so assignments flip-flopped between members until the moves settled.
+        The splits of a departed worker are withheld (None) during its grace window.
+        """
+        view = self.core.view
+        state = view.splits.get(split)
+        if (
+            state is None
+            or state.spec is None
+            or state.progress.status is not Status.RUNNABLE
+            or state.progress.completed
+        ):
+            return None
+        if self.departed and state.progress.owner in self.departed:
+            return None
+        owner = state.current_owner
+        if owner is None:
+            # When two records name it (a move being published), the first by name: a rule
+            # every leader applies alike, whatever order the records arrived in.
+            holders = [
+                i
+                for i in view.assigned.get(split, ())
+                if (record := view.assignments.get(i)) is not None
+                and record[0].generation == self.generation
+            ]
+            owner = min(holders) if holders else None
+        return Placement(state.spec.weight, owner, state.spec.locality)
+
+    def _drop_index(self) -> None:
+        self._index = None
+        self._index_key = None
+        self._recheck.clear()
+        self._interim = False
+        self.core.view.placement_changes = None
+        self.core.view.assignment_changes = None
 
     def _hand_outs_only(
         self,
@@ -662,6 +733,9 @@ class Leadership:
                     core.fold(view.apply_put(D, entry))
         finally:
             self._publishing.discard(instance)
+            # Compared again at the next publish: a write that failed, lost, or was
+            # overtaken by a newer placement leaves the record behind the placement.
+            self._recheck.add(instance)
 
     def _delete_assignment(self, instance: str) -> Flow[None]:
         core, view = self.core, self.core.view

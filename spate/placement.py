@@ -50,6 +50,7 @@ __all__ = [
     "domain_of",
     "place",
     "placement_report",
+    "report_from_totals",
     "validate_locality",
 ]
 
@@ -493,15 +494,31 @@ def placement_report(
     ``localities`` maps each worker to its locality; ``weights`` each split to its weight
     (a split with no weight counts 1).
     """
+    totals = {
+        member: (len(held), sum(weights.get(s, 1) for s in held))
+        for member, held in assignment.items()
+    }
+    return report_from_totals(totals, localities, isolation_tier)
+
+
+def report_from_totals(
+    totals: Mapping[str, tuple[int, int]],
+    localities: Mapping[str, str],
+    isolation_tier: int,
+) -> PlacementReport:
+    """:func:`placement_report` from each worker's (split count, weight) placed on it.
+
+    O(workers): what the leader's incremental placement reports after every change.
+    """
     workers: dict[str, int] = {}
     splits: dict[str, int] = {}
     weight: dict[str, int] = {}
     for member, locality in localities.items():
         d = domain_of(locality, isolation_tier)
         workers[d] = workers.get(d, 0) + 1
-        held = assignment.get(member, ())
-        splits[d] = splits.get(d, 0) + len(held)
-        weight[d] = weight.get(d, 0) + sum(weights.get(s, 1) for s in held)
+        count, held = totals.get(member, (0, 0))
+        splits[d] = splits.get(d, 0) + count
+        weight[d] = weight.get(d, 0) + held
     total = sum(weight.values())
     shares = tuple(
         DomainShare(d, workers[d], splits[d], weight[d], weight[d] / total if total else 0.0)

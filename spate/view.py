@@ -213,6 +213,14 @@ class View:
         """Grows with every change; a listing records it when it starts (see module doc)."""
         self.assign_dirty = True
         """Set when an input of the leader's placement moved; the leader clears it."""
+        self.placement_changes: set[str] | None = None
+        """Splits whose placement input may have moved since the leader last looked (owner,
+        status, spec, the assignments naming them); ``None`` while nobody keeps an index."""
+        self.assignment_changes: set[str] | None = None
+        """Instances whose assignment record moved since the leader last looked (``None``
+        while nobody keeps an index)."""
+        self.assigned: dict[str, set[str]] = {}
+        """Split -> the instances whose assignment record (of any generation) names it."""
         self.near_quarantine: set[str] = set()
         """Runnable splits whose next charged takeover reaches ``max_attempts`` (a split whose
         last tenancy advanced is charged nothing, so it is not near)."""
@@ -317,7 +325,7 @@ class View:
                 return [LeaderGone(revision)]
             return []
         if kind is KeyKind.ASSIGN:
-            self.assignments.pop(name, None)
+            self._reassign(name, self.assignments.pop(name, None), None)
             self._touch_assignment()
             return [AssignmentGone(name)]
         # The protocol never deletes plan, spec or progress records: someone else did. Keep
@@ -367,7 +375,7 @@ class View:
             self._pending_leases[split] = (lease, revision)
         else:
             if state.current_owner != lease.owner:
-                self._touch_assignment()
+                self._touch_assignment(split)
             state.lease, state.lease_rev = lease, revision
             self._check_near_quarantine(split, state)
         return [LeaseChanged(split, lease, revision)]
@@ -379,7 +387,7 @@ class View:
             owner_before = state.current_owner
             state.lease, state.lease_rev = None, 0
             if state.current_owner != owner_before:
-                self._touch_assignment()
+                self._touch_assignment(split)
             self._check_near_quarantine(split, state)
         return [LeaseGone(split, revision)]
 
@@ -397,16 +405,18 @@ class View:
                 record, revision, self._pending_specs.pop(split, None), lease, lease_rev
             )
             self._count(record.status, +1)
-            self._touch_assignment()
+            self._touch_assignment(split)
         else:
             owner_before = state.current_owner
             state.progress, state.progress_rev = record, revision
             if previous is not None and previous.status is not record.status:
                 self._count(previous.status, -1)
                 self._count(record.status, +1)
-                self._touch_assignment()
-            if state.current_owner != owner_before:
-                self._touch_assignment()
+                self._touch_assignment(split)
+            if state.current_owner != owner_before or (
+                previous is not None and previous.completed != record.completed
+            ):
+                self._touch_assignment(split)
         self._check_near_quarantine(split, state)
         return [ProgressChanged(split, previous, record, revision)]
 
@@ -419,7 +429,7 @@ class View:
         elif state.spec is None:
             # A split becomes assignable once its weight is known.
             state.spec = spec
-            self._touch_assignment()
+            self._touch_assignment(split)
 
     def put_presence(
         self, instance: str, presence: PresenceRecord | None, revision: int
@@ -461,14 +471,17 @@ class View:
         if self._stale(Keyspace.DURABLE, key, revision):
             return []
         self._remember(Keyspace.DURABLE, key, revision)
+        before = self.assignments.get(instance)
         self.assignments[instance] = (record, revision)
+        self._reassign(instance, before, record)
         return [AssignmentChanged(instance, record, revision)]
 
     def forget_assignment(self, instance: str) -> None:
         """Drop a cached assignment whose revision proved stale (a publish CAS lost)."""
         key = self.keys.assign(instance)
-        self.assignments.pop(instance, None)
+        before = self.assignments.pop(instance, None)
         self._known[Keyspace.DURABLE].pop(key, None)
+        self._reassign(instance, before, None)
         self._touch_assignment()
 
     def forget_own(self, keyspace: Keyspace, key: str, deleted: int) -> list[Notice]:
@@ -485,8 +498,38 @@ class View:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _touch_assignment(self) -> None:
+    def _touch_assignment(self, split: str | None = None) -> None:
         self.assign_dirty = True
+        if split is not None and self.placement_changes is not None:
+            self.placement_changes.add(split)
+
+    def _reassign(
+        self,
+        instance: str,
+        before: tuple[AssignmentRecord, int] | None,
+        record: AssignmentRecord | None,
+    ) -> None:
+        """Keep :attr:`assigned` in step with ``instance``'s record, noting what moved."""
+        old = set(before[0].splits) if before is not None else set()
+        new = set(record.splits) if record is not None else set()
+        if before is not None and record is not None and before[0].generation != record.generation:
+            moved = old | new  # the leader reads only its own generation's records
+        else:
+            moved = old ^ new
+        for split in old - new:
+            holders = self.assigned.get(split)
+            if holders is not None:
+                holders.discard(instance)
+                if not holders:
+                    del self.assigned[split]
+        for split in new - old:
+            self.assigned.setdefault(split, set()).add(instance)
+        if self.assignment_changes is not None:
+            self.assignment_changes.add(instance)
+        if moved and self.placement_changes is not None:
+            # A split in transit is anchored on its assignee: its placement input moved.
+            self.placement_changes.update(moved)
+            self.assign_dirty = True
 
     def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
         known = self._known[keyspace].get(key)
