@@ -133,7 +133,9 @@ async def test_a_paused_member_is_left_behind() -> None:
                     except StoreUnavailable:
                         await trio.sleep(0.1)
             assert entry is not None
-            assert store._gateway.endpoint != used.endpoint
+            # It moved past the paused member (under load it may since have moved on again:
+            # every member a slow call fails on is passed over in turn).
+            assert store._gateway.endpoints.switches >= 1
             assert await store.create(E, "alive", b"") is not None
             await trio.sleep(9)  # two TTLs: the keepalive left the paused member too
             assert await store.get(E, "alive") is not None

@@ -25,8 +25,10 @@ async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
     async with nats_cluster() as cluster:
         ns = f"fo{secrets.token_hex(3)}"
         first = cluster.servers[0]
-        # Name one server only: the rest come from the cluster's INFO connect_urls.
-        url = f"nats://127.0.0.1:{first.port}/{ns}?replicas=3&ttl=5"
+        # Name one server only: the rest come from the cluster's INFO connect_urls. A request
+        # timeout past JetStream's 4-9 s elections: the watch's consumer is re-created on
+        # another server once the killed one's groups have new leaders.
+        url = f"nats://127.0.0.1:{first.port}/{ns}?replicas=3&ttl=5&timeout=12"
         async with open_store(url) as store:
             assert isinstance(store, NatsStore)
             conn = store.connection
