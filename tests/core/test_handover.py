@@ -6,6 +6,7 @@ import pytest
 import trio
 import trio.testing
 
+from spate.events import Progress
 from spate.store import Keyspace
 from spate_stores.memory import MemoryServer
 
@@ -59,4 +60,47 @@ async def test_a_departing_worker_hands_back_every_split_at_once_and_the_other_c
         took = trio.current_time() - began
         # The survivor (elected once the leader resigned) claimed them all together.
         assert took <= left + 0.5, took
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("held", [2, 12])
+async def test_a_departing_follower_hands_back_at_once_and_the_leader_reassigns_at_once(
+    autojump_clock: trio.testing.MockClock, held: int
+) -> None:
+    server = MemoryServer()
+    store = HookStore(client(server))
+    cfg = config(max_in_flight=held, membership_debounce=1000.0)
+    async with trio.open_nursery() as nursery:
+        # The leader fills its lanes; the follower is handed the rest (unowned splits are
+        # handed out during the debounce), then the leader finishes its own so it has room.
+        b = await spawn(nursery, client(server), "b", planner=planner_of(2 * held), cfg=cfg)
+        await b.until(lambda: len(b.c.owned) == held and b.c.is_leader)
+        a = await spawn(nursery, store, "a", planner=planner_of(2 * held), cfg=cfg)
+        await a.until(lambda: len(a.c.owned) == held)
+        for split in sorted(b.c.owned):
+            await b.c.commit(split, Progress(1, completed=True))
+        assert not b.c.owned
+
+        in_flight = peak = 0
+
+        async def slow(kind: str, keyspace: Keyspace, key: str) -> None:
+            nonlocal in_flight, peak
+            counted = kind == "update" and keyspace is Keyspace.DURABLE
+            counted = counted and key.startswith(KEYS.split_prefix)
+            in_flight += counted
+            peak = max(peak, in_flight)
+            try:
+                await trio.sleep(LATENCY)
+            finally:
+                in_flight -= counted
+
+        store.before = slow
+        began = trio.current_time()
+        await a.c.depart()
+        left = trio.current_time() - began
+        assert peak == held
+        assert left <= 3 * LATENCY + 0.1, left
+        await b.until(lambda: len(b.c.owned) == held, within=5.0)
+        # The leader, debouncing the membership change, still handed them out at once.
+        assert trio.current_time() - began <= left + 0.5
         nursery.cancel_scope.cancel()
