@@ -5,10 +5,9 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 ``nox -s bench`` runs this, then the two adapter benchmarks (``bench/bench_etcd.py``,
 ``bench/bench_nats.py``).
 
-Options: ``--only commit,failover,scale,steady,cluster`` picks benchmarks;
+Options: ``--only commit,failover,handover,scale,steady,cluster`` picks benchmarks;
 ``--stores memory,etcd,nats`` picks stores; ``--quick`` shrinks every count (a smoke run,
-not figures to quote);
-``--markdown FILE`` also writes the table there.
+not figures to quote); ``--markdown FILE`` also writes the table there.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from spate import __version__
 SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "commit": commit.run,
     "failover": failover.run,
+    "handover": failover.run_handover,
     "scale": scale.run,
     "steady": steady.run,
     "cluster": cluster.run,

@@ -24,7 +24,7 @@ from spate._groups import meaningful_leaf
 from spate.config import Config
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Event, Progress
-from spate.flows import Flow
+from spate.flows import Flow, Fork
 from spate.leader import Planner, fingerprint_mismatch
 from spate.loop import Core, Reply
 from spate.metrics import MetricsHooks
@@ -231,34 +231,33 @@ def _answer(reply: Reply) -> Callable[[outcome.Outcome[Any]], None]:
 
 
 def _release_all(core: Core, splits: list[str]) -> Flow[None]:
-    released = 0
-    for split in splits:
-        if (yield from core.claims.release_flow(split)) == "released":
-            released += 1
-    core.metrics.released(released)
+    # All at once: the hand-backs write different keys, so they overlap instead of queueing.
+    outcomes = yield Fork(tuple(core.claims.release_flow(split) for split in splits))
+    # An exception out of a hand-back is fatal, as it was when they ran one after another.
+    core.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
 
 
 def _depart(core: Core) -> Flow[BaseException | None]:
     core.parting = True
     core.leader.demote(resign=True)
-    released = 0
-    for split in sorted(core.claims.owned):
-        outcome_ = yield from core.claims.release_flow(split)
-        if outcome_ == "released":
-            released += 1
-        elif outcome_ == "failed":
-            # The store cannot be reached: no further hand-back could land either. Stop
-            # writing and let the session's end (expiry, if it cannot be revoked) free the
-            # rest, instead of spending an operation timeout per split.
-            for rest in sorted(core.claims.owned):
-                core.claims.abandon(rest)
-            core.metrics.released(released)
-            return StoreUnavailable(
-                "the store could not be reached while leaving, so the hand-back was not "
-                "written; this worker's splits move to others when its session's keys expire "
-                "(within a lease)"
-            )
-    core.metrics.released(released)
+    # Every split is handed back at once (their writes go to different keys), so leaving
+    # takes a couple of round trips however many splits are held, and the new owners can
+    # claim them all together.
+    outcomes = yield Fork(tuple(core.claims.release_flow(s) for s in sorted(core.claims.owned)))
+    results = [o.unwrap() for o in outcomes]
+    core.metrics.released(results.count("released"))
+    if "failed" in results:
+        # The store cannot be reached: the hand-backs were all in flight together, so they
+        # timed out together (about one operation timeout). Stop holding whatever is left
+        # without writing, and let the session's end (expiry, if it cannot be revoked) free
+        # it.
+        for rest in sorted(core.claims.owned):
+            core.claims.abandon(rest)
+        return StoreUnavailable(
+            "the store could not be reached while leaving, so the hand-back was not "
+            "written; this worker's splits move to others when its session's keys expire "
+            "(within a lease)"
+        )
     yield from core.delete_presence()
     return None
 

@@ -15,6 +15,10 @@ its write depends on: it is resumed only when no other flow's write to that key 
 and keeps the key until it moves on to another key or ends. Writes to different keys never
 wait for each other, so commits on different splits pipeline and renewals never queue behind
 commits.
+
+A flow that needs several independent procedures at once (a departing worker handing back
+every split it holds) yields :class:`Fork`: the sub-flows start together, their writes to
+different keys are in flight together, and the parent resumes once all of them have ended.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from spate.errors import StoreError, StoreUnavailable
 from spate.store import Entry, Keyspace, Store, WriteResult
 from spate.telemetry._context import Context, attached
 
-__all__ = ["Batch", "Driver", "Flow", "Hold", "Op", "Request"]
+__all__ = ["Batch", "Driver", "Flow", "Fork", "Hold", "Op", "Request"]
 
 logger = logging.getLogger("spate.flows")
 
@@ -84,9 +88,22 @@ class Batch:
     ops: tuple[Op, ...]
 
 
-Request: TypeAlias = Op | Hold | Batch
-Flow: TypeAlias = Generator[Request, Any, T]
+Flow: TypeAlias = Generator["Request", Any, T]
 """A protocol procedure: yields requests, receives results, returns its outcome."""
+
+
+@attrs.frozen
+class Fork:
+    """Run several flows side by side; resumed with their outcomes, in order, once all end.
+
+    A sub-flow's exception is part of its outcome (the parent decides what is fatal). The
+    parent gives up any key it holds first: a sub-flow may need that very key.
+    """
+
+    flows: tuple[Flow[Any], ...]
+
+
+Request: TypeAlias = Op | Hold | Batch | Fork
 
 
 @attrs.define(eq=False)
@@ -183,6 +200,10 @@ class Driver:
             if isinstance(request, Batch):
                 self._nursery.start_soon(self._run_batch, running, request)
                 return
+            if isinstance(request, Fork):
+                self._release(running)
+                self._fork(running, request)
+                return
             if request.is_write:
                 key = (request.keyspace, request.key)
                 if running.held != key:
@@ -195,6 +216,30 @@ class Driver:
                     running.held = key
             self._nursery.start_soon(self._run_op, running, request)
             return
+
+    def _fork(self, parent: _Running, fork: Fork) -> None:
+        results: list[outcome.Outcome[Any] | None] = [None] * len(fork.flows)
+        pending = len(fork.flows)
+        if not pending:
+            self._ready.append((parent, outcome.Value([])))
+            return
+
+        def collect(i: int) -> Callable[[outcome.Outcome[Any]], None]:
+            def done(result: outcome.Outcome[Any]) -> None:
+                nonlocal pending
+                results[i] = result
+                pending -= 1
+                if not pending:
+                    # Resumed through the ready queue: we are inside a drain already.
+                    self._ready.append((parent, outcome.Value(results)))
+
+            return done
+
+        # Every sub-flow is queued before any runs, so each reaches its first store call
+        # (and puts it in flight) before the parent could possibly resume.
+        for i, flow in enumerate(fork.flows):
+            child = _Running(flow, collect(i), context=parent.context)
+            self._ready.append((child, outcome.Value(None)))
 
     def _finish(self, running: _Running, result: outcome.Outcome[Any]) -> None:
         self._release(running)

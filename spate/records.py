@@ -20,10 +20,21 @@ The progress record's CAS revision is the only fence; lease keys are liveness. T
 after ``J.`` never overlap, so a key is classified by its prefix alone.
 
 Encoding: compact JSON objects with a ``schema`` field (:data:`SCHEMA`), structured with one
-cattrs converter from frozen attrs classes. Bytes (descriptor, resume state, planner cursor)
-are standard base64 with padding. Unknown or missing fields, a foreign schema or undecodable
-bytes raise :class:`UnreadableRecord`; the coordinator decides whether that is fatal (records
-that carry ownership) or a warning (records that do not).
+cattrs converter from frozen attrs classes. Bytes (descriptor, planner cursor) are standard
+base64 with padding. Unknown or missing fields, a foreign schema or undecodable bytes raise
+:class:`UnreadableRecord`; the coordinator decides whether that is fatal (records that carry
+ownership) or a warning (records that do not).
+
+The progress record is the one written on every commit, and its resume state may be large,
+so it has a framing of its own (:data:`PROGRESS_SCHEMA`, schema 2): the compact JSON object of
+every field but ``state``, a newline, then the state's raw bytes::
+
+    {"schema":2,"id":"s07","epoch":3,...,"written_at_ms":1764530000000}<LF><raw state bytes>
+
+Compact JSON never contains a raw newline, so the first one ends the header. The state is
+copied once into the value and once out of it, never base64-encoded (a third of its size
+saved, and no encoding pass). Schema-1 progress records (one JSON object, state in base64)
+still read, and are written back in schema 2.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from spate.errors import StoreError
 from spate.events import Progress
 
 __all__ = [
+    "PROGRESS_SCHEMA",
     "SCHEMA",
     "AssignmentRecord",
     "Finality",
@@ -62,7 +74,14 @@ __all__ = [
 ]
 
 SCHEMA = 1
-"""The record schema this version of spate reads and writes."""
+"""The record schema of every record but the progress record (one JSON object)."""
+PROGRESS_SCHEMA = 2
+"""The schema progress records are written in: a JSON header line, then the raw state.
+
+Progress records of :data:`SCHEMA` (state in base64 inside the JSON) read too.
+"""
+_FRAMED = b'{"schema":2,'
+"""How a schema-2 progress record begins (``schema`` is the first field of the header)."""
 
 
 class UnreadableRecord(StoreError):
@@ -147,7 +166,7 @@ class ProgressRecord:
     Records written before the field existed read as ``False``, which charges as before.
     """
 
-    schema: int = SCHEMA
+    schema: int = PROGRESS_SCHEMA
     id: str
     epoch: int = 0
     status: Status = Status.RUNNABLE
@@ -290,11 +309,27 @@ def _list(value: Any) -> list[Any]:
 
 
 _converter = _make_converter()
+_progress_header = make_dict_unstructure_fn(
+    ProgressRecord,
+    _converter,
+    state=override(omit=True),
+    **{name: override(omit_if_default=True) for name in _OPTIONAL_FIELDS[ProgressRecord]},  # type: ignore[arg-type]
+)
+"""Every field of a progress record but its state (the framing's header)."""
 
 
 def encode(record: Record) -> bytes:
-    """The stored bytes of ``record``: compact JSON."""
+    """The stored bytes of ``record``: compact JSON (the progress record: framed, see above)."""
+    if isinstance(record, ProgressRecord):
+        return _encode_progress(record)
     return json.dumps(_converter.unstructure(record), separators=(",", ":")).encode()
+
+
+def _encode_progress(record: ProgressRecord) -> bytes:
+    fields = _progress_header(record)
+    fields["schema"] = PROGRESS_SCHEMA  # (a record read from schema 1 is written in schema 2)
+    header = json.dumps(fields, separators=(",", ":")).encode()
+    return b"\n".join((header, record.state))
 
 
 def decode(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> R:
@@ -302,22 +337,54 @@ def decode(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> 
 
     When ``split`` is given, a spec or progress record must name that split.
     """
+    state: bytes | None = None
+    if cls is ProgressRecord and data.startswith(_FRAMED):
+        end = data.find(b"\n")
+        if end < 0:
+            raise UnreadableRecord(key, "a schema-2 progress record without its state line")
+        data, state = data[:end], data[end + 1 :]
     try:
         raw = json.loads(data)
     except (ValueError, UnicodeDecodeError):
-        raise UnreadableRecord(key, "not JSON") from None
+        raise UnreadableRecord(key, _not_json(data)) from None
     if not isinstance(raw, dict):
         raise UnreadableRecord(key, "not a JSON object")
     schema = raw.get("schema")
-    if schema != SCHEMA or isinstance(schema, bool):
-        raise UnreadableRecord(key, f"schema {schema!r}, this spate reads schema {SCHEMA}")
+    if isinstance(schema, bool) or schema != (PROGRESS_SCHEMA if state is not None else SCHEMA):
+        readable = f"{SCHEMA} and {PROGRESS_SCHEMA}" if cls is ProgressRecord else f"{SCHEMA}"
+        # (A record with another framing lands here too when it happens to be valid JSON.)
+        raise UnreadableRecord(key, f"schema {schema!r}, this spate reads schema {readable}")
+    if cls is ProgressRecord:
+        # Either schema reads as the record this spate writes (and compares equal to it).
+        raw["schema"] = PROGRESS_SCHEMA
+        if state is not None:
+            if "state" in raw:
+                raise UnreadableRecord(key, "a schema-2 progress record with a state field")
+            raw["state"] = ""  # structured as b"", replaced by the raw state below
     try:
         record = _converter.structure(raw, cls)
     except Exception as exc:  # cattrs raises ClassValidationError groups and plain errors
         raise UnreadableRecord(key, f"not a valid {cls.__name__} ({_summary(exc)})") from None
+    if state is not None:
+        assert isinstance(record, ProgressRecord)
+        record = attrs.evolve(record, state=state)
     if split is not None and isinstance(record, SpecRecord | ProgressRecord) and record.id != split:
         raise UnreadableRecord(key, f"it names split {record.id!r}, not the key's split")
     return record
+
+
+def _not_json(data: bytes) -> str:
+    """Why ``data`` is unreadable: a framed record of a schema we do not know, or not JSON."""
+    try:
+        header = json.loads(data.partition(b"\n")[0])
+    except (ValueError, UnicodeDecodeError):
+        return "not JSON"
+    if isinstance(header, dict) and "schema" in header:
+        return (
+            f"schema {header['schema']!r} (framed), this spate reads schema {SCHEMA} "
+            f"and {PROGRESS_SCHEMA} (progress)"
+        )
+    return "not JSON"
 
 
 def _summary(exc: BaseException) -> str:

@@ -239,6 +239,10 @@ def _canonical_value(value: bytes | None) -> Any:
     # between two runs of one seed; everything else in them is decided by the seed.
     if value is None:
         return None
+    head, newline, state = value.partition(b"\n")
+    if newline and head.startswith(b"{"):
+        # A framed record (a schema-2 progress record): a JSON header line, then raw bytes.
+        return {"header": _canonical_value(head), "rest": _jsonable(state)}
     try:
         decoded = json.loads(value)
     except (ValueError, UnicodeDecodeError):
