@@ -27,6 +27,7 @@ __all__ = [
     "ERR_STREAM_EXISTS",
     "ERR_STREAM_NOT_FOUND",
     "ERR_WRONG_LAST_SEQUENCE",
+    "ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT",
     "ApiError",
     "JetStream",
     "StoredMessage",
@@ -36,6 +37,11 @@ __all__ = [
 ]
 
 ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT = 10164
+"""A clustered stream's leader refusing a conditional write because another write to the same
+subject is still being replicated ("wrong last sequence", without a number): nothing of this
+write was stored, and the subject's last sequence is about to move (or not, if that other
+proposal is dropped by a leader change)."""
 ERR_STREAM_EXISTS = 10058
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE = 10037
@@ -189,6 +195,15 @@ class JetStream:
             if error.err_code == ERR_WRONG_LAST_SEQUENCE:
                 _, _, last = error.description.rpartition(" ")
                 raise WrongLastSequence(int(last) if last.isdigit() else None)
+            if error.err_code == ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT:
+                # Not a lost compare-and-swap yet: the write in flight may be this client's
+                # own earlier attempt (its reply lost), which a Lost here would misreport as a
+                # rival's. Transient: retrying after it settles gives the real answer.
+                raise StoreUnavailable(
+                    f"JetStream refused a write to {subject} while another write to the same "
+                    "key was still being replicated (wrong last sequence, err_code "
+                    f"{ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT}); nothing was written, retry"
+                )
             raise error
         sequence = data.get("seq")
         if not isinstance(sequence, int) or sequence <= 0:
