@@ -8,19 +8,26 @@ appended as one JSON line, so an invariant checker can audit the fleet afterward
 from __future__ import annotations
 
 import json
+import logging
 import os
+from contextlib import AsyncExitStack
 
 import trio
 
 from spate.config import Config
+from spate.coordinator import STARTUP_BACKOFF
 from spate.demo.workload import Dataset, DemoStats, make_handler, make_planner
+from spate.errors import StoreUnavailable
 from spate.events import AllComplete, Stalled
+from spate.store import Store
 from spate.worker import SplitHandle, run_worker
 
 __all__ = ["CRASH_EXIT", "run_demo_worker"]
 
 CRASH_EXIT = 70
 """Exit status of a worker process that a ``crash_on`` poison split brought down."""
+
+logger = logging.getLogger("spate.demo")
 
 
 async def run_demo_worker(
@@ -43,8 +50,6 @@ async def run_demo_worker(
     :data:`CRASH_EXIT`), before the poison split's first commit, as a handler that crashes
     its host on bad data would.
     """
-    from spate_stores import open_store
-
     dataset = Dataset(seed=seed, splits=splits)
     stats = DemoStats(on_event=lambda message: print(message, flush=True))
     log = await trio.open_file(history, "a", encoding="utf-8") if history else None
@@ -77,18 +82,51 @@ async def run_demo_worker(
             os._exit(CRASH_EXIT)
         await work(split)
 
+    config = Config(max_in_flight=max_in_flight)
     try:
-        async with open_store(store_url) as store:
+        async with AsyncExitStack() as stack:
+            store = await _open_store(stack, store_url, config.startup_max_attempts)
             return await run_worker(
                 store,
                 job=job,
                 instance=instance,
                 planner=make_planner(dataset),
                 handler=handler,
-                config=Config(max_in_flight=max_in_flight),
+                config=config,
                 fingerprint=f"demo-seed-{seed}",
                 locality=locality,
             )
     finally:
         if log is not None:
             await log.aclose()
+
+
+async def _open_store(stack: AsyncExitStack, url: str, attempts: int) -> Store:
+    """Open the store like the coordinator's startup steps: retried with capped backoff.
+
+    Connecting is this process's first startup step: a worker (re)started while a store
+    cluster elects a leader (4-9 s on JetStream) must not exit on the first unanswered
+    request, any more than ``run_worker`` does in its own startup.
+    """
+    from spate_stores import store_from_url
+
+    low, high = STARTUP_BACKOFF
+    delay = low
+    for attempt in range(1, attempts + 1):
+        store = store_from_url(url)
+        try:
+            await store.__aenter__()
+        except StoreUnavailable as exc:
+            if attempt == attempts:
+                raise StoreUnavailable(
+                    f"opening the store did not succeed in {attempts} attempts (last: {exc}); "
+                    "check that the store is reachable (a cluster may still be electing a "
+                    "leader), then start the worker again"
+                ) from exc
+            logger.warning("opening the store failed (%s); retrying in %.1f s", exc, delay)
+            await trio.sleep(delay)
+            delay = min(high, delay * 2)
+            continue
+        stack.push_async_exit(store.__aexit__)
+        return store
+    raise AssertionError("attempts must be at least 1")  # Config validates it

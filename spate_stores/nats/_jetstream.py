@@ -27,6 +27,7 @@ __all__ = [
     "ERR_STREAM_EXISTS",
     "ERR_STREAM_NOT_FOUND",
     "ERR_WRONG_LAST_SEQUENCE",
+    "ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT",
     "ApiError",
     "JetStream",
     "StoredMessage",
@@ -36,10 +37,11 @@ __all__ = [
 ]
 
 ERR_WRONG_LAST_SEQUENCE = 10071
-# A clustered stream's leader checks the expected sequence again when it proposes the write, and
-# a conflict found there comes back under its own code, without the sequence it saw. Both are a
-# lost compare-and-swap, never an error: seen when two workers race on a 3-server R3 bucket.
-ERR_WRONG_LAST_SEQUENCE_CLUSTERED = 10164
+ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT = 10164
+"""A clustered stream's leader refusing a conditional write because another write to the same
+subject is still being replicated ("wrong last sequence", without a number): nothing of this
+write was stored, and the subject's last sequence is about to move (or not, if that other
+proposal is dropped by a leader change)."""
 ERR_STREAM_EXISTS = 10058
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE = 10037
@@ -190,9 +192,18 @@ class JetStream:
         data = _json(msg, f"a write to {subject}")
         error = _api_error(data, f"write to {subject}")
         if error is not None:
-            if error.err_code in (ERR_WRONG_LAST_SEQUENCE, ERR_WRONG_LAST_SEQUENCE_CLUSTERED):
+            if error.err_code == ERR_WRONG_LAST_SEQUENCE:
                 _, _, last = error.description.rpartition(" ")
                 raise WrongLastSequence(int(last) if last.isdigit() else None)
+            if error.err_code == ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT:
+                # Not a lost compare-and-swap yet: the write in flight may be this client's
+                # own earlier attempt (its reply lost), which a Lost here would misreport as a
+                # rival's. Transient: retrying after it settles gives the real answer.
+                raise StoreUnavailable(
+                    f"JetStream refused a write to {subject} while another write to the same "
+                    "key was still being replicated (wrong last sequence, err_code "
+                    f"{ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT}); nothing was written, retry"
+                )
             raise error
         sequence = data.get("seq")
         if not isinstance(sequence, int) or sequence <= 0:

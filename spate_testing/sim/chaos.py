@@ -422,7 +422,8 @@ def _supervise(fleet: _Fleet, *, restart: bool) -> None:
         # fleet does, and without it a crash loop could take down every worker before the
         # split runs out of attempts.
         again = restart or code == CRASH_EXIT
-        fleet.action(life.actor, "crash" if not again else "crash-restarted", f"exit {code}")
+        detail = f"exit {code}" if code == CRASH_EXIT else f"exit {code}: {_error_of(life)}"
+        fleet.action(life.actor, "crash" if not again else "crash-restarted", detail)
         if again and fleet.latest(life.instance) is life:
             fleet.start(life.instance, "restart")
 
@@ -435,6 +436,16 @@ def _settle(fleet: _Fleet, bound: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def _error_of(life: _Life) -> str:
+    """The error a worker that exited on its own printed last (the CLI's one-line report)."""
+    try:
+        lines = life.output.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no output)"
+    errors = [line for line in lines if "error:" in line or "Error" in line]
+    return (errors or lines or ["(no output)"])[-1].strip()
 
 
 def _verdict_of(life: _Life) -> tuple[bool, int | None, int | None] | None:
@@ -555,6 +566,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 status = 1
         if args.keep:
             Path(f"{args.keep}.{store}.jsonl").write_text(result.history.to_jsonl())
+        for action in result.history.of(Action):
+            # A worker that exited on its own (not a poison split's crash): say why.
+            if action.what.startswith("crash") and not action.detail.startswith(
+                f"exit {CRASH_EXIT}"
+            ):
+                print(f"  {action.actor} exited on its own at {action.at:.1f} s: {action.detail}")
         for violation in result.violations:
             print(f"  VIOLATION {violation}")
         if not result.ok:

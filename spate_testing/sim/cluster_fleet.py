@@ -17,7 +17,9 @@ the highest one acknowledged in the latest epoch), and no commit was acknowledge
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 
 import attrs
 import trio
@@ -25,14 +27,19 @@ import trio
 from spate.config import Config
 from spate.errors import Fenced, StoreError, StoreUnavailable
 from spate.plan import Plan, PlanContext, SplitSpec
+from spate.store import Store
 from spate.worker import SplitHandle, run_worker
-from spate_stores import open_store
+from spate_stores import open_store, store_from_url
 from spate_testing.sim.recorder import final_listing
 
 __all__ = ["FleetRecord", "lost", "run_fleet"]
 
+logger = logging.getLogger("spate_testing.cluster_fleet")
+
 JOB = "cluster-fleet"
 """The job the fleet runs."""
+OPEN_ATTEMPTS = 10
+"""Tries to open a worker's store client before giving up (a supervisor's restarts)."""
 
 
 @attrs.define
@@ -43,6 +50,9 @@ class FleetRecord:
     """(split, epoch, watermark) of every acknowledged commit."""
     failed: int = 0
     """Commits that raised (StoreUnavailable: outcome unknown, retried by the handler)."""
+    reopened: int = 0
+    """Store clients that could not be opened at once (the cluster was electing) and were
+    tried again, as a process supervisor would restart a worker whose connect failed."""
 
     def duplicates(self) -> int:
         """Commits acknowledged more than once."""
@@ -88,16 +98,40 @@ async def run_fleet(
             record.acked.append((split.id, split.epoch, watermark))
             await trio.sleep(0.01)
 
+    async def open_client(stack: AsyncExitStack) -> Store:
+        # Opening a client is the application's step, outside run_worker's promises: it
+        # raises StoreUnavailable while the cluster cannot answer (a stream election).
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            store = store_from_url(url)
+            try:
+                await store.__aenter__()
+            except StoreUnavailable:
+                if attempt == OPEN_ATTEMPTS:
+                    raise
+                record.reopened += 1
+                await trio.sleep(0.5)
+                continue
+            stack.push_async_exit(store.__aexit__)
+            return store
+        raise AssertionError("unreachable")
+
     async def worker(number: int) -> None:
-        async with open_store(url) as store:
-            await run_worker(
-                store,
-                job=JOB,
-                instance=f"w{number}",
-                planner=_planner(splits),
-                handler=handler,
-                config=Config(max_in_flight=splits),
-            )
+        try:
+            async with AsyncExitStack() as stack:
+                store = await open_client(stack)
+                await run_worker(
+                    store,
+                    job=JOB,
+                    instance=f"w{number}",
+                    planner=_planner(splits),
+                    handler=handler,
+                    config=Config(max_in_flight=splits),
+                )
+        except Exception:
+            # run_worker survives an unavailable store; anything out of it is a finding, and
+            # the nursery's group would hide where it came from: log the whole traceback.
+            logger.exception("fleet worker w%d stopped with an error", number)
+            raise
 
     async with trio.open_nursery() as nursery:
         for number in range(workers):
