@@ -299,6 +299,7 @@ class Claims:
                 state.progress,
                 epoch=epoch,
                 owner=core.instance,
+                owner_nonce=core.nonce,
                 attempts=state.progress.attempts
                 + int(charges_attempt(kind, state.progress.advanced)),
                 written_at_ms=now_ms(),
@@ -397,6 +398,7 @@ class Claims:
             epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write
             status=Status.QUARANTINED,
             owner=None,
+            owner_nonce="",
             attempts=state.progress.attempts + 1,
             written_at_ms=now_ms(),
         )
@@ -572,6 +574,7 @@ class Claims:
             state.progress,
             attempts=attempts,
             owner=None,
+            owner_nonce="",
             status=Status.QUARANTINED if quarantine else state.progress.status,
             epoch=state.progress.epoch + int(quarantine),
             written_at_ms=now_ms(),
@@ -609,7 +612,9 @@ class Claims:
             return "missing"
         self.busy.add(split)
         try:
-            record = attrs.evolve(state.progress, owner=None, written_at_ms=now_ms())
+            record = attrs.evolve(
+                state.progress, owner=None, owner_nonce="", written_at_ms=now_ms()
+            )
             try:
                 result = yield Op(
                     "update", D, key, encode(record), expected=state.progress_rev,

@@ -279,6 +279,7 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
                 status=Status.RUNNABLE,
                 attempts=0,
                 owner=None,
+                owner_nonce="",
                 epoch=record.epoch + 1,
                 written_at_ms=now_ms(),
             )

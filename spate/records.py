@@ -164,6 +164,9 @@ class ProgressRecord:
     the tenancy that moves the watermark: a successor taking over from a dead owner charges an
     attempt only when it is still clear (the owner died without moving the split forward).
     Records written before the field existed read as ``False``, which charges as before.
+    ``owner_nonce`` is the owning *process*'s nonce (``""`` when unowned or written before the
+    field existed): two processes misconfigured under one instance id write otherwise identical
+    claims, and a claimant settling an unknown outcome must not take the other's for its own.
     """
 
     schema: int = PROGRESS_SCHEMA
@@ -177,6 +180,7 @@ class ProgressRecord:
     completed: bool = False
     written_at_ms: int = 0
     advanced: bool = False
+    owner_nonce: str = ""
 
     @property
     def progress(self) -> Progress:
@@ -296,7 +300,7 @@ def _make_converter() -> cattrs.Converter:
 
 
 _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
-    ProgressRecord: ("advanced",),
+    ProgressRecord: ("advanced", "owner_nonce"),
     SpecRecord: ("locality",),
     PresenceRecord: ("locality",),
 }

@@ -515,3 +515,61 @@ def test_a_claim_never_writes_old_progress_under_a_fresh_revision() -> None:
     )
     result = run(scenario)
     assert result.ok, result.violations
+
+
+def test_two_processes_under_one_id_never_share_an_epoch() -> None:
+    """Found by seed 1105 (kept as that seed's scenario, with its random chaos driver): two
+    live processes misconfigured under one instance id (before the presence check stopped
+    them) claimed the same split from the same record. One claim's outcome was unknown and had
+    not landed; reading the record back, it found the other process's claim, identical in
+    every field the record had (it named the instance, not the process), took it for its own
+    and gained the split at the other's epoch: two owners of one epoch. The progress record
+    now names the owning process's nonce too."""
+    lease = 2.0
+    scenario = Scenario(
+        seed=1105,
+        workload=Workload(
+            batches=((("s00", 5, 3), ("s01", 2, 1), ("s02", 3, 3)),),
+            poison=frozenset(),
+            step_seconds=1.0,
+        ),
+        initial_workers=2,
+        max_workers=2,
+        lease=lease,
+        config=Config(
+            lease_duration=lease,
+            max_in_flight=1,
+            max_attempts=2,
+            replan_interval=2.0,
+            reconcile_interval=1.0,
+            rebalance_delay=0.0,
+            drain_deadline=2.0,
+            planner_thread=False,
+        ),
+        rates=FaultRates(
+            unavailable_rate=0.0491,
+            maybe_landed_rate=0.0305,
+            duplicate_rate=0.0294,
+            watch_drop_rate=0.0027,
+            silent_expiry=True,
+            spike_latency=3.0,
+            late_rate=0.05,
+            late_delay=4.0,
+            replay_rate=0.02,
+        ),
+        chaos_seconds=40.0,
+        action_gap=(0.5, 2.0),
+        weights=(
+            ("join", 0),
+            ("kill", 0),
+            ("restart", 0),
+            ("leave", 0),
+            ("freeze", 0),
+            ("partition", 1),
+            ("outage", 1),
+            ("duplicate", 2),
+        ),
+    )
+    result = run(scenario)
+    assert "two-owners" not in invariants(result), result.violations
+    assert result.violations == ()
