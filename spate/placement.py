@@ -39,7 +39,13 @@ from collections.abc import Collection, Mapping
 import attrs
 
 from spate.errors import ConfigError
-from spate.protocol import MAX_IMPROVING_MOVES, Placement, desired_assignment, stable_hash_str
+from spate.protocol import (
+    MAX_IMPROVING_MOVES,
+    Placement,
+    best_transfer,
+    desired_assignment,
+    stable_hash_str,
+)
 
 __all__ = [
     "MAX_LOCALITY_LENGTH",
@@ -376,24 +382,10 @@ def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
                     entries.append((state.weight[split], state.hash_of(split), split))
         bins[d] = _Bins(entries)
     for _ in range(max_moves):
-        targets = [d for d in domains if count[d] < cap[d]]
-        if not targets:
+        step = best_transfer(domains, load, count, cap, bins)
+        if step is None:
             break
-        # The gain falls as the target's load rises: the least-loaded open domain is every
-        # split's best target (ties: first by name).
-        target = min(targets, key=lambda d: (load[d], d))
-        best: tuple[int, int, str, int] | None = None
-        source = ""
-        for d in domains:
-            gap = load[d] - load[target]
-            if d == target or gap <= 1:
-                continue
-            option = bins[d].best_move(gap)
-            if option is not None and (best is None or option[:3] > best[:3]):
-                best, source = option, d
-        if best is None:
-            break
-        _, h, split, weight = best
+        target, source, (_, h, split, weight) = step
         bins[source].remove(weight, (h, split))
         bins[target].add(weight, (h, split))
         owner = where[split]
@@ -433,22 +425,10 @@ def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) 
     members_of: dict[str, set[str]] = {m: set(state.placed[m]) for m in group}
     count = {m: len(state.placed[m]) for m in group}
     for _ in range(max_moves):
-        targets = [m for m in group if count[m] < state.cap[m]]
-        if not targets:
+        step = best_transfer(group, state.load, count, state.cap, bins)
+        if step is None:
             break
-        target = min(targets, key=lambda m: (state.load[m], m))
-        best: tuple[int, int, str, int] | None = None
-        source = ""
-        for m in group:
-            gap = state.load[m] - state.load[target]
-            if m == target or gap <= 1:
-                continue
-            option = bins[m].best_move(gap)
-            if option is not None and (best is None or option[:3] > best[:3]):
-                best, source = option, m
-        if best is None:
-            break
-        _, h, split, weight = best
+        target, source, (_, h, split, weight) = step
         bins[source].remove(weight, (h, split))
         bins[target].add(weight, (h, split))
         members_of[source].discard(split)

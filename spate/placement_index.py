@@ -34,7 +34,7 @@ import heapq
 from collections.abc import Iterable, Mapping
 
 from spate.placement import Member, _Bins, affinity_matches, domain_of, place
-from spate.protocol import MAX_IMPROVING_MOVES, Placement, stable_hash_str
+from spate.protocol import MAX_IMPROVING_MOVES, Placement, best_transfer, stable_hash_str
 
 __all__ = ["PlacementIndex"]
 
@@ -466,22 +466,10 @@ class PlacementIndex:
         dcap = {d: sum(self._cap[m] for m in members_of[d]) for d in domains}
         bins = self._domain_bins
         for _ in range(limit):
-            targets = [d for d in domains if dcount[d] < dcap[d]]
-            if not targets:
+            step = best_transfer(domains, dload, dcount, dcap, bins)
+            if step is None:
                 break
-            target = min(targets, key=lambda d: (dload[d], d))
-            best: tuple[int, int, str, int] | None = None
-            source = ""
-            for d in domains:
-                gap = dload[d] - dload[target]
-                if d == target or gap <= 1:
-                    continue
-                option = bins[d].best_move(gap)
-                if option is not None and (best is None or option[:3] > best[:3]):
-                    best, source = option, d
-            if best is None:
-                break
-            _, _, split, weight = best
+            target, source, (_, _, split, weight) = step
             owner = self._place_of(split, final)
             receiver = min(
                 (m for m in members_of[target] if count[m] < self._cap[m]),
@@ -505,22 +493,10 @@ class PlacementIndex:
         """The batch improve among ``group`` (all members, or one domain's), on the kept bins."""
         cap, bins = self._cap, self._bins
         for _ in range(limit):
-            targets = [m for m in group if count[m] < cap[m]]
-            if not targets:
+            step = best_transfer(group, load, count, cap, bins)
+            if step is None:
                 break
-            target = min(targets, key=lambda m: (load[m], m))
-            best: tuple[int, int, str, int] | None = None
-            source = ""
-            for m in group:
-                gap = load[m] - load[target]
-                if m == target or gap <= 1:
-                    continue
-                option = bins[m].best_move(gap)
-                if option is not None and (best is None or option[:3] > best[:3]):
-                    best, source = option, m
-            if best is None:
-                break
-            _, _, split, weight = best
+            target, source, (_, _, split, weight) = step
             self._move(split, weight, source, target, load, count, final, origin)
 
     def _move(

@@ -17,7 +17,8 @@ import bisect
 import enum
 import hashlib
 import heapq
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol, TypeAlias
 
 import attrs
 
@@ -201,6 +202,51 @@ class Placement:
     :func:`spate.placement.place` reads it)."""
 
 
+class MoveSource(Protocol):
+    """What :func:`best_transfer` searches: a group's splits indexed by weight."""
+
+    def best_move(self, gap: int) -> tuple[int, int, str, int] | None:
+        """The best split to move across a load gap, as (gain, hash, id, weight)."""
+        ...
+
+
+Transfer: TypeAlias = tuple[str, str, tuple[int, int, str, int]]
+"""(target, source, (gain, hash, split, weight)) of one improving move."""
+
+
+def best_transfer(
+    groups: Sequence[str],
+    load: Mapping[str, int],
+    count: Mapping[str, int],
+    cap: Mapping[str, int],
+    bins: Mapping[str, MoveSource],
+) -> Transfer | None:
+    """The one move that lowers imbalance most between ``groups`` (members or domains), or None.
+
+    The gain of a move falls as the target's load rises, so the least-loaded group with spare
+    budget (ties: first by name) is every split's best target; the source is the heavier group
+    whose best split gains most (ties: by hash, then id). Every placement pass (the batch
+    balance, the domain spread, and the incremental index replaying them) takes its moves from
+    here, so they agree move for move.
+    """
+    targets = [g for g in groups if count[g] < cap[g]]
+    if not targets:
+        return None
+    target = min(targets, key=lambda g: (load[g], g))
+    best: tuple[int, int, str, int] | None = None
+    source = ""
+    for g in groups:
+        gap = load[g] - load[target]
+        if g == target or gap <= 1:
+            continue
+        option = bins[g].best_move(gap)
+        if option is not None and (best is None or option[:3] > best[:3]):
+            best, source = option, g
+    if best is None:
+        return None
+    return target, source, best
+
+
 class _Bins:
     """Per-member index of placed splits by weight, for the improve pass."""
 
@@ -321,24 +367,10 @@ def _improve(
             split_hash[split] = stable_hash_str(seed, split)
             bins[m].add(weight_of[split], (split_hash[split], split))
     for _ in range(MAX_IMPROVING_MOVES):
-        targets = [m for m in names if count[m] < cap[m]]
-        if not targets:
+        step = best_transfer(names, load, count, cap, bins)
+        if step is None:
             break
-        # The gain falls as the target's load rises, so the least-loaded member with spare
-        # budget (ties: first by name) is every split's best target.
-        target = min(targets, key=lambda m: (load[m], m))
-        best: tuple[int, int, str, int] | None = None
-        source = ""
-        for m in names:
-            gap = load[m] - load[target]
-            if m == target or gap <= 1:
-                continue
-            option = bins[m].best_move(gap)
-            if option is not None and (best is None or option[:3] > best[:3]):
-                best, source = option, m
-        if best is None:
-            break
-        _, h, split, weight = best
+        target, source, (_, h, split, weight) = step
         bins[source].remove(weight, (h, split))
         bins[target].add(weight, (h, split))
         members_of[source].discard(split)
