@@ -279,14 +279,15 @@ class _Fleet:
     async def settle(self, nursery: trio.Nursery) -> bool:
         with trio.move_on_after(self.scenario.bound) as scope:
             while True:
+                # Checked before "nothing pending": when the last live worker dies of an
+                # expected cause (a duplicate id) after the calm, everything is done and
+                # nobody reached the verdict; the job still needs a worker to reach it.
+                if not any(i.state in ("running", "verdict") for i in self.incarnations):
+                    self.start(nursery, self.new_instance())
+                    continue
                 pending = [i for i in self.incarnations if not i.done.is_set()]
                 if not pending:
                     break
-                if not any(i.state in ("running", "verdict") for i in self.incarnations):
-                    # Everyone left or died of an expected cause; the job still needs a
-                    # worker to reach its verdict.
-                    self.start(nursery, self.new_instance())
-                    continue
                 await _any_done(pending)
         return not scope.cancelled_caught
 
