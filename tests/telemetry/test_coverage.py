@@ -44,7 +44,10 @@ def config() -> Config:
     return Config(
         lease_duration=LEASE,
         op_timeout=0.5,
-        max_in_flight=4,
+        # Three workers hold every split (6 + 5 + 5), so the fourth's join must take owned
+        # splits away: revocations, whatever the timing (with 4 lanes each, the joiner could
+        # be given just the 4 queued splits and nothing would be revoked).
+        max_in_flight=6,
         max_attempts=3,
         rebalance_delay=0.0,
         drain_deadline=LEASE,
