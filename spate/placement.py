@@ -31,7 +31,6 @@ locality take exactly the path of :func:`spate.protocol.desired_assignment`.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import re
 from collections.abc import Collection, Mapping
@@ -42,6 +41,7 @@ from spate.errors import ConfigError
 from spate.protocol import (
     MAX_IMPROVING_MOVES,
     Placement,
+    WeightBins,
     best_transfer,
     desired_assignment,
     stable_hash_str,
@@ -110,50 +110,6 @@ class Member:
     """Advertised lane budget (0 or less means the default)."""
     locality: str = ""
     """Failure-domain path, coarsest tier first ("" when unknown)."""
-
-
-class _Bins:
-    """Movable splits of one bin (a domain or a worker), indexed by weight for the improve pass."""
-
-    def __init__(self, entries: list[tuple[int, int, str]]) -> None:
-        self.by_weight: dict[int, list[tuple[int, str]]] = {}  # weight -> sorted (hash, id)
-        for weight, h, split in entries:
-            self.by_weight.setdefault(weight, []).append((h, split))
-        for group in self.by_weight.values():
-            group.sort()  # one sort, not an insort per split: domains hold thousands
-        self.weights = sorted(self.by_weight)
-
-    def add(self, weight: int, key: tuple[int, str]) -> None:
-        group = self.by_weight.get(weight)
-        if group is None:
-            bisect.insort(self.weights, weight)
-            group = self.by_weight[weight] = []
-        bisect.insort(group, key)
-
-    def remove(self, weight: int, key: tuple[int, str]) -> None:
-        group = self.by_weight[weight]
-        group.pop(bisect.bisect_left(group, key))
-        if not group:
-            del self.by_weight[weight]
-            self.weights.pop(bisect.bisect_left(self.weights, weight))
-
-    def best_move(self, gap: int) -> tuple[int, int, str, int] | None:
-        """The move across a load gap that lowers imbalance most, as (gain, hash, id, weight).
-
-        A weight ``w`` may move when ``w < gap`` and gains ``w * (gap - w)``, which peaks at
-        ``gap / 2``: only the two weights around the peak can be best.
-        """
-        best: tuple[int, int, str, int] | None = None
-        i = bisect.bisect_right(self.weights, gap // 2)
-        for j in (i - 1, i):
-            if 0 <= j < len(self.weights):
-                w = self.weights[j]
-                if w < gap:
-                    h, split = self.by_weight[w][-1]
-                    option = (w * (gap - w), h, split, w)
-                    if best is None or option[:3] > best[:3]:
-                        best = option
-        return best
 
 
 @attrs.define
@@ -372,7 +328,7 @@ def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
     if _settled(load, count, cap, lightest):
         return
     where: dict[str, str] = {}
-    bins: dict[str, _Bins] = {}
+    bins: dict[str, WeightBins] = {}
     for d in domains:
         entries = []
         for m in members_of[d]:
@@ -380,7 +336,7 @@ def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
                 if split not in state.pinned:
                     where[split] = m
                     entries.append((state.weight[split], state.hash_of(split), split))
-        bins[d] = _Bins(entries)
+        bins[d] = WeightBins(entries)
     for _ in range(max_moves):
         step = best_transfer(domains, load, count, cap, bins)
         if step is None:
@@ -413,7 +369,7 @@ def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) 
     ):
         return
     bins = {
-        m: _Bins(
+        m: WeightBins(
             [
                 (state.weight[s], state.hash_of(s), s)
                 for s in state.placed[m]

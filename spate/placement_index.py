@@ -33,8 +33,14 @@ import bisect
 import heapq
 from collections.abc import Iterable, Mapping
 
-from spate.placement import Member, _Bins, affinity_matches, domain_of, place
-from spate.protocol import MAX_IMPROVING_MOVES, Placement, best_transfer, stable_hash_str
+from spate.placement import Member, affinity_matches, domain_of, place
+from spate.protocol import (
+    MAX_IMPROVING_MOVES,
+    Placement,
+    WeightBins,
+    best_transfer,
+    stable_hash_str,
+)
 
 __all__ = ["PlacementIndex"]
 
@@ -222,8 +228,8 @@ class PlacementIndex:
         self._sorted: dict[str, list[str]] = {m: [] for m in self._names}
         self._domain_hash = {d: stable_hash_str(self._seed, d) for d in set(self._domain.values())}
         self._load = dict.fromkeys(self._names, 0)
-        self._bins = {m: _Bins([]) for m in self._names}
-        self._domain_bins = {d: _Bins([]) for d in set(self._domain.values())}
+        self._bins = {m: WeightBins([]) for m in self._names}
+        self._domain_bins = {d: WeightBins([]) for d in set(self._domain.values())}
         self._unowned: list[tuple[int, str]] = []  # sorted (-weight, split)
         self._pinned: set[str] = set()
         self._affine_loose: set[str] = set()

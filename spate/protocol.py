@@ -31,6 +31,9 @@ __all__ = [
     "ClaimKind",
     "Placement",
     "SplitFacts",
+    "Transfer",
+    "WeightBins",
+    "best_transfer",
     "charges_attempt",
     "claim_candidates",
     "desired_assignment",
@@ -247,14 +250,22 @@ def best_transfer(
     return target, source, best
 
 
-class _Bins:
-    """Per-member index of placed splits by weight, for the improve pass."""
+class WeightBins:
+    """The movable splits of one bin (a member or a domain), indexed by weight.
 
-    def __init__(self) -> None:
-        self.weights: list[int] = []  # distinct weights, ascending
+    Every placement's improve passes search it (see :func:`best_transfer`).
+    """
+
+    def __init__(self, entries: Iterable[tuple[int, int, str]] = ()) -> None:
         self.by_weight: dict[int, list[tuple[int, str]]] = {}  # weight -> sorted (hash, id)
+        for weight, h, split in entries:
+            self.by_weight.setdefault(weight, []).append((h, split))
+        for group in self.by_weight.values():
+            group.sort()  # one sort, not an insort per split: domains hold thousands
+        self.weights = sorted(self.by_weight)  # distinct weights, ascending
 
     def add(self, weight: int, key: tuple[int, str]) -> None:
+        """Put the split ``key`` (hash, id) of ``weight`` in the bin."""
         group = self.by_weight.get(weight)
         if group is None:
             bisect.insort(self.weights, weight)
@@ -262,6 +273,7 @@ class _Bins:
         bisect.insort(group, key)
 
     def remove(self, weight: int, key: tuple[int, str]) -> None:
+        """Take the split ``key`` (hash, id) of ``weight`` out of the bin."""
         group = self.by_weight[weight]
         group.pop(bisect.bisect_left(group, key))
         if not group:
@@ -359,7 +371,7 @@ def _improve(
     seed: int,
 ) -> None:
     count = {m: len(placed[m]) for m in names}
-    bins = {m: _Bins() for m in names}
+    bins = {m: WeightBins() for m in names}
     members_of: dict[str, set[str]] = {m: set(placed[m]) for m in names}
     split_hash: dict[str, int] = {}
     for m in names:
