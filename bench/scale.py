@@ -22,7 +22,7 @@ job, a fixpoint, a whole zone lost, and the batch cost per ownership change (one
 completes and the whole job is placed again: what the leader paid per change before it kept
 an index).
 
-Then the leader's :class:`spate.placement_index.PlacementIndex` over the same job, with and
+Then the leader's :class:`spate._core.placement_index.PlacementIndex` over the same job, with and
 without zones: CPU per ownership change as the leader pays it (one split completes, the index
 re-solves, the changed members' assignments are read; then the moves it made land: their
 owners hand back and the assignees claim), and per claim by the assignee (changes nothing).
@@ -53,9 +53,9 @@ from bench._harness import (
     fmt_seconds,
     median,
 )
+from spate._core.placement_index import PlacementIndex
 from spate.config import Config
 from spate.placement import Member, place, placement_report
-from spate.placement_index import PlacementIndex
 from spate.protocol import Placement, desired_assignment, fingerprint_hash
 from spate.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won

@@ -19,19 +19,18 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from spate import fenced
+from spate._core.leader import fingerprint_mismatch
 from spate._groups import meaningful_leaf
+from spate._runtime import fenced
+from spate._runtime.loop import Reply, Runtime, stopped_error
+from spate._runtime.pumps import heartbeat_ticker, interval_ticker, watch_pump
 from spate.config import Config
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Event, Progress
-from spate.flows import Flow, Fork
-from spate.leader import Planner, fingerprint_mismatch
-from spate.loop import Core, Reply
 from spate.metrics import MetricsHooks
 from spate.placement import validate_locality
-from spate.plan import default_instance_id, validate_instance, validate_job
+from spate.plan import Planner, default_instance_id, validate_instance, validate_job
 from spate.probe import probe_store
-from spate.pumps import heartbeat_ticker, interval_ticker, watch_pump
 from spate.records import PlanRecord, UnreadableRecord, decode, encode
 from spate.store import Keyspace, Store, Won
 from spate.telemetry import capture, metrics_for
@@ -52,19 +51,20 @@ class Coordinator:
     Trio run that opened it. Commands return once their write landed (or was refused).
     """
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Runtime) -> None:
         self._core = core
+        self._machine = core.machine
         self._events_taken = False
 
     @property
     def job(self) -> str:
         """The job this worker is part of."""
-        return self._core.job
+        return self._machine.job
 
     @property
     def instance(self) -> str:
         """This worker's instance id."""
-        return self._core.instance
+        return self._machine.instance
 
     @property
     def config(self) -> Config:
@@ -74,12 +74,12 @@ class Coordinator:
     @property
     def is_leader(self) -> bool:
         """Whether this worker currently leads the job (for live views)."""
-        return self._core.leader.leading
+        return self._machine.leader.leading
 
     @property
     def owned(self) -> frozenset[str]:
         """The splits this worker holds right now (for live views)."""
-        return frozenset(self._core.claims.owned)
+        return frozenset(self._machine.claims.owned)
 
     def events(self) -> AsyncIterator[Event]:
         """The event stream (one consumer): Gained, Lost, RevokeRequested, Quarantined, verdicts.
@@ -107,15 +107,16 @@ class Coordinator:
         _check_split(split)
         if not isinstance(progress, Progress):
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
-        core = self._core
-        # The write runs on the coordinator's task; carry the caller's trace to it, so the
+        core, machine = self._core, self._machine
+        # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        context = capture()
-        await self._call(
-            lambda reply: core.start(
-                core.claims.commit_flow(split, progress), _answer(reply), context=context
-            )
-        )
+        error = await core.call_inline(machine.claims.commit_flow(split, progress), capture())
+        if progress.completed or error is not None or split in machine.revocations.revoking:
+            # What other rules wait for changed (a lane freed, a drain moved, a split lost):
+            # let them look. A plain commit changes nothing any other rule reads.
+            core.nudge()
+        if error is not None:
+            raise error
 
     async def fail(self, split: str, reason: str) -> None:
         """Report that work on a held split failed: consumes an attempt and gives it back.
@@ -125,12 +126,12 @@ class Coordinator:
         """
         _check_split(split)
         core = self._core
-        context = capture()
-        await self._call(
-            lambda reply: core.start(
-                core.claims.fail_flow(split, str(reason)), _answer(reply), context=context
-            )
+        error = await core.call_inline(
+            self._machine.claims.fail_flow(split, str(reason)), capture()
         )
+        core.nudge()  # a lane freed, or a split quarantined: the rules look again
+        if error is not None:
+            raise error
 
     async def release(self, splits: Iterable[str]) -> None:
         """Hand held splits back cleanly (no attempt consumed); return once done.
@@ -138,19 +139,19 @@ class Coordinator:
         Raises :class:`~spate.errors.Fenced`, writing nothing, if any of them is not held.
         """
         ids = [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
-        core = self._core
+        machine = self._machine
         context = capture()
 
         def command(reply: Reply) -> None:
             for split in ids:
-                if split not in core.claims.owned:
+                if split not in machine.claims.owned:
                     reply.set(
                         outcome.Error(
                             Fenced(split, "this worker does not hold it; nothing was released")
                         )
                     )
                     return
-            core.start(_release_all(core, ids), _answer(reply), context=context)
+            machine.start(machine.release_all_flow(ids), _answer(reply), context=context)
 
         await self._call(command)
 
@@ -161,10 +162,10 @@ class Coordinator:
         leader already took back simply ends.
         """
         _check_split(split)
-        core = self._core
+        machine = self._machine
 
         def command(reply: Reply) -> None:
-            core.revocations.decline(split)
+            machine.revocations.decline(split)
             reply.set(outcome.Value(None))
 
         await self._call(command)
@@ -180,14 +181,16 @@ class Coordinator:
         when a hand-back cannot reach the store: the worker then stops holding everything
         without writing, and its splits move when its session's keys expire.
         """
-        core = self._core
+        machine = self._machine
         context = capture()
-        await self._call(lambda reply: core.start(_depart(core), _answer(reply), context=context))
+        await self._call(
+            lambda reply: machine.start(machine.depart_flow(), _answer(reply), context=context)
+        )
 
     async def _call(self, command: Callable[[Reply], None]) -> None:
         core = self._core
         if core.stopped is not None:
-            raise _stopped_error(core.stopped)
+            raise stopped_error(core.stopped)
         reply = Reply()
         core.replies.add(reply)
         try:
@@ -197,14 +200,6 @@ class Coordinator:
             core.replies.discard(reply)
         assert reply.result is not None
         reply.result.unwrap()
-
-
-def _stopped_error(cause: BaseException) -> BaseException:
-    if isinstance(cause, FatalCoordinationError):
-        return cause
-    return FatalCoordinationError(
-        "the coordinator has stopped; open a new one (open_coordinator) to keep working"
-    )
 
 
 def _check_split(split: object) -> str:
@@ -230,38 +225,6 @@ def _answer(reply: Reply) -> Callable[[outcome.Outcome[Any]], None]:
     return done
 
 
-def _release_all(core: Core, splits: list[str]) -> Flow[None]:
-    # All at once: the hand-backs write different keys, so they overlap instead of queueing.
-    outcomes = yield Fork(tuple(core.claims.release_flow(split) for split in splits))
-    # An exception out of a hand-back is fatal, as it was when they ran one after another.
-    core.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
-
-
-def _depart(core: Core) -> Flow[BaseException | None]:
-    core.parting = True
-    core.leader.demote(resign=True)
-    # Every split is handed back at once (their writes go to different keys), so leaving
-    # takes a couple of round trips however many splits are held, and the new owners can
-    # claim them all together.
-    outcomes = yield Fork(tuple(core.claims.release_flow(s) for s in sorted(core.claims.owned)))
-    results = [o.unwrap() for o in outcomes]
-    core.metrics.released(results.count("released"))
-    if "failed" in results:
-        # The store cannot be reached: the hand-backs were all in flight together, so they
-        # timed out together (about one operation timeout). Stop holding whatever is left
-        # without writing, and let the session's end (expiry, if it cannot be revoked) free
-        # it.
-        for rest in sorted(core.claims.owned):
-            core.claims.abandon(rest)
-        return StoreUnavailable(
-            "the store could not be reached while leaving, so the hand-back was not "
-            "written; this worker's splits move to others when its session's keys expire "
-            "(within a lease)"
-        )
-    yield from core.delete_presence()
-    return None
-
-
 # -- opening ---------------------------------------------------------------------------------
 
 
@@ -276,6 +239,7 @@ async def open_coordinator(
     fingerprint: str = "",
     metrics: MetricsHooks | None = None,
     locality: str = "",
+    nonce: str | None = None,
 ) -> AsyncIterator[Coordinator]:
     """Join ``job`` on ``store`` as ``instance`` and coordinate until the block ends.
 
@@ -287,7 +251,9 @@ async def open_coordinator(
     until an SDK meter provider is installed). ``locality`` is this worker's failure-domain
     path, coarsest tier first (``"zone-a/rack-3/host-7"``; empty means unknown): the leader
     spreads the job across the domains at ``config.isolation_tier`` (see
-    :mod:`spate.placement`).
+    :mod:`spate.placement`). ``nonce`` tells this process apart from any other under the same
+    instance id; it is drawn at random, and a caller passes one only to replay a run exactly
+    (the simulator derives it from its seed): two live processes must never share one.
 
     Raises :class:`~spate.errors.ConfigError` for invalid arguments,
     :class:`~spate.errors.FatalCoordinationError` when the store fails the startup probe, the
@@ -297,6 +263,8 @@ async def open_coordinator(
     validate_job(job)
     instance = validate_instance(default_instance_id() if instance is None else instance)
     locality = validate_locality(locality)
+    if nonce is not None and (not isinstance(nonce, str) or not nonce.isalnum()):
+        raise ConfigError(f"nonce must be a non-empty alphanumeric str (or None), not {nonce!r}")
     if not callable(planner):
         raise ConfigError(f"planner must be a function taking a PlanContext, not {planner!r}")
     if config is None:
@@ -313,7 +281,7 @@ async def open_coordinator(
     hooks = None
     if metrics is None:
         metrics = hooks = metrics_for(job, instance)
-    core = Core(
+    core = Runtime(
         store,
         job=job,
         instance=instance,
@@ -322,6 +290,7 @@ async def open_coordinator(
         fingerprint=fingerprint,
         metrics=metrics,
         locality=locality,
+        nonce=nonce,
     )
     try:
         async with trio.open_nursery() as nursery:
@@ -336,12 +305,12 @@ async def open_coordinator(
                 nursery.start_soon(
                     interval_ticker,
                     reconcile_every(core.config, store),
-                    lambda: core.post(core.reconcile),
+                    lambda: core.post(core.machine.reconcile),
                 )
                 nursery.start_soon(
                     interval_ticker,
                     core.config.replan_interval,
-                    lambda: core.post(core.leader.replan_tick),
+                    lambda: core.post(core.machine.leader.replan_tick),
                 )
                 await core.ready.wait()
                 yield Coordinator(core)
@@ -390,14 +359,14 @@ class _Retry(Exception):
     """A startup step lost a benign race; try it again."""
 
 
-async def _startup(core: Core) -> None:
+async def _startup(core: Runtime) -> None:
     await _budgeted(core, "opening a store session", _open_session)
     await _budgeted(core, "probing the store", _probe)
     await _budgeted(core, "joining the job", _join)
     await _budgeted(core, "announcing presence", _announce)
 
 
-async def _budgeted(core: Core, what: str, step: Callable[[Core], Awaitable[None]]) -> None:
+async def _budgeted(core: Runtime, what: str, step: Callable[[Runtime], Awaitable[None]]) -> None:
     """Try a startup step with capped backoff; give up (fatally) after the configured tries."""
     low, high = STARTUP_BACKOFF
     delay = low
@@ -419,30 +388,35 @@ async def _budgeted(core: Core, what: str, step: Callable[[Core], Awaitable[None
         delay = min(high, delay * 2)
 
 
-async def _probe(core: Core) -> None:
+async def _probe(core: Runtime) -> None:
     with fenced.span(core.scope, "probe"):
+        # Each try writes keys of its own (a lost reply may have left the last try's behind).
+        core.probes += 1
         await probe_store(
-            core.store, key_prefix=core.keys.probe_prefix, session=core.session.current
+            core.store,
+            key_prefix=core.machine.keys.probe_prefix,
+            session=core.session.current,
+            scratch=f"{core.machine.nonce[:16]}{core.probes}",
         )
 
 
-async def _open_session(core: Core) -> None:
+async def _open_session(core: Runtime) -> None:
     if core.session.current is None:
         await core.session.open()
 
 
-async def _join(core: Core) -> None:
-    key = core.keys.plan
+async def _join(core: Runtime) -> None:
+    key = core.machine.keys.plan
     entry = await core.store.get(Keyspace.DURABLE, key)
     if entry is not None:
         try:
             plan = decode(PlanRecord, key, entry.value)
         except UnreadableRecord as exc:
             raise FatalCoordinationError(str(exc)) from exc
-        if plan.fingerprint != core.fingerprint:
-            raise fingerprint_mismatch(core.job, plan.fingerprint, core.fingerprint)
+        if plan.fingerprint != core.machine.fingerprint:
+            raise fingerprint_mismatch(core.machine.job, plan.fingerprint, core.machine.fingerprint)
         return
-    fresh = encode(PlanRecord(fingerprint=core.fingerprint))
+    fresh = encode(PlanRecord(fingerprint=core.machine.fingerprint))
     result = await fenced.write(
         core.store, core.scope, "plan-create", "create", Keyspace.DURABLE, key, fresh
     )
@@ -450,14 +424,14 @@ async def _join(core: Core) -> None:
         raise _Retry("another worker created the plan record first; reading it")
 
 
-async def _announce(core: Core) -> None:
-    key = core.keys.worker(core.instance)
-    value = core.presence_record()
+async def _announce(core: Runtime) -> None:
+    key = core.machine.keys.worker(core.machine.instance)
+    value = core.machine.presence_record()
     result = await fenced.write(
         core.store, core.scope, "announce", "create", Keyspace.EPHEMERAL, key, value
     )
     if isinstance(result, Won):
-        core.presence_rev = result.revision
+        core.machine.presence_rev = result.revision
         return
     # A presence key under our id: a predecessor not yet expired (take it over), or a live
     # twin (it finds our nonce at its next renewal and stops).
@@ -476,4 +450,4 @@ async def _announce(core: Core) -> None:
     )
     if not isinstance(result, Won):
         raise _Retry("the presence key changed while taking it over")
-    core.presence_rev = result.revision
+    core.machine.presence_rev = result.revision

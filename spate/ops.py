@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from spate import fenced
+from spate._runtime import fenced
 from spate.errors import ConfigError, StoreError
 from spate.placement import PlacementReport, placement_report
 from spate.plan import validate_job, validate_split_id

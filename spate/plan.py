@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeAlias
 
 import attrs
 
@@ -27,6 +28,7 @@ __all__ = [
     "MAX_SPLIT_ID_LENGTH",
     "Plan",
     "PlanContext",
+    "Planner",
     "SplitSpec",
     "default_instance_id",
     "validate_instance",
@@ -233,3 +235,7 @@ def validate_plan(plan: object, *, max_descriptor: int | None = None) -> Plan:
     if plan.cursor is not None and not isinstance(plan.cursor, bytes):
         raise PlanError(f"Plan.cursor must be bytes or None, not {type(plan.cursor).__name__}")
     return plan
+
+
+Planner: TypeAlias = Callable[[PlanContext], Plan | Awaitable[Plan]]
+"""A function (sync or async) that returns the splits to add to the job."""

@@ -25,17 +25,22 @@ def _refuse(keyspace: Keyspace, what: str) -> FatalCoordinationError:
 
 
 async def probe_store(
-    store: Store, *, key_prefix: str = "_probe", session: Session | None = None
+    store: Store,
+    *,
+    key_prefix: str = "_probe",
+    session: Session | None = None,
+    scratch: str | None = None,
 ) -> None:
     """Check create-once, duplicate-create, stale-update and guarded-delete in both keyspaces.
 
-    Writes and removes one scratch key per keyspace named ``<key_prefix>.<random>`` (the
-    ephemeral one under ``session`` when given: a coordinator probes with its own). Raises
+    Writes and removes one scratch key per keyspace named ``<key_prefix>.<scratch>``, random
+    unless ``scratch`` is given (a coordinator derives it from its process nonce, so a
+    replayed run writes the same keys); the ephemeral one goes under ``session`` when given. Raises
     :class:`~spate.errors.FatalCoordinationError` naming the first broken rule;
     :class:`~spate.errors.StoreUnavailable` passes through (the caller retries).
     """
     for keyspace in (Keyspace.DURABLE, Keyspace.EPHEMERAL):
-        key = f"{key_prefix}.{secrets.token_hex(8)}"
+        key = f"{key_prefix}.{secrets.token_hex(8) if scratch is None else scratch}"
         named: dict[str, Session] = {}
         if session is not None and keyspace is Keyspace.EPHEMERAL:
             named["session"] = session

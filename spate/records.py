@@ -160,7 +160,8 @@ class ProgressRecord:
     ``epoch`` rises by one on every change of ownership (claim, quarantine); 0 means never
     owned. ``owner`` is the current or last tenant, ``None`` after a graceful hand-back.
     ``attempts`` counts the non-graceful ends that count against the split (see
-    :mod:`spate.claims`). ``advanced`` is cleared by every claim and set by the first commit of
+    :mod:`spate._core.claims`). ``advanced`` is cleared by every claim and set by the first
+    commit of
     the tenancy that moves the watermark: a successor taking over from a dead owner charges an
     attempt only when it is still clear (the owner died without moving the split forward).
     Records written before the field existed read as ``False``, which charges as before.

@@ -19,7 +19,9 @@ from typing import TypeAlias
 import attrs
 import trio
 
+from spate._core.backoff import Backoff
 from spate._groups import single_error
+from spate._runtime.handover import wait_until_held_elsewhere
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
@@ -32,9 +34,8 @@ from spate.events import (
     RevokeRequested,
     Stalled,
 )
-from spate.handover import wait_until_held_elsewhere
 from spate.metrics import MetricsHooks
-from spate.plan import Plan, PlanContext
+from spate.plan import Planner
 from spate.store import Store
 
 __all__ = ["Handler", "Planner", "SplitHandle", "Verdict", "run_worker"]
@@ -43,8 +44,6 @@ logger = logging.getLogger("spate.worker")
 
 Verdict: TypeAlias = AllComplete | Stalled
 """What a bounded job ends with."""
-Planner: TypeAlias = Callable[[PlanContext], Plan | Awaitable[Plan]]
-"""A function (sync or async) that returns the splits to add to the job."""
 Handler: TypeAlias = Callable[["SplitHandle"], Awaitable[None]]
 """The user's work function, called once per gained split."""
 
@@ -141,21 +140,21 @@ class SplitHandle:
             self._completed = True
 
 
-_RETRY_FIRST = 0.05
-_RETRY_CAP = 2.0
+RETRY_BACKOFF = (0.05, 2.0)
+"""First and largest delay before a handler's call to an unreachable store is tried again."""
 
 
 async def _retry_unavailable(call: Callable[[], Awaitable[None]]) -> None:
     """Run ``call`` until it does not raise StoreUnavailable (capped exponential backoff)."""
-    delay = _RETRY_FIRST
+    backoff = Backoff.of(RETRY_BACKOFF)
     while True:
         try:
             await call()
             return
         except StoreUnavailable as exc:
+            delay = backoff.delay()
             logger.debug("store unavailable (%s); retrying in %.2f s", exc, delay)
             await trio.sleep(delay)
-            delay = min(delay * 2, _RETRY_CAP)
 
 
 @attrs.define(eq=False)
@@ -274,6 +273,7 @@ async def run_worker(
     leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
     locality: str = "",
     metrics: MetricsHooks | None = None,
+    nonce: str | None = None,
 ) -> Verdict:
     """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
 
@@ -292,6 +292,9 @@ async def run_worker(
 
     ``metrics`` receives every outcome the coordinator counts, as for
     :func:`~spate.coordinator.open_coordinator` (default: OpenTelemetry instruments).
+
+    ``nonce`` is the process nonce, random by default; pass one only to replay a run exactly
+    (as for :func:`~spate.coordinator.open_coordinator`).
     """
     if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
         raise ConfigError(
@@ -310,6 +313,7 @@ async def run_worker(
             leave_deadline,
             locality,
             metrics,
+            nonce,
         )
     if verdict is None:
         # We left because we were cancelled; let the cancellation continue outward.
@@ -332,6 +336,7 @@ async def _run_shielded(
     leave_deadline: float,
     locality: str,
     metrics: MetricsHooks | None,
+    nonce: str | None,
 ) -> Verdict | None:
     leave = trio.Event()
 
@@ -356,6 +361,7 @@ async def _run_shielded(
                 fingerprint=fingerprint,
                 locality=locality,
                 metrics=metrics,
+                nonce=nonce,
             ) as coord:
                 # Shielded only once open: a cancellation during startup simply aborts it
                 # (nothing is held yet), while one after it becomes a graceful leave.

@@ -118,6 +118,10 @@ class _Fleet:
                     fingerprint=FINGERPRINT,
                     leave_deadline=self.scenario.leave_deadline,
                     metrics=inc.metrics,
+                    # The process nonce comes from the seed, so a replay is the same run.
+                    nonce=random.Random(f"{self.scenario.seed}/{inc.actor}/nonce")
+                    .randbytes(16)
+                    .hex(),
                 )
                 inc.state = "verdict"
                 self.recorder.verdict(inc.actor, verdict)

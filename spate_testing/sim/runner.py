@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import secrets
 import signal
 import threading
 import time
@@ -51,32 +50,26 @@ def replay_command(seed: int) -> str:
 def reproducible(seed: int) -> Iterator[None]:
     """Within the block, Trio runs are deterministic functions of ``seed``.
 
-    Trio shuffles each batch of runnable tasks with a private generator (to keep programs
-    from depending on scheduling order); it offers a deterministic mode for Hypothesis, which
-    this switches on and seeds. The coordinator's process nonces (which also seed its
-    heartbeat jitter) come from :mod:`secrets`; within the block they come from a generator
-    seeded by ``seed``. Everything is restored on exit.
+    Everything spate itself would draw at random is injected by the simulator: each worker's
+    process nonce comes from the seed (``run_worker(nonce=)``), the clock is the run's
+    ``MockClock``, and faults come from seeded generators. What is left is Trio's scheduler,
+    which shuffles each batch of runnable tasks with a private generator (to keep programs
+    from depending on scheduling order); it offers a deterministic mode for Hypothesis,
+    which this switches on and seeds. The ``random`` module is seeded too (a workload may
+    use it). Everything is restored on exit.
     """
-    # Reaching into trio's private scheduler state is deliberate: it is the documented hook
-    # its Hypothesis plugin uses, and the only way to replay one interleaving exactly.
+    # Trio's deterministic scheduling mode is the hook its Hypothesis plugin uses; it is the
+    # only way to replay one interleaving of tasks exactly.
     run_module: Any = trio._core._run
     saved_flag = run_module._ALLOW_DETERMINISTIC_SCHEDULING
     saved_scheduler = run_module._r.getstate()
     saved_random = random.getstate()
-    saved_token_hex = secrets.token_hex
-    nonces = random.Random(f"{seed}/nonces")
-
-    def token_hex(nbytes: int | None = None) -> str:
-        return nonces.randbytes(32 if nbytes is None else nbytes).hex()
-
     run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
     run_module._r.seed(seed)
     random.seed(seed)
-    secrets.token_hex = token_hex
     try:
         yield
     finally:
-        secrets.token_hex = saved_token_hex
         random.setstate(saved_random)
         run_module._r.setstate(saved_scheduler)
         run_module._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag

@@ -10,8 +10,9 @@ import pytest
 import trio
 import trio.testing
 
-from spate import fenced
-from spate.flows import Driver, Flow, Fork, Hold, Op
+from spate._core.flows import Flow, Fork, Hold, Op
+from spate._runtime import fenced
+from spate._runtime.driver import Driver
 from spate.store import Keyspace
 from spate_stores.memory import MemoryServer
 

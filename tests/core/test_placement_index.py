@@ -2,7 +2,7 @@
 
 :func:`spate.placement.place` is the oracle: random sequences of joins, departures, budget and
 locality changes, splits added, completed, claimed (by their assignee or not), handed back and
-expired are fed to a :class:`~spate.placement_index.PlacementIndex` and, after every event,
+expired are fed to a :class:`~spate._core.placement_index.PlacementIndex` and, after every event,
 its answer must be exactly what the batch function answers for the same inputs (every leader
 must reach the same placement, however it got there).
 """
@@ -14,8 +14,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from spate._core.placement_index import PlacementIndex
 from spate.placement import Member, place
-from spate.placement_index import PlacementIndex
 from spate.protocol import Placement
 from spate_stores.memory import MemoryServer
 
@@ -194,7 +194,7 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
         ]
         await workers[0].until(lambda: all(len(w.c.owned) == 4 for w in workers), within=3 * TTL)
         await trio.sleep(TTL)
-        leader = next(w.c._core.leader for w in workers if w.c.is_leader)
+        leader = next(w.c._machine.leader for w in workers if w.c.is_leader)
         index = leader._index
         assert index is not None
         mark = (index.solves, index.batches, [len(w.metrics.writes) for w in workers])

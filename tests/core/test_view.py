@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spate._core.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
 from spate.records import (
     AssignmentRecord,
     Keys,
@@ -15,7 +16,6 @@ from spate.records import (
     encode,
 )
 from spate.store import Entry, Keyspace
-from spate.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
 
 KEYS = Keys("job")
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL

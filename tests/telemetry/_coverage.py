@@ -5,7 +5,8 @@ the span current at that moment. :func:`uncovered` then holds every noted write 
 finished spans: it must have happened directly inside a ``spate.<operation>`` span that names
 the same key and keyspace, carries the job, instance, store system and an outcome, the
 expected revision it was conditioned on, the new revision when it won, and the split and
-epoch when it wrote a split's record or lease. A write made around :func:`spate.fenced.write`
+epoch when it wrote a split's record or lease. A write made around
+:func:`spate._runtime.fenced.write`
 shows up as a write with no spate span (or inside someone else's).
 """
 

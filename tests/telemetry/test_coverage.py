@@ -19,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 
-from spate import fenced
+from spate._runtime import fenced
 from spate.config import Config
 from spate.events import AllComplete, Stalled
 from spate.ops import requeue

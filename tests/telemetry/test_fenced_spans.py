@@ -9,7 +9,7 @@ import trio
 import trio.testing
 from opentelemetry.trace import StatusCode
 
-from spate import fenced
+from spate._runtime import fenced
 from spate.errors import StoreUnavailable
 from spate.metrics import MetricsHooks, WriteOutcome
 from spate.ops import OPERATOR, requeue

@@ -22,7 +22,8 @@ from ._otlp_receiver import Receiver
 EXPORTER = textwrap.dedent(
     """
     import sys, trio
-    from spate import fenced, telemetry
+    from spate import telemetry
+    from spate._runtime import fenced
     from spate.store import Keyspace
     from spate_stores.memory import MemoryStore
 

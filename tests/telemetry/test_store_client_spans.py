@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from spate import fenced
+from spate._runtime import fenced
 from spate.errors import StoreUnavailable
 from spate.store import Keyspace, Won
 from spate_stores._tracing import client_span, server_endpoint

@@ -35,22 +35,25 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Literal
 
 import attrs
 import outcome
 
+from spate._core.flows import Flow, Hold, Op
+from spate._core.host import Drains, Host, ReleaseOutcome
+from spate._core.view import (
+    AssignmentChanged,
+    AssignmentGone,
+    LeaseChanged,
+    LeaseGone,
+    ProgressChanged,
+)
 from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Gained, Lost, Progress, Quarantined
-from spate.flows import Flow, Hold, Op
 from spate.metrics import LossReason
 from spate.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
 from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode, now_ms
 from spate.store import Entry, Keyspace, Won
-from spate.view import AssignmentChanged, AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged
-
-if TYPE_CHECKING:
-    from spate.loop import Core
 
 __all__ = ["Claims", "Owned", "ReleaseOutcome"]
 
@@ -62,9 +65,6 @@ RENEW_GATE = 0.7
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
 RETRY_AFTER_ERROR = 1.0
 """Seconds before a split whose claim or quarantine hit a store error is tried again."""
-
-ReleaseOutcome = Literal["released", "fenced", "failed", "missing"]
-"""How one hand-back ended: landed, a peer had it already, the write failed, not held."""
 
 
 @attrs.define(eq=False)
@@ -82,8 +82,10 @@ class Owned:
 class Claims:
     """The splits this worker holds, and every flow that changes that."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Host) -> None:
         self.core = core
+        self.drains: Drains
+        """The revocations (the machine wires them in): told of commits and of ends."""
         self.owned: dict[str, Owned] = {}
         self.busy: set[str] = set()
         """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
@@ -208,14 +210,14 @@ class Claims:
     def abandon(self, split: str) -> None:
         """Stop holding ``split`` without writing (its hand-back could not be written)."""
         if self.owned.pop(split, None) is not None:
-            self.core.revocations.settle(split, "forced")
+            self.drains.settle(split, "forced")
 
     def drop(self, split: str, reason: LossReason) -> None:
         """Stop holding ``split`` involuntarily and tell the user (Lost)."""
         if self.owned.pop(split, None) is None:
             return
         # A split lost mid-drain ends its revocation the expensive way.
-        self.core.revocations.settle(split, "forced")
+        self.drains.settle(split, "forced")
         self.core.metrics.lost(reason)
         self.core.emit(Lost(split, reason))
 
@@ -443,9 +445,7 @@ class Claims:
             if now - held.last_ok >= core.lease:
                 logger.warning("split %s: no lease write succeeded for a whole lease", split)
                 self.drop(split, "starved")
-            elif now - held.last_ok >= renew_every and not core.driver.busy(
-                E, core.keys.split(split)
-            ):
+            elif now - held.last_ok >= renew_every and not core.busy(E, core.keys.split(split)):
                 core.start(self._renew(split, held))
 
     def _renew(self, split: str, held: Owned) -> Flow[None]:
@@ -536,12 +536,12 @@ class Claims:
             if result is None:
                 self.drop(split, "fenced")
                 return Fenced(split, "another worker took it over; nothing was written")
-        core.revocations.note_progress(split)
+        self.drains.note_progress(split)
         core.fold(core.view.put_progress(split, record, result.revision))
         if progress.completed and self.owned.get(split) is held:
             self.owned.pop(split)
             # Finishing mid-revocation is the cooperative outcome: nothing replays.
-            core.revocations.settle(split, "drained")
+            self.drains.settle(split, "drained")
             yield from self._drop_lease_of(split, held)
         return None
 
@@ -596,7 +596,7 @@ class Claims:
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
         # quarantine cannot read as a peer's fence.
         self.owned.pop(split, None)
-        core.revocations.settle(split, "forced")
+        self.drains.settle(split, "forced")
         core.fold(core.view.put_progress(split, record, result.revision))
         yield from self._drop_lease_of(split, held)
         return None
@@ -634,7 +634,7 @@ class Claims:
             self.owned.pop(split, None)
             core.fold(core.view.put_progress(split, record, result.revision))
             # The tail is committed and the owner cleared: the next owner replays nothing.
-            core.revocations.settle(split, "drained")
+            self.drains.settle(split, "drained")
             yield from self._drop_lease_of(split, held)
             return "released"
         finally:

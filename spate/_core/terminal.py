@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
+from spate._core.flows import Flow, Op
+from spate._core.host import Host
 from spate.errors import StoreUnavailable
 from spate.events import AllComplete, Stalled
-from spate.flows import Flow, Op
 from spate.records import Finality
 from spate.store import Entry, Keyspace
-
-if TYPE_CHECKING:
-    from spate.loop import Core
 
 __all__ = ["Terminal"]
 
@@ -39,7 +36,7 @@ RETRY_AFTER = 1.0
 class Terminal:
     """Watches for the end of a bounded job and renders its verdict once."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Host) -> None:
         self.core = core
         self.reported = False
         self._judging = False

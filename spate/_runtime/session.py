@@ -1,7 +1,8 @@
 """The coordinator's store session: opened at startup, named by every write, ended with it.
 
 This is the one place the protocol meets :meth:`spate.store.Store.session`. The rest of the
-core sees three things: :attr:`SessionSlot.current` (which :func:`spate.fenced.write` names on
+core sees three things: :attr:`SessionSlot.current` (which
+:func:`spate._runtime.fenced.write` names on
 every ephemeral create and update), :attr:`SessionSlot.keeps_keys` (on a session store the
 session's keepalive keeps every lease key alive, so nothing is renewed per split), and
 :meth:`SessionSlot.starved` (the self-fence: on a session store a key written under the
@@ -20,6 +21,7 @@ from contextlib import AsyncExitStack
 
 import trio
 
+from spate._core.backoff import Backoff
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import EphemeralSemantics, Session, Store
 
@@ -115,8 +117,7 @@ class SessionSlot:
             "one and announcing again"
         )
         try:
-            low, high = REOPEN_BACKOFF
-            delay = low
+            backoff = Backoff.of(REOPEN_BACKOFF)
             while True:
                 try:
                     # The new session first: writes naming the lost one keep failing as
@@ -126,8 +127,7 @@ class SessionSlot:
                     break
                 except (StoreUnavailable, trio.TooSlowError) as exc:
                     logger.info("could not open a new store session yet (%s)", exc)
-                await trio.sleep(delay)
-                delay = min(high, delay * 2)
+                await trio.sleep(backoff.delay())
             if old is not None:
                 await self._close_stack(old)
         finally:

@@ -1,46 +1,43 @@
-"""The control loop: one task that owns every piece of coordination state.
+"""The coordination machine: every piece of a coordinator's state, and every rule, with no I/O.
 
-Everything that happens reaches the loop as an *input* — a callable posted to one channel by
-a watch pump, a ticker, the planner, an API call, or a store round trip of a flow coming
-back — and the loop runs inputs one at a time, then takes a *step*: election, planning,
-assignment, claims, revocations, terminal verdict. Inputs and steps never await, so every
-decision is serialized against every other and against every write result; writes
-themselves run as flows (:mod:`spate.flows`) whose round trips overlap.
+The machine is sans-IO in the h11/h2 sense. It never awaits, never reads a clock of its own and
+never touches a store or a task. Its inputs are method calls: watch events
+(:meth:`Machine.watch_put` ...), timer ticks (:meth:`Machine.heartbeat`, :meth:`Machine.step`
+when a deadline passes), the outcomes of the writes it asked for (through the flows it
+started), and API calls (the flows of :mod:`spate._core.claims`). Its outputs go through the
+:class:`Effects` it was built with: run this flow, emit this event, wake me at ``t``, run the
+planner. The clock and the process nonce are passed in, so a test (or the simulator) drives it
+with any time and any identity it likes.
 
-The concerns live in their own modules, each a component the loop drives:
-:mod:`spate.leader` (election, planning, assignment), :mod:`spate.claims` (claims,
-renewals, commit, fail, release, quarantine), :mod:`spate.revocation` (drains and their
-deadlines), :mod:`spate.terminal` (the verdict), :mod:`spate.pumps` (watches and timers).
+The rules live in the components, one concern each, wired here and nowhere else:
+:mod:`spate._core.leader` (election, planning, assignment), :mod:`spate._core.claims` (claims,
+renewals, commit, fail, release, quarantine), :mod:`spate._core.revocation` (drains and their
+deadlines), :mod:`spate._core.terminal` (the verdict). They see the machine only as a
+:class:`spate._core.host.Host` and each other only through the narrow protocols there.
+
+Work per input is proportional to what it changed: a watch event that is the echo of the
+machine's own write is recognised by its revision before anything is decoded and changes
+nothing (:meth:`Machine.watch_put` answers ``False``, and the runtime then skips the step); a
+step evaluates the rules against the view, whose indexes (the placement index, the
+near-quarantine set, the tallies) are kept up to date split by split.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-import attrs
 import outcome
-import trio
 
-from spate import fenced
-from spate.claims import Claims
-from spate.config import Config
-from spate.errors import FatalCoordinationError, StoreUnavailable
-from spate.events import Event
-from spate.flows import Driver, Flow, Hold, Op
-from spate.leader import Leadership, Planner
-from spate.metrics import Gauges, MetricsHooks
-from spate.protocol import fingerprint_hash, live_workers, stable_hash_str
-from spate.records import Keys, PresenceRecord, UnreadableRecord, encode
-from spate.revocation import Revocations
-from spate.session import SessionSlot
-from spate.store import Entry, Keyspace, Lost, Store, Won
-from spate.telemetry._context import Context
-from spate.terminal import Terminal
-from spate.view import (
+from spate._core.claims import Claims
+from spate._core.flows import Flow, Fork, Hold, Op
+from spate._core.host import PlannerRun, SessionFacts
+from spate._core.leader import Leadership
+from spate._core.revocation import Revocations
+from spate._core.terminal import Terminal
+from spate._core.view import (
     AssignmentChanged,
     AssignmentGone,
     LeaderChanged,
@@ -54,37 +51,63 @@ from spate.view import (
     ProgressChanged,
     View,
 )
+from spate.config import Config
+from spate.errors import FatalCoordinationError, StoreUnavailable
+from spate.events import Event
+from spate.metrics import Gauges, MetricsHooks
+from spate.plan import PlanContext, Planner
+from spate.protocol import fingerprint_hash, live_workers, stable_hash_str
+from spate.records import Keys, PresenceRecord, UnreadableRecord, decode, encode
+from spate.store import Entry, Keyspace, Lost, Won
+from spate.telemetry._context import Context
 
-__all__ = ["Core", "Reply"]
+__all__ = ["Effects", "Machine"]
 
 logger = logging.getLogger("spate.coordinator")
+
 RECHECK_AFTER = 0.1
-"""Seconds before the loop looks again at a rule whose deadline passed without it acting."""
-
-INPUT_BATCH = 256
-"""Inputs run back to back before one step (a burst of watch events costs one step)."""
+"""Seconds before the machine looks again at a rule whose deadline passed without it acting."""
 
 
-@attrs.define(eq=False)
-class Reply:
-    """Where the loop puts the answer to one API call."""
+class Effects(Protocol):
+    """What the machine asks of its runtime (the Trio driver, or a test's fake)."""
 
-    event: trio.Event = attrs.field(factory=trio.Event)
-    result: outcome.Outcome[Any] | None = None
+    def start(
+        self,
+        flow: Flow[Any],
+        done: Callable[[outcome.Outcome[Any]], None],
+        context: Context | None = None,
+    ) -> None:
+        """Run ``flow``: perform its store requests and resume it with their results."""
+        ...
 
-    def set(self, result: outcome.Outcome[Any]) -> None:
-        """Answer once (later answers are dropped)."""
-        if self.result is None:
-            self.result = result
-            self.event.set()
+    def busy(self, keyspace: Keyspace, key: str) -> bool:
+        """Whether a flow holds ``key`` or waits for it."""
+        ...
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event`` to the user (never blocks)."""
+        ...
+
+    def wake_at(self, deadline: float) -> None:
+        """Make sure :meth:`Machine.step` runs again by ``deadline``."""
+        ...
+
+    def run_planner(
+        self,
+        planner: Planner,
+        ctx: PlanContext,
+        deliver: Callable[[outcome.Outcome[Any]], None],
+    ) -> PlannerRun:
+        """Call ``planner`` off the machine; ``deliver`` its outcome later, as an input."""
+        ...
 
 
-class Core:
-    """The coordinator's state and its loop. Only the loop task mutates it."""
+class Machine:
+    """One coordinator's state and rules. Not thread-safe: one caller at a time."""
 
     def __init__(
         self,
-        store: Store,
         *,
         job: str,
         instance: str,
@@ -92,64 +115,59 @@ class Core:
         config: Config,
         fingerprint: str,
         metrics: MetricsHooks,
-        locality: str = "",
+        locality: str,
+        nonce: str,
+        clock: Callable[[], float],
+        max_value_size: int,
+        session: SessionFacts,
+        effects: Effects,
     ) -> None:
         assert config.lease_duration is not None
-        assert config.op_timeout is not None
-        self.store = store
         self.job = job
         self.instance = instance
         self.locality = locality
         self.config = config
         self.lease = config.lease_duration
-        self.op_timeout = config.op_timeout
         self.fingerprint = fingerprint
         self.metrics = metrics
         self.keys = Keys(job)
-        self.nonce = secrets.token_hex(16)
+        self.nonce = nonce
+        self.max_value_size = max_value_size
+        self.session = session
+        self._clock = clock
+        self._effects = effects
         # Heartbeat jitter is per process (two runs of one pod drift apart); placement ties
         # are per job (every leader breaks them the same way).
-        self.jitter_seed = stable_hash_str(0, f"{instance}/{self.nonce}")
+        self.jitter_seed = stable_hash_str(0, f"{instance}/{nonce}")
         self.tie_seed = fingerprint_hash(fingerprint)
-        self.session = SessionSlot(store, op_timeout=config.op_timeout)
-        self.scope = fenced.Scope(
-            job, instance, store.capabilities.system, metrics, session=lambda: self.session.current
-        )
         self.view = View(self.keys, max_attempts=config.max_attempts)
         self.presence_rev = 0
-        self.parting = False
-        self.ready = trio.Event()
-        self.stopped: BaseException | None = None
-        self.replies: set[Reply] = set()
-        self._send, self._receive = trio.open_memory_channel[Callable[[], None]](math.inf)
-        self.events_send, self.events_receive = trio.open_memory_channel[Event](math.inf)
+        self._parting = False
         self._snapshots_pending = {Keyspace.DURABLE, Keyspace.EPHEMERAL}
         self._watch_since: dict[Keyspace, int] = {}
-        self._alarm_at = math.inf
-        self._alarm_changed = trio.Event()
         self._reconciling = False
-        self.driver: Driver
-        self.nursery: trio.Nursery
+        # The components, and the two narrow links between them (see spate._core.host).
         self.claims = Claims(self)
+        self.revocations = Revocations(self, holdings=self.claims)
+        self.claims.drains = self.revocations
         self.leader = Leadership(self, planner)
-        self.revocations = Revocations(self)
         self.terminal = Terminal(self)
 
-    # -- plumbing ----------------------------------------------------------------------------
+    # -- the Host face (what the components use) -----------------------------------------------
 
-    def post(self, fn: Callable[[], None]) -> None:
-        """Hand ``fn`` to the loop (from any task); the loop runs it, then steps."""
-        try:
-            self._send.send_nowait(fn)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the loop has stopped; nothing is waiting for this input
+    @property
+    def parting(self) -> bool:
+        """Whether this worker is leaving the job (set by :meth:`depart_flow`)."""
+        return self._parting
 
-    def emit(self, event: Event) -> None:
-        """Send ``event`` to the user (never blocks the loop)."""
-        try:
-            self.events_send.send_nowait(event)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # nobody listens any more
+    @property
+    def ready(self) -> bool:
+        """Whether both watches delivered their first snapshot (the rules may run)."""
+        return not self._snapshots_pending
+
+    def now(self) -> float:
+        """The injected clock."""
+        return self._clock()
 
     def start(
         self,
@@ -158,84 +176,37 @@ class Core:
         *,
         context: Context | None = None,
     ) -> None:
-        """Run ``flow``; by default an exception out of it stops the coordinator.
+        """Have ``flow`` run; by default an exception out of it stops the coordinator.
 
         ``context`` is the trace context of the API call the flow serves: its writes' spans
         join that trace.
         """
-        self.driver.start(flow, done or _unwrap, context)
+        self._effects.start(flow, done or _unwrap, context)
 
-    def now(self) -> float:
-        """The loop's clock (Trio's, so a MockClock drives every deadline)."""
-        return trio.current_time()
+    def busy(self, keyspace: Keyspace, key: str) -> bool:
+        """Whether a flow holds ``key`` or waits for it."""
+        return self._effects.busy(keyspace, key)
 
-    def wake_at(self, deadline: float) -> None:
-        """Make sure the loop steps again by ``deadline`` (time-based rules need it)."""
-        if deadline < self._alarm_at:
-            self._alarm_at = deadline
-            self._alarm_changed.set()
+    def emit(self, event: Event) -> None:
+        """Send ``event`` to the user."""
+        self._effects.emit(event)
 
-    async def alarm_task(self) -> None:
-        """Post an empty input (so the loop steps) whenever a registered deadline passes."""
-        while True:
-            self._alarm_changed = trio.Event()
-            with trio.move_on_at(self._alarm_at):
-                await self._alarm_changed.wait()
-                continue
-            self._alarm_at = math.inf
-            self.post(_nothing)
+    def run_planner(
+        self,
+        planner: Planner,
+        ctx: PlanContext,
+        deliver: Callable[[outcome.Outcome[Any]], None],
+    ) -> PlannerRun:
+        """Have the runtime call the planner."""
+        return self._effects.run_planner(planner, ctx, deliver)
 
-    def attach(self, nursery: trio.Nursery) -> None:
-        """Give the core the nursery its flows, planner runs and I/O tasks live in."""
-        self.nursery = nursery
-        self.driver = Driver(
-            self.store, self.scope, nursery=nursery, post=self.post, op_timeout=self.op_timeout
+    def duplicate_instance(self, where: str) -> FatalCoordinationError:
+        """The error for a second live worker using this instance id."""
+        return FatalCoordinationError(
+            f"another live worker uses instance id {self.instance!r} (a foreign process nonce "
+            f"appeared on {where}); instance ids must be unique per live worker — use the pod "
+            "or host name, not a constant. This worker stopped to keep one owner per split."
         )
-
-    async def run(self) -> None:
-        """The loop: run inputs, step, until cancelled or a fatal error."""
-        try:
-            async for fn in self._receive:
-                self._run_input(fn)
-                for _ in range(INPUT_BATCH):
-                    try:
-                        fn = self._receive.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    self._run_input(fn)
-                if self.ready.is_set():
-                    self._run_step()
-        except BaseException as exc:
-            self.stop(exc)
-            raise
-
-    def _run_input(self, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except UnreadableRecord as exc:
-            raise FatalCoordinationError(str(exc)) from exc
-
-    def _run_step(self) -> None:
-        try:
-            self.step()
-        except UnreadableRecord as exc:
-            raise FatalCoordinationError(str(exc)) from exc
-
-    def stop(self, exc: BaseException) -> None:
-        """Fail every waiting API call with ``exc`` (or a closed error) and close the channels."""
-        self.stopped = exc
-        if isinstance(exc, FatalCoordinationError):
-            error: BaseException = exc
-        else:
-            error = FatalCoordinationError(
-                "the coordinator has stopped (its async with block ended); open a new one to "
-                "keep working"
-            )
-        for reply in list(self.replies):
-            reply.set(outcome.Error(error))
-        self.replies.clear()
-        self._send.close()
-        self.events_send.close()
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -244,7 +215,7 @@ class Core:
         now = self.now()
         self.leader.prune_departed(now)
         if not self.terminal.reported:
-            if not self.parting:
+            if not self._parting:
                 self.leader.step(now)
                 self.claims.step(now)
                 self.revocations.step(now)
@@ -261,7 +232,7 @@ class Core:
             # the same instant and decide the same, forever: a busy spin, and under a mock
             # clock a hang, since virtual time never advances. Look again a moment later.
             if deadline < math.inf:
-                self.wake_at(max(deadline, now + RECHECK_AFTER))
+                self._effects.wake_at(max(deadline, now + RECHECK_AFTER))
 
     def _report_gauges(self) -> None:
         tallies = self.view.tallies
@@ -280,7 +251,7 @@ class Core:
     # -- watches -----------------------------------------------------------------------------
 
     def watch_opening(self, keyspace: Keyspace) -> None:
-        """A pump is about to open a watch: keys learned from now on outlive its snapshot."""
+        """A watch is about to open: keys learned from now on outlive its snapshot."""
         self._watch_since[keyspace] = self.view.seq
 
     def watch_snapshot(self, keyspace: Keyspace, entries: list[Entry]) -> None:
@@ -290,12 +261,13 @@ class Core:
         if keyspace is Keyspace.EPHEMERAL:
             self.view.assign_dirty = True
         self._snapshots_pending.discard(keyspace)
-        if not self._snapshots_pending and not self.ready.is_set():
-            self.ready.set()
 
-    def watch_put(self, keyspace: Keyspace, entry: Entry) -> None:
-        """A live watch put."""
+    def watch_put(self, keyspace: Keyspace, entry: Entry) -> bool:
+        """A live watch put; ``False`` when it changed nothing (the echo of an own write)."""
+        if self.view.already_seen(keyspace, entry.key, entry.revision):
+            return False
         self.fold(self.view.apply_put(keyspace, entry))
+        return True
 
     def watch_delete(self, keyspace: Keyspace, key: str, revision: int) -> None:
         """A live watch delete."""
@@ -326,26 +298,15 @@ class Core:
             return
         self.leader.on_arrival(notice.instance, notice.new, self.now())
 
-    def duplicate_instance(self, where: str) -> FatalCoordinationError:
-        """The error for a second live worker using this instance id."""
-        return FatalCoordinationError(
-            f"another live worker uses instance id {self.instance!r} (a foreign process nonce "
-            f"appeared on {where}); instance ids must be unique per live worker — use the pod "
-            "or host name, not a constant. This worker stopped to keep one owner per split."
-        )
-
     # -- heartbeat, presence, reconcile -------------------------------------------------------
 
     def heartbeat(self) -> None:
         """Renew presence, leadership and every due lease; fence starved splits."""
         now = self.now()
-        if not self.parting and not self.driver.busy(
-            Keyspace.EPHEMERAL, self.keys.worker(self.instance)
-        ):
+        if not self._parting and not self.busy(Keyspace.EPHEMERAL, self.keys.worker(self.instance)):
             self.start(self._renew_presence())
         self.leader.heartbeat()
         self.claims.heartbeat(now)
-        self.session.check(self.nursery)
 
     def presence_record(self) -> bytes:
         """This worker's presence value (it advertises its lane budget and locality)."""
@@ -358,7 +319,7 @@ class Core:
     def _renew_presence(self) -> Flow[None]:
         key = self.keys.worker(self.instance)
         yield Hold(Keyspace.EPHEMERAL, key)
-        if self.parting:
+        if self._parting:
             return
         try:
             if self.presence_rev:
@@ -391,7 +352,7 @@ class Core:
 
     def reconcile(self) -> None:
         """Start the backstop listing of both keyspaces (one at a time)."""
-        if not self._reconciling and self.ready.is_set():
+        if not self._reconciling and self.ready:
             self._reconciling = True
             self.start(self._reconcile_flow())
 
@@ -411,6 +372,40 @@ class Core:
             self.metrics.reconcile_duration(self.now() - started)
         finally:
             self._reconciling = False
+
+    # -- leaving -----------------------------------------------------------------------------
+
+    def release_all_flow(self, splits: list[str]) -> Flow[None]:
+        """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
+        outcomes = yield Fork(tuple(self.claims.release_flow(split) for split in splits))
+        # An exception out of a hand-back is fatal, as it was when they ran one after another.
+        self.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
+
+    def depart_flow(self) -> Flow[BaseException | None]:
+        """Leave the job: resign, hand every split back at once, delete the presence key."""
+        self._parting = True
+        self.leader.demote(resign=True)
+        claims = self.claims
+        # Every split is handed back at once (their writes go to different keys), so leaving
+        # takes a couple of round trips however many splits are held, and the new owners can
+        # claim them all together.
+        outcomes = yield Fork(tuple(claims.release_flow(s) for s in sorted(claims.owned)))
+        results = [o.unwrap() for o in outcomes]
+        self.metrics.released(results.count("released"))
+        if "failed" in results:
+            # The store cannot be reached: the hand-backs were all in flight together, so they
+            # timed out together (about one operation timeout). Stop holding whatever is left
+            # without writing, and let the session's end (expiry, if it cannot be revoked)
+            # free it.
+            for rest in sorted(claims.owned):
+                claims.abandon(rest)
+            return StoreUnavailable(
+                "the store could not be reached while leaving, so the hand-back was not "
+                "written; this worker's splits move to others when its session's keys expire "
+                "(within a lease)"
+            )
+        yield from self.delete_presence()
+        return None
 
     def delete_presence(self) -> Flow[None]:
         """Drop this worker's presence key (departure): peers rebalance now, not after a TTL."""
@@ -434,16 +429,10 @@ class Core:
 
 
 def _presence_or_none(entry: Entry) -> PresenceRecord | None:
-    from spate.records import decode
-
     try:
         return decode(PresenceRecord, entry.key, entry.value)
     except UnreadableRecord:
         return None
-
-
-def _nothing() -> None:
-    """An input that only makes the loop step."""
 
 
 def _unwrap(result: outcome.Outcome[Any]) -> None:

@@ -11,15 +11,15 @@ The rules, each with the race it prevents:
 - **Deposition**: a leader key written by another process, a leader key deleted after ours
   (expiry), a plan record with a newer generation, or a lost leader renewal ends leadership
   and cancels a planner run in progress.
-- **Planning** runs the user's planner off the loop (a thread for a sync planner, a task under
-  its own cancel scope for an async one) and awaits it as one more input: a slow plan never
-  stalls renewals. Its result is validated before anything is written (an invalid plan is a
-  ``PlanError``); then spec records, then progress records (so a progress record implies its
-  spec), then the plan record (planned count recounted from a listing, finality). A planner
-  that raises is logged and retried with backoff.
+- **Planning** runs the user's planner off the machine (the runtime uses a thread for a sync
+  planner, a task under its own cancel scope for an async one) and takes its outcome as one
+  more input: a slow plan never stalls renewals. Its result is validated before anything is
+  written (an invalid plan is a ``PlanError``); then spec records, then progress records (so
+  a progress record implies its spec), then the plan record (planned count recounted from a
+  listing, finality). A planner that raises is logged and retried with backoff.
 - **Assignment** is what the pure :func:`~spate.placement.place` answers (spread across the
   workers' failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no
-  worker has a locality), kept by a :class:`~spate.placement_index.PlacementIndex` fed only
+  worker has a locality), kept by a :class:`~spate._core.placement_index.PlacementIndex` fed only
   the splits the view names as changed, so one ownership change costs the splits in flight,
   not the job. It is published only to the members whose assignment changed (a steady fleet
   writes nothing, and a claim by the assignee or a reconcile that finds nothing new places
@@ -30,22 +30,22 @@ The rules, each with the race it prevents:
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
-import sys
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import outcome
-import trio
 
+from spate._core.backoff import Backoff
+from spate._core.flows import Batch, Flow, Hold, Op
+from spate._core.host import Host, PlannerRun
+from spate._core.placement_index import PlacementIndex
+from spate._core.view import LeaderChanged, LeaderGone, PlanChanged
 from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
-from spate.flows import Batch, Flow, Hold, Op
 from spate.placement import Member, report_from_totals
-from spate.placement_index import PlacementIndex
-from spate.plan import Plan, PlanContext, SplitSpec, validate_plan
+from spate.plan import Plan, PlanContext, Planner, SplitSpec, validate_plan
 from spate.protocol import Placement
 from spate.records import (
     AssignmentRecord,
@@ -59,17 +59,11 @@ from spate.records import (
     now_ms,
 )
 from spate.store import Keyspace, Won
-from spate.view import LeaderChanged, LeaderGone, PlanChanged
 
-if TYPE_CHECKING:
-    from spate.loop import Core
-
-__all__ = ["Leadership", "Planner"]
+__all__ = ["Leadership"]
 
 logger = logging.getLogger("spate.leader")
 
-Planner: TypeAlias = Callable[[PlanContext], Plan | Awaitable[Plan]]
-"""A planner: called with a PlanContext, returns a Plan (sync or async)."""
 
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
 BUMP_TRIES = 3
@@ -83,16 +77,16 @@ ELECTION_RETRY_DIVISOR = 10
 
 @attrs.define(eq=False)
 class _PlanRun:
-    scope: trio.CancelScope
     plan: PlanRecord
     plan_rev: int
     started: float
+    call: PlannerRun | None = None
 
 
 class Leadership:
     """This worker's part in leading the job (most of the time: watching someone else lead)."""
 
-    def __init__(self, core: Core, planner: Planner) -> None:
+    def __init__(self, core: Host, planner: Planner) -> None:
         self.core = core
         self.planner = planner
         self.rev: int | None = None
@@ -104,12 +98,12 @@ class Leadership:
         self._elect_after = 0.0
         self._run: _PlanRun | None = None
         self._retry_at = 0.0
-        self._backoff = 0.0
+        self._backoff = Backoff.of(PLANNER_BACKOFF)
         self._debounce_until = 0.0
         self._publish_not_before = 0.0
         self._publishing: set[str] = set()
         self._index: PlacementIndex | None = None
-        """The placement kept split by split while leading (see spate.placement_index)."""
+        """The placement kept split by split while leading (see spate._core.placement_index)."""
         self._index_key: tuple[int, frozenset[str]] | None = None
         self._recheck: set[str] = set()
         """Members whose published assignment must be compared with the placement."""
@@ -224,7 +218,8 @@ class Leadership:
         self._drop_index()
         self.core.metrics.placement(None)
         if self._run is not None:
-            self._run.scope.cancel()
+            if self._run.call is not None:
+                self._run.call.cancel()
             self._run = None
         if resign and rev is not None:
             self.core.start(self._resign(rev))
@@ -309,7 +304,7 @@ class Leadership:
 
     def heartbeat(self) -> None:
         """Renew the leader key (while leading)."""
-        if self.leading and not self.core.driver.busy(E, self.core.keys.leader):
+        if self.leading and not self.core.busy(E, self.core.keys.leader):
             self.core.start(self._renew())
 
     def _renew(self) -> Flow[None]:
@@ -356,26 +351,8 @@ class Leadership:
             cursor=plan.cursor,
             final=plan.finality is Finality.FINAL,
         )
-        run = self._run = _PlanRun(trio.CancelScope(), plan, rev, now)
-        core.nursery.start_soon(self._call_planner, run, ctx)
-
-    async def _call_planner(self, run: _PlanRun, ctx: PlanContext) -> None:
-        result: outcome.Outcome[Any]
-        with run.scope:
-            try:
-                if inspect.iscoroutinefunction(self.planner):
-                    value: Any = await self.planner(ctx)
-                elif _planner_in_thread(self.core.config.planner_thread):
-                    value = await trio.to_thread.run_sync(self.planner, ctx, abandon_on_cancel=True)
-                else:
-                    value = self.planner(ctx)
-                if inspect.isawaitable(value):
-                    value = await value
-                result = outcome.Value(value)
-            except Exception as exc:
-                result = outcome.Error(exc)
-        if not run.scope.cancelled_caught:
-            self.core.post(lambda: self._planned(run, result))
+        run = self._run = _PlanRun(plan, rev, now)
+        run.call = core.run_planner(self.planner, ctx, lambda result: self._planned(run, result))
 
     def _planned(self, run: _PlanRun, result: outcome.Outcome[Any]) -> None:
         if run is not self._run:
@@ -389,7 +366,7 @@ class Leadership:
             self._failed(run)
             return
         plan = validate_plan(result.unwrap())
-        limit = core.store.capabilities.max_value_size
+        limit = core.max_value_size
         specs: list[tuple[SplitSpec, bytes]] = []
         for spec in plan.splits:
             data = encode(
@@ -422,9 +399,7 @@ class Leadership:
     def _failed(self, run: _PlanRun) -> None:
         core = self.core
         core.metrics.replan("error", core.now() - run.started)
-        low, high = PLANNER_BACKOFF
-        self._backoff = min(high, max(low, self._backoff * 2))
-        self._retry_at = core.now() + self._backoff
+        self._retry_at = core.now() + self._backoff.delay()
         self.plan_now = True
         if self._run is run:
             self._run = None
@@ -520,7 +495,7 @@ class Leadership:
             created or finality is not run.plan.finality or published.planned != run.plan.planned
         )
         core.metrics.replan("ok" if changed else "noop", core.now() - run.started)
-        self._backoff = 0.0
+        self._backoff.reset()
 
     # -- assignment ----------------------------------------------------------------------------
 
@@ -774,17 +749,3 @@ def fingerprint_mismatch(job: str, stored: str, ours: str) -> FatalCoordinationE
         "workers with different fingerprints cannot share a job. Deploy the same fingerprint "
         "everywhere, or run the new configuration under a new job name."
     )
-
-
-def _planner_in_thread(setting: bool | None) -> bool:
-    """Whether a synchronous planner runs in a worker thread (``Config.planner_thread``).
-
-    Undecided (None), it runs in a thread unless the run's clock is a MockClock: autojump
-    advances virtual time whenever every task waits, including while a thread plans, so the
-    plan could come back after its leader's lease (virtually) expired and never be written.
-    """
-    if setting is not None:
-        return setting
-    # A MockClock exists only once trio.testing is imported: never import it for production.
-    testing = sys.modules.get("trio.testing")
-    return testing is None or not isinstance(trio.lowlevel.current_clock(), testing.MockClock)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
+from spate._core.backoff import Backoff
 from spate.errors import StoreUnavailable
 from spate.records import KeyKind, Keys, ProgressRecord, Status, UnreadableRecord, decode
 from spate.store import Delete, Keyspace, Put, SnapshotDone, Store, WatchEvent
@@ -26,6 +27,10 @@ def _settled(record: ProgressRecord, instance: str) -> bool:
     return record.owner is not None and record.owner != instance
 
 
+REWATCH_BACKOFF = (0.05, 1.0)
+"""First and largest delay before watching again after the store broke the watch."""
+
+
 async def _watching(
     store: Store,
     keyspace: Keyspace,
@@ -37,7 +42,7 @@ async def _watching(
 
     ``on_start`` runs before each (re-)watch: every watch begins with a fresh snapshot.
     """
-    backoff = 0.05
+    backoff = Backoff.of(REWATCH_BACKOFF)
     while True:
         on_start()
         try:
@@ -46,8 +51,7 @@ async def _watching(
                     if on_event(event):
                         return
         except StoreUnavailable:
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+            await trio.sleep(backoff.delay())
 
 
 async def wait_until_held_elsewhere(

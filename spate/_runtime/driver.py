@@ -1,43 +1,31 @@
-"""Flows: the protocol's multi-step procedures as generators driven by the control loop.
+"""The driver: performs the store requests of flows (:mod:`spate._core.flows`) and resumes them.
 
-A claim is a lease write, then a record CAS, then perhaps a read and a retry; a commit is a CAS
-and perhaps a read. Written as plain async functions on one task, every write would wait for
-every other write's round trip. Written as independent tasks, every task would own a piece of
-state. A flow is neither: it is a generator that *yields* the store operation it needs
-(:class:`Op`) and is *resumed* with the result, and only the coordinator's loop ever resumes
-it. So all of a flow's decisions run on the loop task, between inputs, against the current
-state — one owner of state — while the store round trips themselves run in small I/O tasks
-and overlap freely.
-
-Two writes to one key must not overlap (the second would be built on a revision the first
-is about to change). A flow therefore yields :class:`Hold` for a key before reading the state
-its write depends on: it is resumed only when no other flow's write to that key is in flight,
-and keeps the key until it moves on to another key or ends. Writes to different keys never
-wait for each other, so commits on different splits pipeline and renewals never queue behind
-commits.
-
-A flow that needs several independent procedures at once (a departing worker handing back
-every split it holds) yields :class:`Fork`: the sub-flows start together, their writes to
-different keys are in flight together, and the parent resumes once all of them have ended.
+Flows are resumed synchronously (no await between a result and the flow's next decision), so
+each decision runs against the current state with nothing interleaved. The store calls run in
+small I/O tasks, one per call in flight, and overlap freely; a write waits only for another
+write to its own key (see :class:`spate._core.flows.Hold`). An API call may instead run its
+flow *inline* (:meth:`Driver.run_inline`): the flow's requests are then performed in the
+caller's own task, with the same per-key serialisation, and no hop through any other task.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Generator
-from typing import Any, Literal, TypeAlias, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeAlias, TypeVar
 
 import attrs
 import outcome
 import trio
 
-from spate import fenced
+from spate._core.flows import Batch, Flow, Fork, Hold, Op
+from spate._runtime import fenced
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import Entry, Keyspace, Store, WriteResult
 from spate.telemetry._context import Context, attached
 
-__all__ = ["Batch", "Driver", "Flow", "Fork", "Hold", "Op", "Request"]
+__all__ = ["Driver"]
 
 logger = logging.getLogger("spate.flows")
 
@@ -50,62 +38,6 @@ BATCH_CONCURRENCY = 32
 """Writes of one :class:`Batch` in flight at once (planning seeds many records)."""
 
 
-@attrs.frozen
-class Op:
-    """One store call. Writes (create/update/delete) go through :func:`spate.fenced.write`."""
-
-    kind: Literal["get", "list", "create", "update", "delete"]
-    keyspace: Keyspace
-    key: str
-    value: bytes = b""
-    expected: int | None = None
-    operation: str = ""
-    """The span name of a write: ``spate.<operation>``."""
-    split: str | None = None
-    epoch: int | None = None
-
-    @property
-    def is_write(self) -> bool:
-        """Whether this call writes (and so needs its key to itself)."""
-        return self.kind in ("create", "update", "delete")
-
-
-@attrs.frozen
-class Hold:
-    """Wait until no other flow is writing ``key``, then keep it until the next key or the end."""
-
-    keyspace: Keyspace
-    key: str
-
-
-@attrs.frozen
-class Batch:
-    """Several create operations run concurrently; resumed with a list of results or errors.
-
-    Only for keys no other flow writes (freshly planned spec and progress records).
-    """
-
-    ops: tuple[Op, ...]
-
-
-Flow: TypeAlias = Generator["Request", Any, T]
-"""A protocol procedure: yields requests, receives results, returns its outcome."""
-
-
-@attrs.frozen
-class Fork:
-    """Run several flows side by side; resumed with their outcomes, in order, once all end.
-
-    A sub-flow's exception is part of its outcome (the parent decides what is fatal). The
-    parent gives up any key it holds first: a sub-flow may need that very key.
-    """
-
-    flows: tuple[Flow[Any], ...]
-
-
-Request: TypeAlias = Op | Hold | Batch | Fork
-
-
 @attrs.define(eq=False)
 class _Running:
     gen: Flow[Any]
@@ -114,6 +46,8 @@ class _Running:
     parked: Op | None = None
     context: Context | None = None
     """The trace context of the API call that started the flow (None: internal)."""
+    granted: trio.Event | None = None
+    """Set when an inline flow waiting for a key was given it (inline flows only)."""
 
 
 class Driver:
@@ -260,11 +194,77 @@ class Driver:
             del self._waiting[key]
         self._busy[key] = nxt
         nxt.held = key
-        if nxt.parked is not None:
+        if nxt.granted is not None:
+            nxt.granted.set()  # an inline flow: its caller's task resumes it
+        elif nxt.parked is not None:
             op, nxt.parked = nxt.parked, None
             self._nursery.start_soon(self._run_op, nxt, op)
         else:
             self._ready.append((nxt, outcome.Value(None)))
+
+    # -- inline flows ------------------------------------------------------------------------
+
+    async def run_inline(self, flow: Flow[T], context: Context | None = None) -> T:
+        """Run ``flow`` in the calling task: its requests are performed right here.
+
+        This is an API call's path (a handler's commit): no hop through the loop task, no
+        task per store call. Each decision of the flow still runs synchronously — Trio runs
+        one task at a time, so it is as atomic as an input of the loop — and the per-key
+        serialisation is the driver's own, shared with the loop's flows. The flow runs
+        shielded from cancellation: a write in flight always has its outcome folded (a
+        commit abandoned half-way could leave the view one revision behind its own write),
+        and each store call is bounded by the operation timeout anyway.
+
+        Only :class:`Hold` and :class:`Op` requests are allowed (API calls that fork or
+        batch go through :meth:`start`). Returns the flow's value; its exception propagates.
+        """
+        running = _Running(flow, _ignore, context=context)
+        result: outcome.Outcome[Any] = outcome.Value(None)
+        with trio.CancelScope(shield=True):
+            try:
+                while True:
+                    try:
+                        request = result.send(flow)
+                    except StopIteration as stop:
+                        value: T = stop.value
+                        return value
+                    if isinstance(request, Hold | Op) and (
+                        isinstance(request, Hold) or request.is_write
+                    ):
+                        key = (request.keyspace, request.key)
+                        if running.held != key:
+                            await self._acquire_inline(running, key)
+                        if isinstance(request, Hold):
+                            result = outcome.Value(None)
+                            continue
+                    if not isinstance(request, Op):
+                        raise TypeError(f"an inline flow cannot yield {request!r}")
+                    try:
+                        result = outcome.Value(await self._call(request, context))
+                    except (StoreUnavailable, StoreError) as exc:
+                        result = outcome.Error(exc)
+            finally:
+                self._release_inline(running)
+        # A shielded scope never swallows a cancellation: the loop above returns or raises.
+        raise AssertionError("unreachable")
+
+    async def _acquire_inline(self, running: _Running, key: Key) -> None:
+        self._release_inline(running)
+        if key not in self._busy:
+            self._busy[key] = running
+            running.held = key
+            return
+        running.granted = trio.Event()
+        self._waiting.setdefault(key, collections.deque()).append(running)
+        await running.granted.wait()
+        running.granted = None
+
+    def _release_inline(self, running: _Running) -> None:
+        self._release(running)
+        if self._ready and not self._running:
+            # A loop flow was waiting for the key: it resumes on the loop task, never in the
+            # API caller's (an exception out of it must stop the coordinator, not the caller).
+            self._post(self._drain)
 
     def _resume(self, running: _Running, result: outcome.Outcome[Any]) -> None:
         self._ready.append((running, result))
@@ -324,3 +324,7 @@ class Driver:
             for i, op in enumerate(batch.ops):
                 nursery.start_soon(one, i, op)
         self._post(lambda: self._resume(running, outcome.Value(results)))
+
+
+def _ignore(result: outcome.Outcome[Any]) -> None:
+    """The completion callback of an inline flow (its caller gets the result directly)."""

@@ -531,6 +531,14 @@ class View:
             self.placement_changes.update(moved)
             self.assign_dirty = True
 
+    def already_seen(self, keyspace: Keyspace, key: str, revision: int) -> bool:
+        """Whether an entry at ``revision`` is one the view already folded, or older.
+
+        This is how the echo of one's own write is recognised: by its revision, before
+        anything is decoded.
+        """
+        return self._stale(keyspace, key, revision)
+
     def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
         known = self._known[keyspace].get(key)
         if known is not None and revision <= known.revision:

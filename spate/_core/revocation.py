@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
 import attrs
 
+from spate._core.flows import Flow
+from spate._core.host import Holdings, Host
 from spate.events import Lost, RevokeRequested
-from spate.flows import Flow
 from spate.metrics import RevocationOutcome
-
-if TYPE_CHECKING:
-    from spate.loop import Core
 
 __all__ = ["Revocations", "Revoking"]
 
@@ -57,14 +54,15 @@ class Revoking:
 class Revocations:
     """The splits this worker is draining away, and their deadlines."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Host, holdings: Holdings) -> None:
         self.core = core
+        self.holdings = holdings
         self.revoking: dict[str, Revoking] = {}
         self.forcing: set[str] = set()
 
     def step(self, now: float) -> None:
         """Cancel, request and force revocations as the assignment and the clock say."""
-        claims = self.core.claims
+        claims = self.holdings
         for split, entry in self.revoking.items():
             if not entry.cancelled and split in claims.assigned and split in claims.owned:
                 logger.debug("split %s: revocation cancelled, the leader assigned it back", split)
@@ -161,7 +159,7 @@ class Revocations:
 
     def _force_flow(self, split: str) -> Flow[None]:
         try:
-            result = yield from self.core.claims.release_flow(split)
+            result = yield from self.holdings.release_flow(split)
         finally:
             self.forcing.discard(split)
         if result in ("released", "failed"):

@@ -13,16 +13,14 @@ import logging
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 import trio
 
+from spate._core.backoff import Backoff
+from spate._runtime.loop import Runtime
 from spate.errors import StoreUnavailable
 from spate.protocol import jitter
 from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone
-
-if TYPE_CHECKING:
-    from spate.loop import Core
 
 __all__ = ["heartbeat_ticker", "interval_ticker", "watch_pump"]
 
@@ -32,17 +30,17 @@ REWATCH_BACKOFF = (0.2, 5.0)
 """First and largest delay before re-establishing a broken watch."""
 
 
-async def watch_pump(core: Core, keyspace: Keyspace) -> None:
+async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
     """Keep a watch of the job's keys in ``keyspace`` open, forever, posting what it sees."""
-    low, high = REWATCH_BACKOFF
-    delay = low
+    machine = core.machine
+    backoff = Backoff.of(REWATCH_BACKOFF)
     while True:
-        # Posted before opening, so the loop knows which keys it learned after the snapshot.
-        core.post(partial(core.watch_opening, keyspace))
+        # Posted before opening, so the machine knows which keys it learned after the snapshot.
+        core.post(partial(machine.watch_opening, keyspace))
         try:
             # Establishing the watch (up to its snapshot) is bounded; the live tail is not.
             with trio.CancelScope(deadline=trio.current_time() + core.op_timeout) as opening:
-                async with core.store.watch(keyspace, core.keys.prefix) as events:
+                async with core.store.watch(keyspace, machine.keys.prefix) as events:
                     snapshot: list[Entry] | None = []
                     async for event in events:
                         if snapshot is not None:
@@ -50,14 +48,14 @@ async def watch_pump(core: Core, keyspace: Keyspace) -> None:
                                 snapshot.append(event.entry)
                             elif isinstance(event, SnapshotDone):
                                 opening.deadline = math.inf
-                                core.post(partial(core.watch_snapshot, keyspace, snapshot))
+                                core.post(partial(machine.watch_snapshot, keyspace, snapshot))
                                 snapshot = None
-                                delay = low
+                                backoff.reset()
                         elif isinstance(event, Put):
-                            core.post(partial(core.watch_put, keyspace, event.entry))
+                            core.post(partial(machine.watch_put, keyspace, event.entry))
                         elif isinstance(event, Delete):
                             core.post(
-                                partial(core.watch_delete, keyspace, event.key, event.revision)
+                                partial(machine.watch_delete, keyspace, event.key, event.revision)
                             )
             if opening.cancelled_caught:
                 logger.warning(
@@ -67,15 +65,15 @@ async def watch_pump(core: Core, keyspace: Keyspace) -> None:
                 logger.warning("the %s watch ended; re-watching", keyspace.value)
         except StoreUnavailable as exc:
             logger.warning("the %s watch broke (%s); re-watching", keyspace.value, exc)
-        await trio.sleep(delay)
-        delay = min(high, delay * 2)
+        await trio.sleep(backoff.delay())
 
 
-async def heartbeat_ticker(core: Core) -> None:
+async def heartbeat_ticker(core: Runtime) -> None:
     """Post a heartbeat every jittered third of the lease."""
+    machine = core.machine
     round_ = 0
     while True:
-        await trio.sleep(jitter(core.jitter_seed, round_, core.lease / 3))
+        await trio.sleep(jitter(machine.jitter_seed, round_, machine.lease / 3))
         round_ += 1
         core.post(core.heartbeat)
 

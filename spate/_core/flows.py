@@ -1,0 +1,89 @@
+"""Flows: the protocol's multi-step procedures, written as generators of store requests.
+
+A claim is a lease write, then a record CAS, then perhaps a read and a retry; a commit is a CAS
+and perhaps a read. A flow is a generator that *yields* the store operation it needs
+(:class:`Op`) and is *resumed* with the result. It never performs I/O itself and never
+awaits: the runtime (:mod:`spate._runtime.driver`) performs each request and resumes the flow,
+so every decision a flow makes runs synchronously against the machine's current state, while
+the store round trips of different flows overlap.
+
+Two writes to one key must not overlap (the second would be built on a revision the first
+is about to change). A flow therefore yields :class:`Hold` for a key before reading the state
+its write depends on: it is resumed only when no other flow's write to that key is in flight,
+and keeps the key until it moves on to another key or ends. Writes to different keys never
+wait for each other, so commits on different splits pipeline and renewals never queue behind
+commits.
+
+A flow that needs several independent procedures at once (a departing worker handing back
+every split it holds) yields :class:`Fork`: the sub-flows start together, their writes to
+different keys are in flight together, and the parent resumes once all of them have ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any, Literal, TypeAlias, TypeVar
+
+import attrs
+
+from spate.store import Keyspace
+
+__all__ = ["Batch", "Flow", "Fork", "Hold", "Op", "Request"]
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class Op:
+    """One store call. Writes (create/update/delete) are fenced writes (one span each)."""
+
+    kind: Literal["get", "list", "create", "update", "delete"]
+    keyspace: Keyspace
+    key: str
+    value: bytes = b""
+    expected: int | None = None
+    operation: str = ""
+    """The span name of a write: ``spate.<operation>``."""
+    split: str | None = None
+    epoch: int | None = None
+
+    @property
+    def is_write(self) -> bool:
+        """Whether this call writes (and so needs its key to itself)."""
+        return self.kind in ("create", "update", "delete")
+
+
+@attrs.frozen
+class Hold:
+    """Wait until no other flow is writing ``key``, then keep it until the next key or the end."""
+
+    keyspace: Keyspace
+    key: str
+
+
+@attrs.frozen
+class Batch:
+    """Several create operations run concurrently; resumed with a list of results or errors.
+
+    Only for keys no other flow writes (freshly planned spec and progress records).
+    """
+
+    ops: tuple[Op, ...]
+
+
+Flow: TypeAlias = Generator["Request", Any, T]
+"""A protocol procedure: yields requests, receives results, returns its outcome."""
+
+
+@attrs.frozen
+class Fork:
+    """Run several flows side by side; resumed with their outcomes, in order, once all end.
+
+    A sub-flow's exception is part of its outcome (the parent decides what is fatal). The
+    parent gives up any key it holds first: a sub-flow may need that very key.
+    """
+
+    flows: tuple[Flow[Any], ...]
+
+
+Request: TypeAlias = Op | Hold | Batch | Fork

@@ -1,0 +1,163 @@
+"""What the machine's components may see of each other and of the runtime: narrow, typed faces.
+
+The machine (:mod:`spate._core.machine`) owns the components — claims, leadership, revocations,
+the terminal verdict — and hands each of them a :class:`Host`: the coordinator's identity, the
+shared read model of the store (:class:`spate._core.view.View`), the clock, and the effects a
+component may ask for (start a flow, emit an event, run the planner). A component that needs
+another's facts gets them through one of the small protocols below, never by reaching into the
+other's attributes, so each rule lives in one module and the import graph has no cycles: the
+components import this module, the machine imports the components, and nothing imports the
+machine but the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Literal, Protocol
+
+import outcome
+
+from spate._core.flows import Flow
+from spate._core.view import Notice, View
+from spate.config import Config
+from spate.errors import FatalCoordinationError
+from spate.events import Event
+from spate.metrics import MetricsHooks, RevocationOutcome
+from spate.plan import PlanContext, Planner
+from spate.records import Keys
+from spate.store import Keyspace
+from spate.telemetry._context import Context
+
+__all__ = ["Drains", "Holdings", "Host", "PlannerRun", "ReleaseOutcome", "SessionFacts"]
+
+ReleaseOutcome = Literal["released", "fenced", "failed", "missing"]
+"""How one hand-back ended: landed, a peer had it already, the write failed, not held."""
+
+
+class SessionFacts(Protocol):
+    """What the claims need to know of the store session their leases live under."""
+
+    @property
+    def generation(self) -> int:
+        """Bumped whenever a new session replaces the previous one."""
+        ...
+
+    @property
+    def keeps_keys(self) -> bool:
+        """Whether the session's keepalive keeps every lease key alive (nothing to renew)."""
+        ...
+
+    def starved(self, generation: int, now: float, lease: float) -> bool:
+        """Whether keys written under session ``generation`` may have expired by ``now``."""
+        ...
+
+
+class PlannerRun(Protocol):
+    """A planner call the runtime is running for the leader (it can be abandoned)."""
+
+    def cancel(self) -> None:
+        """Abandon the call: its result is never delivered."""
+        ...
+
+
+class Host(Protocol):
+    """The machine as one component sees it."""
+
+    job: str
+    instance: str
+    nonce: str
+    """This process's nonce: two processes under one instance id never share it."""
+    keys: Keys
+    config: Config
+    lease: float
+    fingerprint: str
+    tie_seed: int
+    metrics: MetricsHooks
+    view: View
+    session: SessionFacts
+    max_value_size: int
+    """The store's largest value (a plan whose spec records exceed it is refused)."""
+
+    @property
+    def parting(self) -> bool:
+        """Whether this worker is leaving the job (it claims nothing new)."""
+        ...
+
+    def now(self) -> float:
+        """The machine's clock (injected; the runtime passes Trio's)."""
+        ...
+
+    def fold(self, notices: list[Notice]) -> None:
+        """Hand what changed in the view to the components that act on it."""
+        ...
+
+    def start(
+        self,
+        flow: Flow[Any],
+        done: Callable[[outcome.Outcome[Any]], None] | None = None,
+        *,
+        context: Context | None = None,
+    ) -> None:
+        """Have the runtime run ``flow`` (by default an exception out of it is fatal)."""
+        ...
+
+    def busy(self, keyspace: Keyspace, key: str) -> bool:
+        """Whether a flow holds ``key`` or waits for it (a renewal then waits a beat)."""
+        ...
+
+    def emit(self, event: Event) -> None:
+        """Send ``event`` to the user."""
+        ...
+
+    def run_planner(
+        self,
+        planner: Planner,
+        ctx: PlanContext,
+        deliver: Callable[[outcome.Outcome[Any]], None],
+    ) -> PlannerRun:
+        """Call ``planner`` off the machine; ``deliver`` gets its outcome as a later input."""
+        ...
+
+    def duplicate_instance(self, where: str) -> FatalCoordinationError:
+        """The error for a second live worker found using this instance id."""
+        ...
+
+
+class Drains(Protocol):
+    """The revocations, as the claims see them."""
+
+    def note_progress(self, split: str) -> None:
+        """A commit landed on ``split`` (a draining split's liveness signal)."""
+        ...
+
+    def settle(self, split: str, outcome: RevocationOutcome) -> None:
+        """``split`` stopped being held: retire its revocation, if any, under ``outcome``."""
+        ...
+
+
+class Holdings(Protocol):
+    """The claims, as the revocations see them."""
+
+    @property
+    def owned(self) -> Mapping[str, object]:
+        """The splits this worker holds."""
+        ...
+
+    @property
+    def assigned(self) -> Collection[str]:
+        """The splits the leader's assignment gives this worker."""
+        ...
+
+    @property
+    def busy(self) -> Collection[str]:
+        """Splits with a claim, fail or hand-back in flight."""
+        ...
+
+    @property
+    def assignment_seen(self) -> bool:
+        """Whether an assignment for this worker exists ("nothing decided" otherwise)."""
+        ...
+
+    def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
+        """Hand ``split`` back cleanly."""
+        ...
