@@ -110,7 +110,7 @@ class Coordinator:
         core, machine = self._core, self._machine
         # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        error = await core.call_inline(machine.claims.commit_flow(split, progress), capture())
+        error = await core.call_inline(machine.claims.commit_flow(split, progress))
         if progress.completed or error is not None or split in machine.revocations.revoking:
             # What other rules wait for changed (a lane freed, a drain moved, a split lost):
             # let them look. A plain commit changes nothing any other rule reads.
@@ -126,9 +126,7 @@ class Coordinator:
         """
         _check_split(split)
         core = self._core
-        error = await core.call_inline(
-            self._machine.claims.fail_flow(split, str(reason)), capture()
-        )
+        error = await core.call_inline(self._machine.claims.fail_flow(split, str(reason)))
         core.nudge()  # a lane freed, or a split quarantined: the rules look again
         if error is not None:
             raise error

@@ -204,49 +204,48 @@ class Driver:
 
     # -- inline flows ------------------------------------------------------------------------
 
-    async def run_inline(self, flow: Flow[T], context: Context | None = None) -> T:
+    async def run_inline(self, flow: Flow[T]) -> T:
         """Run ``flow`` in the calling task: its requests are performed right here.
 
         This is an API call's path (a handler's commit): no hop through the loop task, no
         task per store call. Each decision of the flow still runs synchronously — Trio runs
         one task at a time, so it is as atomic as an input of the loop — and the per-key
-        serialisation is the driver's own, shared with the loop's flows. The flow runs
-        shielded from cancellation: a write in flight always has its outcome folded (a
+        serialisation is the driver's own, shared with the loop's flows. Each wait of the flow
+        is shielded from cancellation: a write in flight always has its outcome folded (a
         commit abandoned half-way could leave the view one revision behind its own write),
-        and each store call is bounded by the operation timeout anyway.
+        and each store call is bounded by the operation timeout anyway. The caller runs the
+        flow in its own trace context, so its writes' spans join the caller's trace.
 
         Only :class:`Hold` and :class:`Op` requests are allowed (API calls that fork or
         batch go through :meth:`start`). Returns the flow's value; its exception propagates.
         """
-        running = _Running(flow, _ignore, context=context)
+        running = _Running(flow, _ignore)
         result: outcome.Outcome[Any] = outcome.Value(None)
-        with trio.CancelScope(shield=True):
-            try:
-                while True:
-                    try:
-                        request = result.send(flow)
-                    except StopIteration as stop:
-                        value: T = stop.value
-                        return value
-                    if isinstance(request, Hold | Op) and (
-                        isinstance(request, Hold) or request.is_write
-                    ):
-                        key = (request.keyspace, request.key)
-                        if running.held != key:
-                            await self._acquire_inline(running, key)
-                        if isinstance(request, Hold):
-                            result = outcome.Value(None)
-                            continue
-                    if not isinstance(request, Op):
-                        raise TypeError(f"an inline flow cannot yield {request!r}")
-                    try:
-                        result = outcome.Value(await self._call(request, context))
-                    except (StoreUnavailable, StoreError) as exc:
-                        result = outcome.Error(exc)
-            finally:
-                self._release_inline(running)
-        # A shielded scope never swallows a cancellation: the loop above returns or raises.
-        raise AssertionError("unreachable")
+        try:
+            while True:
+                try:
+                    request = result.send(flow)
+                except StopIteration as stop:
+                    value: T = stop.value
+                    return value
+                if isinstance(request, Hold | Op) and (
+                    isinstance(request, Hold) or request.is_write
+                ):
+                    key = (request.keyspace, request.key)
+                    if running.held != key:
+                        await self._acquire_inline(running, key)
+                    if isinstance(request, Hold):
+                        result = outcome.Value(None)
+                        continue
+                if not isinstance(request, Op):
+                    raise TypeError(f"an inline flow cannot yield {request!r}")
+                # Already in the caller's trace context: nothing to attach.
+                try:
+                    result = outcome.Value(await self._call(request, None, inline=True))
+                except (StoreUnavailable, StoreError) as exc:
+                    result = outcome.Error(exc)
+        finally:
+            self._release_inline(running)
 
     async def _acquire_inline(self, running: _Running, key: Key) -> None:
         self._release_inline(running)
@@ -256,7 +255,9 @@ class Driver:
             return
         running.granted = trio.Event()
         self._waiting.setdefault(key, collections.deque()).append(running)
-        await running.granted.wait()
+        # Shielded like the calls themselves: once in the queue, the flow goes through.
+        with trio.CancelScope(shield=True):
+            await running.granted.wait()
         running.granted = None
 
     def _release_inline(self, running: _Running) -> None:
@@ -273,33 +274,44 @@ class Driver:
     # -- I/O tasks ---------------------------------------------------------------------------
 
     async def _call(
-        self, op: Op, context: Context | None
+        self, op: Op, context: Context | None, *, inline: bool = False
     ) -> Entry | list[Entry] | WriteResult | None:
+        """Perform ``op`` within the operation timeout.
+
+        ``inline``: in an API caller's task, shielded from its cancellation and in its own
+        trace context; the timeout and the shield are then one cancel scope.
+        """
         # A listing's cost grows with the job, so it gets a longer bound than a single call.
         timeout = self._timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
-        # I/O tasks inherit the loop's context; a write belongs to the trace of the call that
-        # asked for it (a handler's commit), or starts its own.
-        with attached(context), trio.move_on_after(timeout) as scope:
-            if op.kind == "get":
-                return await self._store.get(op.keyspace, op.key)
-            if op.kind == "list":
-                return await self._store.list(op.keyspace, op.key)
-            return await fenced.write(
-                self._store,
-                self._scope,
-                op.operation or op.kind,
-                op.kind,
-                op.keyspace,
-                op.key,
-                op.value,
-                expected=op.expected,
-                split=op.split,
-                epoch=op.epoch,
-            )
+        with trio.CancelScope(deadline=trio.current_time() + timeout, shield=inline) as scope:
+            if inline:
+                return await self._perform(op)
+            # I/O tasks inherit the loop's context; a write belongs to the trace of the call
+            # that asked for it (a handler's commit), or starts its own.
+            with attached(context):
+                return await self._perform(op)
         assert scope.cancelled_caught
         raise StoreUnavailable(
             f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); "
             "its outcome is unknown"
+        )
+
+    async def _perform(self, op: Op) -> Entry | list[Entry] | WriteResult | None:
+        if op.kind == "get":
+            return await self._store.get(op.keyspace, op.key)
+        if op.kind == "list":
+            return await self._store.list(op.keyspace, op.key)
+        return await fenced.write(
+            self._store,
+            self._scope,
+            op.operation or op.kind,
+            op.kind,
+            op.keyspace,
+            op.key,
+            op.value,
+            expected=op.expected,
+            split=op.split,
+            epoch=op.epoch,
         )
 
     async def _run_op(self, running: _Running, op: Op) -> None:

@@ -29,7 +29,7 @@ from spate.errors import StoreError, StoreUnavailable
 from spate.metrics import MetricsHooks
 from spate.store import Keyspace, Lost, Session, Store, Won, WriteResult
 
-__all__ = ["Scope", "WriteKind", "span", "write"]
+__all__ = ["Scope", "WriteKind", "span", "tracing", "write"]
 
 WriteKind = Literal["create", "update", "delete"]
 """The three guarded store writes."""
@@ -92,7 +92,21 @@ async def write(
     ``delete(key, expected)``; an ephemeral create or update names the scope's session.
     Store errors propagate unchanged after being recorded.
     """
+    if kind == "update" and expected is None:
+        raise ValueError("an update needs the expected revision")
     session = scope.session() if keyspace is Keyspace.EPHEMERAL else None
+    started = trio.current_time()
+    if not tracing():
+        # Nothing records spans (no SDK installed): skip building one, which would cost
+        # more than a write to the memory store. The outcome is still counted.
+        try:
+            result = await _perform(store, kind, keyspace, key, value, expected, session)
+        except (StoreError, StoreUnavailable, trio.Cancelled):
+            scope.metrics.write(operation, "error", trio.current_time() - started)
+            raise
+        elapsed = trio.current_time() - started
+        scope.metrics.write(operation, "won" if isinstance(result, Won) else "lost", elapsed)
+        return result
     attributes: dict[str, str | int] = {"spate.keyspace": keyspace.value, "spate.key": key}
     if split is not None:
         attributes["spate.split"] = split
@@ -100,23 +114,9 @@ async def write(
         attributes["spate.epoch"] = epoch
     if expected is not None:
         attributes["spate.expected_revision"] = expected
-    started = trio.current_time()
     with span(scope, operation, records_errors=False, **attributes) as current:
         try:
-            if kind == "create":
-                if session is None:
-                    result = await store.create(keyspace, key, value)
-                else:
-                    result = await store.create(keyspace, key, value, session=session)
-            elif kind == "update":
-                if expected is None:
-                    raise ValueError("an update needs the expected revision")
-                if session is None:
-                    result = await store.update(keyspace, key, value, expected)
-                else:
-                    result = await store.update(keyspace, key, value, expected, session=session)
-            else:
-                result = await store.delete(keyspace, key, expected)
+            result = await _perform(store, kind, keyspace, key, value, expected, session)
         except (StoreError, StoreUnavailable, trio.Cancelled) as exc:
             _record_error(current, exc)
             scope.metrics.write(operation, "error", trio.current_time() - started)
@@ -132,6 +132,37 @@ async def write(
             current.add_event("spate.cas_lost", {"spate.key": key})
             scope.metrics.write(operation, "lost", trio.current_time() - started)
         return result
+
+
+def tracing() -> bool:
+    """Whether spans would be recorded: an SDK tracer provider is installed.
+
+    Until one is, the API's global provider is a proxy whose spans record nothing (and the
+    no-op provider never records).
+    """
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+async def _perform(
+    store: Store,
+    kind: WriteKind,
+    keyspace: Keyspace,
+    key: str,
+    value: bytes,
+    expected: int | None,
+    session: Session | None,
+) -> WriteResult:
+    if kind == "create":
+        if session is None:
+            return await store.create(keyspace, key, value)
+        return await store.create(keyspace, key, value, session=session)
+    if kind == "update":
+        assert expected is not None
+        if session is None:
+            return await store.update(keyspace, key, value, expected)
+        return await store.update(keyspace, key, value, expected, session=session)
+    return await store.delete(keyspace, key, expected)
 
 
 def _record_error(current: Span, exc: BaseException) -> None:

@@ -260,19 +260,19 @@ class Runtime:
 
     # -- API calls ---------------------------------------------------------------------------
 
-    async def call_inline(self, flow: Flow[Any], context: Context | None) -> Any:
+    async def call_inline(self, flow: Flow[Any]) -> Any:
         """Run an API call's flow in the caller's task; return what it returns.
 
         An exception raised out of the flow is fatal, as from any flow: it is raised here to
         the caller *and* handed to the loop, which stops the coordinator with it.
         """
-        # The flow itself runs shielded (see Driver.run_inline): a cancelled caller learns
-        # of its cancellation here, before anything is written.
+        # The flow's waits are shielded (see Driver.run_inline): a cancelled caller learns of
+        # its cancellation here, before anything is written.
         await trio.lowlevel.checkpoint_if_cancelled()
         if self.stopped is not None:
             raise stopped_error(self.stopped)
         try:
-            return await self.driver.run_inline(flow, context)
+            return await self.driver.run_inline(flow)
         except UnreadableRecord as exc:
             error = FatalCoordinationError(str(exc))
             self.post(_raiser(error))

@@ -52,7 +52,11 @@ async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
                                 snapshot = None
                                 backoff.reset()
                         elif isinstance(event, Put):
-                            core.post(partial(machine.watch_put, keyspace, event.entry))
+                            entry = event.entry
+                            # The echo of an own write (a commit) is known by its revision:
+                            # dropped here, it costs the loop task no wake-up at all.
+                            if not machine.view.already_seen(keyspace, entry.key, entry.revision):
+                                core.post(partial(machine.watch_put, keyspace, entry))
                         elif isinstance(event, Delete):
                             core.post(
                                 partial(machine.watch_delete, keyspace, event.key, event.revision)
