@@ -22,7 +22,6 @@ from typing import Protocol, TypeAlias
 
 import attrs
 
-from spate.metrics import AcquireReason
 from spate.records import Status
 
 __all__ = [
@@ -107,19 +106,6 @@ class ClaimKind(enum.Enum):
         :func:`charges_attempt`.
         """
         return self in (ClaimKind.RECLAIM, ClaimKind.EXPIRED)
-
-    @property
-    def acquire_reason(self) -> AcquireReason:
-        """The metrics reason of a claim of this kind."""
-        return _REASONS[self]
-
-
-_REASONS: dict[ClaimKind, AcquireReason] = {
-    ClaimKind.CREATE: "create",
-    ClaimKind.RELEASED: "reassigned",
-    ClaimKind.RECLAIM: "reclaimed",
-    ClaimKind.EXPIRED: "expired",
-}
 
 
 @attrs.frozen

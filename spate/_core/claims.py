@@ -50,7 +50,7 @@ from spate._core.view import (
 )
 from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Gained, Lost, Progress, Quarantined
-from spate.metrics import LossReason
+from spate.metrics import AcquireReason, LossReason
 from spate.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
 from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode, now_ms
 from spate.store import Entry, Keyspace, Won
@@ -65,6 +65,14 @@ RENEW_GATE = 0.7
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
 RETRY_AFTER_ERROR = 1.0
 """Seconds before a split whose claim or quarantine hit a store error is tried again."""
+
+ACQUIRE_REASONS: dict[ClaimKind, AcquireReason] = {
+    ClaimKind.CREATE: "create",
+    ClaimKind.RELEASED: "reassigned",
+    ClaimKind.RECLAIM: "reclaimed",
+    ClaimKind.EXPIRED: "expired",
+}
+"""The metrics reason of a won claim, by the kind of claim it was."""
 
 
 @attrs.define(eq=False)
@@ -354,7 +362,7 @@ class Claims:
         core = self.core
         self.owned[split] = Owned(record.epoch, lease_rev, core.now(), core.session.generation)
         core.fold(core.view.put_progress(split, record, revision))
-        core.metrics.acquired(kind.acquire_reason)
+        core.metrics.acquired(ACQUIRE_REASONS[kind])
         since = self.awaiting.pop(split, None)
         if since is not None:
             core.metrics.assignment_latency(core.now() - since)

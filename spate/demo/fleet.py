@@ -13,13 +13,13 @@ import math
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
 
 import attrs
 import trio
 
 from spate._groups import single_error
 from spate.config import Config
-from spate.demo.view import View
 from spate.demo.workload import Dataset, DemoStats, Fold, make_handler, make_planner
 from spate.errors import ConfigError, SpateError
 from spate.events import AllComplete, Stalled
@@ -28,7 +28,7 @@ from spate.store import Store
 from spate.worker import run_worker
 from spate_testing.faults import FaultyStore
 
-__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "run_demo"]
+__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "View", "run_demo"]
 
 JOB = "spate-demo"
 """The job name every demo worker (in-process or `spate worker`) joins."""
@@ -60,6 +60,16 @@ class DemoOptions:
             raise ConfigError(
                 f"--duration must be a positive number of seconds, not {self.duration}"
             )
+
+
+class View(Protocol):
+    """Something that shows the fleet while it runs."""
+
+    def event(self, message: str) -> None:
+        """Show one event as it happens."""
+
+    async def run(self, fleet: Fleet) -> None:
+        """Refresh until cancelled."""
 
 
 @attrs.define(eq=False)

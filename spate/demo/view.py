@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import trio
 
+from spate.demo.fleet import DemoResult, Fleet, View
 from spate.ops import JobStatus, read_status
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from spate.demo.fleet import DemoResult, Fleet
 
 __all__ = ["LiveView", "PlainView", "View", "print_result"]
-
-
-class View(Protocol):
-    """Something that shows the fleet while it runs."""
-
-    def event(self, message: str) -> None:
-        """Show one event as it happens."""
-
-    async def run(self, fleet: Fleet) -> None:
-        """Refresh until cancelled."""
 
 
 class PlainView:

@@ -10,13 +10,15 @@ endpoint and the user, never a password or token.
 from __future__ import annotations
 
 import ssl
+from typing import Protocol
 
 import httpx
 
 from spate.errors import SpateError, StoreError, StoreUnavailable
-from spate_stores.etcd._wire import ErrorKind, GatewayError
+from spate_stores.etcd._config import EtcdConfig
+from spate_stores.etcd._wire import ErrorKind, GatewayError, WatchMessage
 
-__all__ = ["gateway_error", "transport_error"]
+__all__ = ["gateway_error", "transport_error", "watch_cancelled_error"]
 
 
 def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
@@ -121,3 +123,42 @@ def gateway_error(
             f"({detail}); check the host and port (etcd 3.4 or later)"
         )
     return StoreError(f"etcd at {endpoint} refused a request while {doing}: {detail}")
+
+
+def watch_cancelled_error(
+    gateway: _HasEndpoint, message: WatchMessage, start_revision: int
+) -> SpateError:
+    """The error for a watch etcd canceled instead of creating (compacted, refused)."""
+    reason = message.cancel_reason.lower()
+    if message.compact_revision or "compacted" in reason:
+        return StoreUnavailable(
+            f"etcd at {gateway.endpoint} compacted its history past revision {start_revision} "
+            f"(compact revision {message.compact_revision}) before the watch started; "
+            "watch again (it lists afresh)"
+        )
+    for needle, kind in (
+        ("permission denied", ErrorKind.PERMISSION_DENIED),
+        ("user name is empty", ErrorKind.AUTH_REQUIRED),
+        ("invalid auth token", ErrorKind.INVALID_TOKEN),
+    ):
+        if needle in reason:
+            return gateway_error(
+                gateway.endpoint,
+                GatewayError(kind, 200, None, message.cancel_reason),
+                doing="starting a watch",
+                user=gateway.config.username,
+                limit=gateway.config.max_request_bytes,
+            )
+    return StoreUnavailable(
+        f"etcd at {gateway.endpoint} canceled a new watch: {message.cancel_reason or 'no reason'}"
+    )
+
+
+class _HasEndpoint(Protocol):
+    """The gateway, as far as the error wording needs it (no import of the gateway here)."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def config(self) -> EtcdConfig: ...

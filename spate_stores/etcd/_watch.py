@@ -26,13 +26,11 @@ import trio
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone, WatchEvent
 from spate_stores.etcd._config import KeyLayout
-from spate_stores.etcd._errors import gateway_error, transport_error
+from spate_stores.etcd._errors import transport_error, watch_cancelled_error
 from spate_stores.etcd._gateway import Gateway
 from spate_stores.etcd._watch_failover import resuming_watch
 from spate_stores.etcd._wire import (
-    ErrorKind,
     EventKind,
-    GatewayError,
     WatchMessage,
     parse_watch_message,
     watch_create,
@@ -130,40 +128,13 @@ async def _deliver(send: trio.MemorySendChannel[str | Exception], exc: Exception
         pass
 
 
-def created_error(gateway: Gateway, message: WatchMessage, start_revision: int) -> Exception:
-    """The error for a watch etcd canceled instead of creating (compacted, refused)."""
-    reason = message.cancel_reason.lower()
-    if message.compact_revision or "compacted" in reason:
-        return StoreUnavailable(
-            f"etcd at {gateway.endpoint} compacted its history past revision {start_revision} "
-            f"(compact revision {message.compact_revision}) before the watch started; "
-            "watch again (it lists afresh)"
-        )
-    for needle, kind in (
-        ("permission denied", ErrorKind.PERMISSION_DENIED),
-        ("user name is empty", ErrorKind.AUTH_REQUIRED),
-        ("invalid auth token", ErrorKind.INVALID_TOKEN),
-    ):
-        if needle in reason:
-            return gateway_error(
-                gateway.endpoint,
-                GatewayError(kind, 200, None, message.cancel_reason),
-                doing="starting a watch",
-                user=gateway.config.username,
-                limit=gateway.config.max_request_bytes,
-            )
-    return StoreUnavailable(
-        f"etcd at {gateway.endpoint} canceled a new watch: {message.cancel_reason or 'no reason'}"
-    )
-
-
 async def _await_created(gateway: Gateway, source: WatchSource, start_revision: int) -> None:
     with trio.move_on_after(gateway.config.timeout):
         message = _parse(gateway, await source.receive())
         if message.error:
             raise StoreUnavailable(f"etcd at {gateway.endpoint} failed a watch: {message.error}")
         if message.canceled:
-            raise created_error(gateway, message, start_revision)
+            raise watch_cancelled_error(gateway, message, start_revision)
         if not message.created:
             raise StoreUnavailable(f"etcd at {gateway.endpoint} did not acknowledge a watch")
         return

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from spate.errors import StoreError, StoreUnavailable
+from spate_stores.etcd._errors import watch_cancelled_error
 from spate_stores.etcd._gateway import Gateway
 from spate_stores.etcd._wire import WatchMessage, parse_watch_message, watch_create, watch_progress
 from spate_stores.etcd._ws import GatewaySocket, open_socket
@@ -63,14 +64,13 @@ def _parse(gateway: Gateway, text: str) -> WatchMessage:
 
 
 async def _created(gateway: Gateway, sock: GatewaySocket, revision: int) -> None:
-    from spate_stores.etcd._watch import created_error  # the one-member watch's wording
 
     with trio.move_on_after(gateway.config.timeout):
         message = _parse(gateway, await sock.receive())
         if message.error:
             raise StoreUnavailable(f"etcd at {gateway.endpoint} failed a watch: {message.error}")
         if message.canceled:
-            raise created_error(gateway, message, revision)
+            raise watch_cancelled_error(gateway, message, revision)
         if not message.created:
             raise StoreUnavailable(f"etcd at {gateway.endpoint} did not acknowledge a watch")
         return

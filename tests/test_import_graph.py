@@ -1,0 +1,154 @@
+"""The shape of the package: no import cycles, and a core that needs no event loop.
+
+Every import counts here, including those under ``TYPE_CHECKING`` and those inside functions:
+a cycle hidden behind either is still two modules that cannot be read, tested or changed apart.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("spate", "spate_stores", "spate_testing")
+
+
+def _modules(package: str) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of ``known`` that ``name`` imports, anywhere in its source.
+
+    ``from pkg import sub`` counts as importing ``pkg.sub`` when that is a module (not as
+    importing ``pkg``); a package's own ``__init__`` is not counted as a dependency of its
+    submodules, since Python runs it before any of them regardless.
+    """
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            subs = {f"{base}.{alias.name}" for alias in node.names} & known.keys()
+            if subs:
+                out |= subs
+            elif base in known:
+                out.add(base)
+    out.discard(name)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_import_graph_has_no_cycles(package: str) -> None:
+    known = _modules(package)
+    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    # Package __init__ files re-export their children (the table of contents); they are
+    # the roots of the graph, so an edge into one from inside the package is the only way
+    # they could join a cycle, and that is what this reports.
+    assert _cycles(graph) == []
+
+
+def test_the_checker_sees_a_cycle_hidden_behind_type_checking(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import B\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\nB = 1\n"
+    )
+    known = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py"}
+    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    assert _cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_nothing_the_machine_imports_reaches_an_event_loop_or_a_store_client() -> None:
+    # The sans-IO core: everything spate._core imports, directly or through other spate
+    # modules, is free of Trio, of the runtime and of any transport. (Importing it at run
+    # time still runs the package __init__, the public table of contents, which does.)
+    known = _modules("spate")
+    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    reached: set[str] = set()
+    todo = [name for name in known if name.startswith("spate._core")]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph[name])
+    assert not {name for name in reached if name.startswith("spate._runtime")}
+    for name in sorted(reached):
+        tops = _external_imports(known[name])
+        assert not tops & {"trio", "outcome_trio", "httpx", "trio_websocket", "spate_stores"}, (
+            name,
+            tops,
+        )
+
+
+def _external_imports(path: Path) -> set[str]:
+    tops: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            tops.add(node.module.split(".")[0])
+    return tops
+
+
+def test_every_core_module_is_free_of_trio() -> None:
+    for name, path in _modules("spate").items():
+        if not name.startswith("spate._core"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert all(not a.name.startswith("trio") for a in node.names), name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith(("trio", "spate._runtime")), name
