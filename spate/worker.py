@@ -146,12 +146,13 @@ RETRY_BACKOFF = (0.05, 2.0)
 
 async def _retry_unavailable(call: Callable[[], Awaitable[None]]) -> None:
     """Run ``call`` until it does not raise StoreUnavailable (capped exponential backoff)."""
-    backoff = Backoff.of(RETRY_BACKOFF)
+    backoff: Backoff | None = None  # built on the first failure: commits are the hot path
     while True:
         try:
             await call()
             return
         except StoreUnavailable as exc:
+            backoff = backoff or Backoff.of(RETRY_BACKOFF)
             delay = backoff.delay()
             logger.debug("store unavailable (%s); retrying in %.2f s", exc, delay)
             await trio.sleep(delay)

@@ -103,6 +103,14 @@ class Claims:
         self.assign_generation = 0
         self.awaiting: dict[str, float] = {}
         self.retry_at: dict[str, float] = {}
+        # What a step must look at again. A step re-evaluates only the splits whose facts
+        # changed since the last one (a notice named them, a spec arrived, a flow on them
+        # ended, a retry came due), and sweeps every candidate only when lanes freed up, the
+        # assignment changed, or on a heartbeat (the backstop: no change can be missed for
+        # longer than a beat).
+        self._dirty: set[str] = set()
+        self._sweep = True
+        self._slots_left = 0
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -111,11 +119,19 @@ class Claims:
         core = self.core
         view = core.view
         slots = core.config.max_in_flight - len(self.owned) - self.claiming
-        ids = set(view.near_quarantine)
-        if slots > 0:
-            ids |= self.assigned
         for split in [s for s, t in self.retry_at.items() if t <= now]:
             del self.retry_at[split]
+            self._dirty.add(split)
+        self._dirty |= view.take_spec_arrivals()
+        if self._sweep or slots > self._slots_left:
+            self._sweep = False
+            ids = set(view.near_quarantine)
+            if slots > 0:
+                ids |= self.assigned
+        else:
+            near, assigned = view.near_quarantine, self.assigned
+            ids = {s for s in self._dirty if s in near or (slots > 0 and s in assigned)}
+        self._dirty.clear()
         facts: list[tuple[str, SplitFacts]] = []
         for split in sorted(ids):
             state = view.splits.get(split)
@@ -144,6 +160,7 @@ class Claims:
                 slots -= 1
                 self.claiming += 1
                 self._begin(candidate.split, self._claim(candidate.split, candidate.kind))
+        self._slots_left = slots
 
     def next_deadline(self) -> float:
         """When a split held back after an error may be tried again."""
@@ -154,6 +171,7 @@ class Claims:
 
         def done(result: outcome.Outcome[None]) -> None:
             self.busy.discard(split)
+            self._dirty.add(split)
             result.unwrap()
 
         self.core.start(flow, done)
@@ -163,6 +181,7 @@ class Claims:
     def on_notice(self, notice: LeaseChanged | LeaseGone | ProgressChanged) -> None:
         """Fence held splits that someone else moved."""
         core = self.core
+        self._dirty.add(notice.split)
         if isinstance(notice, ProgressChanged):
             record = notice.record
             previous = notice.previous
@@ -199,6 +218,7 @@ class Claims:
             self.assignment_seen = False
             self.assigned = frozenset()
             self.awaiting.clear()
+            self._sweep = True
             return
         record = notice.record
         if record.generation < self.assign_generation:
@@ -214,6 +234,7 @@ class Claims:
             del self.awaiting[split]
         self.assigned = named
         self.assignment_seen = True
+        self._sweep = True
 
     def abandon(self, split: str) -> None:
         """Stop holding ``split`` without writing (its hand-back could not be written)."""
@@ -436,6 +457,7 @@ class Claims:
     def heartbeat(self, now: float) -> None:
         """Renew every held lease that is due; fence the splits whose lease starved."""
         core = self.core
+        self._sweep = True  # the backstop of the incremental step
         # Heartbeat ticks are jittered to 0.8-1.2 of a third of the lease. Gating renewals at a
         # full third skipped every early tick, leaving gaps of up to two thirds of a lease (and
         # almost a whole one under load); gating below the shortest tick renews on every beat.

@@ -226,6 +226,7 @@ class View:
         last tenancy advanced is charged nothing, so it is not near)."""
         self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
         self._pending_specs: dict[str, SpecRecord] = {}
+        self._spec_arrivals: set[str] = set()
         self._known: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
         self._tombs: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
         self._runnable = 0
@@ -430,6 +431,7 @@ class View:
             # A split becomes assignable once its weight is known.
             state.spec = spec
             self._touch_assignment(split)
+            self._spec_arrivals.add(split)
 
     def put_presence(
         self, instance: str, presence: PresenceRecord | None, revision: int
@@ -530,6 +532,15 @@ class View:
             # A split in transit is anchored on its assignee: its placement input moved.
             self.placement_changes.update(moved)
             self.assign_dirty = True
+
+    def take_spec_arrivals(self) -> set[str]:
+        """The splits whose spec record arrived after their progress record, since last asked.
+
+        A spec arrival changes no progress or lease, so it has no notice; the claims ask for
+        these to know which splits just became claimable.
+        """
+        arrivals, self._spec_arrivals = self._spec_arrivals, set()
+        return arrivals
 
     def already_seen(self, keyspace: Keyspace, key: str, revision: int) -> bool:
         """Whether an entry at ``revision`` is one the view already folded, or older.

@@ -210,10 +210,12 @@ class Driver:
         This is an API call's path (a handler's commit): no hop through the loop task, no
         task per store call. Each decision of the flow still runs synchronously — Trio runs
         one task at a time, so it is as atomic as an input of the loop — and the per-key
-        serialisation is the driver's own, shared with the loop's flows. Each wait of the flow
-        is shielded from cancellation: a write in flight always has its outcome folded (a
-        commit abandoned half-way could leave the view one revision behind its own write),
-        and each store call is bounded by the operation timeout anyway. The caller runs the
+        serialisation is the driver's own, shared with the loop's flows. Each store call of
+        the flow is shielded from cancellation: a write in flight always has its outcome
+        folded (a commit abandoned half-way could leave the view one revision behind its own
+        write), and each is bounded by the operation timeout anyway. Waiting for a key is
+        not shielded (its holder may never let go, if its loop stopped): a cancelled caller
+        leaves the queue, and the flow is closed where it stood. The caller runs the
         flow in its own trace context, so its writes' spans join the caller's trace.
 
         Only :class:`Hold` and :class:`Op` requests are allowed (API calls that fork or
@@ -246,6 +248,7 @@ class Driver:
                     result = outcome.Error(exc)
         finally:
             self._release_inline(running)
+            flow.close()  # a flow left mid-way (its caller cancelled) runs its clean-ups now
 
     async def _acquire_inline(self, running: _Running, key: Key) -> None:
         self._release_inline(running)
@@ -253,12 +256,23 @@ class Driver:
             self._busy[key] = running
             running.held = key
             return
-        running.granted = trio.Event()
-        self._waiting.setdefault(key, collections.deque()).append(running)
-        # Shielded like the calls themselves: once in the queue, the flow goes through.
-        with trio.CancelScope(shield=True):
-            await running.granted.wait()
-        running.granted = None
+        running.granted = granted = trio.Event()
+        queue = self._waiting.setdefault(key, collections.deque())
+        queue.append(running)
+        try:
+            # Not shielded: the holder may never let go (a flow of a loop that stopped), and
+            # nothing of this hold has been written yet, so a cancelled caller may leave.
+            await granted.wait()
+        except BaseException:
+            if granted.is_set():
+                self._release_inline(running)  # granted just as the cancellation came
+            else:
+                queue.remove(running)
+                if not queue:
+                    self._waiting.pop(key, None)
+            raise
+        finally:
+            running.granted = None
 
     def _release_inline(self, running: _Running) -> None:
         self._release(running)

@@ -78,3 +78,72 @@ async def test_a_fork_runs_its_flows_together_and_resumes_with_every_outcome(
         forked[2].unwrap()
     assert empty == []
     assert not driver.busy(D, "k0")
+
+
+async def test_an_inline_flow_waits_its_turn_for_a_key_and_writes_after_the_holder(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = HookStore(client(MemoryServer()))
+
+    async def slow(kind: str, keyspace: Keyspace, key: str) -> None:
+        await trio.sleep(0.5)
+
+    store.before = slow
+    order: list[str] = []
+
+    def loop_flow() -> Flow[None]:
+        yield Hold(D, "k")
+        yield Op("create", D, "k", b"loop")
+        order.append("loop")
+
+    def api_flow() -> Flow[str]:
+        yield Hold(D, "k")
+        entry = yield Op("get", D, "k")
+        order.append("inline")
+        return bytes(entry.value).decode()
+
+    async with trio.open_nursery() as nursery:
+        driver = _driver(store, nursery)
+        driver.start(loop_flow(), lambda result: result.unwrap())
+        assert driver.busy(D, "k")
+        # In this task, no hop through any other: it waits for the holder, then reads.
+        assert await driver.run_inline(api_flow()) == "loop"
+    assert order == ["loop", "inline"]
+    assert not driver.busy(D, "k")
+
+
+async def test_a_cancelled_caller_leaves_the_queue_of_a_key_whose_holder_never_lets_go(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The holder's write never ends (a loop that stopped never resumes its flows): the
+    # caller's cancellation must still get through, or its worker could never exit
+    # (simulator seed 888 hung exactly so before this was fixed).
+    store = HookStore(client(MemoryServer()))
+
+    async def forever(kind: str, keyspace: Keyspace, key: str) -> None:
+        if kind == "create":
+            await trio.sleep_forever()
+
+    store.before = forever
+    cleaned = trio.Event()
+
+    def holder() -> Flow[None]:
+        yield Hold(D, "k")
+        yield Op("create", D, "k", b"never")
+
+    def api_flow() -> Flow[None]:
+        try:
+            yield Hold(D, "k")
+            yield Op("get", D, "k")
+        finally:
+            cleaned.set()
+
+    async with trio.open_nursery() as nursery:
+        driver = _driver(store, nursery)
+        driver._timeout = 1e9  # the holder's write outlives the test
+        driver.start(holder(), lambda result: result.unwrap())
+        with trio.move_on_after(5) as waited:
+            await driver.run_inline(api_flow())
+        assert waited.cancelled_caught
+        assert cleaned.is_set()  # the flow was closed where it stood
+        nursery.cancel_scope.cancel()
