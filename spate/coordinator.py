@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import outcome
 import trio
 
 from spate._core.leader import fingerprint_mismatch
 from spate._groups import meaningful_leaf
 from spate._runtime import fenced
-from spate._runtime.loop import Reply, Runtime, stopped_error
+from spate._runtime.loop import Runtime, stopped_error
 from spate._runtime.pumps import heartbeat_ticker, interval_ticker, watch_pump
 from spate.config import Config
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
@@ -33,7 +32,7 @@ from spate.plan import Planner, default_instance_id, validate_instance, validate
 from spate.probe import probe_store
 from spate.records import PlanRecord, UnreadableRecord, decode, encode
 from spate.store import Keyspace, Store, Won
-from spate.telemetry import capture, metrics_for
+from spate.telemetry import metrics_for
 
 __all__ = ["Coordinator", "open_coordinator"]
 
@@ -138,20 +137,13 @@ class Coordinator:
         """
         ids = [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
         machine = self._machine
-        context = capture()
-
-        def command(reply: Reply) -> None:
-            for split in ids:
-                if split not in machine.claims.owned:
-                    reply.set(
-                        outcome.Error(
-                            Fenced(split, "this worker does not hold it; nothing was released")
-                        )
-                    )
-                    return
-            machine.start(machine.release_all_flow(ids), _answer(reply), context=context)
-
-        await self._call(command)
+        self._check_running()
+        for split in ids:
+            if split not in machine.claims.owned:
+                raise Fenced(split, "this worker does not hold it; nothing was released")
+        # All at once, in this task: the hand-backs write different keys, so they overlap.
+        await self._core.call_inline(machine.release_all_flow(ids))
+        self._core.nudge()  # lanes freed: the rules look again
 
     async def decline_revoke(self, split: str) -> None:
         """Say the split cannot stop at a safe boundary: a revocation is then forced at once.
@@ -160,13 +152,11 @@ class Coordinator:
         leader already took back simply ends.
         """
         _check_split(split)
-        machine = self._machine
-
-        def command(reply: Reply) -> None:
-            machine.revocations.decline(split)
-            reply.set(outcome.Value(None))
-
-        await self._call(command)
+        self._check_running()
+        await trio.lowlevel.checkpoint()
+        # A synchronous call into the machine: atomic, since Trio runs one task at a time.
+        self._machine.revocations.decline(split)
+        self._core.nudge()
 
     async def depart(self) -> None:
         """Leave the job gracefully and return when done.
@@ -179,48 +169,22 @@ class Coordinator:
         when a hand-back cannot reach the store: the worker then stops holding everything
         without writing, and its splits move when its session's keys expire.
         """
-        machine = self._machine
-        context = capture()
-        await self._call(
-            lambda reply: machine.start(machine.depart_flow(), _answer(reply), context=context)
-        )
+        self._check_running()
+        error = await self._core.call_inline(self._machine.depart_flow())
+        self._core.nudge()
+        if error is not None:
+            raise error
 
-    async def _call(self, command: Callable[[Reply], None]) -> None:
-        core = self._core
-        if core.stopped is not None:
-            raise stopped_error(core.stopped)
-        reply = Reply()
-        core.replies.add(reply)
-        try:
-            core.post(lambda: command(reply))
-            await reply.event.wait()
-        finally:
-            core.replies.discard(reply)
-        assert reply.result is not None
-        reply.result.unwrap()
+    def _check_running(self) -> None:
+        stopped = self._core.stopped
+        if stopped is not None:
+            raise stopped_error(stopped)
 
 
 def _check_split(split: object) -> str:
     if not isinstance(split, str):
         raise ConfigError(f"a split id is a str, not {type(split).__name__}")
     return split
-
-
-def _answer(reply: Reply) -> Callable[[outcome.Outcome[Any]], None]:
-    """Deliver a command flow's result to its caller.
-
-    A returned exception goes to the caller; a raised one goes to the caller *and* stops the
-    coordinator (it is fatal).
-    """
-
-    def done(result: outcome.Outcome[Any]) -> None:
-        if isinstance(result, outcome.Error):
-            reply.set(outcome.Error(result.error))
-            raise result.error
-        value = result.unwrap()
-        reply.set(outcome.Error(value) if isinstance(value, BaseException) else outcome.Value(None))
-
-    return done
 
 
 # -- opening ---------------------------------------------------------------------------------

@@ -218,8 +218,9 @@ class Driver:
         leaves the queue, and the flow is closed where it stood. The caller runs the
         flow in its own trace context, so its writes' spans join the caller's trace.
 
-        Only :class:`Hold` and :class:`Op` requests are allowed (API calls that fork or
-        batch go through :meth:`start`). Returns the flow's value; its exception propagates.
+        A :class:`Fork` runs its sub-flows side by side in tasks of this call; a
+        :class:`Batch` (the leader's) is not for API calls. Returns the flow's value; its
+        exception propagates.
         """
         running = _Running(flow, _ignore)
         result: outcome.Outcome[Any] = outcome.Value(None)
@@ -239,6 +240,12 @@ class Driver:
                     if isinstance(request, Hold):
                         result = outcome.Value(None)
                         continue
+                if isinstance(request, Fork):
+                    # The sub-flows run side by side, each in a task of this call's own
+                    # nursery; the parent gives up its key first (a sub-flow may need it).
+                    self._release_inline(running)
+                    result = outcome.Value(await self._fork_inline(request))
+                    continue
                 if not isinstance(request, Op):
                     raise TypeError(f"an inline flow cannot yield {request!r}")
                 # Already in the caller's trace context: nothing to attach.
@@ -249,6 +256,20 @@ class Driver:
         finally:
             self._release_inline(running)
             flow.close()  # a flow left mid-way (its caller cancelled) runs its clean-ups now
+
+    async def _fork_inline(self, fork: Fork) -> list[outcome.Outcome[Any]]:
+        results: list[outcome.Outcome[Any]] = [outcome.Value(None)] * len(fork.flows)
+
+        async def one(i: int, flow: Flow[Any]) -> None:
+            try:
+                results[i] = outcome.Value(await self.run_inline(flow))
+            except Exception as exc:  # the parent decides what is fatal
+                results[i] = outcome.Error(exc)
+
+        async with trio.open_nursery() as nursery:
+            for i, flow in enumerate(fork.flows):
+                nursery.start_soon(one, i, flow)
+        return results
 
     async def _acquire_inline(self, running: _Running, key: Key) -> None:
         self._release_inline(running)

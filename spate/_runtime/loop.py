@@ -42,27 +42,13 @@ from spate.records import UnreadableRecord
 from spate.store import Keyspace, Store
 from spate.telemetry._context import Context
 
-__all__ = ["Reply", "Runtime"]
+__all__ = ["Runtime"]
 
 INPUT_BATCH = 256
 """Inputs run back to back before one step (a burst of watch events costs one step)."""
 
 Input = Callable[[], "bool | None"]
 """An input to the loop; it answers ``False`` when it changed nothing (no step needed)."""
-
-
-@attrs.define(eq=False)
-class Reply:
-    """Where the loop puts the answer to one API call."""
-
-    event: trio.Event = attrs.field(factory=trio.Event)
-    result: outcome.Outcome[Any] | None = None
-
-    def set(self, result: outcome.Outcome[Any]) -> None:
-        """Answer once (later answers are dropped)."""
-        if self.result is None:
-            self.result = result
-            self.event.set()
 
 
 @attrs.define(eq=False)
@@ -117,7 +103,6 @@ class Runtime:
         self.probes = 0
         """Startup probes tried (each names its scratch keys after the nonce and this count)."""
         self.stopped: BaseException | None = None
-        self.replies: set[Reply] = set()
         self._send, self._receive = trio.open_memory_channel[Input](math.inf)
         self.events_send, self.events_receive = trio.open_memory_channel[Event](math.inf)
         self._alarm_at = math.inf
@@ -282,12 +267,8 @@ class Runtime:
             raise
 
     def stop(self, exc: BaseException) -> None:
-        """Fail every waiting API call with ``exc`` (or a closed error) and close the channels."""
+        """Record why the coordinator stopped (later API calls raise it) and close the channels."""
         self.stopped = exc
-        error = stopped_error(exc)
-        for reply in list(self.replies):
-            reply.set(outcome.Error(error))
-        self.replies.clear()
         self._send.close()
         self.events_send.close()
 
