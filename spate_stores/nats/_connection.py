@@ -107,18 +107,43 @@ class Subscription:
 
 
 class _Pending:
-    __slots__ = ("deadline", "event", "result", "subject")
+    """One request waiting for its reply: the requesting task parks itself here.
+
+    The task is rescheduled directly rather than through a :class:`trio.Event` (whose parking
+    lot costs more than the rest of the wake-up); ``replied`` marks a wake-up by a reply, which
+    the connection counts to coalesce the writes of tasks woken together.
+    """
+
+    __slots__ = ("deadline", "replied", "result", "subject", "task")
 
     def __init__(self, subject: str, deadline: float) -> None:
         self.subject = subject
         self.deadline = deadline
-        self.event = trio.Event()
         self.result: Msg | Exception | None = None
+        self.task: trio.lowlevel.Task | None = None
+        self.replied = False
 
-    def resolve(self, result: Msg | Exception) -> None:
-        if self.result is None:
-            self.result = result
-            self.event.set()
+    def resolve(self, result: Msg | Exception) -> bool:
+        """Settle the request (the first result wins); whether this call settled it."""
+        if self.result is not None:
+            return False
+        self.result = result
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+        return True
+
+    async def wait(self) -> None:
+        """Park the current task until :meth:`resolve` (a checkpoint; cancellable)."""
+        if self.result is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 def _is_fatal(reason: Exception) -> bool:
@@ -161,6 +186,11 @@ class NatsConnection:
         self._inbox = f"_INBOX.{secrets.token_hex(11)}"
         self._outbuf = bytearray()
         self._writer_busy = False
+        # Requesters woken by a reply that have not run yet. While there are some, writes are
+        # held back (see _send): those tasks run next in the same scheduler batch and, as a
+        # request/reply client's tasks usually do, send again, so all of them go out in one
+        # send. The last of them sends everything (and the writer task, if none sends).
+        self._woken = 0
         self._writer_wakeup = trio.Event()
         self._pings_outstanding = 0
         self._parser = Parser()
@@ -496,8 +526,9 @@ class NatsConnection:
             prefix, _, token = msg.subject.rpartition(".")
             if prefix == self._inbox:
                 pending = self._pending.get(token)
-                if pending is not None:
-                    pending.resolve(msg)
+                if pending is not None and pending.resolve(msg):
+                    pending.replied = True
+                    self._woken += 1
             return
         sub = self._subs.get(msg.sid)
         if sub is not None:
@@ -546,20 +577,29 @@ class NatsConnection:
                 f"the connection to NATS at {self.options.url} is down ({self._last_loss}); "
                 "nothing was sent"
             )
-        if not self._outbuf and not self._writer_busy:
-            try:
-                sent = transport.try_send(data)
-            except TransportError as exc:
-                self._lose(exc)
-                if quiet:
-                    return
-                raise StoreUnavailable(
-                    f"the connection to NATS at {self.options.url} broke while sending ({exc})"
-                ) from None
-            if sent == len(data):
+        outbuf = self._outbuf
+        if self._woken or self._writer_busy or not transport.sends_directly:
+            # Coalesce: a woken requester still to run will send this along with its own
+            # bytes; else the writer task sends it at the next scheduler batch.
+            outbuf += data
+            self._writer_wakeup.set()
+            return
+        if outbuf:
+            outbuf += data
+            data = bytes(outbuf)
+            outbuf.clear()
+        try:
+            sent = transport.try_send(data)
+        except TransportError as exc:
+            self._lose(exc)
+            if quiet:
                 return
-            data = data[sent:]
-        self._outbuf += data
+            raise StoreUnavailable(
+                f"the connection to NATS at {self.options.url} broke while sending ({exc})"
+            ) from None
+        if sent == len(data):
+            return
+        outbuf += memoryview(data)[sent:]
         self._writer_wakeup.set()
 
     async def _writer(self, transport: Transport) -> None:
@@ -634,9 +674,11 @@ class NatsConnection:
             self._deadlines.append(pending)
             if len(self._deadlines) == 1:
                 self._timer_wakeup.set()
-            await pending.event.wait()
+            await pending.wait()
         finally:
             del self._pending[token]
+            if pending.replied:
+                self._woken -= 1
         result = pending.result
         if isinstance(result, Exception):
             raise result
