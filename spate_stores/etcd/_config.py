@@ -25,8 +25,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from spate.errors import ConfigError, StoreError
+from spate.errors import ConfigError
 from spate.store import MAX_KEY_LENGTH, Keyspace
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._endpoints import parse_host_list
 
 __all__ = [
@@ -235,10 +236,8 @@ class EtcdConfig:
             if self.cert is not None:
                 context.load_cert_chain(self.cert, self.key)
         except (OSError, ssl.SSLError) as exc:
-            raise StoreError(
-                f"cannot load the TLS files for etcd at {self.endpoint} "
-                f"(ca={self.ca!r}, cert={self.cert!r}, key={self.key!r}): {exc}; check the paths "
-                "and that they hold PEM data"
+            raise errors.tls_files_unreadable(
+                self.endpoint, self.ca, self.cert, self.key, exc
             ) from None
         return context
 

@@ -1,4 +1,9 @@
-"""Translate transport failures and gateway error replies into spate's two store errors.
+"""Every translation of an etcd failure into spate's errors, in one place.
+
+Transport failures, gateway error replies, broken or silent streams, refused watches, lost
+leases and a namespace whose records do not fit: each has one function here, and the rest of
+the adapter raises what these return instead of wording errors itself (mistakes in the caller's
+use of the API, like a closed store or a value that is not bytes, stay where they are checked).
 
 The boundary rule: nothing from httpx, trio-websocket, ssl or the socket layer reaches a
 caller. Transient trouble (refused, reset, timeout, 5xx, no leader) is StoreUnavailable
@@ -10,15 +15,44 @@ endpoint and the user, never a password or token.
 from __future__ import annotations
 
 import ssl
-from typing import Protocol
+from collections.abc import Sequence
 
 import httpx
 
-from spate.errors import SpateError, StoreError, StoreUnavailable
-from spate_stores.etcd._config import EtcdConfig
-from spate_stores.etcd._wire import ErrorKind, GatewayError, WatchMessage
+from spate.errors import SessionLost, SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate_stores.etcd._wire import ErrorKind, GatewayError
 
-__all__ = ["gateway_error", "transport_error", "watch_cancelled_error"]
+__all__ = [
+    "compacted_during_listing",
+    "gateway_error",
+    "keepalive_timeout",
+    "keepalive_unreadable",
+    "lease_ttl_mismatch",
+    "lease_unusable",
+    "no_member_accepted_stream",
+    "no_member_served",
+    "not_json",
+    "refused",
+    "session_lost",
+    "sign_in_without_token",
+    "stream_broken",
+    "stream_closed",
+    "stream_handshake_timeout",
+    "tls_files_unreadable",
+    "transport_error",
+    "ttl_mismatch",
+    "ttl_record_unreadable",
+    "ttl_record_unstable",
+    "value_too_large",
+    "watch_broken",
+    "watch_canceled",
+    "watch_ended",
+    "watch_failed",
+    "watch_not_acknowledged",
+    "watch_refused",
+    "watch_silent",
+    "watch_unreadable",
+]
 
 
 def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
@@ -34,17 +68,27 @@ def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
     return None
 
 
+def _ssl_detail(error: ssl.SSLError, first: str | None = None) -> object:
+    # The ssl module sets reason (and verify_message) on the errors it raises; an SSLError
+    # made elsewhere may lack them, and a missing attribute must not hide the failure.
+    for name in (first, "reason"):
+        value = getattr(error, name, None) if name is not None else None
+        if value:
+            return value
+    return error
+
+
 def transport_error(endpoint: str, exc: BaseException, *, doing: str) -> SpateError:
     """The store error for a transport exception raised while ``doing`` something."""
     tls = _ssl_cause(exc)
     if isinstance(tls, ssl.SSLCertVerificationError):
         return StoreError(
             f"the TLS certificate of etcd at {endpoint} could not be verified "
-            f"({tls.verify_message or tls.reason}); pass the CA that signed it with ca=..."
+            f"({_ssl_detail(tls, 'verify_message')}); pass the CA that signed it with ca=..."
         )
     if tls is not None:
         return StoreError(
-            f"the TLS handshake with etcd at {endpoint} failed ({tls.reason or tls}); check "
+            f"the TLS handshake with etcd at {endpoint} failed ({_ssl_detail(tls)}); check "
             "ca=, and cert=/key= if the server requires client certificates"
         )
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
@@ -125,15 +169,200 @@ def gateway_error(
     return StoreError(f"etcd at {endpoint} refused a request while {doing}: {detail}")
 
 
-def watch_cancelled_error(
-    gateway: _HasEndpoint, message: WatchMessage, start_revision: int
+# -- members and streams -------------------------------------------------------------------
+
+
+def no_member_served(doing: str, tried: Sequence[str], last: Exception) -> StoreUnavailable:
+    """Every member failed a request that could be resent."""
+    return StoreUnavailable(
+        f"no etcd endpoint could serve the request while {doing} (tried {', '.join(tried)}); "
+        f"the last said: {last}"
+    )
+
+
+def no_member_accepted_stream(what: str, tried: Sequence[str], last: Exception) -> StoreUnavailable:
+    """No member accepted a WebSocket stream."""
+    return StoreUnavailable(
+        f"no etcd endpoint accepted the {what} stream (tried {', '.join(tried)}); "
+        f"the last said: {last}"
+    )
+
+
+def stream_handshake_timeout(endpoint: str, what: str, timeout: float) -> StoreUnavailable:
+    """A WebSocket stream whose handshake did not finish in time."""
+    return StoreUnavailable(
+        f"etcd at {endpoint} did not complete the {what} WebSocket handshake within "
+        f"{timeout} s; check that it is reachable (and its TLS settings)"
+    )
+
+
+def stream_closed(
+    endpoint: str, what: str, code: int | None, reason: str | None
+) -> StoreUnavailable:
+    """A WebSocket stream the server closed (``code`` None: no close code was sent)."""
+    why = f"code {code}" if code is not None else "no close code"
+    if code is not None and reason:
+        why += f", {reason}"
+    return StoreUnavailable(
+        f"the {what} stream to etcd at {endpoint} closed ({why}); open it again"
+    )
+
+
+def stream_broken(endpoint: str, what: str, exc: BaseException) -> StoreUnavailable:
+    """A WebSocket stream that broke under the transport (always transient: open it again)."""
+    error = transport_error(endpoint, exc, doing=f"using the {what} stream")
+    if isinstance(error, StoreUnavailable):
+        return error
+    return StoreUnavailable(str(error))
+
+
+def not_json(origin: str) -> StoreError:
+    """A reply that is not a JSON object: ``origin`` is probably no etcd gateway."""
+    return StoreError(
+        f"{origin} answered with something other than a JSON object; is it an etcd v3 gateway?"
+    )
+
+
+def sign_in_without_token(endpoint: str) -> StoreError:
+    """A sign-in answered without a token."""
+    return StoreError(f"etcd at {endpoint} answered a sign-in without a token")
+
+
+def tls_files_unreadable(
+    endpoint: str, ca: str | None, cert: str | None, key: str | None, exc: Exception
+) -> StoreError:
+    """The configured TLS files could not be loaded."""
+    return StoreError(
+        f"cannot load the TLS files for etcd at {endpoint} "
+        f"(ca={ca!r}, cert={cert!r}, key={key!r}): {exc}; check the paths "
+        "and that they hold PEM data"
+    )
+
+
+# -- the store's contract ------------------------------------------------------------------
+
+
+def refused(endpoint: str, doing: str, message: str) -> StoreError:
+    """An error reply the operation has no meaning for."""
+    return StoreError(f"etcd at {endpoint} refused a request while {doing}: {message}")
+
+
+def value_too_large(key: str, size: int, limit: int) -> ValueTooLarge:
+    """A value that would exceed the server's request limit (never sent)."""
+    return ValueTooLarge(key, size, limit)
+
+
+def compacted_during_listing(endpoint: str) -> StoreUnavailable:
+    """Every attempt to page through a listing lost its revision to compaction."""
+    return StoreUnavailable(
+        f"etcd at {endpoint} compacted its history faster than a listing "
+        "could page through it; retry"
+    )
+
+
+def ttl_record_unreadable(namespace: str, value: bytes, key: str) -> StoreError:
+    """The namespace's TTL record does not hold a number."""
+    return StoreError(
+        f"etcd namespace {namespace!r} has an unreadable TTL record "
+        f"({value[:40]!r}); delete the key {key!r} to reset it"
+    )
+
+
+def ttl_mismatch(namespace: str, recorded: int, wanted: int) -> StoreError:
+    """The namespace already uses another ephemeral TTL."""
+    return StoreError(
+        f"etcd namespace {namespace!r} already uses an ephemeral "
+        f"TTL of {recorded} s, not {wanted} s; open it with ttl={recorded} "
+        "or use another namespace"
+    )
+
+
+def ttl_record_unstable(namespace: str) -> StoreUnavailable:
+    """The namespace's TTL record changed under every attempt to read or write it."""
+    return StoreUnavailable(f"the TTL record of etcd namespace {namespace!r} kept changing; retry")
+
+
+# -- leases --------------------------------------------------------------------------------
+
+
+def session_lost(endpoint: str, ttl: int) -> SessionLost:
+    """A session whose lease is gone (no keepalive confirmed for a TTL, or dropped by etcd)."""
+    return SessionLost(
+        f"the etcd session lease on {endpoint} is lost (no keepalive "
+        f"confirmed for {ttl} s, or etcd dropped it); its keys are gone and "
+        "nothing was written; open a new session"
+    )
+
+
+def lease_unusable(endpoint: str, reply: object) -> StoreError:
+    """A lease grant without an id or a TTL."""
+    return StoreError(f"etcd at {endpoint} granted no usable lease: {reply}")
+
+
+def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
+    """A lease granted with another TTL than asked (the server's limits)."""
+    return StoreError(
+        f"etcd at {endpoint} granted a {granted} s lease for a requested "
+        f"{wanted} s (its lease TTL limits); open the namespace with a ttl etcd "
+        "grants as asked"
+    )
+
+
+def keepalive_unreadable(exc: Exception) -> StoreUnavailable:
+    """A keepalive reply that does not parse."""
+    return StoreUnavailable(f"unreadable lease keepalive reply: {exc}")
+
+
+def keepalive_timeout(endpoint: str, timeout: float) -> StoreUnavailable:
+    """No answer to a keepalive within the timeout."""
+    return StoreUnavailable(
+        f"etcd at {endpoint} did not answer a lease keepalive within {timeout} s"
+    )
+
+
+# -- watches -------------------------------------------------------------------------------
+
+
+def watch_ended(endpoint: str | None) -> StoreUnavailable:
+    """A watch stream that ended (``endpoint`` None: the resuming watch, which has several)."""
+    if endpoint is None:
+        return StoreUnavailable("the etcd watch stream ended; watch again")
+    return StoreUnavailable(f"the watch stream to etcd at {endpoint} ended; watch again")
+
+
+def watch_unreadable(endpoint: str, exc: Exception, *, again: bool) -> StoreUnavailable:
+    """A watch message that does not parse (``again``: advise watching again)."""
+    advice = "; watch again" if again else ""
+    return StoreUnavailable(f"etcd at {endpoint} sent an unreadable watch message ({exc}){advice}")
+
+
+def watch_failed(endpoint: str, error: str) -> StoreUnavailable:
+    """A watch creation answered with an error."""
+    return StoreUnavailable(f"etcd at {endpoint} failed a watch: {error}")
+
+
+def watch_not_acknowledged(endpoint: str, timeout: float | None = None) -> StoreUnavailable:
+    """A watch creation not acknowledged (at all, or within ``timeout``)."""
+    if timeout is None:
+        return StoreUnavailable(f"etcd at {endpoint} did not acknowledge a watch")
+    return StoreUnavailable(f"etcd at {endpoint} did not acknowledge a watch within {timeout} s")
+
+
+def watch_refused(
+    endpoint: str,
+    cancel_reason: str,
+    compact_revision: int,
+    start_revision: int,
+    *,
+    user: str | None,
+    limit: int,
 ) -> SpateError:
-    """The error for a watch etcd canceled instead of creating (compacted, refused)."""
-    reason = message.cancel_reason.lower()
-    if message.compact_revision or "compacted" in reason:
+    """A watch etcd canceled instead of creating (compacted, refused)."""
+    reason = cancel_reason.lower()
+    if compact_revision or "compacted" in reason:
         return StoreUnavailable(
-            f"etcd at {gateway.endpoint} compacted its history past revision {start_revision} "
-            f"(compact revision {message.compact_revision}) before the watch started; "
+            f"etcd at {endpoint} compacted its history past revision {start_revision} "
+            f"(compact revision {compact_revision}) before the watch started; "
             "watch again (it lists afresh)"
         )
     for needle, kind in (
@@ -143,22 +372,39 @@ def watch_cancelled_error(
     ):
         if needle in reason:
             return gateway_error(
-                gateway.endpoint,
-                GatewayError(kind, 200, None, message.cancel_reason),
+                endpoint,
+                GatewayError(kind, 200, None, cancel_reason),
                 doing="starting a watch",
-                user=gateway.config.username,
-                limit=gateway.config.max_request_bytes,
+                user=user,
+                limit=limit,
             )
     return StoreUnavailable(
-        f"etcd at {gateway.endpoint} canceled a new watch: {message.cancel_reason or 'no reason'}"
+        f"etcd at {endpoint} canceled a new watch: {cancel_reason or 'no reason'}"
     )
 
 
-class _HasEndpoint(Protocol):
-    """The gateway, as far as the error wording needs it (no import of the gateway here)."""
+def watch_silent(endpoint: str, timeout: float, *, again: bool) -> StoreUnavailable:
+    """A watch stream that did not answer a progress request."""
+    advice = "; watch again" if again else ""
+    return StoreUnavailable(
+        f"the watch stream to etcd at {endpoint} went silent (no answer to a progress "
+        f"request within {timeout} s){advice}"
+    )
 
-    @property
-    def endpoint(self) -> str: ...
 
-    @property
-    def config(self) -> EtcdConfig: ...
+def watch_broken(endpoint: str, error: str) -> StoreUnavailable:
+    """An open watch that etcd reported an error on."""
+    return StoreUnavailable(f"etcd at {endpoint} broke a watch: {error}; watch again")
+
+
+def watch_canceled(endpoint: str, compact_revision: int, reason: str) -> StoreUnavailable:
+    """An open watch etcd canceled (fell behind compaction, or another reason)."""
+    if compact_revision:
+        return StoreUnavailable(
+            f"etcd at {endpoint} canceled a watch that fell behind "
+            f"compaction (compact revision {compact_revision}); watch again "
+            "(it lists afresh)"
+        )
+    return StoreUnavailable(
+        f"etcd at {endpoint} canceled a watch ({reason or 'no reason given'}); watch again"
+    )

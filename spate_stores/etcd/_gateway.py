@@ -29,6 +29,7 @@ import trio
 
 from spate.errors import StoreError, StoreUnavailable
 from spate_stores._tracing import client_span, server_endpoint
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import EtcdConfig
 from spate_stores.etcd._endpoints import EndpointSet
 from spate_stores.etcd._errors import gateway_error, transport_error
@@ -149,7 +150,7 @@ class Gateway:
                 raise self._fail(error, "signing in") from None
             token = _json(response).get("token")
             if not isinstance(token, str) or not token:
-                raise StoreError(f"etcd at {self.endpoint} answered a sign-in without a token")
+                raise errors.sign_in_without_token(self.endpoint)
             self._token = token
 
     async def call(self, path: str, body: Json, *, doing: str) -> Json:
@@ -203,10 +204,7 @@ class Gateway:
         assert last is not None
         if len(tried) < len(self.endpoints.all) or len(tried) == 1:
             raise last  # one member's failure (the write may have landed): the caller decides
-        raise StoreUnavailable(
-            f"no etcd endpoint could serve the request while {doing} (tried {', '.join(tried)}); "
-            f"the last said: {last}"
-        )
+        raise errors.no_member_served(doing, tried, last)
 
     async def _post_to(
         self, endpoint: str, path: str, body: Json, *, doing: str, headers: dict[str, str]
@@ -274,8 +272,7 @@ def _json(response: httpx.Response) -> Json:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise StoreError(
-            f"{response.request.url.scheme}://{response.request.url.netloc.decode()} answered "
-            "with something other than a JSON object; is it an etcd v3 gateway?"
+        raise errors.not_json(
+            f"{response.request.url.scheme}://{response.request.url.netloc.decode()}"
         )
     return data

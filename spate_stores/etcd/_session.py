@@ -27,7 +27,8 @@ from typing import Any
 
 import trio
 
-from spate.errors import SessionLost, StoreError, StoreUnavailable
+from spate.errors import StoreError, StoreUnavailable
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._wire import (
     lease_grant,
@@ -107,11 +108,7 @@ class LeaseSession:
             if not self._ended:
                 self._expire_by_clock()
             if self._lost:
-                raise SessionLost(
-                    f"the etcd session lease on {self._gateway.endpoint} is lost (no keepalive "
-                    f"confirmed for {self._ttl} s, or etcd dropped it); its keys are gone and "
-                    "nothing was written; open a new session"
-                )
+                raise errors.session_lost(self._gateway.endpoint, self._ttl)
             if self._ended:
                 raise StoreError(
                     "this etcd session has ended (its async with block was left), so its "
@@ -158,14 +155,10 @@ class LeaseSession:
         )
         lease, granted = lease_id(reply), lease_ttl(reply)
         if lease == 0 or granted <= 0:
-            raise StoreError(f"etcd at {self._gateway.endpoint} granted no usable lease: {reply}")
+            raise errors.lease_unusable(self._gateway.endpoint, reply)
         if granted != self._ttl:
             await self._revoke(lease)
-            raise StoreError(
-                f"etcd at {self._gateway.endpoint} granted a {granted} s lease for a requested "
-                f"{self._ttl} s (its lease TTL limits); open the namespace with a ttl etcd "
-                "grants as asked"
-            )
+            raise errors.lease_ttl_mismatch(self._gateway.endpoint, granted, self._ttl)
         self._lease = lease
         self._confirmed_at = started
         self._lease_ready.set()
@@ -208,7 +201,7 @@ class LeaseSession:
             try:
                 reply = parse_stream_result(await receive())
             except ValueError as exc:
-                raise StoreUnavailable(f"unreadable lease keepalive reply: {exc}") from None
+                raise errors.keepalive_unreadable(exc) from None
             if lease_id(reply) != lease or lease != self._lease:
                 return  # an answer about a lease this session no longer holds
             if lease_ttl(reply) <= 0:
@@ -216,10 +209,7 @@ class LeaseSession:
             else:
                 self._confirmed_at = max(self._confirmed_at, sent)
             return
-        raise StoreUnavailable(
-            f"etcd at {self._gateway.endpoint} did not answer a lease keepalive within "
-            f"{self._gateway.config.timeout} s"
-        )
+        raise errors.keepalive_timeout(self._gateway.endpoint, self._gateway.config.timeout)
 
     async def close(self) -> None:
         """End the session: revoke the lease so its keys go now, not a TTL later.

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import trio
 
-from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate.errors import StoreError
 from spate.store import (
     Capabilities,
     Entry,
@@ -26,6 +26,7 @@ from spate.store import (
     validate_key,
     validate_prefix,
 )
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import DEFAULT_EPHEMERAL_TTL, EtcdConfig, KeyLayout
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._session import LeaseSession
@@ -190,16 +191,11 @@ class EtcdStore:
                 try:
                     recorded = int(current.value.decode())
                 except ValueError:
-                    raise StoreError(
-                        f"etcd namespace {self._config.namespace!r} has an unreadable TTL record "
-                        f"({current.value[:40]!r}); delete the key {key.decode()!r} to reset it"
+                    raise errors.ttl_record_unreadable(
+                        self._config.namespace, current.value, key.decode()
                     ) from None
                 if wanted is not None and recorded != int(wanted):
-                    raise StoreError(
-                        f"etcd namespace {self._config.namespace!r} already uses an ephemeral "
-                        f"TTL of {recorded} s, not {int(wanted)} s; open it with ttl={recorded} "
-                        "or use another namespace"
-                    )
+                    raise errors.ttl_mismatch(self._config.namespace, recorded, int(wanted))
                 self._ttl = recorded
                 return
             ttl = int(wanted or DEFAULT_EPHEMERAL_TTL)
@@ -211,9 +207,7 @@ class EtcdStore:
             if txn_succeeded(reply):
                 self._ttl = ttl
                 return
-        raise StoreUnavailable(
-            f"the TTL record of etcd namespace {self._config.namespace!r} kept changing; retry"
-        )
+        raise errors.ttl_record_unstable(self._config.namespace)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -229,7 +223,7 @@ class EtcdStore:
             raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
         data = bytes(value)
         if len(data) > self._capabilities.max_value_size:
-            raise ValueTooLarge(key, len(data), self._capabilities.max_value_size)
+            raise errors.value_too_large(key, len(data), self._capabilities.max_value_size)
         return data
 
     async def _get_raw(self, key: bytes, *, doing: str) -> Kv | None:
@@ -265,15 +259,10 @@ class EtcdStore:
                 if exc.error.kind is not ErrorKind.COMPACTED:
                     raise self._unexpected(exc, "listing") from None
                 # The pinned revision was compacted between pages: list again from now.
-        raise StoreUnavailable(
-            f"etcd at {self._config.endpoint} compacted its history faster than a listing "
-            "could page through it; retry"
-        )
+        raise errors.compacted_during_listing(self._config.endpoint)
 
     def _unexpected(self, exc: ReplyError, doing: str) -> StoreError:
-        return StoreError(
-            f"etcd at {self._config.endpoint} refused a request while {doing}: {exc.error.message}"
-        )
+        return errors.refused(self._config.endpoint, doing, exc.error.message)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[LeaseSession]:

@@ -25,8 +25,8 @@ import trio
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone, WatchEvent
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import KeyLayout
-from spate_stores.etcd._errors import transport_error, watch_cancelled_error
 from spate_stores.etcd._gateway import Gateway
 from spate_stores.etcd._watch_failover import resuming_watch
 from spate_stores.etcd._wire import (
@@ -89,9 +89,7 @@ class _ChannelSource:
         try:
             item = await self._channel.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise StoreUnavailable(
-                f"the watch stream to etcd at {self._endpoint} ended; watch again"
-            ) from None
+            raise errors.watch_ended(self._endpoint) from None
         if isinstance(item, Exception):
             raise item
         return item
@@ -116,7 +114,9 @@ async def _pump_lines(
             except (StoreError, StoreUnavailable) as exc:
                 await _deliver(send, exc)
             except httpx.HTTPError as exc:
-                await _deliver(send, transport_error(gateway.endpoint, exc, doing="watching"))
+                await _deliver(
+                    send, errors.transport_error(gateway.endpoint, exc, doing="watching")
+                )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the watch was closed; nobody reads any more
 
@@ -128,28 +128,36 @@ async def _deliver(send: trio.MemorySendChannel[str | Exception], exc: Exception
         pass
 
 
+def created_error(gateway: Gateway, message: WatchMessage, start_revision: int) -> Exception:
+    """The error for a watch etcd canceled instead of creating (compacted, refused)."""
+    return errors.watch_refused(
+        gateway.endpoint,
+        message.cancel_reason,
+        message.compact_revision,
+        start_revision,
+        user=gateway.config.username,
+        limit=gateway.config.max_request_bytes,
+    )
+
+
 async def _await_created(gateway: Gateway, source: WatchSource, start_revision: int) -> None:
     with trio.move_on_after(gateway.config.timeout):
         message = _parse(gateway, await source.receive())
         if message.error:
-            raise StoreUnavailable(f"etcd at {gateway.endpoint} failed a watch: {message.error}")
+            raise errors.watch_failed(gateway.endpoint, message.error)
         if message.canceled:
-            raise watch_cancelled_error(gateway, message, start_revision)
+            raise created_error(gateway, message, start_revision)
         if not message.created:
-            raise StoreUnavailable(f"etcd at {gateway.endpoint} did not acknowledge a watch")
+            raise errors.watch_not_acknowledged(gateway.endpoint)
         return
-    raise StoreUnavailable(
-        f"etcd at {gateway.endpoint} did not acknowledge a watch within {gateway.config.timeout} s"
-    )
+    raise errors.watch_not_acknowledged(gateway.endpoint, gateway.config.timeout)
 
 
 def _parse(gateway: Gateway, text: str) -> WatchMessage:
     try:
         return parse_watch_message(text)
     except (ValueError, TypeError) as exc:
-        raise StoreUnavailable(
-            f"etcd at {gateway.endpoint} sent an unreadable watch message ({exc}); watch again"
-        ) from None
+        raise errors.watch_unreadable(gateway.endpoint, exc, again=True) from None
 
 
 @asynccontextmanager
@@ -241,26 +249,14 @@ class WatchIterator:
         await self._source.probe()
         with trio.move_on_after(self._gateway.config.timeout):
             return _parse(self._gateway, await self._source.receive())
-        raise StoreUnavailable(
-            f"the watch stream to etcd at {self._gateway.endpoint} went silent (no answer to a "
-            f"progress request within {self._gateway.config.timeout} s); watch again"
-        )
+        raise errors.watch_silent(self._gateway.endpoint, self._gateway.config.timeout, again=True)
 
     def _absorb(self, message: WatchMessage) -> None:
         if message.error:
-            raise StoreUnavailable(
-                f"etcd at {self._gateway.endpoint} broke a watch: {message.error}; watch again"
-            )
+            raise errors.watch_broken(self._gateway.endpoint, message.error)
         if message.canceled:
-            if message.compact_revision:
-                raise StoreUnavailable(
-                    f"etcd at {self._gateway.endpoint} canceled a watch that fell behind "
-                    f"compaction (compact revision {message.compact_revision}); watch again "
-                    "(it lists afresh)"
-                )
-            raise StoreUnavailable(
-                f"etcd at {self._gateway.endpoint} canceled a watch "
-                f"({message.cancel_reason or 'no reason given'}); watch again"
+            raise errors.watch_canceled(
+                self._gateway.endpoint, message.compact_revision, message.cancel_reason
             )
         for raw in message.events:
             revision = raw.kv.mod_revision

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from spate.errors import StoreError, StoreUnavailable
-from spate_stores.etcd._errors import watch_cancelled_error
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway
 from spate_stores.etcd._wire import WatchMessage, parse_watch_message, watch_create, watch_progress
 from spate_stores.etcd._ws import GatewaySocket, open_socket
@@ -44,7 +44,7 @@ class ResumingSource:
         try:
             item = await self._channel.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise StoreUnavailable("the etcd watch stream ended; watch again") from None
+            raise errors.watch_ended(None) from None
         if isinstance(item, Exception):
             raise item
         return item
@@ -58,25 +58,27 @@ def _parse(gateway: Gateway, text: str) -> WatchMessage:
     try:
         return parse_watch_message(text)
     except (ValueError, TypeError) as exc:
-        raise StoreUnavailable(
-            f"etcd at {gateway.endpoint} sent an unreadable watch message ({exc})"
-        ) from None
+        raise errors.watch_unreadable(gateway.endpoint, exc, again=False) from None
 
 
 async def _created(gateway: Gateway, sock: GatewaySocket, revision: int) -> None:
-
     with trio.move_on_after(gateway.config.timeout):
         message = _parse(gateway, await sock.receive())
         if message.error:
-            raise StoreUnavailable(f"etcd at {gateway.endpoint} failed a watch: {message.error}")
+            raise errors.watch_failed(gateway.endpoint, message.error)
         if message.canceled:
-            raise watch_cancelled_error(gateway, message, revision)
+            raise errors.watch_refused(
+                gateway.endpoint,
+                message.cancel_reason,
+                message.compact_revision,
+                revision,
+                user=gateway.config.username,
+                limit=gateway.config.max_request_bytes,
+            )
         if not message.created:
-            raise StoreUnavailable(f"etcd at {gateway.endpoint} did not acknowledge a watch")
+            raise errors.watch_not_acknowledged(gateway.endpoint)
         return
-    raise StoreUnavailable(
-        f"etcd at {gateway.endpoint} did not acknowledge a watch within {gateway.config.timeout} s"
-    )
+    raise errors.watch_not_acknowledged(gateway.endpoint, gateway.config.timeout)
 
 
 async def _pump(
@@ -134,10 +136,7 @@ async def _receive_or_probe(gateway: Gateway, sock: GatewaySocket) -> str:
     await sock.send(watch_progress())
     with trio.move_on_after(gateway.config.timeout):
         return await sock.receive()
-    raise StoreUnavailable(
-        f"the watch stream to etcd at {gateway.endpoint} went silent (no answer to a progress "
-        f"request within {gateway.config.timeout} s)"
-    )
+    raise errors.watch_silent(gateway.endpoint, gateway.config.timeout, again=False)
 
 
 async def _deliver(send: trio.MemorySendChannel[str | Exception], exc: Exception) -> None:

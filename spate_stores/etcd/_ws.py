@@ -21,7 +21,7 @@ import trio
 import trio_websocket
 
 from spate.errors import StoreUnavailable
-from spate_stores.etcd._errors import transport_error
+from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway
 
 __all__ = ["WS_ERRORS", "GatewaySocket", "open_socket"]
@@ -73,16 +73,10 @@ class GatewaySocket:
     def _broken(self, exc: BaseException) -> StoreUnavailable:
         if isinstance(exc, trio_websocket.ConnectionClosed):
             reason = exc.reason
-            why = f"code {reason.code}" if reason is not None else "no close code"
-            if reason is not None and reason.reason:
-                why += f", {reason.reason}"
-            return StoreUnavailable(
-                f"the {self._what} stream to etcd at {self._endpoint} closed ({why}); open it again"
-            )
-        error = transport_error(self._endpoint, exc, doing=f"using the {self._what} stream")
-        if isinstance(error, StoreUnavailable):
-            return error
-        return StoreUnavailable(str(error))
+            if reason is None:
+                return errors.stream_closed(self._endpoint, self._what, None, None)
+            return errors.stream_closed(self._endpoint, self._what, reason.code, reason.reason)
+        return errors.stream_broken(self._endpoint, self._what, exc)
 
 
 @asynccontextmanager
@@ -112,10 +106,7 @@ async def open_socket(gateway: Gateway, path: str, what: str) -> AsyncIterator[G
     assert failure is not None
     if len(tried) == 1:
         raise failure
-    raise StoreUnavailable(
-        f"no etcd endpoint accepted the {what} stream (tried {', '.join(tried)}); "
-        f"the last said: {failure}"
-    )
+    raise errors.no_member_accepted_stream(what, tried, failure)
 
 
 class _ConnectFailed(Exception):
@@ -150,13 +141,9 @@ async def _connect(
             return  # the caller is done with the stream; a failed close handshake is moot
         if isinstance(exc, trio_websocket.ConnectionTimeout):
             raise _ConnectFailed(
-                StoreUnavailable(
-                    f"etcd at {endpoint} did not complete the {what} WebSocket handshake within "
-                    f"{gateway.config.timeout} s; check that it is reachable (and its TLS "
-                    "settings)"
-                )
+                errors.stream_handshake_timeout(endpoint, what, gateway.config.timeout)
             ) from None
-        error = transport_error(endpoint, exc, doing=f"opening the {what} stream")
+        error = errors.transport_error(endpoint, exc, doing=f"opening the {what} stream")
         if isinstance(error, StoreUnavailable):
             raise _ConnectFailed(error) from None
         raise error from None

@@ -18,14 +18,10 @@ from typing import Any
 
 import attrs
 
-from spate.errors import StoreError
 from spate.store import Keyspace
-from spate_stores.nats._jetstream import (
-    ERR_STREAM_EXISTS,
-    ERR_STREAM_NOT_FOUND,
-    ApiError,
-    JetStream,
-)
+from spate_stores.nats import _errors as errors
+from spate_stores.nats._errors import ERR_STREAM_EXISTS, ERR_STREAM_NOT_FOUND, ApiError
+from spate_stores.nats._jetstream import JetStream
 
 __all__ = ["HISTORY", "Bucket", "ensure_bucket"]
 
@@ -88,29 +84,14 @@ def _verify(
 ) -> None:
     name = desired["name"][3:]
     if config.get("subjects") != desired["subjects"]:
-        raise StoreError(
-            f"the NATS stream {desired['name']} exists but listens on {config.get('subjects')}, "
-            f"not {desired['subjects']}; it was not made by spate. Delete it or use another "
-            "namespace."
-        )
+        raise errors.foreign_stream(desired["name"], config.get("subjects"), desired["subjects"])
     if config.get("max_msgs_per_subject") != HISTORY:
-        raise StoreError(
-            f"the NATS KV bucket {name} keeps history {config.get('max_msgs_per_subject')} per "
-            f"key; spate keeps {HISTORY}. Delete the bucket or use another namespace."
-        )
+        raise errors.history_mismatch(name, config.get("max_msgs_per_subject"), HISTORY)
     max_age = int(config.get("max_age") or 0)
     if keyspace is Keyspace.DURABLE and max_age != 0:
-        raise StoreError(
-            f"the NATS KV bucket {name} for the durable keyspace expires entries after "
-            f"{max_age / _NS:g} s; durable records must never expire. Delete the bucket or use "
-            "another namespace."
-        )
+        raise errors.durable_bucket_expires(name, max_age / _NS)
     if keyspace is Keyspace.EPHEMERAL and abs(max_age - desired["max_age"]) > _TTL_TOLERANCE_NS:
-        raise StoreError(
-            f"this namespace's ephemeral keyspace (NATS KV bucket {name}) already uses a TTL of "
-            f"{max_age / _NS:g} s, not {ttl:g} s; open the store with ttl={max_age / _NS:g} "
-            "(every worker of a job must use the same lease duration) or use another namespace."
-        )
+        raise errors.ttl_mismatch(name, max_age / _NS, ttl)
 
 
 async def ensure_bucket(
@@ -170,5 +151,5 @@ async def _stream_config(js: JetStream, stream: str) -> dict[str, Any] | None:
         raise exc.translate() from None
     config = info.get("config")
     if not isinstance(config, dict):
-        raise StoreError(f"the NATS server described stream {stream} without a configuration")
+        raise errors.stream_without_config(stream)
     return config

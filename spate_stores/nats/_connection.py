@@ -34,7 +34,9 @@ import attrs
 import trio
 
 from spate._version import __version__
-from spate.errors import StoreError, StoreUnavailable
+from spate.errors import StoreError
+from spate_stores.nats import _errors as errors
+from spate_stores.nats._errors import ServerError, TlsVerificationFailed
 from spate_stores.nats._options import ConnectOptions
 from spate_stores.nats._protocol import (
     Err,
@@ -66,23 +68,6 @@ log = logging.getLogger("spate.nats")
 
 _INBOX_SID = 1
 _MAX_PINGS_OUTSTANDING = 2
-_AUTH_ERRORS = ("authorization violation", "authentication", "user authentication expired")
-
-
-class TlsVerificationFailed(TransportError):
-    """The server's TLS certificate did not verify (a permanent misconfiguration)."""
-
-
-class _ServerError(Exception):
-    """The server sent a fatal ``-ERR`` (it closes the connection after it)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"server error: {message}")
-        self.message = message
-
-    @property
-    def is_auth(self) -> bool:
-        return self.message.lower().startswith(_AUTH_ERRORS)
 
 
 @attrs.frozen
@@ -107,25 +92,43 @@ class Subscription:
 
 
 class _Pending:
-    __slots__ = ("deadline", "event", "result", "subject")
+    """One request waiting for its reply: the requesting task parks itself here.
+
+    The task is rescheduled directly rather than through a :class:`trio.Event` (whose parking
+    lot costs more than the rest of the wake-up); ``replied`` marks a wake-up by a reply, which
+    the connection counts to coalesce the writes of tasks woken together.
+    """
+
+    __slots__ = ("deadline", "replied", "result", "subject", "task")
 
     def __init__(self, subject: str, deadline: float) -> None:
         self.subject = subject
         self.deadline = deadline
-        self.event = trio.Event()
         self.result: Msg | Exception | None = None
+        self.task: trio.lowlevel.Task | None = None
+        self.replied = False
 
-    def resolve(self, result: Msg | Exception) -> None:
-        if self.result is None:
-            self.result = result
-            self.event.set()
+    def resolve(self, result: Msg | Exception) -> bool:
+        """Settle the request (the first result wins); whether this call settled it."""
+        if self.result is not None:
+            return False
+        self.result = result
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+        return True
 
+    async def wait(self) -> None:
+        """Park the current task until :meth:`resolve` (a checkpoint; cancellable)."""
+        if self.result is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
 
-def _is_fatal(reason: Exception) -> bool:
-    """Whether a failed first connection is a misconfiguration no other server would fix."""
-    return (isinstance(reason, _ServerError) and reason.is_auth) or isinstance(
-        reason, TlsVerificationFailed | StoreError
-    )
+    def _abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 def _parse_version(text: object) -> tuple[int, ...]:
@@ -161,6 +164,11 @@ class NatsConnection:
         self._inbox = f"_INBOX.{secrets.token_hex(11)}"
         self._outbuf = bytearray()
         self._writer_busy = False
+        # Requesters woken by a reply that have not run yet. While there are some, writes are
+        # held back (see _send): those tasks run next in the same scheduler batch and, as a
+        # request/reply client's tasks usually do, send again, so all of them go out in one
+        # send. The last of them sends everything (and the writer task, if none sends).
+        self._woken = 0
         self._writer_wakeup = trio.Event()
         self._pings_outstanding = 0
         self._parser = Parser()
@@ -229,10 +237,7 @@ class NatsConnection:
         if self._nursery_manager is None or self._nursery is None:
             return
         self._closed = True
-        reason = StoreUnavailable(
-            f"the store's connection to {self.options.url} was closed while a request waited "
-            "for its reply; it may or may not have been applied"
-        )
+        reason = errors.closed_while_waiting(self.options.url)
         for pending in list(self._pending.values()):
             pending.resolve(reason)
         for sub in list(self._subs.values()):
@@ -257,54 +262,23 @@ class NatsConnection:
                 self.pool.advance()  # next attempt: the next server (no-op with one)
             if first and not connected:
                 tried.append(server)
-                if len(tried) < len(self.options.configured) and not _is_fatal(reason):
+                if len(tried) < len(self.options.configured) and not (
+                    errors.is_fatal_first_failure(reason)
+                ):
                     continue  # the first connection tries each configured server once
-                raise self._first_failure(reason, tried)
+                raise errors.first_connection_failed(self.options.url, reason, tried)
             first = False
             if self._is_closed():
                 return
-            if isinstance(reason, _ServerError) and reason.is_auth:
+            if isinstance(reason, ServerError) and reason.is_auth:
                 # Requests fail fast with a clear error until the credentials work again.
-                self._fatal = StoreError(
-                    f"{self.options.url} now refuses the credentials ({reason.message}); "
-                    "check the user and password or token in the store URL."
-                )
+                self._fatal = errors.credentials_refused(self.options.url, reason.message)
                 self._ready.set()
             log.warning("connection to %s lost (%s); reconnecting", self.options.url, reason)
             if trio.current_time() - started > 10 * self.options.reconnect_wait_max:
                 delay = 0.05  # the last session lived a while: retry promptly
             await trio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self.options.reconnect_wait_max)
-
-    def _first_failure(self, reason: Exception, tried: list[tuple[str, int]]) -> Exception:
-        url = self.options.url
-        if isinstance(reason, _ServerError) and reason.is_auth:
-            return StoreError(
-                f"{url} refused the credentials ({reason.message}); check the user and "
-                "password or token in the store URL."
-            )
-        if isinstance(reason, TlsVerificationFailed):
-            return StoreError(
-                f"the TLS certificate of {url} did not verify ({reason}); pass the CA bundle "
-                "that signed it as ?ca=/path/to/ca.pem, or fix the server's certificate."
-            )
-        if isinstance(reason, StoreError):
-            return reason
-        if isinstance(reason, ProtocolError):
-            return StoreError(
-                f"{url} does not speak the NATS client protocol ({reason}); check the scheme "
-                "and port (TCP clients use 4222, WebSocket clients the websocket port)."
-            )
-        if len(tried) > 1:
-            return StoreUnavailable(
-                f"cannot connect to any NATS server of {url} (tried {ServerPool.describe(tried)}; "
-                f"the last: {reason}). Check that nats-server is running there (with -js for "
-                "JetStream) and reachable; the caller may retry."
-            )
-        return StoreUnavailable(
-            f"cannot connect to NATS at {url}: {reason}. Check that nats-server is running "
-            "there (with -js for JetStream) and reachable; the caller may retry."
-        )
 
     def _is_closed(self) -> bool:
         return self._closed
@@ -319,7 +293,7 @@ class NatsConnection:
             async with trio.open_nursery() as nursery:
                 try:
                     transport = await self._connect(nursery)
-                except (TransportError, ProtocolError, _ServerError, StoreError) as exc:
+                except (TransportError, ProtocolError, ServerError, StoreError) as exc:
                     self._loss = exc
                     nursery.cancel_scope.cancel()
                 except trio.TooSlowError:
@@ -356,10 +330,7 @@ class NatsConnection:
         self._last_loss = str(reason)
         self._outbuf.clear()
         self._ready = trio.Event()
-        failure = StoreUnavailable(
-            f"the connection to NATS at {self.options.url} broke ({reason}) while waiting for "
-            "a reply; the request may or may not have been applied"
-        )
+        failure = errors.broke_while_waiting(self.options.url, reason)
         for pending in list(self._pending.values()):
             pending.resolve(failure)
         marker = ConnectionLost(str(reason))
@@ -413,10 +384,7 @@ class NatsConnection:
                     raise TlsVerificationFailed(str(exc)) from exc
                 raise
         if info.get("headers") is False:
-            raise StoreError(
-                f"the NATS server at {options.url} does not support message headers; "
-                "JetStream KV needs nats-server 2.2 or later (spate is tested on 2.9+)."
-            )
+            raise errors.headers_unsupported(options.url)
         connect: dict[str, Any] = {
             "verbose": False,
             "pedantic": False,
@@ -449,7 +417,7 @@ class NatsConnection:
                 elif isinstance(event, Ping):
                     await transport.send_all(encode_pong())
                 elif isinstance(event, Err):
-                    raise _ServerError(event.message)
+                    raise ServerError(event.message)
             data = await transport.receive_some()
             if not data:
                 raise TransportError("the server closed the connection during the handshake")
@@ -496,8 +464,9 @@ class NatsConnection:
             prefix, _, token = msg.subject.rpartition(".")
             if prefix == self._inbox:
                 pending = self._pending.get(token)
-                if pending is not None:
-                    pending.resolve(msg)
+                if pending is not None and pending.resolve(msg):
+                    pending.replied = True
+                    self._woken += 1
             return
         sub = self._subs.get(msg.sid)
         if sub is not None:
@@ -505,16 +474,13 @@ class NatsConnection:
 
     def _server_error(self, err: Err) -> None:
         if err.fatal:
-            self._lose(_ServerError(err.message))
+            self._lose(ServerError(err.message))
             return
         log.warning("NATS server %s: %s", self.options.url, err.message)
         _, _, quoted = err.message.partition('"')
         subject = quoted.rstrip('"')
         if err.message.lower().startswith("permissions violation for publish") and subject:
-            failure = StoreError(
-                f"the NATS account used for {self.options.url} may not publish to {subject} "
-                f"({err.message}); grant it the JetStream API and $KV subjects."
-            )
+            failure = errors.publish_denied(self.options.url, subject, err.message)
             for pending in list(self._pending.values()):
                 if pending.subject == subject:
                     pending.resolve(failure)
@@ -542,24 +508,28 @@ class NatsConnection:
         if transport is None or self._loss is not None:
             if quiet:
                 return
-            raise StoreUnavailable(
-                f"the connection to NATS at {self.options.url} is down ({self._last_loss}); "
-                "nothing was sent"
-            )
-        if not self._outbuf and not self._writer_busy:
-            try:
-                sent = transport.try_send(data)
-            except TransportError as exc:
-                self._lose(exc)
-                if quiet:
-                    return
-                raise StoreUnavailable(
-                    f"the connection to NATS at {self.options.url} broke while sending ({exc})"
-                ) from None
-            if sent == len(data):
+            raise errors.connection_down(self.options.url, self._last_loss)
+        outbuf = self._outbuf
+        if self._woken or self._writer_busy or not transport.sends_directly:
+            # Coalesce: a woken requester still to run will send this along with its own
+            # bytes; else the writer task sends it at the next scheduler batch.
+            outbuf += data
+            self._writer_wakeup.set()
+            return
+        if outbuf:
+            outbuf += data
+            data = bytes(outbuf)
+            outbuf.clear()
+        try:
+            sent = transport.try_send(data)
+        except TransportError as exc:
+            self._lose(exc)
+            if quiet:
                 return
-            data = data[sent:]
-        self._outbuf += data
+            raise errors.broke_while_sending(self.options.url, exc) from None
+        if sent == len(data):
+            return
+        outbuf += memoryview(data)[sent:]
         self._writer_wakeup.set()
 
     async def _writer(self, transport: Transport) -> None:
@@ -583,7 +553,7 @@ class NatsConnection:
         """Return once connected; StoreUnavailable at ``deadline``, StoreError if closed."""
         while True:
             if self._closed:
-                raise StoreError(f"the NATS store for {self.options.url} is closed")
+                raise errors.store_closed(self.options.url)
             if self._fatal is not None:
                 raise StoreError(str(self._fatal))
             if self.connected:
@@ -591,10 +561,7 @@ class NatsConnection:
             with trio.move_on_at(deadline):
                 await self._ready.wait()
                 continue
-            raise StoreUnavailable(
-                f"not connected to NATS at {self.options.url} ({self._last_loss}); still "
-                "reconnecting in the background, retry later"
-            )
+            raise errors.not_connected(self.options.url, self._last_loss)
 
     async def publish(
         self, subject: str, payload: bytes = b"", headers: bytes | None = None
@@ -634,9 +601,11 @@ class NatsConnection:
             self._deadlines.append(pending)
             if len(self._deadlines) == 1:
                 self._timer_wakeup.set()
-            await pending.event.wait()
+            await pending.wait()
         finally:
             del self._pending[token]
+            if pending.replied:
+                self._woken -= 1
         result = pending.result
         if isinstance(result, Exception):
             raise result
@@ -658,11 +627,7 @@ class NatsConnection:
             while deadlines and deadlines[0].deadline <= now:
                 pending = deadlines.popleft()
                 pending.resolve(
-                    StoreUnavailable(
-                        f"no reply from NATS at {self.options.url} to a request on "
-                        f"{pending.subject} within {self.options.timeout:g} s; it may or may "
-                        "not have been applied"
-                    )
+                    errors.reply_timeout(self.options.url, pending.subject, self.options.timeout)
                 )
 
     async def subscribe(self, subject: str) -> Subscription:

@@ -2,8 +2,9 @@
 
 JetStream answers in JSON (``{"error": {"code", "err_code", "description"}}`` on failure) or,
 for direct gets, with a header-only status (``NATS/1.0 404 Message Not Found``). This module
-turns both into Python values and a few precise exceptions; the store decides what each means
-for the contract (Lost, None, StoreError or StoreUnavailable).
+turns both into Python values and a few precise exceptions (made by ``_errors.py``, which owns
+every error code and message); the store decides what each means for the contract (Lost, None,
+StoreError or StoreUnavailable).
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ import attrs
 
 from spate.errors import StoreError, StoreUnavailable
 from spate_stores._tracing import client_span, server_endpoint
+from spate_stores.nats import _errors as errors
 from spate_stores.nats._connection import NatsConnection
+from spate_stores.nats._errors import ApiError, WrongLastSequence
 from spate_stores.nats._protocol import Headers, Msg, ProtocolError, parse_headers
 
 __all__ = [
-    "ERR_CONSUMER_NOT_FOUND",
-    "ERR_NO_MESSAGE",
-    "ERR_STREAM_EXISTS",
-    "ERR_STREAM_NOT_FOUND",
-    "ERR_WRONG_LAST_SEQUENCE",
-    "ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT",
     "ApiError",
     "JetStream",
     "StoredMessage",
@@ -35,17 +32,6 @@ __all__ = [
     "expect_sequence",
     "is_tombstone",
 ]
-
-ERR_WRONG_LAST_SEQUENCE = 10071
-ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT = 10164
-"""A clustered stream's leader refusing a conditional write because another write to the same
-subject is still being replicated ("wrong last sequence", without a number): nothing of this
-write was stored, and the subject's last sequence is about to move (or not, if that other
-proposal is dropped by a leader change)."""
-ERR_STREAM_EXISTS = 10058
-ERR_STREAM_NOT_FOUND = 10059
-ERR_NO_MESSAGE = 10037
-ERR_CONSUMER_NOT_FOUND = 10014
 
 # The usual acknowledgement, parsed without json (this is every write's hot path); anything
 # else (errors, duplicates, domains) goes through json.
@@ -62,30 +48,6 @@ def expect_sequence(sequence: int, *, delete: bool = False) -> bytes:
     """
     first = b"NATS/1.0\r\nKV-Operation: DEL\r\n" if delete else b"NATS/1.0\r\n"
     return first + b"Nats-Expected-Last-Subject-Sequence: %d\r\n\r\n" % sequence
-
-
-class ApiError(Exception):
-    """JetStream refused a request; ``err_code`` is its stable error number."""
-
-    def __init__(self, what: str, code: int, err_code: int, description: str) -> None:
-        super().__init__(f"{what}: {description} (code {code}, err_code {err_code})")
-        self.code = code
-        self.err_code = err_code
-        self.description = description
-
-    def translate(self) -> StoreError | StoreUnavailable:
-        """The contract's error for an unexpected refusal: 5xx transient, 4xx permanent."""
-        if self.code >= 500:
-            return StoreUnavailable(f"JetStream is unavailable ({self}); retry later")
-        return StoreError(f"JetStream refused the request ({self})")
-
-
-class WrongLastSequence(Exception):
-    """A conditional publish lost: the subject's last sequence was not the expected one."""
-
-    def __init__(self, last: int | None) -> None:
-        super().__init__(f"wrong last sequence: {last}")
-        self.last = last
 
 
 def is_tombstone(headers: Headers | None) -> bool:
@@ -121,9 +83,7 @@ def _json(msg: Msg, what: str) -> dict[str, Any]:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise StoreUnavailable(
-            f"JetStream sent an unreadable reply to {what}: {msg.payload[:80]!r}"
-        )
+        raise errors.unreadable_reply(what, msg.payload)
     return data
 
 
@@ -154,14 +114,10 @@ class JetStream:
             return await self.connection.request(subject, payload, headers=headers)
 
     def _no_responders(self, what: str) -> StoreError | StoreUnavailable:
-        if self.connection.server_info.get("jetstream") is False:
-            return StoreError(
-                f"JetStream is not enabled on the NATS server at {self.connection.options.url}; "
-                "start nats-server with -js (or a jetstream {} block in its config)."
-            )
-        return StoreUnavailable(
-            f"nothing answered {what} on {self.connection.options.url} (no JetStream responder: "
-            "the stream may be missing or electing a leader); nothing was applied"
+        return errors.no_responders(
+            self.connection.options.url,
+            what,
+            jetstream_disabled=self.connection.server_info.get("jetstream") is False,
         )
 
     async def api(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -192,24 +148,10 @@ class JetStream:
         data = _json(msg, f"a write to {subject}")
         error = _api_error(data, f"write to {subject}")
         if error is not None:
-            if error.err_code == ERR_WRONG_LAST_SEQUENCE:
-                _, _, last = error.description.rpartition(" ")
-                raise WrongLastSequence(int(last) if last.isdigit() else None)
-            if error.err_code == ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT:
-                # Not a lost compare-and-swap yet: the write in flight may be this client's
-                # own earlier attempt (its reply lost), which a Lost here would misreport as a
-                # rival's. Transient: retrying after it settles gives the real answer.
-                raise StoreUnavailable(
-                    f"JetStream refused a write to {subject} while another write to the same "
-                    "key was still being replicated (wrong last sequence, err_code "
-                    f"{ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT}); nothing was written, retry"
-                )
-            raise error
+            raise errors.write_refusal(error, subject)
         sequence = data.get("seq")
         if not isinstance(sequence, int) or sequence <= 0:
-            raise StoreUnavailable(
-                f"JetStream acknowledged a write to {subject} without a sequence"
-            )
+            raise errors.ack_without_sequence(subject)
         return sequence
 
     async def last_message(
@@ -229,30 +171,28 @@ class JetStream:
             raise self._no_responders(f"a read of {subject}")
         if status is not None or msg.headers is None:
             description = msg.headers.description if msg.headers is not None else "no headers"
-            raise StoreUnavailable(f"a read of {subject} failed: status {status} {description}")
+            raise errors.read_failed(subject, status, description)
         sequence = msg.headers.get("Nats-Sequence")
         if sequence is None or not sequence.isdigit():
-            raise StoreUnavailable(f"a read of {subject} came back without Nats-Sequence")
+            raise errors.read_without_sequence(subject)
         return StoredMessage(subject, int(sequence), msg.payload, msg.headers)
 
     async def _msg_get(self, stream: str, subject: str) -> StoredMessage | None:
         try:
             data = await self.api(f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
         except ApiError as exc:
-            if exc.err_code == ERR_NO_MESSAGE:
+            if exc.err_code == errors.ERR_NO_MESSAGE:
                 return None
             raise exc.translate() from None
         message = data.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("seq"), int):
-            raise StoreUnavailable(f"a read of {subject} returned no message: {data!r:.120}")
+            raise errors.read_without_message(subject, data)
         try:
             payload = base64.b64decode(message.get("data") or "", validate=True)
             raw_headers = base64.b64decode(message.get("hdrs") or "", validate=True)
             headers = parse_headers(raw_headers) if raw_headers else None
         except (binascii.Error, ProtocolError) as exc:
-            raise StoreUnavailable(
-                f"a read of {subject} returned a corrupt message: {exc}"
-            ) from None
+            raise errors.read_corrupt(subject, exc) from None
         return StoredMessage(subject, message["seq"], payload, headers)
 
     async def delete_consumer_soon(self, stream: str, consumer: str) -> None:

@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 
 import attrs
 
-from spate.errors import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
+from spate.errors import ConfigError, StoreError
 from spate.store import (
     Capabilities,
     Entry,
@@ -39,15 +39,11 @@ from spate.store import (
     validate_key,
     validate_prefix,
 )
+from spate_stores.nats import _errors as errors
 from spate_stores.nats._bucket import Bucket, ensure_bucket
 from spate_stores.nats._connection import NatsConnection
-from spate_stores.nats._jetstream import (
-    ApiError,
-    JetStream,
-    StoredMessage,
-    WrongLastSequence,
-    expect_sequence,
-)
+from spate_stores.nats._errors import ApiError, WrongLastSequence
+from spate_stores.nats._jetstream import JetStream, StoredMessage, expect_sequence
 from spate_stores.nats._keys import bucket_name, encode_key
 from spate_stores.nats._options import MIN_TTL, StoreOptions, parse_url
 from spate_stores.nats._watch import KeyWatch
@@ -219,7 +215,7 @@ class NatsStore:
             raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
         limit = self._capabilities.max_value_size
         if len(value) > limit:
-            raise ValueTooLarge(key, len(value), limit)
+            raise errors.value_too_large(key, len(value), limit)
         return bytes(value)
 
     async def _last(self, bucket: Bucket, key: str) -> StoredMessage | None:
@@ -289,10 +285,7 @@ class NatsStore:
                 expected = 0 if current is None else current.sequence
                 continue
             return Won(sequence)
-        raise StoreUnavailable(
-            f"create of {key!r} kept racing with deletes of the same key ({_MAX_ATTEMPTS} "
-            "attempts); nothing was written, retry"
-        )
+        raise errors.create_kept_racing(key, _MAX_ATTEMPTS)
 
     async def update(
         self,
@@ -331,10 +324,7 @@ class NatsStore:
             result = await self._delete_at(bucket, key, current.sequence)
             if isinstance(result, Won):
                 return result
-        raise StoreUnavailable(
-            f"delete of {key!r} kept racing with writes of the same key ({_MAX_ATTEMPTS} "
-            "attempts); nothing was deleted, retry"
-        )
+        raise errors.delete_kept_racing(key, _MAX_ATTEMPTS)
 
     async def _delete_at(self, bucket: Bucket, key: str, expected: Revision) -> WriteResult:
         if not isinstance(expected, int) or expected < 1:

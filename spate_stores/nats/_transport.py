@@ -36,6 +36,9 @@ class TransportError(Exception):
 class Transport(Protocol):
     """A bidirectional byte stream to one server."""
 
+    sends_directly: bool
+    """Whether :meth:`try_send` can send at all (else only the writer task's send_all does)."""
+
     def try_send(self, data: bytes) -> int:
         """Send what can be sent without waiting; how many bytes that was (maybe 0)."""
         ...
@@ -62,6 +65,8 @@ class SocketTransport:
     without yielding whenever the kernel takes the bytes at once (nearly always); callers
     provide their own checkpoints.
     """
+
+    sends_directly = True
 
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -145,6 +150,8 @@ class StreamTransport:
             raise TransportError(f"TLS handshake failed: {cause or exc}") from exc
         return cls(tls)
 
+    sends_directly = False
+
     def try_send(self, data: bytes) -> int:
         """Nothing: a TLS stream only writes from the connection's writer task."""
         return 0
@@ -195,6 +202,8 @@ class WebSocketTransport:
         except trio_websocket.ConnectionClosed as exc:
             raise TransportError(f"the WebSocket closed during its handshake: {exc}") from exc
         return cls(ws)
+
+    sends_directly = False
 
     def try_send(self, data: bytes) -> int:
         """Nothing: WebSocket messages are only sent from the connection's writer task."""

@@ -30,9 +30,11 @@ import trio
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import Delete, Entry, Put, SnapshotDone, WatchEvent
+from spate_stores.nats import _errors as errors
 from spate_stores.nats._bucket import Bucket
 from spate_stores.nats._connection import ConnectionLost, NatsConnection, Subscription
-from spate_stores.nats._jetstream import ApiError, JetStream, is_tombstone
+from spate_stores.nats._errors import ApiError
+from spate_stores.nats._jetstream import JetStream, is_tombstone
 from spate_stores.nats._keys import decode_key, prefix_filter
 from spate_stores.nats._protocol import Msg
 
@@ -209,9 +211,7 @@ class KeyWatch:
             try:
                 item = await sub.receive.receive()
             except (trio.EndOfChannel, trio.ClosedResourceError):
-                raise StoreUnavailable(
-                    "the NATS store was closed while a watch was open; reopen it and watch again"
-                ) from None
+                raise errors.watch_store_closed() from None
         if item is None:
             await self._reset(f"no delivery or heartbeat for {patience:g} s")
         elif isinstance(item, ConnectionLost):
@@ -307,25 +307,16 @@ class KeyWatch:
         log.info("NATS watch of %s: %s; recreating its consumer", self._filter, reason)
         await self._drop_consumer()
         if self._fruitless_resets > _MAX_FRUITLESS_RESETS:
-            raise StoreUnavailable(
-                f"the NATS watch of {self._filter} could not be re-established ({reason}); "
-                "watch again"
-            )
+            raise errors.watch_not_reestablished(self._filter, reason)
         deadline = trio.current_time() + self._timeout
         if self._resume_window is not None:
             deadline = min(deadline, self._synced_at + self._resume_window)
         try:
             await self._conn.wait_connected(deadline)
         except StoreUnavailable:
-            raise StoreUnavailable(
-                f"the NATS watch of {self._filter} broke ({reason}) and could not resume in "
-                "time; watch again"
-            ) from None
+            raise errors.watch_could_not_resume(self._filter, reason) from None
         if self._resume_window is not None and (
             trio.current_time() > self._synced_at + self._resume_window
         ):
-            raise StoreUnavailable(
-                f"the NATS watch of {self._filter} broke ({reason}) for longer than expired "
-                "entries stay visible, so it may have missed deletions; watch again"
-            )
+            raise errors.watch_may_have_missed_expiries(self._filter, reason)
         await self._create_consumer()
