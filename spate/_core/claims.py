@@ -34,11 +34,11 @@ The rules, each with the race it prevents:
 from __future__ import annotations
 
 import logging
-import math
 
 import attrs
 import outcome
 
+from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.view import (
@@ -102,7 +102,8 @@ class Claims:
         self.assignment_seen = False
         self.assign_generation = 0
         self.awaiting: dict[str, float] = {}
-        self.retry_at: dict[str, float] = {}
+        self.retry_at = Deadlines()
+        """Splits held back after a store error, until their retry is due."""
         # What a step must look at again. A step re-evaluates only the splits whose facts
         # changed since the last one (a notice named them, a spec arrived, a flow on them
         # ended, a retry came due), and sweeps every candidate only when lanes freed up, the
@@ -119,9 +120,7 @@ class Claims:
         core = self.core
         view = core.view
         slots = core.config.max_in_flight - len(self.owned) - self.claiming
-        for split in [s for s, t in self.retry_at.items() if t <= now]:
-            del self.retry_at[split]
-            self._dirty.add(split)
+        self._dirty.update(self.retry_at.pop_due(now))
         self._dirty |= view.take_spec_arrivals()
         if self._sweep or slots > self._slots_left:
             self._sweep = False
@@ -164,7 +163,7 @@ class Claims:
 
     def next_deadline(self) -> float:
         """When a split held back after an error may be tried again."""
-        return min(self.retry_at.values(), default=math.inf)
+        return self.retry_at.next()
 
     def _begin(self, split: str, flow: Flow[None]) -> None:
         self.busy.add(split)
@@ -294,13 +293,13 @@ class Claims:
                 )  # fmt: skip
         except StoreUnavailable as exc:
             logger.warning("split %s: lease write failed (%s); retrying later", split, exc)
-            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
             return
         if not isinstance(result, Won):
             # A peer won the lease (the watch brings its write), or our view of our own lease
             # is stale (a lost reply, another process under our id). Retrying at once would
             # meet the same refusal and spin against the store until the watch catches up.
-            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
             return
         lease_rev = result.revision
         core.fold(core.view.put_lease(split, lease, lease_rev))
@@ -440,12 +439,12 @@ class Claims:
             )  # fmt: skip
         except StoreUnavailable as exc:
             logger.warning("split %s: quarantine write failed (%s); retrying later", split, exc)
-            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
             return
         if not isinstance(result, Won):
             # Someone else moved it; the watch brings the news (or the reconcile listing, if
             # the watch missed it). Retrying at once would spin against the store until then.
-            self.retry_at[split] = core.now() + RETRY_AFTER_ERROR
+            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
             return
         logger.warning("split %s quarantined after %d attempts", split, record.attempts)
         core.fold(core.view.put_progress(split, record, result.revision))
