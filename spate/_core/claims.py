@@ -52,7 +52,7 @@ from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Gained, Lost, Progress, Quarantined
 from spate.metrics import AcquireReason, LossReason
 from spate.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
-from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode, now_ms
+from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode
 from spate.store import Entry, Keyspace, Won
 
 __all__ = ["Claims", "Owned", "ReleaseOutcome"]
@@ -332,7 +332,7 @@ class Claims:
                 owner_nonce=core.nonce,
                 attempts=state.progress.attempts
                 + int(charges_attempt(kind, state.progress.advanced)),
-                written_at_ms=now_ms(),
+                written_at_ms=self.core.wall_ms(),
                 advanced=False,
             )
             try:
@@ -430,7 +430,7 @@ class Claims:
             owner=None,
             owner_nonce="",
             attempts=state.progress.attempts + 1,
-            written_at_ms=now_ms(),
+            written_at_ms=self.core.wall_ms(),
         )
         try:
             result = yield Op(
@@ -545,7 +545,7 @@ class Claims:
             state=progress.state,
             completed=progress.completed,
             status=Status.COMPLETED if progress.completed else state.progress.status,
-            written_at_ms=now_ms(),
+            written_at_ms=self.core.wall_ms(),
             # The fair-blame flag: set by the tenancy's first commit that moves the watermark.
             advanced=state.progress.advanced or progress.watermark != previous,
         )
@@ -606,7 +606,7 @@ class Claims:
             owner_nonce="",
             status=Status.QUARANTINED if quarantine else state.progress.status,
             epoch=state.progress.epoch + int(quarantine),
-            written_at_ms=now_ms(),
+            written_at_ms=self.core.wall_ms(),
         )
         logger.warning(
             "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
@@ -642,7 +642,7 @@ class Claims:
         self.busy.add(split)
         try:
             record = attrs.evolve(
-                state.progress, owner=None, owner_nonce="", written_at_ms=now_ms()
+                state.progress, owner=None, owner_nonce="", written_at_ms=self.core.wall_ms()
             )
             try:
                 result = yield Op(

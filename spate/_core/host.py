@@ -87,6 +87,10 @@ class Host(Protocol):
         """The machine's clock (injected; the runtime passes Trio's)."""
         ...
 
+    def wall_ms(self) -> int:
+        """Wall-clock milliseconds for the advisory ``written_at_ms`` fields (injected)."""
+        ...
+
     def fold(self, notices: list[Notice]) -> None:
         """Hand what changed in the view to the components that act on it."""
         ...

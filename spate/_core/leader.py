@@ -56,7 +56,6 @@ from spate.records import (
     SpecRecord,
     Status,
     encode,
-    now_ms,
 )
 from spate.store import Keyspace, Won
 
@@ -269,7 +268,7 @@ class Leadership:
                 return
             if plan.generation >= target:
                 break  # a racing successor fenced past us
-            bumped = attrs.evolve(plan, generation=target, updated_at_ms=now_ms())
+            bumped = attrs.evolve(plan, generation=target, updated_at_ms=self.core.wall_ms())
             yield Hold(D, core.keys.plan)
             try:
                 result = yield Op(
@@ -421,7 +420,9 @@ class Leadership:
                 logger.warning("seeding spec records failed; the plan is retried")
                 self._failed(run)
                 return
-            records = [(s, ProgressRecord(id=s.id, written_at_ms=now_ms())) for s, _ in fresh]
+            records = [
+                (s, ProgressRecord(id=s.id, written_at_ms=self.core.wall_ms())) for s, _ in fresh
+            ]
             results = yield Batch(
                 tuple(
                     Op(
@@ -473,7 +474,7 @@ class Leadership:
             planned=len(listed),
             finality=finality,
             cursor=plan.cursor if plan.cursor is not None else run.plan.cursor,
-            updated_at_ms=now_ms(),
+            updated_at_ms=self.core.wall_ms(),
         )
         yield Hold(D, keys.plan)
         try:

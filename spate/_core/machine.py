@@ -6,8 +6,9 @@ never touches a store or a task. Its inputs are method calls: watch events
 when a deadline passes), the outcomes of the writes it asked for (through the flows it
 started), and API calls (the flows of :mod:`spate._core.claims`). Its outputs go through the
 :class:`Effects` it was built with: run this flow, emit this event, wake me at ``t``, run the
-planner. The clock and the process nonce are passed in, so a test (or the simulator) drives it
-with any time and any identity it likes.
+planner. The clocks (the monotonic one every rule reads, and the wall clock that only stamps
+advisory record fields) and the process nonce are passed in, so a test (or the simulator)
+drives it with any time and any identity it likes.
 
 The rules live in the components, one concern each, wired here and nowhere else:
 :mod:`spate._core.leader` (election, planning, assignment), :mod:`spate._core.claims` (claims,
@@ -118,6 +119,7 @@ class Machine:
         locality: str,
         nonce: str,
         clock: Callable[[], float],
+        wall_ms: Callable[[], int],
         max_value_size: int,
         session: SessionFacts,
         effects: Effects,
@@ -135,6 +137,7 @@ class Machine:
         self.max_value_size = max_value_size
         self.session = session
         self._clock = clock
+        self._wall_ms = wall_ms
         self._effects = effects
         # Heartbeat jitter is per process (two runs of one pod drift apart); placement ties
         # are per job (every leader breaks them the same way).
@@ -168,6 +171,10 @@ class Machine:
     def now(self) -> float:
         """The injected clock."""
         return self._clock()
+
+    def wall_ms(self) -> int:
+        """The injected wall clock, in milliseconds (only for advisory record fields)."""
+        return self._wall_ms()
 
     def start(
         self,

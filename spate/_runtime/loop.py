@@ -38,7 +38,7 @@ from spate.errors import FatalCoordinationError
 from spate.events import Event
 from spate.metrics import MetricsHooks
 from spate.plan import PlanContext, Planner
-from spate.records import UnreadableRecord
+from spate.records import UnreadableRecord, now_ms
 from spate.store import Keyspace, Store
 from spate.telemetry._context import Context
 
@@ -92,6 +92,7 @@ class Runtime:
             # The process nonce: drawn here unless the caller (the simulator) injects one.
             nonce=secrets.token_hex(16) if nonce is None else nonce,
             clock=trio.current_time,
+            wall_ms=now_ms,
             max_value_size=store.capabilities.max_value_size,
             session=self.session,
             effects=self,

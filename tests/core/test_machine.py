@@ -60,6 +60,7 @@ class SyncWorld:
             locality="",
             nonce=nonce,
             clock=lambda: self.now,
+            wall_ms=lambda: int(self.now * 1000),
             max_value_size=1 << 20,
             session=_NoSession(),
             effects=self,
