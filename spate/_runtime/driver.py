@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeAlias, TypeVar
 
 import attrs
@@ -75,6 +77,15 @@ class Driver:
         self._waiting: dict[Key, collections.deque[_Running]] = {}
         self._ready: collections.deque[tuple[_Running, outcome.Outcome[Any]]] = collections.deque()
         self._running = False
+        # Store calls of background flows run on reusable I/O tasks, not a task per call: a
+        # call goes to an idle one, and a new one is started only when none is idle (so no
+        # call ever waits behind another, and a burst leaves its tasks for the next).
+        self._calls_send, self._calls_receive = trio.open_memory_channel[
+            Callable[[], Awaitable[None]]
+        ](math.inf)
+        self._idle = 0
+        self.io_tasks = 0
+        """I/O tasks started so far (the most calls ever in flight at once)."""
 
     def busy(self, keyspace: Keyspace, key: str) -> bool:
         """Whether a flow holds ``key`` (or waits for it)."""
@@ -148,7 +159,7 @@ class Driver:
                         return
                     self._busy[key] = running
                     running.held = key
-            self._nursery.start_soon(self._run_op, running, request)
+            self._submit(partial(self._run_op, running, request))
             return
 
     def _fork(self, parent: _Running, fork: Fork) -> None:
@@ -198,7 +209,7 @@ class Driver:
             nxt.granted.set()  # an inline flow: its caller's task resumes it
         elif nxt.parked is not None:
             op, nxt.parked = nxt.parked, None
-            self._nursery.start_soon(self._run_op, nxt, op)
+            self._submit(partial(self._run_op, nxt, op))
         else:
             self._ready.append((nxt, outcome.Value(None)))
 
@@ -307,6 +318,23 @@ class Driver:
         self._drain()
 
     # -- I/O tasks ---------------------------------------------------------------------------
+
+    def _submit(self, call: Callable[[], Awaitable[None]]) -> None:
+        if self._idle:
+            self._idle -= 1  # reserved: that task takes this call (or an earlier one)
+        else:
+            self.io_tasks += 1
+            self._nursery.start_soon(self._io_task, name="spate store call")
+        self._calls_send.send_nowait(call)
+
+    def close(self) -> None:
+        """Let the I/O tasks end once the calls already handed to them are done."""
+        self._calls_send.close()
+
+    async def _io_task(self) -> None:
+        async for call in self._calls_receive:
+            await call()
+            self._idle += 1
 
     async def _call(
         self, op: Op, context: Context | None, *, inline: bool = False

@@ -71,6 +71,7 @@ async def test_a_fork_runs_its_flows_together_and_resumes_with_every_outcome(
             while not results:  # noqa: ASYNC110
                 await trio.sleep(0.1)
         assert trio.current_time() - began <= 0.6  # one write's time, not three
+        driver.close()
     assert peak == 3
     *forked, empty = results[0].unwrap()
     assert [o.unwrap() for o in (forked[0], forked[1], forked[3])] == ["k0", "k1", "k2"]
@@ -108,6 +109,7 @@ async def test_an_inline_flow_waits_its_turn_for_a_key_and_writes_after_the_hold
         assert driver.busy(D, "k")
         # In this task, no hop through any other: it waits for the holder, then reads.
         assert await driver.run_inline(api_flow()) == "loop"
+        driver.close()
     assert order == ["loop", "inline"]
     assert not driver.busy(D, "k")
 
@@ -147,3 +149,29 @@ async def test_a_cancelled_caller_leaves_the_queue_of_a_key_whose_holder_never_l
         assert waited.cancelled_caught
         assert cleaned.is_set()  # the flow was closed where it stood
         nursery.cancel_scope.cancel()
+
+
+async def test_background_store_calls_reuse_their_tasks_and_never_wait_for_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = HookStore(client(MemoryServer()))
+
+    async def slow(kind: str, keyspace: Keyspace, key: str) -> None:
+        await trio.sleep(0.5)
+
+    store.before = slow
+    async with trio.open_nursery() as nursery:
+        driver = _driver(store, nursery)
+        for round_ in range(3):
+            results: list[outcome.Outcome[Any]] = []
+            began = trio.current_time()
+            for i in range(8):
+                driver.start(_create(f"r{round_}-k{i}"), results.append)
+            with trio.fail_after(5):
+                while len(results) < 8:  # noqa: ASYNC110
+                    await trio.sleep(0.1)
+            # All eight at once (a call never waits for a free task)...
+            assert trio.current_time() - began <= 0.6
+        # ...and the later rounds ran on the first round's tasks.
+        assert driver.io_tasks == 8
+        driver.close()
