@@ -21,7 +21,7 @@ different keys are in flight together, and the parent resumes once all of them h
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import attrs
@@ -66,9 +66,16 @@ class Batch:
     """Several create operations run concurrently; resumed with a list of results or errors.
 
     Only for keys no other flow writes (freshly planned spec and progress records).
+
+    ``landed(i, result)`` is called with each op's result (a write result, or the store
+    error) as it arrives, before the flow resumes: a plan seeds one record per split, and
+    folding each as it lands lets the watch recognise the record's echo by its revision
+    and drop it undecoded. It runs wherever the result arrives (an I/O task, not the loop),
+    so it may only fold into the view: no flows, no events, no exceptions.
     """
 
     ops: tuple[Op, ...]
+    landed: Callable[[int, Any], None] | None = None
 
 
 Flow: TypeAlias = Generator["Request", Any, T]

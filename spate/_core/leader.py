@@ -42,7 +42,7 @@ from spate._core.backoff import Backoff
 from spate._core.flows import Batch, Flow, Hold, Op
 from spate._core.host import Host, PlannerRun
 from spate._core.placement_index import PlacementIndex
-from spate._core.view import LeaderChanged, LeaderGone, PlanChanged
+from spate._core.view import LeaderChanged, LeaderGone, Notice, PlanChanged
 from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
 from spate.placement import Member, report_from_totals
 from spate.plan import Plan, PlanContext, Planner, SplitSpec, validate_plan
@@ -411,49 +411,62 @@ class Leadership:
         fresh = [(spec, data) for spec, data in specs if spec.id not in view.splits]
         created = 0
         if fresh:
+            generation = self.generation
+
+            def spec_landed(i: int, result: object) -> None:
+                # Folded as each write lands, so its watch echo is known by revision and
+                # dropped undecoded (see Batch).
+                if isinstance(result, Won):
+                    spec = fresh[i][0]
+                    view.put_spec(
+                        spec.id,
+                        SpecRecord(
+                            id=spec.id,
+                            generation=generation,
+                            weight=spec.weight,
+                            descriptor=spec.descriptor,
+                            locality=spec.locality,
+                        ),
+                        result.revision,
+                    )
+
             spec_results = yield Batch(
                 tuple(
                     Op("create", D, keys.spec(s.id), data, operation="seed-spec", split=s.id)
                     for s, data in fresh
-                )
+                ),
+                spec_landed,
             )
             if any(isinstance(r, Exception) for r in spec_results):
                 logger.warning("seeding spec records failed; the plan is retried")
                 self._failed(run)
                 return
-            records = [(s, ProgressRecord(id=s.id, written_at_ms=now_ms())) for s, _ in fresh]
+            written_at = now_ms()
+            records = [ProgressRecord(id=s.id, written_at_ms=written_at) for s, _ in fresh]
+            notices: list[Notice] = []
+
+            def progress_landed(i: int, result: object) -> None:
+                if isinstance(result, Won):
+                    record = records[i]
+                    notices.extend(view.put_progress(record.id, record, result.revision))
+
             results = yield Batch(
                 tuple(
                     Op(
                         "create",
                         D,
-                        keys.split(s.id),
+                        keys.split(r.id),
                         encode(r),
                         operation="seed-split",
-                        split=s.id,
+                        split=r.id,
                         epoch=r.epoch,
                     )
-                    for s, r in records
-                )
+                    for r in records
+                ),
+                progress_landed,
             )
-            for (spec, record), spec_result, result in zip(
-                records, spec_results, results, strict=True
-            ):
-                if isinstance(spec_result, Won):
-                    view.put_spec(
-                        spec.id,
-                        SpecRecord(
-                            id=spec.id,
-                            generation=self.generation,
-                            weight=spec.weight,
-                            descriptor=spec.descriptor,
-                            locality=spec.locality,
-                        ),
-                        spec_result.revision,
-                    )
-                if isinstance(result, Won):
-                    created += 1
-                    core.fold(view.put_progress(spec.id, record, result.revision))
+            created = sum(isinstance(r, Won) for r in results)
+            core.fold(notices)
             if any(isinstance(r, Exception) for r in results):
                 logger.warning("seeding progress records failed; the plan is retried")
                 self._failed(run)
