@@ -228,6 +228,11 @@ class View:
         self._pending_specs: dict[str, SpecRecord] = {}
         self._known: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
         self._tombs: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
+        # The same maps, reached without hashing the enum (a join folds two records a split).
+        self._known_durable = self._known[Keyspace.DURABLE]
+        self._known_ephemeral = self._known[Keyspace.EPHEMERAL]
+        self._tombs_durable = self._tombs[Keyspace.DURABLE]
+        self._tombs_ephemeral = self._tombs[Keyspace.EPHEMERAL]
         self._runnable = 0
         self._completed = 0
         self._quarantined = 0
@@ -266,7 +271,7 @@ class View:
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
                 lease = decode(LeaseRecord, entry.key, entry.value)
-                return self.put_lease(name, lease, entry.revision)
+                return self._fold_lease(name, entry.key, lease, entry.revision)
             if kind is KeyKind.WORKER:
                 try:
                     presence: PresenceRecord | None = decode(PresenceRecord, entry.key, entry.value)
@@ -280,10 +285,10 @@ class View:
             return []
         if kind is KeyKind.SPLIT:
             record = decode(ProgressRecord, entry.key, entry.value, split=name)
-            return self.put_progress(name, record, entry.revision)
+            return self._fold_progress(name, entry.key, record, entry.revision)
         if kind is KeyKind.SPEC:
             spec = decode(SpecRecord, entry.key, entry.value, split=name)
-            self.put_spec(name, spec, entry.revision)
+            self._fold_spec(name, entry.key, spec, entry.revision)
             return []
         if kind is KeyKind.PLAN:
             plan = decode(PlanRecord, entry.key, entry.value)
@@ -369,6 +374,10 @@ class View:
         key = self.keys.split(split)
         if self._stale(Keyspace.EPHEMERAL, key, revision):
             return []
+        return self._fold_lease(split, key, lease, revision)
+
+    def _fold_lease(self, split: str, key: str, lease: LeaseRecord, revision: int) -> list[Notice]:
+        # (The caller checked that the write is not stale.)
         self._remember(Keyspace.EPHEMERAL, key, revision)
         state = self.splits.get(split)
         if state is None:
@@ -396,6 +405,12 @@ class View:
         key = self.keys.split(split)
         if self._stale(Keyspace.DURABLE, key, revision):
             return []
+        return self._fold_progress(split, key, record, revision)
+
+    def _fold_progress(
+        self, split: str, key: str, record: ProgressRecord, revision: int
+    ) -> list[Notice]:
+        # (The caller checked that the write is not stale.)
         self._remember(Keyspace.DURABLE, key, revision)
         state = self.splits.get(split)
         previous = None if state is None else state.progress
@@ -422,7 +437,10 @@ class View:
 
     def put_spec(self, split: str, spec: SpecRecord, revision: int) -> None:
         """Fold a spec record (immutable: a re-delivery is an echo)."""
-        self._remember(Keyspace.DURABLE, self.keys.spec(split), revision)
+        self._fold_spec(split, self.keys.spec(split), spec, revision)
+
+    def _fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
+        self._remember(Keyspace.DURABLE, key, revision)
         state = self.splits.get(split)
         if state is None:
             self._pending_specs.setdefault(split, spec)
@@ -540,16 +558,25 @@ class View:
         return self._stale(keyspace, key, revision)
 
     def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
-        known = self._known[keyspace].get(key)
+        durable = keyspace is Keyspace.DURABLE
+        known = (self._known_durable if durable else self._known_ephemeral).get(key)
         if known is not None and revision <= known.revision:
             return True
-        tomb = self._tombs[keyspace].get(key)
+        tombs = self._tombs_durable if durable else self._tombs_ephemeral
+        if not tombs:
+            return False
+        tomb = tombs.get(key)
         return tomb is not None and revision <= tomb.revision
 
     def _remember(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self.seq += 1
-        self._known[keyspace][key] = _Known(revision, self.seq)
-        self._tombs[keyspace].pop(key, None)
+        durable = keyspace is Keyspace.DURABLE
+        (self._known_durable if durable else self._known_ephemeral)[key] = _Known(
+            revision, self.seq
+        )
+        tombs = self._tombs_durable if durable else self._tombs_ephemeral
+        if tombs:
+            tombs.pop(key, None)
 
     def _forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self._known[keyspace].pop(key, None)
