@@ -59,8 +59,6 @@ DEFAULT_EPHEMERAL_TTL = 30.0
 """Default TTL of the ephemeral keyspace: the default lease duration."""
 DEFAULT_MAX_VALUE_SIZE = 1024 * 1024
 """Default value size limit, matching etcd's default request limit."""
-YIELD_EVERY = 64
-"""Queued watch events a watcher takes in a row before a schedule point."""
 
 
 @attrs.define
@@ -451,7 +449,6 @@ class _WatchIterator:
         self._store = store
         self._table = table
         self._receive = receive
-        self._unyielded = 0
 
     def __aiter__(self) -> _WatchIterator:
         return self
@@ -467,16 +464,8 @@ class _WatchIterator:
                 except trio.WouldBlock:
                     pass
                 else:
-                    # A queued event is taken without a trip through the scheduler, up to
-                    # YIELD_EVERY in a row: a snapshot of a large job is hundreds of
-                    # thousands of events, and a schedule point each cost more than the
-                    # event's handling. Other tasks still run at least that often.
-                    self._unyielded += 1
-                    if self._unyielded >= YIELD_EVERY:
-                        self._unyielded = 0
-                        await trio.lowlevel.cancel_shielded_checkpoint()
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                     return event
-                self._unyielded = 0
                 with trio.move_on_at(self._table.next_deadline()):
                     return await self._receive.receive()
                 self._table.expire(trio.current_time())
