@@ -332,6 +332,7 @@ class Driver:
         traced = fenced.tracing()
         context = running.context
         timeout = self._timeout
+        slack = timeout / 100
         following = 0
 
         async def worker() -> None:
@@ -339,14 +340,18 @@ class Driver:
             i = following
             with attached(context):
                 while following < len(ops):
-                    # One cancel scope for a run of ops, its deadline moved before each: every
-                    # op is still bounded by op_timeout from its own start (a scope per op cost
-                    # as much as the write). A timeout ends the run; the next run opens anew.
-                    with trio.CancelScope() as scope:
+                    # One cancel scope for a run of ops, its deadline moved before each (a
+                    # scope per op cost as much as the write): every op is bounded by
+                    # op_timeout from its own start, less at most 1% (a deadline is moved
+                    # only once it has fallen that far behind, since moving it costs too).
+                    # A timeout ends the run; the next run opens a new scope.
+                    with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                         while following < len(ops):
                             i = following
                             following += 1
-                            scope.deadline = trio.current_time() + timeout
+                            now = trio.current_time()
+                            if scope.deadline < now + timeout - slack:
+                                scope.deadline = now + timeout
                             try:
                                 result: Any = await self._perform(ops[i], traced=traced)
                             except (StoreUnavailable, StoreError) as exc:
