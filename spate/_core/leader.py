@@ -45,7 +45,7 @@ from spate._core.placement_index import PlacementIndex
 from spate._core.view import LeaderChanged, LeaderGone, Notice, PlanChanged
 from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
 from spate.placement import Member, report_from_totals
-from spate.plan import Plan, PlanContext, Planner, SplitSpec, validate_plan
+from spate.plan import Plan, PlanContext, Planner, validate_plan
 from spate.protocol import Placement
 from spate.records import (
     AssignmentRecord,
@@ -367,17 +367,16 @@ class Leadership:
             return
         plan = validate_plan(result.unwrap())
         limit = core.max_value_size
-        specs: list[tuple[SplitSpec, bytes]] = []
-        for spec in plan.splits:
-            data = encode(
-                SpecRecord(
-                    id=spec.id,
-                    generation=self.generation,
-                    weight=spec.weight,
-                    descriptor=spec.descriptor,
-                    locality=spec.locality,
-                )
+        specs: list[tuple[SpecRecord, bytes]] = []
+        for split in plan.splits:
+            spec = SpecRecord(
+                id=split.id,
+                generation=self.generation,
+                weight=split.weight,
+                descriptor=split.descriptor,
+                locality=split.locality,
             )
+            data = encode(spec)
             if len(data) > limit:
                 raise PlanError(
                     f"split {spec.id!r}: its spec record is {len(data)} bytes (descriptor "
@@ -405,30 +404,19 @@ class Leadership:
             self._run = None
 
     def _write_plan(
-        self, run: _PlanRun, plan: Plan, specs: list[tuple[SplitSpec, bytes]]
+        self, run: _PlanRun, plan: Plan, specs: list[tuple[SpecRecord, bytes]]
     ) -> Flow[None]:
         core, view, keys = self.core, self.core.view, self.core.keys
         fresh = [(spec, data) for spec, data in specs if spec.id not in view.splits]
         created = 0
         if fresh:
-            generation = self.generation
 
             def spec_landed(i: int, result: object) -> None:
                 # Folded as each write lands, so its watch echo is known by revision and
                 # dropped undecoded (see Batch).
                 if isinstance(result, Won):
                     spec = fresh[i][0]
-                    view.put_spec(
-                        spec.id,
-                        SpecRecord(
-                            id=spec.id,
-                            generation=generation,
-                            weight=spec.weight,
-                            descriptor=spec.descriptor,
-                            locality=spec.locality,
-                        ),
-                        result.revision,
-                    )
+                    view.put_spec(spec.id, spec, result.revision)
 
             spec_results = yield Batch(
                 tuple(

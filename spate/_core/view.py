@@ -190,10 +190,10 @@ class Tallies:
     quarantined: int
 
 
-@attrs.define
-class _Known:
-    revision: int
-    seq: int
+_Known: TypeAlias = tuple[int, int]
+"""The revision a key was folded at, and :attr:`View.seq` when it was: a plain tuple of ints,
+which the garbage collector stops tracking (two of them per split, and a full collection
+walks every tracked object)."""
 
 
 class View:
@@ -314,9 +314,9 @@ class View:
             if revision is not None:
                 self._tomb(keyspace, key, revision)
             return []
-        if revision is not None and revision <= known.revision:
+        if revision is not None and revision <= known[0]:
             return []  # a delete the key has since been rewritten past
-        self._forget(keyspace, key, known.revision if revision is None else revision)
+        self._forget(keyspace, key, known[0] if revision is None else revision)
         kind, name = found
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
@@ -352,7 +352,7 @@ class View:
         present = {e.key for e in listed}
         notices: list[Notice] = []
         for key, known in list(self._known[keyspace].items()):
-            if key in present or known.seq > since:
+            if key in present or known[1] > since:
                 continue
             found = self.keys.classify(key)
             if keyspace is Keyspace.DURABLE and (found is None or found[0] is not KeyKind.ASSIGN):
@@ -363,7 +363,7 @@ class View:
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
         tombs = self._tombs[keyspace]
-        for key in [k for k, t in tombs.items() if t.seq <= since]:
+        for key in [k for k, t in tombs.items() if t[1] <= since]:
             del tombs[key]
         return notices
 
@@ -505,13 +505,13 @@ class View:
     def forget_own(self, keyspace: Keyspace, key: str, deleted: int) -> list[Notice]:
         """Fold this worker's own won guarded delete of the entry at revision ``deleted``."""
         known = self._known[keyspace].get(key)
-        if known is not None and known.revision > deleted:
+        if known is not None and known[0] > deleted:
             return []  # the key was rewritten after the entry we deleted
         if known is None:
             # Not folded yet: remember the deletion so a listing in flight cannot resurrect it.
             self._tomb(keyspace, key, deleted)
             return []
-        known.revision = deleted
+        self._known[keyspace][key] = (deleted, known[1])
         return self.apply_delete(keyspace, key, None)
 
     # -- internals -------------------------------------------------------------------------
@@ -560,20 +560,18 @@ class View:
     def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
         durable = keyspace is Keyspace.DURABLE
         known = (self._known_durable if durable else self._known_ephemeral).get(key)
-        if known is not None and revision <= known.revision:
+        if known is not None and revision <= known[0]:
             return True
         tombs = self._tombs_durable if durable else self._tombs_ephemeral
         if not tombs:
             return False
         tomb = tombs.get(key)
-        return tomb is not None and revision <= tomb.revision
+        return tomb is not None and revision <= tomb[0]
 
     def _remember(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self.seq += 1
         durable = keyspace is Keyspace.DURABLE
-        (self._known_durable if durable else self._known_ephemeral)[key] = _Known(
-            revision, self.seq
-        )
+        (self._known_durable if durable else self._known_ephemeral)[key] = (revision, self.seq)
         tombs = self._tombs_durable if durable else self._tombs_ephemeral
         if tombs:
             tombs.pop(key, None)
@@ -585,8 +583,8 @@ class View:
     def _tomb(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self.seq += 1
         tomb = self._tombs[keyspace].get(key)
-        if tomb is None or tomb.revision < revision:
-            self._tombs[keyspace][key] = _Known(revision, self.seq)
+        if tomb is None or tomb[0] < revision:
+            self._tombs[keyspace][key] = (revision, self.seq)
 
     def _count(self, status: Status, delta: int) -> None:
         if status is Status.RUNNABLE:
