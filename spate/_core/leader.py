@@ -39,7 +39,7 @@ import attrs
 import outcome
 
 from spate._core.backoff import Backoff
-from spate._core.flows import Batch, Flow, Hold, Op
+from spate._core.flows import Batch, Flow, Hold, Op, OpsOf
 from spate._core.host import Host, PlannerRun
 from spate._core.placement_index import PlacementIndex
 from spate._core.view import LeaderChanged, LeaderGone, Notice, PlanChanged
@@ -418,13 +418,13 @@ class Leadership:
                     spec = fresh[i][0]
                     view.put_spec(spec.id, spec, result.revision)
 
-            spec_results = yield Batch(
-                tuple(
-                    Op("create", D, keys.spec(s.id), data, operation="seed-spec", split=s.id)
-                    for s, data in fresh
-                ),
-                spec_landed,
-            )
+            def spec_op(i: int) -> Op:
+                spec, data = fresh[i]
+                return Op(
+                    "create", D, keys.spec(spec.id), data, operation="seed-spec", split=spec.id
+                )
+
+            spec_results = yield Batch(OpsOf(len(fresh), spec_op), spec_landed)
             if any(isinstance(r, Exception) for r in spec_results):
                 logger.warning("seeding spec records failed; the plan is retried")
                 self._failed(run)
@@ -438,21 +438,19 @@ class Leadership:
                     record = records[i]
                     notices.extend(view.put_progress(record.id, record, result.revision))
 
-            results = yield Batch(
-                tuple(
-                    Op(
-                        "create",
-                        D,
-                        keys.split(r.id),
-                        encode(r),
-                        operation="seed-split",
-                        split=r.id,
-                        epoch=r.epoch,
-                    )
-                    for r in records
-                ),
-                progress_landed,
-            )
+            def progress_op(i: int) -> Op:
+                record = records[i]
+                return Op(
+                    "create",
+                    D,
+                    keys.split(record.id),
+                    encode(record),
+                    operation="seed-split",
+                    split=record.id,
+                    epoch=record.epoch,
+                )
+
+            results = yield Batch(OpsOf(len(records), progress_op), progress_landed)
             created = sum(isinstance(r, Won) for r in results)
             core.fold(notices)
             if any(isinstance(r, Exception) for r in results):
