@@ -325,6 +325,21 @@ _progress_header = make_dict_unstructure_fn(
 
 def encode(record: Record) -> bytes:
     """The stored bytes of ``record``: compact JSON (the progress record: framed, see above)."""
+    # A plan writes a spec and a progress record per split and a commit a progress record,
+    # so these two have a direct path (``_fast_*`` below); it answers None for anything
+    # unusual, which then takes the general one. Both give the same bytes (a test pins it).
+    cls = type(record)
+    if cls is ProgressRecord:
+        fast = _fast_encode_progress(record)  # type: ignore[arg-type]
+        return fast if fast is not None else _encode_general(record)
+    if cls is SpecRecord:
+        fast = _fast_encode_spec(record)  # type: ignore[arg-type]
+        return fast if fast is not None else _encode_general(record)
+    return _encode_general(record)
+
+
+def _encode_general(record: Record) -> bytes:
+    """:func:`encode` through the converter (the reference the direct paths must match)."""
     if isinstance(record, ProgressRecord):
         return _encode_progress(record)
     return json.dumps(_converter.unstructure(record), separators=(",", ":")).encode()
@@ -342,6 +357,22 @@ def decode(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> 
 
     When ``split`` is given, a spec or progress record must name that split.
     """
+    # Joining a job folds a spec and a progress record per split: the direct path reads the
+    # well-formed ones; anything it does not accept (old schema, a bad field, the wrong
+    # split) takes the general path, which reads it or says exactly what is wrong.
+    if cls is ProgressRecord:
+        fast: Any = _fast_decode_progress(data, split)
+        if fast is not None:
+            return fast  # type: ignore[no-any-return]
+    elif cls is SpecRecord:
+        fast = _fast_decode_spec(data, split)
+        if fast is not None:
+            return fast  # type: ignore[no-any-return]
+    return _decode_general(cls, key, data, split=split)
+
+
+def _decode_general(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> R:
+    """:func:`decode` through the converter (the reference the direct paths must match)."""
     state: bytes | None = None
     if cls is ProgressRecord and data.startswith(_FRAMED):
         end = data.find(b"\n")
@@ -376,6 +407,167 @@ def decode(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> 
     if split is not None and isinstance(record, SpecRecord | ProgressRecord) and record.id != split:
         raise UnreadableRecord(key, f"it names split {record.id!r}, not the key's split")
     return record
+
+
+# -- the direct paths of the two records written and read once per split -----------------------
+#
+# Each accepts only values of exactly the expected types (so the converter would have read or
+# written them the same way) and answers None for anything else.
+
+_json_str = json.encoder.encode_basestring_ascii  # how json.dumps writes a str (ensure_ascii)
+_STATUS_JSON = {status: _json_str(status.value) for status in Status}
+_STATUS_OF = {status.value: status for status in Status}
+_PROGRESS_FIELDS = frozenset(f.name for f in attrs.fields(ProgressRecord) if f.name != "state")
+_SPEC_FIELDS = frozenset(f.name for f in attrs.fields(SpecRecord))
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` of a text that is one JSON value and nothing else (ValueError if not)."""
+    value, end = _raw_decode(text)
+    if end != len(text):
+        raise ValueError("trailing characters")
+    return value
+
+
+def _fast_encode_progress(r: ProgressRecord) -> bytes | None:
+    owner, watermark = r.owner, r.watermark
+    if not (
+        type(r.id) is str
+        and type(r.epoch) is int
+        and type(r.status) is Status
+        and (owner is None or type(owner) is str)
+        and type(r.attempts) is int
+        and (watermark is None or type(watermark) is int)
+        and type(r.state) is bytes
+        and type(r.completed) is bool
+        and type(r.written_at_ms) is int
+        and type(r.advanced) is bool
+        and type(r.owner_nonce) is str
+    ):
+        return None
+    header = (
+        f'{{"schema":{PROGRESS_SCHEMA},"id":{_json_str(r.id)},"epoch":{r.epoch!r},'
+        f'"status":{_STATUS_JSON[r.status]},'
+        f'"owner":{"null" if owner is None else _json_str(owner)},"attempts":{r.attempts!r},'
+        f'"watermark":{"null" if watermark is None else repr(watermark)},'
+        f'"completed":{"true" if r.completed else "false"},"written_at_ms":{r.written_at_ms!r}'
+    )
+    if r.advanced:
+        header += ',"advanced":true'
+    if r.owner_nonce:
+        header += f',"owner_nonce":{_json_str(r.owner_nonce)}'
+    return (header + "}\n").encode() + r.state
+
+
+def _fast_encode_spec(r: SpecRecord) -> bytes | None:
+    if not (
+        type(r.schema) is int
+        and type(r.id) is str
+        and type(r.generation) is int
+        and type(r.weight) is int
+        and type(r.descriptor) is bytes
+        and type(r.locality) is str
+    ):
+        return None
+    descriptor = base64.b64encode(r.descriptor).decode("ascii")
+    text = (
+        f'{{"schema":{r.schema!r},"id":{_json_str(r.id)},"generation":{r.generation!r},'
+        f'"weight":{r.weight!r},"descriptor":"{descriptor}"'
+    )
+    if r.locality:
+        text += f',"locality":{_json_str(r.locality)}'
+    return (text + "}").encode()
+
+
+def _fast_decode_progress(data: bytes, split: str | None) -> ProgressRecord | None:
+    if not data.startswith(_FRAMED):
+        return None
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        raw = _loads(data[:end].decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if type(raw) is not dict or not raw.keys() <= _PROGRESS_FIELDS:
+        return None
+    get = raw.get
+    ident = get("id")
+    status_text = get("status", Status.RUNNABLE.value)
+    status = _STATUS_OF.get(status_text) if type(status_text) is str else None
+    owner = get("owner")
+    watermark = get("watermark")
+    completed = get("completed", False)
+    advanced = get("advanced", False)
+    nonce = get("owner_nonce", "")
+    if not (
+        type(ident) is str
+        and (split is None or ident == split)
+        and type(raw["schema"]) is int
+        and raw["schema"] == PROGRESS_SCHEMA
+        and type(get("epoch", 0)) is int
+        and status is not None
+        and (owner is None or type(owner) is str)
+        and type(get("attempts", 0)) is int
+        and (watermark is None or type(watermark) is int)
+        and type(completed) is bool
+        and type(get("written_at_ms", 0)) is int
+        and type(advanced) is bool
+        and type(nonce) is str
+    ):
+        return None
+    return ProgressRecord(
+        id=ident,
+        epoch=get("epoch", 0),
+        status=status,
+        owner=owner,
+        attempts=get("attempts", 0),
+        watermark=watermark,
+        state=data[end + 1 :],
+        completed=completed,
+        written_at_ms=get("written_at_ms", 0),
+        advanced=advanced,
+        owner_nonce=nonce,
+    )
+
+
+def _fast_decode_spec(data: bytes, split: str | None) -> SpecRecord | None:
+    try:
+        raw = _loads(data.decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if type(raw) is not dict or not raw.keys() <= _SPEC_FIELDS:
+        return None
+    get = raw.get
+    ident = get("id")
+    descriptor = get("descriptor", "")
+    locality = get("locality", "")
+    if not (
+        type(ident) is str
+        and (split is None or ident == split)
+        and type(get("schema")) is int
+        and get("schema") == SCHEMA
+        and type(get("generation", 0)) is int
+        and type(get("weight", 1)) is int
+        and type(descriptor) is str
+        and type(locality) is str
+    ):
+        return None
+    if descriptor:
+        try:
+            value = base64.b64decode(descriptor.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            return None
+    else:
+        value = b""
+    return SpecRecord(
+        id=ident,
+        generation=get("generation", 0),
+        weight=get("weight", 1),
+        descriptor=value,
+        locality=locality,
+    )
 
 
 def _not_json(data: bytes) -> str:
@@ -416,16 +608,23 @@ class KeyKind(enum.Enum):
 _PREFIXED = (KeyKind.SPEC, KeyKind.SPLIT, KeyKind.ASSIGN, KeyKind.WORKER, KeyKind.PROBE)
 
 
+_HEADS = {kind.value: kind for kind in _PREFIXED}
+"""The prefixed kinds by the word before their name (``split`` in ``J.split.<name>``)."""
+
+
 @attrs.frozen
 class Keys:
     """The key layout of one job: every key starts with ``"<job>."``."""
 
     job: str
+    _prefix: str = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(lambda s: f"{s.job}.", True)
+    )
 
     @property
     def prefix(self) -> str:
         """The prefix of every key of this job (what coordinators watch and list)."""
-        return f"{self.job}."
+        return self._prefix
 
     @property
     def plan(self) -> str:
@@ -468,15 +667,16 @@ class Keys:
 
         ``name`` is the split id or instance id the key names ("" for plan and leader).
         """
-        if not key.startswith(self.prefix):
+        prefix = self._prefix
+        if not key.startswith(prefix):
             return None
-        rest = key[len(self.prefix) :]
+        rest = key[len(prefix) :]
+        head, dot, name = rest.partition(".")
+        if dot:
+            kind = _HEADS.get(head)
+            return (kind, name) if kind is not None and name else None
         if rest == "plan":
             return KeyKind.PLAN, ""
         if rest == "leader":
             return KeyKind.LEADER, ""
-        for kind in _PREFIXED:
-            head = f"{kind.value}."
-            if rest.startswith(head) and len(rest) > len(head):
-                return kind, rest[len(head) :]
         return None

@@ -21,14 +21,14 @@ different keys are in flight together, and the parent resumes once all of them h
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any, Literal, TypeAlias, TypeVar
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import attrs
 
 from spate.store import Keyspace
 
-__all__ = ["Batch", "Flow", "Fork", "Hold", "Op", "Request"]
+__all__ = ["Batch", "Flow", "Fork", "Hold", "Op", "OpsOf", "Request"]
 
 T = TypeVar("T")
 
@@ -66,9 +66,46 @@ class Batch:
     """Several create operations run concurrently; resumed with a list of results or errors.
 
     Only for keys no other flow writes (freshly planned spec and progress records).
+
+    ``landed(i, result)`` is called with each op's result (a write result, or the store
+    error) as it arrives, before the flow resumes: a plan seeds one record per split, and
+    folding each as it lands lets the watch recognise the record's echo by its revision
+    and drop it undecoded. It runs wherever the result arrives (an I/O task, not the loop),
+    so it may only fold into the view: no flows, no events, no exceptions.
     """
 
-    ops: tuple[Op, ...]
+    ops: Sequence[Op]
+    """The ops, in order (an :class:`OpsOf` builds each only when the runtime takes it)."""
+    landed: Callable[[int, Any], None] | None = None
+
+
+class OpsOf(Sequence[Op]):
+    """``count`` ops, op ``i`` built by ``build(i)`` when asked for.
+
+    A plan's batch has one op per split: built on demand, only the ops in flight exist at
+    once (a hundred thousand op objects held for a whole batch cost memory, and time in
+    every garbage collection while they lived).
+    """
+
+    def __init__(self, count: int, build: Callable[[int], Op]) -> None:
+        self._count = count
+        self._build = build
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Op: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Op]: ...
+
+    def __getitem__(self, index: int | slice) -> Op | Sequence[Op]:
+        if isinstance(index, slice):
+            return [self._build(i) for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"op {index} of a batch of {self._count}")
+        return self._build(index % self._count)
 
 
 Flow: TypeAlias = Generator["Request", Any, T]

@@ -39,13 +39,13 @@ import attrs
 import outcome
 
 from spate._core.backoff import Backoff
-from spate._core.flows import Batch, Flow, Hold, Op
+from spate._core.flows import Batch, Flow, Hold, Op, OpsOf
 from spate._core.host import Host, PlannerRun
 from spate._core.placement_index import PlacementIndex
-from spate._core.view import LeaderChanged, LeaderGone, PlanChanged
+from spate._core.view import LeaderChanged, LeaderGone, Notice, PlanChanged
 from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
 from spate.placement import Member, report_from_totals
-from spate.plan import Plan, PlanContext, Planner, SplitSpec, validate_plan
+from spate.plan import Plan, PlanContext, Planner, validate_plan
 from spate.protocol import Placement
 from spate.records import (
     AssignmentRecord,
@@ -366,17 +366,16 @@ class Leadership:
             return
         plan = validate_plan(result.unwrap())
         limit = core.max_value_size
-        specs: list[tuple[SplitSpec, bytes]] = []
-        for spec in plan.splits:
-            data = encode(
-                SpecRecord(
-                    id=spec.id,
-                    generation=self.generation,
-                    weight=spec.weight,
-                    descriptor=spec.descriptor,
-                    locality=spec.locality,
-                )
+        specs: list[tuple[SpecRecord, bytes]] = []
+        for split in plan.splits:
+            spec = SpecRecord(
+                id=split.id,
+                generation=self.generation,
+                weight=split.weight,
+                descriptor=split.descriptor,
+                locality=split.locality,
             )
+            data = encode(spec)
             if len(data) > limit:
                 raise PlanError(
                     f"split {spec.id!r}: its spec record is {len(data)} bytes (descriptor "
@@ -404,57 +403,55 @@ class Leadership:
             self._run = None
 
     def _write_plan(
-        self, run: _PlanRun, plan: Plan, specs: list[tuple[SplitSpec, bytes]]
+        self, run: _PlanRun, plan: Plan, specs: list[tuple[SpecRecord, bytes]]
     ) -> Flow[None]:
         core, view, keys = self.core, self.core.view, self.core.keys
         fresh = [(spec, data) for spec, data in specs if spec.id not in view.splits]
         created = 0
         if fresh:
-            spec_results = yield Batch(
-                tuple(
-                    Op("create", D, keys.spec(s.id), data, operation="seed-spec", split=s.id)
-                    for s, data in fresh
+
+            def spec_landed(i: int, result: object) -> None:
+                # Folded as each write lands, so its watch echo is known by revision and
+                # dropped undecoded (see Batch).
+                if isinstance(result, Won):
+                    spec = fresh[i][0]
+                    view.put_spec(spec.id, spec, result.revision)
+
+            def spec_op(i: int) -> Op:
+                spec, data = fresh[i]
+                return Op(
+                    "create", D, keys.spec(spec.id), data, operation="seed-spec", split=spec.id
                 )
-            )
+
+            spec_results = yield Batch(OpsOf(len(fresh), spec_op), spec_landed)
             if any(isinstance(r, Exception) for r in spec_results):
                 logger.warning("seeding spec records failed; the plan is retried")
                 self._failed(run)
                 return
-            records = [
-                (s, ProgressRecord(id=s.id, written_at_ms=self.core.wall_ms())) for s, _ in fresh
-            ]
-            results = yield Batch(
-                tuple(
-                    Op(
-                        "create",
-                        D,
-                        keys.split(s.id),
-                        encode(r),
-                        operation="seed-split",
-                        split=s.id,
-                        epoch=r.epoch,
-                    )
-                    for s, r in records
-                )
-            )
-            for (spec, record), spec_result, result in zip(
-                records, spec_results, results, strict=True
-            ):
-                if isinstance(spec_result, Won):
-                    view.put_spec(
-                        spec.id,
-                        SpecRecord(
-                            id=spec.id,
-                            generation=self.generation,
-                            weight=spec.weight,
-                            descriptor=spec.descriptor,
-                            locality=spec.locality,
-                        ),
-                        spec_result.revision,
-                    )
+            written_at = self.core.wall_ms()
+            records = [ProgressRecord(id=s.id, written_at_ms=written_at) for s, _ in fresh]
+            notices: list[Notice] = []
+
+            def progress_landed(i: int, result: object) -> None:
                 if isinstance(result, Won):
-                    created += 1
-                    core.fold(view.put_progress(spec.id, record, result.revision))
+                    record = records[i]
+                    notices.extend(view.put_progress(record.id, record, result.revision))
+
+            def progress_op(i: int) -> Op:
+                record = records[i]
+                return Op(
+                    "create",
+                    D,
+                    keys.split(record.id),
+                    encode(record),
+                    operation="seed-split",
+                    split=record.id,
+                    epoch=record.epoch,
+                )
+
+            results = yield Batch(OpsOf(len(records), progress_op), progress_landed)
+            created = sum(isinstance(r, Won) for r in results)
+            core.fold(notices)
             if any(isinstance(r, Exception) for r in results):
                 logger.warning("seeding progress records failed; the plan is retried")
                 self._failed(run)

@@ -190,10 +190,10 @@ class Tallies:
     quarantined: int
 
 
-@attrs.define
-class _Known:
-    revision: int
-    seq: int
+_Known: TypeAlias = tuple[int, int]
+"""The revision a key was folded at, and :attr:`View.seq` when it was: a plain tuple of ints,
+which the garbage collector stops tracking (two of them per split, and a full collection
+walks every tracked object)."""
 
 
 class View:
@@ -229,6 +229,11 @@ class View:
         self._spec_arrivals: set[str] = set()
         self._known: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
         self._tombs: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
+        # The same maps, reached without hashing the enum (a join folds two records a split).
+        self._known_durable = self._known[Keyspace.DURABLE]
+        self._known_ephemeral = self._known[Keyspace.EPHEMERAL]
+        self._tombs_durable = self._tombs[Keyspace.DURABLE]
+        self._tombs_ephemeral = self._tombs[Keyspace.EPHEMERAL]
         self._runnable = 0
         self._completed = 0
         self._quarantined = 0
@@ -267,7 +272,7 @@ class View:
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
                 lease = decode(LeaseRecord, entry.key, entry.value)
-                return self.put_lease(name, lease, entry.revision)
+                return self._fold_lease(name, entry.key, lease, entry.revision)
             if kind is KeyKind.WORKER:
                 try:
                     presence: PresenceRecord | None = decode(PresenceRecord, entry.key, entry.value)
@@ -281,10 +286,10 @@ class View:
             return []
         if kind is KeyKind.SPLIT:
             record = decode(ProgressRecord, entry.key, entry.value, split=name)
-            return self.put_progress(name, record, entry.revision)
+            return self._fold_progress(name, entry.key, record, entry.revision)
         if kind is KeyKind.SPEC:
             spec = decode(SpecRecord, entry.key, entry.value, split=name)
-            self.put_spec(name, spec, entry.revision)
+            self._fold_spec(name, entry.key, spec, entry.revision)
             return []
         if kind is KeyKind.PLAN:
             plan = decode(PlanRecord, entry.key, entry.value)
@@ -310,9 +315,9 @@ class View:
             if revision is not None:
                 self._tomb(keyspace, key, revision)
             return []
-        if revision is not None and revision <= known.revision:
+        if revision is not None and revision <= known[0]:
             return []  # a delete the key has since been rewritten past
-        self._forget(keyspace, key, known.revision if revision is None else revision)
+        self._forget(keyspace, key, known[0] if revision is None else revision)
         kind, name = found
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
@@ -348,7 +353,7 @@ class View:
         present = {e.key for e in listed}
         notices: list[Notice] = []
         for key, known in list(self._known[keyspace].items()):
-            if key in present or known.seq > since:
+            if key in present or known[1] > since:
                 continue
             found = self.keys.classify(key)
             if keyspace is Keyspace.DURABLE and (found is None or found[0] is not KeyKind.ASSIGN):
@@ -359,7 +364,7 @@ class View:
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
         tombs = self._tombs[keyspace]
-        for key in [k for k, t in tombs.items() if t.seq <= since]:
+        for key in [k for k, t in tombs.items() if t[1] <= since]:
             del tombs[key]
         return notices
 
@@ -370,6 +375,10 @@ class View:
         key = self.keys.split(split)
         if self._stale(Keyspace.EPHEMERAL, key, revision):
             return []
+        return self._fold_lease(split, key, lease, revision)
+
+    def _fold_lease(self, split: str, key: str, lease: LeaseRecord, revision: int) -> list[Notice]:
+        # (The caller checked that the write is not stale.)
         self._remember(Keyspace.EPHEMERAL, key, revision)
         state = self.splits.get(split)
         if state is None:
@@ -397,6 +406,12 @@ class View:
         key = self.keys.split(split)
         if self._stale(Keyspace.DURABLE, key, revision):
             return []
+        return self._fold_progress(split, key, record, revision)
+
+    def _fold_progress(
+        self, split: str, key: str, record: ProgressRecord, revision: int
+    ) -> list[Notice]:
+        # (The caller checked that the write is not stale.)
         self._remember(Keyspace.DURABLE, key, revision)
         state = self.splits.get(split)
         previous = None if state is None else state.progress
@@ -423,7 +438,10 @@ class View:
 
     def put_spec(self, split: str, spec: SpecRecord, revision: int) -> None:
         """Fold a spec record (immutable: a re-delivery is an echo)."""
-        self._remember(Keyspace.DURABLE, self.keys.spec(split), revision)
+        self._fold_spec(split, self.keys.spec(split), spec, revision)
+
+    def _fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
+        self._remember(Keyspace.DURABLE, key, revision)
         state = self.splits.get(split)
         if state is None:
             self._pending_specs.setdefault(split, spec)
@@ -489,13 +507,13 @@ class View:
     def forget_own(self, keyspace: Keyspace, key: str, deleted: int) -> list[Notice]:
         """Fold this worker's own won guarded delete of the entry at revision ``deleted``."""
         known = self._known[keyspace].get(key)
-        if known is not None and known.revision > deleted:
+        if known is not None and known[0] > deleted:
             return []  # the key was rewritten after the entry we deleted
         if known is None:
             # Not folded yet: remember the deletion so a listing in flight cannot resurrect it.
             self._tomb(keyspace, key, deleted)
             return []
-        known.revision = deleted
+        self._known[keyspace][key] = (deleted, known[1])
         return self.apply_delete(keyspace, key, None)
 
     # -- internals -------------------------------------------------------------------------
@@ -551,16 +569,23 @@ class View:
         return self._stale(keyspace, key, revision)
 
     def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
-        known = self._known[keyspace].get(key)
-        if known is not None and revision <= known.revision:
+        durable = keyspace is Keyspace.DURABLE
+        known = (self._known_durable if durable else self._known_ephemeral).get(key)
+        if known is not None and revision <= known[0]:
             return True
-        tomb = self._tombs[keyspace].get(key)
-        return tomb is not None and revision <= tomb.revision
+        tombs = self._tombs_durable if durable else self._tombs_ephemeral
+        if not tombs:
+            return False
+        tomb = tombs.get(key)
+        return tomb is not None and revision <= tomb[0]
 
     def _remember(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self.seq += 1
-        self._known[keyspace][key] = _Known(revision, self.seq)
-        self._tombs[keyspace].pop(key, None)
+        durable = keyspace is Keyspace.DURABLE
+        (self._known_durable if durable else self._known_ephemeral)[key] = (revision, self.seq)
+        tombs = self._tombs_durable if durable else self._tombs_ephemeral
+        if tombs:
+            tombs.pop(key, None)
 
     def _forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self._known[keyspace].pop(key, None)
@@ -569,8 +594,8 @@ class View:
     def _tomb(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self.seq += 1
         tomb = self._tombs[keyspace].get(key)
-        if tomb is None or tomb.revision < revision:
-            self._tombs[keyspace][key] = _Known(revision, self.seq)
+        if tomb is None or tomb[0] < revision:
+            self._tombs[keyspace][key] = (revision, self.seq)
 
     def _count(self, status: Status, delta: int) -> None:
         if status is Status.RUNNABLE:

@@ -354,12 +354,11 @@ class Driver:
             with attached(context):
                 return await self._perform(op)
         assert scope.cancelled_caught
-        raise StoreUnavailable(
-            f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); "
-            "its outcome is unknown"
-        )
+        raise _timed_out(op, timeout)
 
-    async def _perform(self, op: Op) -> Entry | list[Entry] | WriteResult | None:
+    async def _perform(
+        self, op: Op, *, traced: bool | None = None
+    ) -> Entry | list[Entry] | WriteResult | None:
         if op.kind == "get":
             return await self._store.get(op.keyspace, op.key)
         if op.kind == "list":
@@ -375,6 +374,7 @@ class Driver:
             expected=op.expected,
             split=op.split,
             epoch=op.epoch,
+            traced=traced,
         )
 
     async def _run_op(self, running: _Running, op: Op) -> None:
@@ -385,20 +385,58 @@ class Driver:
         self._post(lambda: self._resume(running, result))
 
     async def _run_batch(self, running: _Running, batch: Batch) -> None:
-        results: list[Any] = [None] * len(batch.ops)
-        limiter = trio.CapacityLimiter(BATCH_CONCURRENCY)
+        # A plan seeds two records per split, so a batch may hold hundreds of thousands of
+        # ops: a fixed pool of workers takes them in order from a shared index (a task per
+        # op cost more than the write to the memory store itself).
+        ops = batch.ops
+        results: list[Any] = [None] * len(ops)
+        landed = batch.landed
+        # Decided once for the batch (looking it up costs more than a memory-store write).
+        traced = fenced.tracing()
+        context = running.context
+        timeout = self._timeout
+        slack = timeout / 100
+        following = 0
 
-        async def one(i: int, op: Op) -> None:
-            async with limiter:
-                try:
-                    results[i] = await self._call(op, running.context)
-                except (StoreUnavailable, StoreError) as exc:
-                    results[i] = exc
+        async def worker() -> None:
+            nonlocal following
+            i = following
+            with attached(context):
+                while following < len(ops):
+                    # One cancel scope for a run of ops, its deadline moved before each (a
+                    # scope per op cost as much as the write): every op is bounded by
+                    # op_timeout from its own start, less at most 1% (a deadline is moved
+                    # only once it has fallen that far behind, since moving it costs too).
+                    # A timeout ends the run; the next run opens a new scope.
+                    with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                        while following < len(ops):
+                            i = following
+                            following += 1
+                            now = trio.current_time()
+                            if scope.deadline < now + timeout - slack:
+                                scope.deadline = now + timeout
+                            try:
+                                result: Any = await self._perform(ops[i], traced=traced)
+                            except (StoreUnavailable, StoreError) as exc:
+                                result = exc
+                            results[i] = result
+                            if landed is not None:
+                                landed(i, result)
+                    if scope.cancelled_caught:
+                        results[i] = _timed_out(ops[i], timeout)
+                        if landed is not None:
+                            landed(i, results[i])
 
         async with trio.open_nursery() as nursery:
-            for i, op in enumerate(batch.ops):
-                nursery.start_soon(one, i, op)
+            for _ in range(min(BATCH_CONCURRENCY, len(ops))):
+                nursery.start_soon(worker)
         self._post(lambda: self._resume(running, outcome.Value(results)))
+
+
+def _timed_out(op: Op, timeout: float) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); its outcome is unknown"
+    )
 
 
 def _ignore(result: outcome.Outcome[Any]) -> None:

@@ -85,18 +85,20 @@ async def write(
     expected: int | None = None,
     split: str | None = None,
     epoch: int | None = None,
+    traced: bool | None = None,
 ) -> WriteResult:
     """Perform one guarded write inside its span and report its outcome.
 
     ``kind`` picks ``create(key, value)``, ``update(key, value, expected)`` or
     ``delete(key, expected)``; an ephemeral create or update names the scope's session.
-    Store errors propagate unchanged after being recorded.
+    ``traced`` is :func:`tracing` when the caller already asked (a batch asks once for all
+    its writes); None asks now. Store errors propagate unchanged after being recorded.
     """
     if kind == "update" and expected is None:
         raise ValueError("an update needs the expected revision")
     session = scope.session() if keyspace is Keyspace.EPHEMERAL else None
     started = trio.current_time()
-    if not tracing():
+    if not (tracing() if traced is None else traced):
         # Nothing records spans (no SDK installed): skip building one, which would cost
         # more than a write to the memory store. The outcome is still counted.
         try:
@@ -138,10 +140,20 @@ def tracing() -> bool:
     """Whether spans would be recorded: an SDK tracer provider is installed.
 
     Until one is, the API's global provider is a proxy whose spans record nothing (and the
-    no-op provider never records).
+    no-op provider never records). The global provider is set at most once, so once one is
+    found it is remembered.
     """
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    global _installed
+    if _installed is None:
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider):
+            return False  # none yet: one may be installed later, so ask again next time
+        _installed = not isinstance(provider, trace.NoOpTracerProvider)
+    return _installed
+
+
+_installed: bool | None = None
+"""Whether the global tracer provider, once set, records (None: not set yet)."""
 
 
 async def _perform(

@@ -10,10 +10,11 @@ import pytest
 import trio
 import trio.testing
 
-from spate._core.flows import Flow, Fork, Hold, Op
+from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime import fenced
-from spate._runtime.driver import Driver
-from spate.store import Keyspace
+from spate._runtime.driver import BATCH_CONCURRENCY, Driver
+from spate.errors import StoreUnavailable
+from spate.store import Keyspace, Won
 from spate_stores.memory import MemoryServer
 
 from .harness import HookStore, client
@@ -175,3 +176,70 @@ async def test_background_store_calls_reuse_their_tasks_and_never_wait_for_one(
         # ...and the later rounds ran on the first round's tasks.
         assert driver.io_tasks == 8
         driver.close()
+
+
+async def test_a_batch_runs_its_ops_on_a_bounded_pool_and_reports_each_as_it_lands(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = HookStore(client(MemoryServer()))
+    in_flight = peak = 0
+
+    async def slow(kind: str, keyspace: Keyspace, key: str) -> None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await trio.sleep(0.1)
+        in_flight -= 1
+
+    store.before = slow
+    keys = [f"k{n:03d}" for n in range(100)]
+    landed: list[int] = []
+    results: list[outcome.Outcome[Any]] = []
+
+    def seed() -> Flow[list[Any]]:
+        ops = tuple(Op("create", D, key, b"v") for key in keys)
+        done = yield Batch(ops, lambda i, result: landed.append(i))
+        assert len(landed) == len(keys)  # every result was reported before the resumption
+        return list(done)
+
+    async with trio.open_nursery() as nursery:
+        driver = _driver(store, nursery)
+        driver.start(seed(), results.append)
+        with trio.fail_after(5):
+            while not results:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+    assert peak == BATCH_CONCURRENCY
+    assert sorted(landed) == list(range(len(keys)))
+    assert all(isinstance(r, Won) for r in results[0].unwrap())
+    assert [e.key for e in await store.list(D, "k")] == keys
+
+
+async def test_a_batch_op_that_hangs_fails_after_the_op_timeout_and_the_rest_go_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = HookStore(client(MemoryServer()))
+
+    async def hang_one(kind: str, keyspace: Keyspace, key: str) -> None:
+        if key == "k1":
+            await trio.sleep_forever()
+
+    store.before = hang_one
+    results: list[outcome.Outcome[Any]] = []
+
+    def seed() -> Flow[list[Any]]:
+        ops = tuple(Op("create", D, f"k{n}", b"v") for n in range(3))
+        return list((yield Batch(ops)))
+
+    async with trio.open_nursery() as nursery:
+        driver = _driver(store, nursery)  # op_timeout=1.0
+        began = trio.current_time()
+        driver.start(seed(), results.append)
+        with trio.fail_after(5):
+            while not results:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        assert trio.current_time() - began <= 1.1
+    first, second, third = results[0].unwrap()
+    assert isinstance(first, Won)
+    assert isinstance(third, Won)
+    assert isinstance(second, StoreUnavailable)
+    assert "op_timeout" in str(second)

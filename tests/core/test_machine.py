@@ -141,7 +141,12 @@ class SyncWorld:
             elif isinstance(request, Op):
                 result = outcome.Value(self.perform(request))
             elif isinstance(request, Batch):
-                result = outcome.Value([self.perform(op) for op in request.ops])
+                results = []
+                for i, op in enumerate(request.ops):
+                    results.append(self.perform(op))
+                    if request.landed is not None:
+                        request.landed(i, results[-1])
+                result = outcome.Value(results)
             else:
                 assert isinstance(request, Fork)
                 result = outcome.Value([self.run_flow(sub) for sub in request.flows])
