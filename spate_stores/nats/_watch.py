@@ -207,11 +207,20 @@ class KeyWatch:
         # a busy loop) means the consumer is gone, which the server never announces.
         patience = 2 * self._heartbeat + 1.0
         item: Msg | ConnectionLost | None = None
-        with trio.move_on_after(patience):
-            try:
-                item = await sub.receive.receive()
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                raise errors.watch_store_closed() from None
+        try:
+            # A delivery already queued (a burst of echoes) needs no timeout scope: a scope
+            # per message cost as much as handling the message.
+            item = sub.receive.receive_nowait()
+        except trio.WouldBlock:
+            with trio.move_on_after(patience):
+                try:
+                    item = await sub.receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    raise errors.watch_store_closed() from None
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise errors.watch_store_closed() from None
+        else:
+            await trio.lowlevel.checkpoint()  # a watch never starves the tasks around it
         if item is None:
             await self._reset(f"no delivery or heartbeat for {patience:g} s")
         elif isinstance(item, ConnectionLost):
