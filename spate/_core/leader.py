@@ -103,11 +103,15 @@ class Leadership:
         self._publishing: set[str] = set()
         self._index: PlacementIndex | None = None
         """The placement kept split by split while leading (see spate._core.placement_index)."""
-        self._index_key: tuple[int, frozenset[str]] | None = None
+        self._index_key: tuple[int, frozenset[str], frozenset[str]] | None = None
         self._recheck: set[str] = set()
         """Members whose published assignment must be compared with the placement."""
         self._interim = False
         """Whether the last publish was the debounce's interim placement."""
+        self._writing: dict[str, frozenset[str]] = {}
+        """Member -> the splits its assignment write in flight names (until it lands or fails)."""
+        self._writing_split: dict[str, set[str]] = {}
+        """Split -> the members whose assignment write in flight names it."""
 
     @property
     def leading(self) -> bool:
@@ -554,6 +558,7 @@ class Leadership:
                 continue
             self._recheck.discard(instance)
             self._publishing.add(instance)
+            self._writing_started(instance, splits)
             core.start(self._write_assignment(instance, splits))
         for instance in list(view.assignments):
             if (
@@ -572,7 +577,9 @@ class Leadership:
         splits the view names as changed are read again.
         """
         core, view = self.core, self.core.view
-        key = (self.generation, frozenset(self.departed))
+        # The members are part of the key: an input anchors a split in transit only on a live
+        # assignee, so a join or a departure can move inputs the view names as unchanged.
+        key = (self.generation, frozenset(self.departed), frozenset(view.presence))
         index = self._index
         changes = view.placement_changes
         if index is None or key != self._index_key or changes is None:
@@ -596,11 +603,13 @@ class Leadership:
     def _placement_input(self, split: str) -> Placement | None:
         """What placement needs to know of ``split``, or None when it is not to be placed.
 
-        A split in transit (handed back, not yet claimed by its new assignee) has no owner;
-        anchoring it on the member it is already assigned to keeps the placement a fixpoint
-        while moves are in flight. Anchoring on ownership alone re-placed every such split
-        from scratch, so assignments flip-flopped between members until the moves settled.
-        The splits of a departed worker are withheld (None) during its grace window.
+        A split in transit (this leader gave it to a live member that has not claimed it yet:
+        its owner handed it back, died, or still holds it while a revocation is in flight) is
+        anchored on that assignee, as named by the assignment write in flight or else by the
+        member's record of this generation; that keeps the placement a fixpoint while moves
+        land one by one. Anchoring on ownership alone re-placed such splits afresh on every
+        solve, so assignments flip-flopped between members until the moves settled. The
+        splits of a departed worker are withheld (None) during its grace window.
         """
         view = self.core.view
         state = view.splits.get(split)
@@ -614,17 +623,67 @@ class Leadership:
         if self.departed and state.progress.owner in self.departed:
             return None
         owner = state.current_owner
-        if owner is None:
-            # When two records name it (a move being published), the first by name: a rule
-            # every leader applies alike, whatever order the records arrived in.
-            holders = [
-                i
-                for i in view.assigned.get(split, ())
-                if (record := view.assignments.get(i)) is not None
-                and record[0].generation == self.generation
-            ]
-            owner = min(holders) if holders else None
+        # Each member's assignment as this leader last decided it: the write in flight when
+        # there is one (the records of one publish land one by one, and a member's stale record
+        # would anchor the split where it no longer goes), else its record of this generation.
+        # Only live members anchor: a dead member's record, not yet deleted, does not. When
+        # two members name it (a move being published), the first by name: a rule every
+        # leader applies alike, whatever order the records arrived in.
+        holders = [
+            i
+            for i in view.assigned.get(split, ())
+            if i not in self._writing
+            and i in view.presence
+            and (record := view.assignments.get(i)) is not None
+            and record[0].generation == self.generation
+        ]
+        holders.extend(i for i in self._writing_split.get(split, ()) if i in view.presence)
+        if holders and owner not in holders:
+            # In transit: its owner handed it back (no owner), is gone (a dead worker's
+            # expired lease leaves the record naming it), or still holds it while this
+            # leader has already given it to another member (a revocation in flight). All
+            # three are anchored on the assignee. Anchored on the owner instead, every solve
+            # placed such splits afresh: while the moves landed one by one they swapped
+            # between members, a claim racing a swap took a split back to a member it had
+            # left, and a domain overfilled that way was evened out by moving a split that
+            # was never in transit.
+            owner = min(holders)
         return Placement(state.spec.weight, owner, state.spec.locality)
+
+    def _writing_started(self, instance: str, splits: tuple[str, ...]) -> None:
+        """Note an assignment write about to start: it anchors the splits it names at once."""
+        named = frozenset(splits)
+        self._writing[instance] = named
+        for split in named:
+            self._writing_split.setdefault(split, set()).add(instance)
+        self._anchors_moved(instance, named)
+
+    def _writing_ended(self, instance: str) -> None:
+        """The write landed (its record now anchors), failed or lost: the record anchors again."""
+        named = self._writing.pop(instance, None)
+        if named is None:
+            return
+        for split in named:
+            members = self._writing_split.get(split)
+            if members is not None:
+                members.discard(instance)
+                if not members:
+                    del self._writing_split[split]
+        self._anchors_moved(instance, named)
+
+    def _anchors_moved(self, instance: str, named: frozenset[str]) -> None:
+        """Re-read the splits on which ``instance``'s record and write in flight disagree."""
+        view = self.core.view
+        current = view.assignments.get(instance)
+        recorded = (
+            frozenset(current[0].splits)
+            if current is not None and current[0].generation == self.generation
+            else frozenset()
+        )
+        moved = named ^ recorded
+        if moved and view.placement_changes is not None:
+            view.placement_changes.update(moved)
+            view.assign_dirty = True
 
     def _drop_index(self) -> None:
         self._index = None
@@ -706,6 +765,7 @@ class Leadership:
                     core.fold(view.apply_put(D, entry))
         finally:
             self._publishing.discard(instance)
+            self._writing_ended(instance)
             # Compared again at the next publish: a write that failed, lost, or was
             # overtaken by a newer placement leaves the record behind the placement.
             self._recheck.add(instance)
