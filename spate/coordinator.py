@@ -2,7 +2,7 @@
 
 ``open_coordinator`` checks its arguments, runs the startup steps (refuse a store whose CAS
 is broken, join the job with a fingerprint check, announce presence — each retried with
-capped backoff against an unavailable store), starts the control loop with its watches and
+capped backoff against an unavailable store), starts the runtime's loop with its watches and
 timers in one nursery, and yields a :class:`Coordinator` once the first snapshots are in.
 Leaving the block stops every task. A fatal error comes out of the ``async with`` as itself
 (``FatalCoordinationError``, ``PlanError``, ``StoreError``), never wrapped in an

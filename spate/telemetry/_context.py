@@ -1,14 +1,13 @@
-"""Carrying a caller's trace context to the task that performs its write.
+"""Carrying a trace context to the task that performs a write.
 
-The coordinator's store writes run in its own I/O tasks, started by its control loop, so they
-would inherit the loop's context, not the caller's. An API call (a handler's
-``SplitHandle.commit``) therefore captures the caller's context with :func:`capture` and the
-task that performs the write enters it with :func:`attached`: the write's ``spate.commit``
-span becomes a child of the handler's own span, in one trace.
-
-Writes nobody asked for (renewals, elections, the leader's publishing) carry no context and
-start traces of their own; inheriting the loop's context would hang every renewal of a
-worker's lifetime under one span of whoever opened the coordinator.
+API calls (a handler's ``SplitHandle.commit``) run their writes inline, in the caller's own
+task, so their ``spate.commit`` span is a child of the handler's span without any help. The
+coordinator's background writes run in its I/O tasks, started from its loop; they would inherit
+the loop's context, so the task that performs one enters the context its flow was started with
+(:func:`attached`): none for writes nobody asked for (renewals, elections, the leader's
+publishing), which start traces of their own. Inheriting the loop's context would hang every
+renewal of a worker's lifetime under one span of whoever opened the coordinator.
+:func:`capture` takes a context to hand over that way.
 """
 
 from __future__ import annotations
