@@ -15,8 +15,9 @@ providers) or call :func:`configure` once at start-up (the ``otel`` extra)::
     finally:
         await telemetry.ashutdown()
 
-A handler's own spans and the commits it makes share one trace: :func:`capture` and
-:func:`attached` carry the handler's context to the coordinator task that writes.
+A handler's own spans and the commits it makes share one trace: a commit's write runs in the
+handler's own task. :func:`capture` and :func:`attached` carry a context to another task (the
+coordinator uses them for its background writes).
 """
 
 from __future__ import annotations
