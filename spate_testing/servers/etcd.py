@@ -46,6 +46,7 @@ import trio
 
 from spate_testing.servers._certs import TestPKI, make_test_pki
 from spate_testing.servers._ports import free_port
+from spate_testing.servers._signals import freeze
 
 __all__ = [
     "ETCD_BINARY_ENV",
@@ -400,10 +401,14 @@ class EtcdServer:
         self._kill()
 
     def pause_sync(self) -> None:
-        """Freeze etcd (SIGSTOP, POSIX only): connections stay open but nothing answers."""
+        """Freeze etcd (SIGSTOP, POSIX only): connections stay open but nothing answers.
+
+        Returns once the process is really stopped (on Linux), so nothing sent after this
+        call gets an answer before :meth:`resume_sync`.
+        """
         if self._process is None:
             raise EtcdServerError("etcd is not running")
-        self._process.send_signal(signal.SIGSTOP)
+        freeze(self._process)
 
     def resume_sync(self) -> None:
         """Thaw a paused etcd (SIGCONT)."""

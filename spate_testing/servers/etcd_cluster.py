@@ -36,6 +36,7 @@ import httpx
 import trio
 
 from spate_testing.servers._ports import free_port
+from spate_testing.servers._signals import freeze
 from spate_testing.servers.etcd import EtcdServerError, etcd_version, find_etcd_binary
 
 __all__ = ["EtcdCluster", "EtcdMember", "etcd_cluster", "etcd_cluster_sync"]
@@ -252,10 +253,14 @@ class EtcdCluster:
         self._wait_healthy([member])
 
     def pause_sync(self, member: EtcdMember) -> None:
-        """SIGSTOP one member: its sockets stay open but nothing answers."""
+        """SIGSTOP one member: its sockets stay open but nothing answers.
+
+        Returns once the member is really stopped (on Linux): under load a request sent
+        right after the signal could otherwise still be answered.
+        """
         if member.process is None:
             raise EtcdServerError(f"etcd member {member.name} is not running")
-        member.process.send_signal(signal.SIGSTOP)
+        freeze(member.process)
         member.paused = True
 
     def resume_sync(self, member: EtcdMember) -> None:

@@ -40,6 +40,7 @@ import pytest
 import trio
 
 from spate_testing.servers._ports import free_port
+from spate_testing.servers._signals import freeze
 
 __all__ = [
     "NatsServer",
@@ -290,14 +291,7 @@ class NatsServer:
         """
         if self._process is None:
             return
-        self._process.send_signal(signal.SIGSTOP)
-        stat = Path(f"/proc/{self._process.pid}/stat")
-        deadline = time.monotonic() + 5.0
-        while stat.exists() and time.monotonic() < deadline:
-            # The state follows the parenthesised command name: "T" once stopped.
-            if stat.read_text().rpartition(")")[2].split()[0] in ("T", "t"):
-                return
-            time.sleep(0.001)
+        freeze(self._process)
 
     def resume(self) -> None:
         """Unfreeze a paused process (SIGCONT)."""
