@@ -106,14 +106,9 @@ class Coordinator:
         _check_split(split)
         if not isinstance(progress, Progress):
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
-        core, machine = self._core, self._machine
         # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        error = await core.call_inline(machine.claims.commit_flow(split, progress))
-        if progress.completed or error is not None or split in machine.revocations.revoking:
-            # What other rules wait for changed (a lane freed, a drain moved, a split lost):
-            # let them look. A plain commit changes nothing any other rule reads.
-            core.nudge()
+        error = await self._core.call_inline(self._machine.claims.commit_flow(split, progress))
         if error is not None:
             raise error
 
@@ -124,9 +119,7 @@ class Coordinator:
         Raises :class:`~spate.errors.Fenced` if this worker does not hold it.
         """
         _check_split(split)
-        core = self._core
-        error = await core.call_inline(self._machine.claims.fail_flow(split, str(reason)))
-        core.nudge()  # a lane freed, or a split quarantined: the rules look again
+        error = await self._core.call_inline(self._machine.claims.fail_flow(split, str(reason)))
         if error is not None:
             raise error
 
@@ -143,7 +136,6 @@ class Coordinator:
                 raise Fenced(split, "this worker does not hold it; nothing was released")
         # All at once, in this task: the hand-backs write different keys, so they overlap.
         await self._core.call_inline(machine.release_all_flow(ids))
-        self._core.nudge()  # lanes freed: the rules look again
 
     async def decline_revoke(self, split: str) -> None:
         """Say the split cannot stop at a safe boundary: a revocation is then forced at once.
@@ -155,8 +147,9 @@ class Coordinator:
         self._check_running()
         await trio.lowlevel.checkpoint()
         # A synchronous call into the machine: atomic, since Trio runs one task at a time.
+        # (A forced revocation's flow it starts runs on the loop, see Runtime.start.)
         self._machine.revocations.decline(split)
-        self._core.nudge()
+        self._core.request_step()
 
     async def depart(self) -> None:
         """Leave the job gracefully and return when done.
@@ -171,7 +164,6 @@ class Coordinator:
         """
         self._check_running()
         error = await self._core.call_inline(self._machine.depart_flow())
-        self._core.nudge()
         if error is not None:
             raise error
 
@@ -225,8 +217,13 @@ async def open_coordinator(
     validate_job(job)
     instance = validate_instance(default_instance_id() if instance is None else instance)
     locality = validate_locality(locality)
-    if nonce is not None and (not isinstance(nonce, str) or not nonce.isalnum()):
-        raise ConfigError(f"nonce must be a non-empty alphanumeric str (or None), not {nonce!r}")
+    if nonce is not None and not (
+        isinstance(nonce, str) and nonce.isascii() and nonce.isalnum() and len(nonce) <= 64
+    ):
+        raise ConfigError(
+            f"nonce must be 1 to 64 ASCII letters or digits (or None for a random one), not "
+            f"{nonce!r}"
+        )
     if not callable(planner):
         raise ConfigError(f"planner must be a function taking a PlanContext, not {planner!r}")
     if config is None:

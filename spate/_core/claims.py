@@ -50,7 +50,7 @@ from spate._core.view import (
 )
 from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Gained, Lost, Progress, Quarantined
-from spate.metrics import AcquireReason, LossReason
+from spate.metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
 from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode
 from spate.store import Entry, Keyspace, Won
@@ -238,14 +238,27 @@ class Claims:
     def abandon(self, split: str) -> None:
         """Stop holding ``split`` without writing (its hand-back could not be written)."""
         if self.owned.pop(split, None) is not None:
-            self.drains.settle(split, "forced")
+            self._ended(split, "forced")
+
+    def _retry_later(self, split: str) -> None:
+        """Hold ``split`` back a moment: a store error or a refusal the watch has yet to explain."""
+        self.retry_at.set(split, self.core.now() + RETRY_AFTER_ERROR)
+
+    def _ended(self, split: str, outcome: RevocationOutcome) -> None:
+        """A tenancy ended (``split`` just left ``owned``): settle its drain, free its lane.
+
+        The freed lane is news to the rules, even when the end came from an API call
+        running outside the loop's inputs; so is the settled drain.
+        """
+        self.drains.settle(split, outcome)
+        self.core.request_step()
 
     def drop(self, split: str, reason: LossReason) -> None:
         """Stop holding ``split`` involuntarily and tell the user (Lost)."""
         if self.owned.pop(split, None) is None:
             return
         # A split lost mid-drain ends its revocation the expensive way.
-        self.drains.settle(split, "forced")
+        self._ended(split, "forced")
         self.core.metrics.lost(reason)
         self.core.emit(Lost(split, reason))
 
@@ -293,13 +306,13 @@ class Claims:
                 )  # fmt: skip
         except StoreUnavailable as exc:
             logger.warning("split %s: lease write failed (%s); retrying later", split, exc)
-            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
+            self._retry_later(split)
             return
         if not isinstance(result, Won):
             # A peer won the lease (the watch brings its write), or our view of our own lease
             # is stale (a lost reply, another process under our id). Retrying at once would
             # meet the same refusal and spin against the store until the watch catches up.
-            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
+            self._retry_later(split)
             return
         lease_rev = result.revision
         core.fold(core.view.put_lease(split, lease, lease_rev))
@@ -439,12 +452,12 @@ class Claims:
             )  # fmt: skip
         except StoreUnavailable as exc:
             logger.warning("split %s: quarantine write failed (%s); retrying later", split, exc)
-            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
+            self._retry_later(split)
             return
         if not isinstance(result, Won):
             # Someone else moved it; the watch brings the news (or the reconcile listing, if
             # the watch missed it). Retrying at once would spin against the store until then.
-            self.retry_at.set(split, core.now() + RETRY_AFTER_ERROR)
+            self._retry_later(split)
             return
         logger.warning("split %s quarantined after %d attempts", split, record.attempts)
         core.fold(core.view.put_progress(split, record, result.revision))
@@ -570,7 +583,7 @@ class Claims:
         if progress.completed and self.owned.get(split) is held:
             self.owned.pop(split)
             # Finishing mid-revocation is the cooperative outcome: nothing replays.
-            self.drains.settle(split, "drained")
+            self._ended(split, "drained")
             yield from self._drop_lease_of(split, held)
         return None
 
@@ -625,7 +638,7 @@ class Claims:
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
         # quarantine cannot read as a peer's fence.
         self.owned.pop(split, None)
-        self.drains.settle(split, "forced")
+        self._ended(split, "forced")
         core.fold(core.view.put_progress(split, record, result.revision))
         yield from self._drop_lease_of(split, held)
         return None
@@ -663,7 +676,7 @@ class Claims:
             self.owned.pop(split, None)
             core.fold(core.view.put_progress(split, record, result.revision))
             # The tail is committed and the owner cleared: the next owner replays nothing.
-            self.drains.settle(split, "drained")
+            self._ended(split, "drained")
             yield from self._drop_lease_of(split, held)
             return "released"
         finally:

@@ -113,6 +113,14 @@ class Host(Protocol):
         """Send ``event`` to the user."""
         ...
 
+    def request_step(self) -> None:
+        """Have the rules look again soon: a change they read was made outside an input.
+
+        An API call running inline asks when it frees a lane or moves a drain; a plain
+        commit changes nothing another rule reads and asks for nothing.
+        """
+        ...
+
     def run_planner(
         self,
         planner: Planner,

@@ -94,6 +94,10 @@ class Effects(Protocol):
         """Make sure :meth:`Machine.step` runs again by ``deadline``."""
         ...
 
+    def request_step(self) -> None:
+        """Make sure :meth:`Machine.step` runs soon (state changed outside an input)."""
+        ...
+
     def run_planner(
         self,
         planner: Planner,
@@ -193,6 +197,10 @@ class Machine:
     def busy(self, keyspace: Keyspace, key: str) -> bool:
         """Whether a flow holds ``key`` or waits for it."""
         return self._effects.busy(keyspace, key)
+
+    def request_step(self) -> None:
+        """Have the rules look again soon (what they read changed)."""
+        self._effects.request_step()
 
     def emit(self, event: Event) -> None:
         """Send ``event`` to the user."""
@@ -391,6 +399,7 @@ class Machine:
     def depart_flow(self) -> Flow[BaseException | None]:
         """Leave the job: resign, hand every split back at once, delete the presence key."""
         self._parting = True
+        self.request_step()
         self.leader.demote(resign=True)
         claims = self.claims
         # Every split is handed back at once (their writes go to different keys), so leaving

@@ -128,6 +128,7 @@ class Revocations:
         entry = self.revoking.get(split)
         if entry is not None:
             entry.last_progress = self.core.now()
+            self.core.request_step()  # its deadline moved
 
     def settle(self, split: str, outcome: RevocationOutcome) -> None:
         """Retire a revocation under ``outcome``, exactly once (no-op if not revoking)."""

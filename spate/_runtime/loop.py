@@ -108,6 +108,8 @@ class Runtime:
         self.events_send, self.events_receive = trio.open_memory_channel[Event](math.inf)
         self._alarm_at = math.inf
         self._alarm_changed = trio.Event()
+        self._loop_task: trio.lowlevel.Task | None = None
+        self._step_requested = False
         self.driver: Driver
         self.nursery: trio.Nursery
 
@@ -131,9 +133,18 @@ class Runtime:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the loop has stopped; nothing is waiting for this input
 
-    def nudge(self) -> None:
-        """Have the machine step soon (something changed outside the loop's inputs)."""
-        self.post(_nothing)
+    def _on_loop(self) -> bool:
+        return trio.lowlevel.current_task() is self._loop_task
+
+    def request_step(self) -> None:
+        """Have the machine step soon: its state changed outside the loop's inputs.
+
+        On the loop nothing is needed (every input that changed something is followed by a
+        step); from an API caller's task one empty input is posted, once until the loop steps.
+        """
+        if not self._step_requested and not self._on_loop():
+            self._step_requested = True
+            self.post(_nothing)
 
     # -- the machine's effects ---------------------------------------------------------------
 
@@ -143,8 +154,16 @@ class Runtime:
         done: Callable[[outcome.Outcome[Any]], None],
         context: Context | None = None,
     ) -> None:
-        """Run ``flow`` through the driver."""
-        self.driver.start(flow, done, context)
+        """Run ``flow`` through the driver, on the loop task.
+
+        A flow the machine starts while an API call runs inline (a departing leader's
+        resignation, a forced revocation) is handed to the loop rather than begun in the
+        caller's task: a fatal error out of it must stop the coordinator, not the caller.
+        """
+        if self._on_loop():
+            self.driver.start(flow, done, context)
+        else:
+            self.post(lambda: self.driver.start(flow, done, context))
 
     def busy(self, keyspace: Keyspace, key: str) -> bool:
         """Whether a flow holds ``key`` (or waits for it)."""
@@ -213,6 +232,7 @@ class Runtime:
     async def run(self) -> None:
         """The loop: run inputs, step, until cancelled or a fatal error."""
         machine = self.machine
+        self._loop_task = trio.lowlevel.current_task()
         try:
             async for fn in self._receive:
                 changed = self._run_input(fn)
@@ -225,6 +245,7 @@ class Runtime:
                 if machine.ready and not self.ready.is_set():
                     self.ready.set()
                 if changed and self.ready.is_set():
+                    self._step_requested = False
                     self._guarded(machine.step)
         except BaseException as exc:
             self.stop(exc)

@@ -49,6 +49,7 @@ class SyncWorld:
         self.wakes: list[float] = []
         self.ops: list[Op] = []
         self.pending_echoes: list[tuple[Keyspace, Entry]] = []
+        self.step_requests = 0
         config = Config(lease_duration=9.0, op_timeout=1.0, max_in_flight=4, rebalance_delay=0.0)
         self.machine = Machine(
             job="j",
@@ -84,6 +85,9 @@ class SyncWorld:
 
     def wake_at(self, deadline: float) -> None:
         self.wakes.append(deadline)
+
+    def request_step(self) -> None:
+        self.step_requests += 1
 
     def run_planner(
         self,
@@ -219,6 +223,7 @@ def test_a_commit_is_one_write_and_its_echo_changes_nothing() -> None:
     world.pending_echoes = []
     result = world.run_flow(machine.claims.commit_flow("a", Progress(watermark=7)))
     assert result.unwrap() is None
+    assert world.step_requests == 0  # nothing another rule reads changed
     assert [(op.kind, op.key) for op in world.ops[before:]] == [("update", "j.split.a")]
     # The echo of that write is known by its revision: nothing is decoded, nothing to do.
     ((keyspace, echo),) = world.pending_echoes
@@ -245,3 +250,14 @@ def test_time_is_the_injected_clock() -> None:
     machine.heartbeat()
     world.settle()
     assert sorted(op.split for op in world.ops[before:] if op.operation == "renew") == ["a", "b"]
+
+
+def test_a_completed_commit_frees_its_lane_and_asks_the_rules_to_look() -> None:
+    world = started_world()
+    machine = world.machine
+    result = world.run_flow(machine.claims.commit_flow("a", Progress(watermark=9, completed=True)))
+    assert result.unwrap() is None
+    assert "a" not in machine.claims.owned
+    # Ran outside any input (as an API call does): without this the freed lane would wait
+    # for the next unrelated input or heartbeat.
+    assert world.step_requests >= 1

@@ -123,6 +123,19 @@ async def test_invalid_instance_and_arguments_are_config_errors() -> None:
             pytest.fail("unreachable")
 
 
+@pytest.mark.parametrize("nonce", ["", "a b", "é1", "x" * 65, 7])
+async def test_an_injected_nonce_must_be_a_short_ascii_token(nonce: object) -> None:
+    with pytest.raises(ConfigError, match="nonce must be"):
+        async with open_coordinator(
+            MemoryStore(),
+            job=JOB,
+            instance="a",
+            planner=planner_of(1),
+            nonce=nonce,  # type: ignore[arg-type]
+        ):
+            pytest.fail("unreachable")
+
+
 async def test_lease_that_differs_from_the_store_ttl_tells_how_to_open_the_store() -> None:
     with pytest.raises(ConfigError, match=r"\?ttl=15"):
         async with open_coordinator(
