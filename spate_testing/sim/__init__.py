@@ -8,8 +8,11 @@ Record a fleet (yours or the simulator's) into a :class:`History`, then :func:`c
 - :func:`check` — the invariants (:data:`INVARIANTS`) every history of a spate fleet must
   keep; each broken one is a :class:`Violation`.
 - :func:`run_seed` / :func:`run_checked` — run a whole simulated fleet (a
-  :class:`Scenario`, drawn from a seed or scripted) reproducibly under a mock clock and
-  check it. ``python -m spate_testing.sim`` runs thousands of seeds.
+  :class:`Scenario`, drawn from a seed or scripted) and check it. The default engine,
+  :func:`simulate_machines`, drives the coordination machines on a discrete-event scheduler
+  with injected clocks and nonces, so a seed replays bit for bit; the ``"trio"`` engine,
+  :func:`simulate`, runs whole ``run_worker`` calls under a mock clock.
+  ``python -m spate_testing.sim`` runs thousands of seeds.
 
 See docs/testing.md for how to use them on your own workload.
 """
@@ -20,12 +23,14 @@ from spate_testing.sim.checker import check as check
 from spate_testing.sim.fleet import SimRun as SimRun
 from spate_testing.sim.fleet import simulate as simulate
 from spate_testing.sim.history import History as History
+from spate_testing.sim.machines import simulate_machines as simulate_machines
 from spate_testing.sim.recorder import Recorder as Recorder
 from spate_testing.sim.recorder import final_listing as final_listing
+from spate_testing.sim.runner import ENGINES as ENGINES
+from spate_testing.sim.runner import Engine as Engine
 from spate_testing.sim.runner import SeedResult as SeedResult
 from spate_testing.sim.runner import SimHang as SimHang
 from spate_testing.sim.runner import replay_command as replay_command
-from spate_testing.sim.runner import reproducible as reproducible
 from spate_testing.sim.runner import run_checked as run_checked
 from spate_testing.sim.runner import run_scenario as run_scenario
 from spate_testing.sim.runner import run_seed as run_seed
@@ -34,7 +39,9 @@ from spate_testing.sim.scenario import Scripted as Scripted
 from spate_testing.sim.workload import Workload as Workload
 
 __all__ = [
+    "ENGINES",
     "INVARIANTS",
+    "Engine",
     "History",
     "Recorder",
     "Scenario",
@@ -47,9 +54,9 @@ __all__ = [
     "check",
     "final_listing",
     "replay_command",
-    "reproducible",
     "run_checked",
     "run_scenario",
     "run_seed",
     "simulate",
+    "simulate_machines",
 ]

@@ -6,6 +6,11 @@ Examples::
     python -m spate_testing.sim --seeds 100000 --start 5000
     python -m spate_testing.sim --seed 42               # replay one seed, verbosely
     python -m spate_testing.sim --seed 42 --history h.jsonl
+    python -m spate_testing.sim --seeds 300 --engine trio   # whole run_worker calls on Trio
+
+The default engine drives the coordination machines on the simulator's own discrete-event
+scheduler: a seed replays bit for bit. ``--engine trio`` runs the real Trio runtime instead
+(see :mod:`spate_testing.sim.runner` for what that one can and cannot replay).
 
 A failing seed prints its violations and the one command that replays it. The exit status
 is 0 when every seed was clean, 1 otherwise.
@@ -28,7 +33,9 @@ from typing import Any
 from spate_testing.sim.history import Action, Revocations, Verdict
 from spate_testing.sim.runner import (
     DEFAULT_WALL_BUDGET,
+    ENGINES,
     HUNG_EXIT,
+    Engine,
     SeedResult,
     replay_command,
     run_seed,
@@ -48,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="replay this one seed and show it in detail")
     parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="machines",
+        help="machines (default: the replayable discrete-event engine) or trio (the runtime)",
     )
     parser.add_argument("--history", help="with --seed: write the history here (JSON lines)")
     parser.add_argument("--verbose", action="store_true", help="show the workers' logs")
@@ -84,17 +97,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     if args.seed is not None:
-        return _replay(args.seed, args.history, args.wall_budget)
+        return _replay(args.seed, args.history, args.wall_budget, args.engine)
     if args.child:
-        return _child(args.start, args.stop, args.stride, args.wall_budget)
+        return _child(args.start, args.stop, args.stride, args.wall_budget, args.engine)
     if args.seeds < 1 or args.jobs < 1:
         print("--seeds and --jobs must be at least 1", file=sys.stderr)
         return 2
-    return _many(args.start, args.seeds, min(args.jobs, args.seeds), args.wall_budget)
+    return _many(args.start, args.seeds, min(args.jobs, args.seeds), args.wall_budget, args.engine)
 
 
-def _replay(seed: int, history_path: str | None, wall_budget: float) -> int:
-    result = run_seed(seed, wall_budget=wall_budget)
+def _replay(seed: int, history_path: str | None, wall_budget: float, engine: Engine) -> int:
+    result = run_seed(seed, engine=engine, wall_budget=wall_budget)
     print(
         f"seed {seed}: {len(result.history)} events, {result.sim_seconds:.1f} s simulated, "
         f"{result.wall_seconds:.2f} s wall, digest {result.digest[:16]}"
@@ -115,7 +128,7 @@ def _replay(seed: int, history_path: str | None, wall_budget: float) -> int:
     for violation in result.violations:
         print(f"  VIOLATION {violation}")
     if not result.ok:
-        print(f"seed {seed} FAILED; replay with: {replay_command(seed)}")
+        print(f"seed {seed} FAILED; replay with: {replay_command(seed, engine)}")
         return 1
     print(f"seed {seed} ok")
     return 0
@@ -150,13 +163,13 @@ def _report(result: SeedResult) -> None:
     print(json.dumps(_summary(result)), flush=True)
 
 
-def _child(start: int, stop: int, stride: int, wall_budget: float) -> int:
+def _child(start: int, stop: int, stride: int, wall_budget: float, engine: Engine) -> int:
     # A hung run is reported and this process exits (see run_checked); the parent starts a
     # fresh one for the remaining seeds.
     for seed in range(start, stop, stride):
         print(json.dumps({"running": seed}), flush=True)
         try:
-            result = run_seed(seed, wall_budget=wall_budget, on_hang=_report)
+            result = run_seed(seed, engine=engine, wall_budget=wall_budget, on_hang=_report)
         except Exception as exc:  # a crash of the simulator itself is a finding too
             line = {"seed": seed, "violations": [f"[sim-error] {type(exc).__name__}: {exc}"]}
             print(json.dumps(line), flush=True)
@@ -166,8 +179,9 @@ def _child(start: int, stop: int, stride: int, wall_budget: float) -> int:
 
 
 class _Tally:
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, engine: Engine) -> None:
         self.total = total
+        self.engine = engine
         self.done = 0
         self.sim_seconds = 0.0
         self.faults: collections.Counter[str] = collections.Counter()
@@ -185,7 +199,7 @@ class _Tally:
                 print(f"seed {line['seed']} FAILED:", flush=True)
                 for v in line["violations"][:5]:
                     print(f"  {v}", flush=True)
-                print(f"  replay with: {replay_command(line['seed'])}", flush=True)
+                print(f"  replay with: {replay_command(line['seed'], self.engine)}", flush=True)
             if time.monotonic() - self.last_report > 15:
                 self.last_report = time.monotonic()
                 print(f"... {self.done}/{self.total} seeds", flush=True)
@@ -198,7 +212,7 @@ def _slot(slot: int, start: int, stop: int, stride: int, wall_budget: float, tal
         argv = [
             sys.executable, "-m", "spate_testing.sim", "--child",
             "--start", str(next_seed), "--stop", str(stop), "--stride", str(stride),
-            "--wall-budget", str(wall_budget),
+            "--wall-budget", str(wall_budget), "--engine", tally.engine,
         ]  # fmt: skip
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None
@@ -227,9 +241,9 @@ def _slot(slot: int, start: int, stop: int, stride: int, wall_budget: float, tal
             next_seed += stride
 
 
-def _many(start: int, count: int, jobs: int, wall_budget: float) -> int:
+def _many(start: int, count: int, jobs: int, wall_budget: float, engine: Engine) -> int:
     started = time.perf_counter()
-    tally = _Tally(count)
+    tally = _Tally(count, engine)
     stop = start + count
     threads = [
         threading.Thread(target=_slot, args=(slot, start + slot, stop, jobs, wall_budget, tally))
@@ -241,14 +255,14 @@ def _many(start: int, count: int, jobs: int, wall_budget: float) -> int:
         thread.join()
     wall = time.perf_counter() - started
     print(
-        f"{tally.done} seeds ({start}..{stop - 1}) in {wall:.1f} s wall with {jobs} "
-        f"process(es); {tally.sim_seconds / 3600:.2f} simulated hours"
+        f"{tally.done} seeds ({start}..{stop - 1}) on the {engine} engine in {wall:.1f} s wall "
+        f"with {jobs} process(es); {tally.sim_seconds / 3600:.2f} simulated hours"
     )
     print("faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.faults.items())))
     if tally.failures:
         seeds = sorted(f["seed"] for f in tally.failures)
         print(f"{len(seeds)} seed(s) FAILED: {seeds[:20]}{' ...' if len(seeds) > 20 else ''}")
-        print(f"replay the first with: {replay_command(seeds[0])}")
+        print(f"replay the first with: {replay_command(seeds[0], engine)}")
         return 1
     if tally.done != count:
         print(f"only {tally.done} of {count} seeds reported")

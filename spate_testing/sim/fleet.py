@@ -1,8 +1,11 @@
-"""A whole fleet in one Trio run: workers on a shared memory store, faults, a chaos driver.
+"""The simulator's Trio engine: a whole fleet of ``run_worker`` calls in one Trio run.
 
 :func:`simulate` runs one :class:`~spate_testing.sim.scenario.Scenario` and returns its
 :class:`~spate_testing.sim.history.History`. It must run under a ``MockClock`` (see
-:func:`spate_testing.sim.runner.run_scenario`, which also makes the run reproducible).
+:func:`spate_testing.sim.runner.run_scenario`). Unlike the machine engine
+(:mod:`spate_testing.sim.machines`), it runs the real runtime, handlers and store client;
+the price is that Trio decides the order of tasks runnable at one instant, and (on purpose)
+not the same way twice, so a seed names a scenario here, not one exact interleaving.
 
 Every worker incarnation talks to the shared :class:`~spate_stores.memory.MemoryServer`
 through its own stack: ``run_worker`` -> ``FaultyStore`` (its faults, its freeze and
@@ -35,12 +38,17 @@ from spate_testing.sim.history import Action, Final, History
 from spate_testing.sim.recorder import Recorder, RecordingMetrics, final_listing
 from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
 
-__all__ = ["SimRun", "simulate"]
+__all__ = ["SimRun", "simulate", "worker_nonce"]
 
 logger = logging.getLogger("spate_testing.sim")
 
 State = Literal["running", "leaving", "killed", "verdict", "left", "crashed"]
 FINGERPRINT = "spate-sim"
+
+
+def worker_nonce(seed: int, actor: str) -> str:
+    """The process nonce of ``actor`` in the run of ``seed``: injected, so a run repeats."""
+    return random.Random(f"{seed}/{actor}/nonce").randbytes(16).hex()
 
 
 @attrs.define(eq=False)
@@ -118,10 +126,7 @@ class _Fleet:
                     fingerprint=FINGERPRINT,
                     leave_deadline=self.scenario.leave_deadline,
                     metrics=inc.metrics,
-                    # The process nonce comes from the seed, so a replay is the same run.
-                    nonce=random.Random(f"{self.scenario.seed}/{inc.actor}/nonce")
-                    .randbytes(16)
-                    .hex(),
+                    nonce=worker_nonce(self.scenario.seed, inc.actor),
                 )
                 inc.state = "verdict"
                 self.recorder.verdict(inc.actor, verdict)

@@ -253,10 +253,13 @@ class RecordingMetrics(MetricsHooks):
         """Count one loss."""
         self.losses[reason] += 1
 
-    def snapshot(self, *, settled: bool) -> Revocations:
-        """The revocation counters as a history event (``settled``: the coordinator closed)."""
+    def snapshot(self, *, settled: bool, at: float | None = None) -> Revocations:
+        """The revocation counters as a history event (``settled``: the coordinator closed).
+
+        ``at`` is the time to stamp it with (default: the Trio run's clock).
+        """
         return Revocations(
-            at=_now(),
+            at=_now() if at is None else at,
             actor=self.actor,
             requested=self.revocations["requested"],
             drained=self.revocations["drained"],

@@ -1,24 +1,37 @@
-"""Running seeds: one reproducible Trio run per scenario, checked.
+"""Running seeds: one simulated fleet per scenario, checked.
 
 :func:`run_seed` draws a scenario from a seed, runs it with :func:`run_scenario` and checks
-the history. A run is a pure function of its seed: the scenario and every fault come from
-seeded generators, the clock is a ``MockClock`` that jumps whenever every task is blocked, and
-:func:`reproducible` pins the rest of what would otherwise vary between two runs of one
-program (Trio's scheduling order, the process nonces the coordinator draws, the ``random``
-module). Across processes, string hashing must be pinned too (``PYTHONHASHSEED=0``), which
-the command line does for itself.
+the history. There are two engines:
+
+``"machines"`` (the default)
+    :func:`~spate_testing.sim.machines.simulate_machines`: the real coordination machines on
+    a discrete-event scheduler of the simulator's own, with a model store. Their clocks and
+    nonces are injected, the faults come from seeded generators, and what runs next is
+    decided by due time and scheduling order alone, so a run is a pure function of its seed:
+    it replays bit for bit, in any process. This is what ``python -m spate_testing.sim``
+    runs and what a replay command replays.
+``"trio"``
+    :func:`~spate_testing.sim.fleet.simulate`: whole ``run_worker`` calls (the Trio runtime,
+    the handlers, the memory store behind fault-injecting wrappers) in one Trio run under an
+    autojumping ``MockClock``. It exercises everything the machine engine models, for real.
+    The scenario, the faults and the nonces are still functions of the seed, but Trio
+    shuffles each batch of runnable tasks on purpose and offers no public way to fix that
+    order, so two runs of one seed may interleave differently. Nothing of Trio's is patched
+    to hide it: a failing run reports its whole history instead.
+
+Across processes, string hashing must be pinned too (``PYTHONHASHSEED=0``), which the
+command line does for itself.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Literal, TypeAlias
 
 import attrs
 import trio
@@ -28,51 +41,30 @@ from spate.store import Store
 from spate_testing.sim.checker import Violation, check
 from spate_testing.sim.fleet import SimRun, simulate
 from spate_testing.sim.history import Action, History
+from spate_testing.sim.machines import simulate_machines
 from spate_testing.sim.scenario import Scenario
 
 __all__ = [
+    "ENGINES",
+    "Engine",
     "SeedResult",
     "SimHang",
     "replay_command",
-    "reproducible",
     "run_checked",
     "run_scenario",
     "run_seed",
 ]
 
+Engine: TypeAlias = Literal["machines", "trio"]
+ENGINES: tuple[Engine, ...] = ("machines", "trio")
+"""The simulator's engines: the replayable machine-level one first (the default)."""
 
-def replay_command(seed: int) -> str:
-    """The one command that replays ``seed``."""
-    return f"nox -s sim -- --seed {seed}"
 
-
-@contextmanager
-def reproducible(seed: int) -> Iterator[None]:
-    """Within the block, Trio runs are deterministic functions of ``seed``.
-
-    Everything spate itself would draw at random is injected by the simulator: each worker's
-    process nonce comes from the seed (``run_worker(nonce=)``), the clock is the run's
-    ``MockClock``, and faults come from seeded generators. What is left is Trio's scheduler,
-    which shuffles each batch of runnable tasks with a private generator (to keep programs
-    from depending on scheduling order); it offers a deterministic mode for Hypothesis,
-    which this switches on and seeds. The ``random`` module is seeded too (a workload may
-    use it). Everything is restored on exit.
-    """
-    # Trio's deterministic scheduling mode is the hook its Hypothesis plugin uses; it is the
-    # only way to replay one interleaving of tasks exactly.
-    run_module: Any = trio._core._run
-    saved_flag = run_module._ALLOW_DETERMINISTIC_SCHEDULING
-    saved_scheduler = run_module._r.getstate()
-    saved_random = random.getstate()
-    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
-    run_module._r.seed(seed)
-    random.seed(seed)
-    try:
-        yield
-    finally:
-        random.setstate(saved_random)
-        run_module._r.setstate(saved_scheduler)
-        run_module._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag
+def replay_command(seed: int, engine: Engine = "machines") -> str:
+    """The one command that replays ``seed`` (on ``engine``)."""
+    if engine == "machines":
+        return f"nox -s sim -- --seed {seed}"
+    return f"nox -s sim -- --seed {seed} --engine {engine}"
 
 
 DEFAULT_WALL_BUDGET = 20.0
@@ -120,30 +112,48 @@ def _wall_budget(seconds: float | None, on_expiry: Callable[[], None] | None) ->
 def run_scenario(
     scenario: Scenario,
     *,
+    engine: Engine = "machines",
     wall_budget: float | None = DEFAULT_WALL_BUDGET,
     history: History | None = None,
     on_expiry: Callable[[], None] | None = None,
     wrap_store: Callable[[Store], Store] | None = None,
 ) -> SimRun:
-    """Run ``scenario`` under a fresh autojumping ``MockClock``, reproducibly.
+    """Run ``scenario`` on ``engine`` (see the module docstring).
 
     Raises :class:`SimHang` if the run takes more than ``wall_budget`` seconds of real time
     (``history``, if given, then holds what happened until then). ``on_expiry`` is called
     first, from the signal handler (a process that cannot trust its state afterwards can
-    report and exit there).
+    report and exit there). ``wrap_store`` wraps each worker's store client, on the Trio
+    engine only (the machine engine has no store clients: its store is a model).
     """
-    with reproducible(scenario.seed):
-        clock = trio.testing.MockClock(autojump_threshold=0)
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; the engines are {list(ENGINES)}")
+    if engine == "machines":
+        if wrap_store is not None:
+            raise ValueError(
+                "wrap_store needs store clients, which only the Trio engine has; pass engine='trio'"
+            )
         try:
             with _wall_budget(wall_budget, on_expiry):
-                return trio.run(simulate, scenario, history, wrap_store, clock=clock)
+                return simulate_machines(scenario, history)
+        except SimHang:
+            raise
         except BaseException as exc:
             hang = _find_hang(exc)
-            if hang is not None and hang is not exc:
-                raise SimHang(f"{hang} (at simulated t={clock.current_time():.3f})") from exc
             if hang is not None:
-                raise SimHang(f"{hang} (at simulated t={clock.current_time():.3f})") from None
+                raise SimHang(str(hang)) from exc
             raise
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    try:
+        with _wall_budget(wall_budget, on_expiry):
+            return trio.run(simulate, scenario, history, wrap_store, clock=clock)
+    except BaseException as exc:
+        hang = _find_hang(exc)
+        if hang is not None and hang is not exc:
+            raise SimHang(f"{hang} (at simulated t={clock.current_time():.3f})") from exc
+        if hang is not None:
+            raise SimHang(f"{hang} (at simulated t={clock.current_time():.3f})") from None
+        raise
 
 
 def _find_hang(exc: BaseException | None) -> SimHang | None:
@@ -210,23 +220,27 @@ def check_run(run: SimRun, scenario: Scenario, wall: float) -> SeedResult:
 def run_seed(
     seed: int,
     *,
+    engine: Engine = "machines",
     wall_budget: float | None = DEFAULT_WALL_BUDGET,
     on_hang: Callable[[SeedResult], None] | None = None,
 ) -> SeedResult:
-    """Draw the scenario of ``seed``, run it, and check its history."""
-    return run_checked(Scenario.from_seed(seed), wall_budget=wall_budget, on_hang=on_hang)
+    """Draw the scenario of ``seed``, run it on ``engine``, and check its history."""
+    return run_checked(
+        Scenario.from_seed(seed), engine=engine, wall_budget=wall_budget, on_hang=on_hang
+    )
 
 
 def run_checked(
     scenario: Scenario,
     *,
+    engine: Engine = "machines",
     wall_budget: float | None = DEFAULT_WALL_BUDGET,
     on_hang: Callable[[SeedResult], None] | None = None,
     wrap_store: Callable[[Store], Store] | None = None,
 ) -> SeedResult:
-    """Run ``scenario`` and check its history; a hung run is reported as a violation.
+    """Run ``scenario`` on ``engine`` and check its history; a hung run is a violation.
 
-    ``wrap_store`` wraps every worker's store client (see :func:`simulate`).
+    ``wrap_store`` wraps every worker's store client (Trio engine only, see :func:`simulate`).
 
     With ``on_hang``, a hung run is handed to it and the process exits with
     :data:`HUNG_EXIT` (a run abandoned mid-flight can leave tasks no cancellation reaches;
@@ -255,6 +269,7 @@ def run_checked(
     try:
         run = run_scenario(
             scenario,
+            engine=engine,
             wall_budget=wall_budget,
             history=history,
             on_expiry=give_up,

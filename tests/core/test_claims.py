@@ -56,7 +56,9 @@ async def test_grace_window_lets_a_restarted_worker_reclaim_its_own_splits(
         )
         await a.until(lambda: len(a.c.owned) == 4)
         b = await spawn(nursery, client(server), "b", planner=planner_of(4), cfg=cfg)
-        await b.until(lambda: len(b.c.owned) == 2)
+        # Ownership is the coordinator's at once; its Gained events reach b's consumer a
+        # moment later: count them only once both are in.
+        await b.until(lambda: len(b.c.owned) == 2 and len(b.of(Gained)) == 2)
         theirs = set(a.c.owned)
         assert len(theirs) == 2
         gained_before = len(b.of(Gained))

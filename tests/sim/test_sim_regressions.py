@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 import trio.testing
 
@@ -46,8 +47,17 @@ SEVEN_SPLITS = Workload(
 
 
 def run(scenario: Scenario) -> SeedResult:
-    result = run_checked(scenario, wall_budget=30)
-    return result
+    """Run ``scenario`` on both engines; the result's violations are those of either."""
+    machines = run_checked(scenario, engine="machines", wall_budget=30)
+    runtime = run_checked(scenario, engine="trio", wall_budget=30)
+    return attrs.evolve(
+        runtime,
+        violations=tuple(
+            attrs.evolve(v, detail=f"({engine} engine) {v.detail}")
+            for engine, result in (("machines", machines), ("trio", runtime))
+            for v in result.violations
+        ),
+    )
 
 
 def invariants(result: SeedResult) -> set[str]:

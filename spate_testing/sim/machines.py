@@ -1,0 +1,364 @@
+"""A whole fleet of coordination machines on one discrete-event scheduler: the replayable simulator.
+
+:func:`simulate_machines` runs one :class:`~spate_testing.sim.scenario.Scenario` the way
+:func:`spate_testing.sim.fleet.simulate` does (the same workers, faults, chaos actions and
+phases, recorded into the same :class:`~spate_testing.sim.history.History` for the same
+checker), but with no event loop: each worker is a :class:`~spate_testing.sim.process.SimWorker`
+driving the real :class:`~spate._core.machine.Machine` with an injected clock and nonce, the
+store is the synchronous :class:`~spate_testing.sim.model.ModelStore`, and every wait is a
+callback on one :class:`~spate_testing.sim.clockwork.Scheduler`. What runs next is decided by
+due time and scheduling order alone, so a run is a pure function of its scenario: a seed
+replays bit for bit, in any process, with nothing of Trio's (or anyone's) patched.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import random
+from functools import partial
+
+import attrs
+
+from spate.errors import FatalCoordinationError
+from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
+from spate.store import Keyspace
+from spate_testing.faults import FaultRates
+from spate_testing.sim.clockwork import Scheduler
+from spate_testing.sim.fleet import FINGERPRINT, SimRun, worker_nonce
+from spate_testing.sim.history import Action, Final, FinalSplit, History
+from spate_testing.sim.model import Link, ModelStore
+from spate_testing.sim.process import SimWorker
+from spate_testing.sim.recorder import RecordingMetrics
+from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
+
+__all__ = ["simulate_machines"]
+
+
+@attrs.define(eq=False)
+class _Life:
+    worker: SimWorker
+    frozen_until: float = 0.0
+    cut_until: float = 0.0
+    done: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.worker.state in ("starting", "running")
+
+
+class _Fleet:
+    def __init__(
+        self,
+        scenario: Scenario,
+        history: History,
+        scheduler: Scheduler,
+        model: type[ModelStore],
+    ) -> None:
+        self.scenario = scenario
+        self.history = history
+        self.scheduler = scheduler
+        config = scenario.config.resolve(scenario.lease)
+        assert config.op_timeout is not None
+        self.config = config
+        self.model = model(scheduler, ttl=scenario.lease, history=history)
+        self.rng = random.Random(f"{scenario.seed}/driver")
+        self.lives: list[_Life] = []
+        self.count: dict[str, int] = {}
+        self.next_instance = itertools.count()
+        self.calm = False
+        self.duplicated: set[str] = set()
+
+    def action(self, actor: str, what: str, detail: str = "") -> None:
+        self.history.append(Action(at=self.scheduler.now(), actor=actor, what=what, detail=detail))
+
+    # -- lives ---------------------------------------------------------------------------------
+
+    def new_instance(self) -> str:
+        return f"w{next(self.next_instance)}"
+
+    def start(self, instance: str, how: str = "start") -> None:
+        life = self.count.get(instance, 0) + 1
+        self.count[instance] = life
+        actor = f"{instance}#{life}"
+        rates = self.scenario.rates
+        if self.calm:
+            rates = FaultRates(silent_expiry=rates.silent_expiry)
+        assert self.config.op_timeout is not None
+        link = Link(
+            self.model,
+            self.scheduler,
+            actor=actor,
+            rng=random.Random(f"{self.scenario.seed}/{actor}"),
+            rates=rates,
+            op_timeout=self.config.op_timeout,
+        )
+        worker = SimWorker(
+            scheduler=self.scheduler,
+            link=link,
+            history=self.history,
+            actor=actor,
+            instance=instance,
+            job=self.scenario.job,
+            workload=self.scenario.workload,
+            planner=self.scenario.workload.planner(),
+            config=self.config,
+            fingerprint=FINGERPRINT,
+            leave_deadline=self.scenario.leave_deadline,
+            metrics=RecordingMetrics(actor),
+            nonce=worker_nonce(self.scenario.seed, actor),
+            on_exit=self._exited,
+        )
+        self.lives.append(_Life(worker))
+        self.action(actor, how)
+        self.scheduler.soon(worker.guarded(worker.begin))
+
+    def _exited(self, worker: SimWorker, error: BaseException | None) -> None:
+        life = next(life for life in self.lives if life.worker is worker)
+        life.done = True
+        if error is None:
+            return
+        # A killed worker may die of anything; one sharing its instance id with another live
+        # one must stop with FatalCoordinationError; one whose store failed every startup try
+        # gives up by design. Any other death is a finding.
+        twin = worker.instance in self.duplicated or any(
+            other is not life and other.worker.instance == worker.instance and not other.done
+            for other in self.lives
+        )
+        expected = (
+            worker.state == "killed"
+            or (isinstance(error, FatalCoordinationError) and twin)
+            or (
+                isinstance(error, FatalCoordinationError)
+                and "did not succeed in" in str(error)
+                and bool(worker.link.injected)
+            )
+        )
+        self.action(
+            worker.actor,
+            "crash-expected" if expected else "crash",
+            f"{type(error).__name__}: {error}",
+        )
+
+    def live(self) -> list[_Life]:
+        return [life for life in self.lives if life.live]
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def act(self, what: ActionKind, target: str, duration: float) -> bool:
+        """Do one action; False when it cannot be done now (nobody to do it to)."""
+        live = self.live()
+        victim = {life.worker.instance: life for life in live}.get(target) if target else None
+        if what in ("join", "restart", "duplicate"):
+            return self._grow(what, target)
+        if victim is None:
+            if target or not live:
+                return False
+            victim = self.rng.choice(live)
+        worker = victim.worker
+        now = self.scheduler.now()
+        if what == "kill":
+            self.action(worker.actor, "kill")
+            worker.kill()
+        elif what == "leave":
+            self.action(worker.actor, "leave")
+            worker.leave()
+        elif what == "freeze":
+            worker.link.freeze()
+            victim.frozen_until = max(victim.frozen_until, now + duration)
+            self.action(worker.actor, "freeze", f"{duration:g}s")
+            self.scheduler.later(duration, lambda: self._later(victim, "thaw"))
+        elif what == "partition":
+            self._cut(victim, duration)
+            self.action(worker.actor, "partition", f"{duration:g}s")
+        elif what == "outage":
+            self.action("store", "outage", f"{duration:g}s")
+            for life in live:
+                self._cut(life, duration)
+        return True
+
+    def _grow(self, what: ActionKind, target: str) -> bool:
+        live = self.live()
+        if what == "duplicate":
+            if not live:
+                return False
+            instance = target or self.rng.choice(live).worker.instance
+            self.duplicated.add(instance)
+            self.start(instance, "duplicate")
+            return True
+        if len(live) >= self.scenario.max_workers and not target:
+            return False
+        if what == "join":
+            self.start(target or self.new_instance())
+            return True
+        # Restart only an instance none of whose lives can still write (see fleet.py).
+        alive = {
+            life.worker.instance
+            for life in self.lives
+            if life.worker.state in ("starting", "running", "leaving")
+        }
+        dead = sorted(
+            {life.worker.instance for life in self.lives if life.worker.state == "killed"} - alive
+        )
+        if target:
+            if target in alive:
+                return False
+            self.start(target, "restart")
+            return True
+        if not dead:
+            return False
+        self.start(self.rng.choice(dead), "restart")
+        return True
+
+    def _cut(self, life: _Life, duration: float) -> None:
+        life.worker.link.partition()
+        life.cut_until = max(life.cut_until, self.scheduler.now() + duration)
+        self.scheduler.later(duration, lambda: self._later(life, "heal"))
+
+    def _later(self, life: _Life, what: str) -> None:
+        if life.worker.state == "killed" or self.calm:
+            return  # killed stays cut off; the calm already ended every stall
+        now = self.scheduler.now()
+        if what == "thaw" and now >= life.frozen_until:
+            life.worker.link.thaw()
+            self.action(life.worker.actor, what)
+        elif what == "heal" and now >= life.cut_until:
+            life.worker.link.heal()
+            self.action(life.worker.actor, what)
+
+    # -- the phases ----------------------------------------------------------------------------
+
+    def chaos(self) -> None:
+        scenario = self.scenario
+        if scenario.script is not None:
+            for step in sorted(scenario.script, key=lambda s: s.at):
+                self.scheduler.at(step.at, partial(self._scripted, step))
+            return
+        kinds = [k for k, w in scenario.weights if w > 0]
+        weights = [w for _, w in scenario.weights if w > 0]
+        if not kinds:
+            return
+        end = scenario.chaos_seconds
+
+        def next_action() -> None:
+            if self.scheduler.now() >= end:
+                return
+            what = self.rng.choices(kinds, weights)[0]
+            # Half the stalls outlast the lease: the worker wakes as a zombie.
+            lease = scenario.lease
+            duration = self.rng.choice([lease / 3, lease * 0.9, lease * 1.5, lease * 3])
+            self.act(what, "", duration)
+            self.scheduler.later(self.rng.uniform(*scenario.action_gap), next_action)
+
+        self.scheduler.later(self.rng.uniform(*scenario.action_gap), next_action)
+
+    def _scripted(self, step: Scripted) -> None:
+        if not self.act(step.what, step.target, step.duration):
+            raise RuntimeError(f"scripted action {step} could not be done")
+
+    def calm_down(self) -> None:
+        self.calm = True
+        self.action("sim", "calm")
+        for life in self.lives:
+            link = life.worker.link
+            if life.worker.state == "killed":
+                continue
+            link.rates = FaultRates(silent_expiry=link.rates.silent_expiry)
+            link.thaw()
+            link.heal()
+        if not [life for life in self.lives if life.worker.state in ("running", "verdict")]:
+            self.start(self.new_instance())
+
+    def settled(self) -> bool:
+        # Checked before "nothing pending": when the last live worker dies of an expected
+        # cause after the calm, nobody reached the verdict; the job still needs a worker.
+        if not any(life.worker.state in ("starting", "running", "verdict") for life in self.lives):
+            self.start(self.new_instance())
+            return False
+        return all(life.done for life in self.lives)
+
+    def stop_all(self) -> None:
+        for life in self.lives:
+            if not life.done:
+                life.worker.leave()
+
+    def final(self, terminated: bool) -> Final:
+        keys = Keys(self.scenario.job)
+        plan_entry = self.model.get(Keyspace.DURABLE, keys.plan)
+        plan_final = False
+        if plan_entry is not None:
+            plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
+            plan_final = plan.finality is Finality.FINAL
+        splits = []
+        for entry in self.model.list(Keyspace.DURABLE, keys.split_prefix):
+            split = entry.key[len(keys.split_prefix) :]
+            record = decode(ProgressRecord, entry.key, entry.value, split=split)
+            splits.append(
+                FinalSplit(
+                    split=split,
+                    status=record.status.value,
+                    epoch=record.epoch,
+                    watermark=record.watermark,
+                    completed=record.completed,
+                    owner=record.owner,
+                )
+            )
+        return Final(
+            at=self.scheduler.now(),
+            plan_final=plan_final,
+            expected=self.scenario.workload.split_ids,
+            splits=tuple(splits),
+            terminated=terminated,
+            bound=self.scenario.bound,
+        )
+
+
+def simulate_machines(
+    scenario: Scenario,
+    history: History | None = None,
+    *,
+    model: type[ModelStore] = ModelStore,
+) -> SimRun:
+    """Run ``scenario`` on the discrete-event scheduler and return what it recorded.
+
+    Events go to ``history`` as they happen (a new one if None), so a run that never ends
+    still leaves what it did up to then. ``model`` is the store model's class (a subclass
+    that breaks the contract shows what the checker catches).
+    """
+    if history is None:
+        history = History(job=scenario.job, seed=scenario.seed)
+    scheduler = Scheduler()
+    fleet = _Fleet(scenario, history, scheduler, model)
+    for _ in range(scenario.initial_workers):
+        fleet.start(fleet.new_instance())
+    fleet.chaos()
+    scheduler.run_until(scenario.chaos_seconds)
+    fleet.calm_down()
+    terminated = scheduler.run_until(scheduler.now() + scenario.bound, fleet.settled)
+    fleet.stop_all()
+    # The stragglers leave gracefully, as cancelling run_worker makes them (bounded).
+    scheduler.run_until(
+        scheduler.now() + scenario.leave_deadline + 1.0,
+        lambda: all(life.done for life in fleet.lives),
+    )
+    for life in fleet.lives:
+        if not life.done:
+            life.worker.stop(None)
+    history.append(fleet.final(terminated))
+    faults: collections.Counter[str] = collections.Counter()
+    for life in fleet.lives:
+        faults.update(life.worker.link.injected)
+    for event in history.of(Action):
+        if event.what in _COUNTED_ACTIONS:
+            faults[_COUNTED_ACTIONS[event.what]] += 1
+    return SimRun(history, dict(sorted(faults.items())), scheduler.now())
+
+
+_COUNTED_ACTIONS = {
+    "kill": "kill",
+    "restart": "restart",
+    "leave": "leave",
+    "outage": "outage",
+    "duplicate": "duplicate_instance",
+}
+"""Actions counted among the faults (the links count their own), by report name."""

@@ -1,0 +1,414 @@
+"""The store of a machine-level simulation: a key-value model, and each worker's faulty link to it.
+
+:class:`ModelStore` keeps the two keyspaces the contract describes (:mod:`spate.store`):
+entries with revisions, compare-and-swap on the revision, per-key expiry of ephemeral keys
+(a lease lives ``ttl`` seconds past its last write), and watches that see every change in
+revision order. It is synchronous: a write applies at the instant the
+:class:`~spate_testing.sim.clockwork.Scheduler` runs it, and every write is recorded with its
+true outcome (:class:`~spate_testing.sim.history.StoreWrite`) as it applies.
+
+:class:`Link` is one worker incarnation's connection to the model, and carries the faults
+:class:`~spate_testing.faults.FaultyStore` injects into a real store, with the same meaning and
+the same per-call draws from a seeded generator: latency and its spikes, unavailability, lost
+replies, writes that land after their caller gave up, watch breaks, duplicated and replayed
+watch events, silent expiry, and the two switches a chaos driver throws (``freeze``: calls
+wait, then land late; ``partition``: calls fail and watches break). A call that outlives the
+operation timeout is answered with ``StoreUnavailable`` at the timeout, as the runtime's own
+deadline would.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import attrs
+import outcome
+
+from spate._core.flows import Op
+from spate.errors import StoreUnavailable
+from spate.store import Delete, Entry, Keyspace, Lost, Put, WatchEvent, Won, WriteResult
+from spate_testing.faults import FaultRates
+from spate_testing.sim.clockwork import Scheduler, Timer
+from spate_testing.sim.history import History, StoreWrite
+
+__all__ = ["Link", "ModelStore", "WatchSink"]
+
+LIST_TIMEOUT_FACTOR = 10
+"""A listing may take this many operation timeouts (as in the runtime's driver)."""
+
+
+@attrs.define(eq=False)
+class _Watcher:
+    prefix: str
+    deliver: Callable[[WatchEvent], None]
+
+
+@attrs.define(eq=False)
+class _Table:
+    ttl: float | None
+    entries: dict[str, Entry] = attrs.field(factory=dict)
+    revision: int = 0
+    watchers: list[_Watcher] = attrs.field(factory=list)
+
+
+class ModelStore:
+    """Two keyspaces, compare-and-swap by revision, per-key TTL for the ephemeral one."""
+
+    def __init__(self, scheduler: Scheduler, *, ttl: float, history: History) -> None:
+        self._scheduler = scheduler
+        self._history = history
+        self._tables = {
+            Keyspace.DURABLE: _Table(ttl=None),
+            Keyspace.EPHEMERAL: _Table(ttl=ttl),
+        }
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        """The live entry under ``key``, or None."""
+        return self._tables[keyspace].entries.get(key)
+
+    def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        """Every live entry under ``prefix``, sorted by key."""
+        entries = self._tables[keyspace].entries
+        return [entries[k] for k in sorted(entries) if k.startswith(prefix)]
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def write(self, actor: str, op: Op) -> WriteResult:
+        """Apply one create, update or delete for ``actor``; record its true outcome."""
+        table = self._tables[op.keyspace]
+        current = table.entries.get(op.key)
+        result: WriteResult
+        if op.kind == "create":
+            ok = current is None
+        elif op.kind == "update":
+            ok = current is not None and current.revision == op.expected
+        else:
+            ok = current is not None and (op.expected is None or current.revision == op.expected)
+        if not ok:
+            result = Lost()
+        elif op.kind == "delete":
+            result = Won(self._remove(table, op.key))
+        else:
+            result = Won(self._put(op.keyspace, table, op.key, op.value))
+        self._history.append(
+            StoreWrite(
+                at=self._scheduler.now(),
+                actor=actor,
+                op=op.kind,  # type: ignore[arg-type]  # a write's kind
+                keyspace=op.keyspace.value,
+                key=op.key,
+                expected=op.expected,
+                outcome="won" if isinstance(result, Won) else "lost",
+                revision=result.revision if isinstance(result, Won) else None,
+                value=op.value if isinstance(result, Won) and op.kind != "delete" else None,
+            )
+        )
+        return result
+
+    def _put(self, keyspace: Keyspace, table: _Table, key: str, value: bytes) -> int:
+        table.revision += 1
+        entry = Entry(key, bytes(value), table.revision)
+        table.entries[key] = entry
+        if table.ttl is not None:
+            revision = entry.revision
+            self._scheduler.later(table.ttl, lambda: self._expire(table, key, revision))
+        self._publish(table, key, Put(entry))
+        return entry.revision
+
+    def _expire(self, table: _Table, key: str, revision: int) -> None:
+        entry = table.entries.get(key)
+        if entry is not None and entry.revision == revision:  # not rewritten since
+            self._remove(table, key)
+
+    def _remove(self, table: _Table, key: str) -> int:
+        del table.entries[key]
+        table.revision += 1
+        self._publish(table, key, Delete(key, table.revision))
+        return table.revision
+
+    # -- watches -------------------------------------------------------------------------------
+
+    def watch(
+        self, keyspace: Keyspace, prefix: str, deliver: Callable[[WatchEvent], None]
+    ) -> tuple[builtins.list[Entry], Callable[[], None]]:
+        """The snapshot under ``prefix`` and a way to stop; later changes go to ``deliver``.
+
+        Snapshot and registration happen at one instant, so no change falls between them.
+        """
+        table = self._tables[keyspace]
+        watcher = _Watcher(prefix, deliver)
+        table.watchers.append(watcher)
+
+        def stop() -> None:
+            if watcher in table.watchers:
+                table.watchers.remove(watcher)
+
+        return self.list(keyspace, prefix), stop
+
+    def _publish(self, table: _Table, key: str, event: WatchEvent) -> None:
+        for watcher in list(table.watchers):
+            if key.startswith(watcher.prefix):
+                watcher.deliver(event)
+
+
+class WatchSink(Protocol):
+    """Where a link's watch delivers: its snapshot, its live events, or its end."""
+
+    def snapshot(self, entries: list[Entry]) -> None:
+        """The watch is open: every live entry under the prefix, in key order."""
+        ...
+
+    def event(self, event: WatchEvent) -> None:
+        """A live change (perhaps a duplicate or a replay of an earlier one)."""
+        ...
+
+    def broken(self, reason: str) -> None:
+        """The watch ended; nothing more is delivered."""
+        ...
+
+
+@attrs.define(eq=False)
+class _Watch:
+    keyspace: Keyspace
+    sink: WatchSink
+    generation: int
+    stop: Callable[[], None] = lambda: None
+    open: bool = True
+    live: bool = False
+    recent: collections.deque[WatchEvent] = attrs.field(factory=lambda: collections.deque(maxlen=4))
+
+
+class Link:
+    """One worker incarnation's connection to the model, with its faults.
+
+    Replies go to the callbacks given with each call, at the simulated time they arrive. A
+    link that was closed (:meth:`close`) answers nothing more; calls it had sent still land (a
+    request already in the network), except those that had not yet reached the store.
+    """
+
+    def __init__(
+        self,
+        model: ModelStore,
+        scheduler: Scheduler,
+        *,
+        actor: str,
+        rng: random.Random,
+        rates: FaultRates,
+        op_timeout: float,
+    ) -> None:
+        self.model = model
+        self.actor = actor
+        self.rng = rng
+        self.rates = rates
+        self.op_timeout = op_timeout
+        self._scheduler = scheduler
+        self.frozen = False
+        self._held: list[Callable[[], None]] = []
+        self.partitioned = False
+        self._generation = 0
+        self.closed = False
+        self._watches: list[_Watch] = []
+        # (key, revision) of ephemeral deletes this link made: real deletes, not expiries.
+        self._own_deletes: set[tuple[str, int]] = set()
+        self.injected: collections.Counter[str] = collections.Counter()
+        """How many faults of each kind were injected (the names FaultyStore uses)."""
+
+    # -- switches ------------------------------------------------------------------------------
+
+    def freeze(self) -> None:
+        """Hold every call and watch delivery until :meth:`thaw` (a stopped process)."""
+        if not self.frozen:
+            self.frozen = True
+            self.injected["freeze"] += 1
+
+    def thaw(self) -> None:
+        """Let the held calls and deliveries go on, in the order they were made."""
+        self.frozen = False
+        held, self._held = self._held, []
+        for resume in held:
+            resume()
+
+    def partition(self) -> None:
+        """Cut the link off: calls fail and open watches break."""
+        if not self.partitioned:
+            self.partitioned = True
+            self._generation += 1
+            self.injected["partition"] += 1
+
+    def heal(self) -> None:
+        """End the partition."""
+        self.partitioned = False
+
+    def close(self) -> None:
+        """The process is gone: no more replies, and its watches stop."""
+        self.closed = True
+        for watch in self._watches:
+            watch.open = False
+            watch.stop()
+        self._watches.clear()
+
+    def _roll(self, rate: float) -> bool:
+        return rate > 0.0 and self.rng.random() < rate
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def call(self, op: Op, reply: Callable[[outcome.Outcome[Any]], None]) -> None:
+        """Perform ``op``; ``reply`` gets its result or its ``StoreUnavailable`` later."""
+        delay = self.rates.latency
+        if self._roll(self.rates.spike_rate):
+            self.injected["latency_spike"] += 1
+            delay += self.rates.spike_latency
+        timeout = self.op_timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
+        state = {"answered": False}
+
+        def answer(result: outcome.Outcome[Any]) -> None:
+            if not state["answered"] and not self.closed:
+                state["answered"] = True
+                reply(result)
+
+        def timed_out() -> None:
+            answer(
+                outcome.Error(
+                    StoreUnavailable(
+                        f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); its "
+                        "outcome is unknown"
+                    )
+                )
+            )
+
+        deadline = self._scheduler.later(timeout, timed_out)
+
+        def arrive() -> None:
+            if self.frozen:
+                # A stopped process cannot time out its own requests: this one reaches the
+                # store when the process wakes, whatever its caller decided meanwhile.
+                self._held.append(lambda: self._reach(op, answer, deadline, waited=True))
+            elif deadline.pending and not self.closed:
+                self._reach(op, answer, deadline, waited=False)
+            # else: the caller gave up (or died) before the request left: it never lands.
+
+        self._scheduler.later(delay, arrive)
+
+    def _reach(
+        self,
+        op: Op,
+        answer: Callable[[outcome.Outcome[Any]], None],
+        deadline: Timer,
+        *,
+        waited: bool,
+    ) -> None:
+        def fail(why: str) -> None:
+            deadline.cancel()
+            answer(outcome.Error(StoreUnavailable(f"{self.actor}: {why} during {op.kind}")))
+
+        if self.partitioned:
+            return fail("partitioned from the store")
+        if self._roll(self.rates.unavailable_rate):
+            self.injected["unavailable"] += 1
+            return fail("injected unavailability")
+        if op.kind == "get":
+            deadline.cancel()
+            return answer(outcome.Value(self.model.get(op.keyspace, op.key)))
+        if op.kind == "list":
+            deadline.cancel()
+            return answer(outcome.Value(self.model.list(op.keyspace, op.key)))
+        if self._roll(self.rates.late_rate):
+            self.injected["late_landing"] += 1
+            self._scheduler.later(self.rates.late_delay, lambda: self._land_late(op))
+            return fail("injected timeout (the write lands later)")
+        result = self._land(op)
+        if self._roll(self.rates.maybe_landed_rate):
+            self.injected["maybe_landed"] += 1
+            return fail("injected lost reply (it landed)")
+        deadline.cancel()
+        answer(outcome.Value(result))
+        del waited  # a late write's outcome is in the history; nothing else differs
+
+    def _land_late(self, op: Op) -> None:
+        self._land(op)
+
+    def _land(self, op: Op) -> WriteResult:
+        result = self.model.write(self.actor, op)
+        if op.kind == "delete" and op.keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
+            self._own_deletes.add((op.key, result.revision))
+        return result
+
+    # -- watches -------------------------------------------------------------------------------
+
+    def watch(self, keyspace: Keyspace, prefix: str, sink: WatchSink) -> Callable[[], None]:
+        """Open a watch after the link's latency; returns a function that closes it."""
+        watch = _Watch(keyspace, sink, self._generation)
+        self._watches.append(watch)
+
+        def close() -> None:
+            watch.open = False
+            watch.stop()
+            if watch in self._watches:
+                self._watches.remove(watch)
+
+        def arrive() -> None:
+            if self.frozen:
+                self._held.append(arrive)
+                return
+            if not watch.open or self.closed:
+                return
+            if self.partitioned:
+                return self._break(watch, "partitioned from the store")
+            if self._roll(self.rates.unavailable_rate):
+                self.injected["unavailable"] += 1
+                return self._break(watch, "injected unavailability opening the watch")
+            entries, watch.stop = self.model.watch(
+                keyspace, prefix, lambda event: self._queue(watch, event)
+            )
+            watch.live = True
+            sink.snapshot(entries)
+
+        self._scheduler.later(self.rates.latency, arrive)
+        return close
+
+    def _queue(self, watch: _Watch, event: WatchEvent) -> None:
+        # Delivered at the next turn of the scheduler, in order (the store never waits for
+        # a watcher); a frozen process sees them once it wakes.
+        self._scheduler.soon(lambda: self._deliver(watch, event))
+
+    def _deliver(self, watch: _Watch, event: WatchEvent) -> None:
+        if self.frozen:
+            self._held.append(lambda: self._deliver(watch, event))
+            return
+        if not watch.open or self.closed:
+            return
+        if self.partitioned or watch.generation != self._generation:
+            return self._break(watch, "watch broken by a partition")
+        if self._roll(self.rates.watch_drop_rate):
+            self.injected["watch_drop"] += 1
+            return self._break(watch, "injected watch break")
+        if (
+            isinstance(event, Delete)
+            and watch.keyspace is Keyspace.EPHEMERAL
+            and self.rates.silent_expiry
+            and (event.key, event.revision) not in self._own_deletes
+        ):
+            self.injected["silent_expiry"] += 1
+            return
+        watch.sink.event(event)
+        if self._roll(self.rates.duplicate_rate):
+            self.injected["duplicate"] += 1
+            watch.sink.event(event)
+        watch.recent.append(event)
+        if self._roll(self.rates.replay_rate):
+            self.injected["replay"] += 1
+            for old in list(watch.recent)[-self.rng.randint(1, len(watch.recent)) :]:
+                watch.sink.event(old)
+
+    def _break(self, watch: _Watch, reason: str) -> None:
+        watch.open = False
+        watch.stop()
+        if watch in self._watches:
+            self._watches.remove(watch)
+        watch.sink.broken(f"{self.actor}: {reason}")

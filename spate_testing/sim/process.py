@@ -1,0 +1,924 @@
+"""One simulated worker process: a coordination machine, driven by callbacks instead of tasks.
+
+:class:`SimWorker` does for a :class:`~spate._core.machine.Machine` what the Trio runtime
+(:mod:`spate._runtime`) and :func:`~spate.worker.run_worker` do for it in production, with
+every wait turned into a callback on the simulation's
+:class:`~spate_testing.sim.clockwork.Scheduler`:
+
+- *effects*: flows run on a small driver with the runtime's per-key serialisation
+  (:class:`_Flows`), events go to the dispatcher, wake-ups become timers, the planner is
+  called at the next turn;
+- *inputs*: watch snapshots and events from the worker's :class:`~spate_testing.sim.model.Link`
+  (re-watched with the runtime's backoff when they break), the heartbeat on its jittered
+  period, reconcile and replan on theirs; each input is followed by a step unless it changed
+  nothing, as in the runtime's loop;
+- *startup*: join the job (the plan record's fingerprint) and announce presence, each retried
+  with the runtime's capped backoff and budget;
+- *the handlers*: one per gained split, doing the workload's steps with one commit each,
+  handing the split back at a revocation, failing it when poisoned, cancelled when it is lost;
+- *ending*: a verdict (the worker steps down and stops), a graceful leave (handlers cancelled,
+  every split handed back, presence deleted), a kill, or a crash.
+
+The machine is the real one, with its clock and nonce injected: everything it decides is what
+it would decide in production. What this module models is only the runtime around it, which
+the Trio-level simulator (:mod:`spate_testing.sim.fleet`) exercises for real.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Literal
+
+import attrs
+import outcome
+
+from spate._core.backoff import Backoff
+from spate._core.flows import Batch, Flow, Fork, Hold, Op
+from spate._core.leader import fingerprint_mismatch
+from spate._core.machine import Machine
+from spate.config import Config
+from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
+from spate.events import (
+    AllComplete,
+    Event,
+    Gained,
+    Lost,
+    Progress,
+    RevokeRequested,
+    Stalled,
+)
+from spate.plan import PlanContext, Planner
+from spate.protocol import jitter
+from spate.records import (
+    KeyKind,
+    PlanRecord,
+    ProgressRecord,
+    Status,
+    UnreadableRecord,
+    decode,
+    encode,
+)
+from spate.store import Delete, Entry, Keyspace, Put, WatchEvent, Won
+from spate.telemetry._context import Context
+from spate_testing.sim import history as h
+from spate_testing.sim.clockwork import Scheduler, Timer
+from spate_testing.sim.model import Link
+from spate_testing.sim.recorder import RecordingMetrics
+from spate_testing.sim.workload import Workload
+
+__all__ = ["SimWorker", "WorkerState"]
+
+logger = logging.getLogger("spate_testing.sim")
+
+WorkerState = Literal["starting", "running", "leaving", "killed", "verdict", "left", "crashed"]
+
+# The runtime's schedules (spate._runtime, spate.coordinator, spate.worker), restated.
+STARTUP_BACKOFF = (0.2, 5.0)
+REWATCH_BACKOFF = (0.2, 5.0)
+RETRY_BACKOFF = (0.05, 2.0)
+HANDOVER_POLL = 0.2
+"""Seconds between looks at whether a leaving worker's splits are held elsewhere."""
+BATCH_CONCURRENCY = 32
+
+
+class _Retry(Exception):
+    """A startup step lost a benign race; try it again."""
+
+
+class _Session:
+    """The memory store's session facts: per-key TTL, nothing kept alive by a session."""
+
+    generation = 1
+    keeps_keys = False
+
+    def starved(self, generation: int, now: float, lease: float) -> bool:
+        """Never consulted where keys are renewed one by one."""
+        return False
+
+
+# -- flows -------------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Run:
+    gen: Flow[Any]
+    done: Callable[[outcome.Outcome[Any]], None]
+    held: tuple[Keyspace, str] | None = None
+    parked: Op | None = None
+    dropped: bool = False
+
+
+class _Flows:
+    """The runtime driver's rules, on callbacks: one write per key in flight, many keys at once.
+
+    A flow is resumed synchronously with each result, so its decisions run against the
+    machine's current state with nothing interleaved. (Spans and metrics of fenced writes are
+    the runtime's; the simulation counts writes only.)
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        guard: Callable[[Callable[[], None]], Callable[[], None]],
+        soon: Callable[[Callable[[], None]], object],
+    ) -> None:
+        self._link = link
+        self._guard = guard
+        self._soon = soon
+        self._holders: dict[tuple[Keyspace, str], _Run] = {}
+        self._waiting: dict[tuple[Keyspace, str], collections.deque[_Run]] = {}
+
+    def busy(self, keyspace: Keyspace, key: str) -> bool:
+        k = (keyspace, key)
+        return k in self._holders or bool(self._waiting.get(k))
+
+    def start(self, flow: Flow[Any], done: Callable[[outcome.Outcome[Any]], None]) -> _Run:
+        run = _Run(flow, done)
+        self._advance(run, outcome.Value(None))
+        return run
+
+    def drop(self, run: _Run) -> None:
+        """Abandon ``run`` if it waits for a key (its caller left); nothing of it was written."""
+        for key, queue in list(self._waiting.items()):
+            if run in queue:
+                queue.remove(run)
+                if not queue:
+                    del self._waiting[key]
+                run.dropped = True
+                run.gen.close()
+
+    def _advance(self, run: _Run, result: outcome.Outcome[Any]) -> None:
+        while True:
+            if run.dropped:
+                return
+            try:
+                request = result.send(run.gen)
+            except StopIteration as stop:
+                return self._finish(run, outcome.Value(stop.value))
+            except BaseException as exc:  # the flow's exception is its outcome
+                return self._finish(run, outcome.Error(exc))
+            if isinstance(request, Hold):
+                key = (request.keyspace, request.key)
+                if run.held == key:
+                    result = outcome.Value(None)
+                    continue
+                self._release(run)
+                if key not in self._holders:
+                    self._holders[key] = run
+                    run.held = key
+                    result = outcome.Value(None)
+                    continue
+                self._waiting.setdefault(key, collections.deque()).append(run)
+                return
+            if isinstance(request, Batch):
+                return self._batch(run, request)
+            if isinstance(request, Fork):
+                self._release(run)
+                return self._fork(run, request)
+            if request.is_write:
+                key = (request.keyspace, request.key)
+                if run.held != key:
+                    self._release(run)
+                    if key in self._holders:
+                        run.parked = request
+                        self._waiting.setdefault(key, collections.deque()).append(run)
+                        return
+                    self._holders[key] = run
+                    run.held = key
+            self._call(run, request)
+            return
+
+    def _call(self, run: _Run, op: Op) -> None:
+        self._link.call(op, lambda result: self._guard(lambda: self._advance(run, result))())
+
+    def _finish(self, run: _Run, result: outcome.Outcome[Any]) -> None:
+        self._release(run)
+        run.done(result)
+
+    def _release(self, run: _Run) -> None:
+        key = run.held
+        if key is None:
+            return
+        run.held = None
+        del self._holders[key]
+        queue = self._waiting.get(key)
+        if not queue:
+            self._waiting.pop(key, None)
+            return
+        nxt = queue.popleft()
+        if not queue:
+            del self._waiting[key]
+        self._holders[key] = nxt
+        nxt.held = key
+        if nxt.parked is not None:
+            op, nxt.parked = nxt.parked, None
+            self._call(nxt, op)
+        else:
+            # Resumed on a turn of its own, as the runtime resumes it on its loop task.
+            self._link_soon(lambda: self._advance(nxt, outcome.Value(None)))
+
+    def _link_soon(self, fn: Callable[[], None]) -> None:
+        self._soon(self._guard(fn))
+
+    def _fork(self, parent: _Run, fork: Fork) -> None:
+        results: list[outcome.Outcome[Any] | None] = [None] * len(fork.flows)
+        pending = len(fork.flows)
+        if not pending:
+            return self._advance(parent, outcome.Value([]))
+
+        def collect(i: int) -> Callable[[outcome.Outcome[Any]], None]:
+            def done(result: outcome.Outcome[Any]) -> None:
+                nonlocal pending
+                results[i] = result
+                pending -= 1
+                if not pending:
+                    self._link_soon(lambda: self._advance(parent, outcome.Value(results)))
+
+            return done
+
+        for i, flow in enumerate(fork.flows):
+            self.start(flow, collect(i))
+
+    def _batch(self, run: _Run, batch: Batch) -> None:
+        ops = batch.ops
+        results: list[Any] = [None] * len(ops)
+        state = {"next": 0, "left": len(ops)}
+        if not ops:
+            return self._advance(run, outcome.Value(results))
+
+        def take() -> None:
+            i = state["next"]
+            if i >= len(ops):
+                return
+            state["next"] = i + 1
+            self._link.call(ops[i], lambda result: self._guard(lambda: landed(i, result))())
+
+        def landed(i: int, result: outcome.Outcome[Any]) -> None:
+            value = result.error if isinstance(result, outcome.Error) else result.unwrap()
+            results[i] = value
+            if batch.landed is not None:
+                batch.landed(i, value)
+            state["left"] -= 1
+            if state["left"] == 0:
+                self._advance(run, outcome.Value(results))
+            else:
+                take()
+
+        for _ in range(min(BATCH_CONCURRENCY, len(ops))):
+            take()
+
+
+# -- handlers ----------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Handler:
+    split: str
+    epoch: int
+    steps: int
+    position: int
+    poison: bool
+    revoke: bool = False
+    returned: bool = False
+    """The handler's own code ended (its HandlerEnded is recorded); a settle may follow."""
+    retired: bool = False
+    """Nothing more happens for it (its results, if any arrive, are ignored)."""
+    timer: Timer | None = None
+    call: _Run | None = None
+    backoff: Backoff | None = None
+
+
+# -- the worker --------------------------------------------------------------------------------
+
+
+class SimWorker:
+    """One incarnation of a worker process, driven by the scheduler (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        link: Link,
+        history: h.History,
+        actor: str,
+        instance: str,
+        job: str,
+        workload: Workload,
+        planner: Planner,
+        config: Config,
+        fingerprint: str,
+        leave_deadline: float,
+        metrics: RecordingMetrics,
+        nonce: str,
+        on_exit: Callable[[SimWorker, BaseException | None], None],
+    ) -> None:
+        self.scheduler = scheduler
+        self.link = link
+        self.history = history
+        self.actor = actor
+        self.instance = instance
+        self.workload = workload
+        self.metrics = metrics
+        self.leave_deadline = leave_deadline
+        self.on_exit = on_exit
+        self.state: WorkerState = "starting"
+        self.stopped = False
+        self.config = config
+        assert config.lease_duration is not None
+        assert config.op_timeout is not None
+        self.lease = config.lease_duration
+        self.op_timeout = config.op_timeout
+        self.machine = Machine(
+            job=job,
+            instance=instance,
+            planner=planner,
+            config=config,
+            fingerprint=fingerprint,
+            metrics=metrics,
+            locality="",
+            nonce=nonce,
+            clock=scheduler.now,
+            wall_ms=lambda: int(scheduler.now() * 1000),
+            max_value_size=1024 * 1024,
+            session=_Session(),
+            effects=self,
+        )
+        self.flows = _Flows(link, self.guarded, scheduler.soon)
+        self.ready = False
+        self._alarm: Timer | None = None
+        self._step_soon = False
+        self._events: collections.deque[Event] = collections.deque()
+        self._dispatching = False
+        self._handlers: dict[str, _Handler] = {}
+        self._verdict: AllComplete | Stalled | None = None
+        self._watch_closers: dict[Keyspace, Callable[[], None]] = {}
+
+    # -- the guard: every callback of this process runs through it ----------------------------
+
+    def guarded(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """``fn`` as a callback of this process: skipped once it stopped; a raise kills it."""
+
+        def run() -> None:
+            if self.stopped:
+                return
+            try:
+                fn()
+            except UnreadableRecord as exc:
+                self.die(FatalCoordinationError(str(exc)))
+            except Exception as exc:
+                self.die(exc)
+
+        return run
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        return self.scheduler.later(delay, self.guarded(fn))
+
+    def _soon(self, fn: Callable[[], None]) -> Timer:
+        return self.scheduler.soon(self.guarded(fn))
+
+    # -- the machine's effects ----------------------------------------------------------------
+
+    def start(
+        self,
+        flow: Flow[Any],
+        done: Callable[[outcome.Outcome[Any]], None],
+        context: Context | None = None,
+    ) -> None:
+        """Run ``flow`` on the driver."""
+        self.flows.start(flow, done)
+
+    def busy(self, keyspace: Keyspace, key: str) -> bool:
+        """Whether a flow holds ``key`` or waits for it."""
+        return self.flows.busy(keyspace, key)
+
+    def emit(self, event: Event) -> None:
+        """Queue ``event`` for the dispatcher (it runs at the next turn)."""
+        self._events.append(event)
+        self.emit_pending()
+
+    def emit_pending(self) -> None:
+        """Have the dispatcher look at the queued events at the next turn."""
+        if not self._dispatching:
+            self._dispatching = True
+            self._soon(self._dispatch)
+
+    def wake_at(self, deadline: float) -> None:
+        """Step again by ``deadline``."""
+        if self._alarm is not None and self._alarm.pending and self._alarm.due <= deadline:
+            return
+        if self._alarm is not None:
+            self._alarm.cancel()
+        self._alarm = self.scheduler.at(deadline, self.guarded(lambda: self.input(_nothing)))
+
+    def request_step(self) -> None:
+        """Step at the next turn."""
+        if not self._step_soon:
+            self._step_soon = True
+
+            def step() -> None:
+                self._step_soon = False
+                self.input(_nothing)
+
+            self._soon(step)
+
+    def run_planner(
+        self,
+        planner: Planner,
+        ctx: PlanContext,
+        deliver: Callable[[outcome.Outcome[Any]], None],
+    ) -> Timer:
+        """Call the (synchronous) planner at the next turn and deliver its outcome as an input."""
+
+        def call() -> None:
+            result = outcome.capture(planner, ctx)
+            self.input(lambda: deliver(result))
+
+        return self._soon(call)
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def input(self, fn: Callable[[], bool | None]) -> None:
+        """Run one input, then step unless it changed nothing (the runtime loop's rule)."""
+        changed = fn() is not False
+        machine = self.machine
+        if machine.ready and not self.ready:
+            self.ready = True
+            self.state = "running"
+            if self._events:
+                self.emit_pending()
+        if changed and self.ready:
+            machine.step()
+
+    # -- startup -------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start the process: join, announce, then watch and tick."""
+        steps: list[tuple[str, Callable[[], Flow[None]]]] = [
+            ("joining the job", self._join_flow),
+            ("announcing presence", self._announce_flow),
+        ]
+        self._startup_step(steps, 0, 1, Backoff.of(STARTUP_BACKOFF))
+
+    def _startup_step(
+        self,
+        steps: list[tuple[str, Callable[[], Flow[None]]]],
+        index: int,
+        attempt: int,
+        backoff: Backoff,
+    ) -> None:
+        if index == len(steps):
+            return self._open()
+        what, make = steps[index]
+        budget = self.config.startup_max_attempts
+        settled = {"done": False}
+
+        def failed(exc: BaseException) -> None:
+            if attempt >= budget:
+                raise FatalCoordinationError(
+                    f"{what} did not succeed in {budget} attempts (last: "
+                    f"{exc or type(exc).__name__}); check that the store is reachable, or "
+                    "raise Config.startup_max_attempts"
+                ) from exc
+            self._later(
+                backoff.delay(), lambda: self._startup_step(steps, index, attempt + 1, backoff)
+            )
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            if settled["done"]:
+                return
+            settled["done"] = True
+            watchdog.cancel()
+            if isinstance(result, outcome.Error):
+                if isinstance(result.error, StoreUnavailable | _Retry):
+                    return failed(result.error)
+                result.unwrap()
+            self._startup_step(steps, index + 1, 1, Backoff.of(STARTUP_BACKOFF))
+
+        def too_slow() -> None:
+            if not settled["done"]:
+                settled["done"] = True
+                self.flows.drop(run)
+                failed(StoreUnavailable(f"{what} took longer than {self.op_timeout * 3:g} s"))
+
+        watchdog = self._later(self.op_timeout * 3, too_slow)
+        run = self.flows.start(make(), done)
+
+    def _join_flow(self) -> Flow[None]:
+        machine = self.machine
+        key = machine.keys.plan
+        entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
+        if entry is not None:
+            plan = decode(PlanRecord, key, entry.value)
+            if plan.fingerprint != machine.fingerprint:
+                raise fingerprint_mismatch(machine.job, plan.fingerprint, machine.fingerprint)
+            return
+        fresh = encode(PlanRecord(fingerprint=machine.fingerprint))
+        result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
+        if not isinstance(result, Won):
+            raise _Retry("another worker created the plan record first; reading it")
+
+    def _announce_flow(self) -> Flow[None]:
+        machine = self.machine
+        key = machine.keys.worker(machine.instance)
+        value = machine.presence_record()
+        result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
+        if isinstance(result, Won):
+            machine.presence_rev = result.revision
+            return
+        entry: Entry | None = yield Op("get", Keyspace.EPHEMERAL, key)
+        if entry is None:
+            raise _Retry("the old presence key vanished; announcing again")
+        result = yield Op(
+            "update",
+            Keyspace.EPHEMERAL,
+            key,
+            value,
+            expected=entry.revision,
+            operation="announce",
+        )
+        if not isinstance(result, Won):
+            raise _Retry("the presence key changed while taking it over")
+        machine.presence_rev = result.revision
+
+    def _open(self) -> None:
+        for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
+            self._watch(keyspace, Backoff.of(REWATCH_BACKOFF))
+        self._heartbeat(0)
+        reconcile = self.config.reconcile_interval
+        if self.link.rates.silent_expiry:
+            # Expiry does not reach watchers: the listing is how leases of the dead are seen.
+            reconcile = min(reconcile, self.lease)
+        self._every(reconcile, lambda: self.input(self.machine.reconcile))
+        replan = self.machine.leader.replan_tick
+        self._every(self.config.replan_interval, lambda: self.input(replan))
+
+    # -- pumps and tickers ---------------------------------------------------------------------
+
+    def _watch(self, keyspace: Keyspace, backoff: Backoff) -> None:
+        machine = self.machine
+        self.input(partial(machine.watch_opening, keyspace))
+        worker = self
+
+        class Sink:
+            opened = False
+
+            def snapshot(self, entries: list[Entry]) -> None:
+                self.opened = True
+                backoff.reset()
+                worker.guarded(
+                    lambda: worker.input(partial(machine.watch_snapshot, keyspace, entries))
+                )()
+
+            def event(self, event: WatchEvent) -> None:
+                if isinstance(event, Put):
+                    entry = event.entry
+                    if not machine.view.already_seen(keyspace, entry.key, entry.revision):
+                        worker.guarded(
+                            lambda: worker.input(partial(machine.watch_put, keyspace, entry))
+                        )()
+                elif isinstance(event, Delete):
+                    worker.guarded(
+                        lambda: worker.input(
+                            partial(machine.watch_delete, keyspace, event.key, event.revision)
+                        )
+                    )()
+
+            def broken(self, reason: str) -> None:
+                worker._later(backoff.delay(), lambda: worker._watch(keyspace, backoff))
+
+        sink = Sink()
+        close = self.link.watch(keyspace, machine.keys.prefix, sink)
+        self._watch_closers[keyspace] = close
+
+        def opening_timed_out() -> None:
+            if not sink.opened:
+                close()
+                sink.broken("opening the watch took longer than op_timeout")
+
+        self._later(self.op_timeout, opening_timed_out)
+
+    def _heartbeat(self, round_: int) -> None:
+        def beat() -> None:
+            self.input(self.machine.heartbeat)
+            self._heartbeat(round_ + 1)
+
+        self._later(jitter(self.machine.jitter_seed, round_, self.lease / 3), beat)
+
+    def _every(self, interval: float, fn: Callable[[], None]) -> None:
+        def tick() -> None:
+            fn()
+            self._every(interval, fn)
+
+        self._later(interval, tick)
+
+    # -- events and handlers -------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        self._dispatching = False
+        while self._events and self._verdict is None and self.state == "running":
+            event = self._events.popleft()
+            if isinstance(event, Gained):
+                self._gain(event)
+            elif isinstance(event, Lost):
+                handler = self._handlers.pop(event.split, None)
+                if handler is not None:
+                    self._cancel(handler)
+            elif isinstance(event, RevokeRequested):
+                handler = self._handlers.get(event.split)
+                if handler is not None:
+                    handler.revoke = True
+            elif isinstance(event, AllComplete | Stalled):
+                self._verdict = event
+                self._wait_idle(self.scheduler.now() + self.config.drain_deadline)
+
+    def _gain(self, event: Gained) -> None:
+        previous = self._handlers.pop(event.split, None)
+        if previous is not None:
+            self._cancel(previous)  # a re-gain follows a loss: never two handlers on a split
+        steps = int(json.loads(event.descriptor)["steps"])
+        handler = _Handler(
+            split=event.split,
+            epoch=event.epoch,
+            steps=steps,
+            position=event.progress.watermark or 0,
+            poison=event.split in self.workload.poison,
+        )
+        self._handlers[event.split] = handler
+        self.history.append(
+            h.Gained(
+                at=self.scheduler.now(),
+                actor=self.actor,
+                split=event.split,
+                epoch=event.epoch,
+                watermark=event.progress.watermark,
+            )
+        )
+        self._work(handler)
+
+    def _work(self, handler: _Handler) -> None:
+        """The workload's loop, one step per call (see :meth:`Workload.handle`)."""
+        if handler.position >= handler.steps:
+            return self._end(handler, "returned", settle="release")
+        if handler.revoke:
+            return self._end(handler, "returned", settle="release")
+        if handler.poison and handler.position >= handler.steps // 2:
+            reason = f"PoisonedSplit: step {handler.position} of {handler.split} always fails"
+            return self._end(handler, "raised", settle="fail", reason=reason)
+
+        def step() -> None:
+            handler.position += 1
+            self._commit(handler)
+
+        handler.timer = self._later(self.workload.step_seconds, step)
+
+    def _commit(self, handler: _Handler) -> None:
+        position = handler.position
+        progress = Progress(
+            watermark=position,
+            state=str(position).encode(),
+            completed=position >= handler.steps,
+        )
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            handler.call = None
+            error = result.unwrap()  # an exception out of a commit is fatal
+            if handler.retired:
+                return  # cancelled meanwhile: nobody hears of this commit
+            if error is None:
+                handler.backoff = None
+                self.history.append(
+                    h.Acked(
+                        at=self.scheduler.now(),
+                        actor=self.actor,
+                        split=handler.split,
+                        epoch=handler.epoch,
+                        watermark=progress.watermark,
+                        completed=progress.completed,
+                    )
+                )
+                if progress.completed:
+                    return self._end(handler, "completed")
+                return self._work(handler)
+            if isinstance(error, StoreUnavailable):
+                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
+                handler.timer = self._later(handler.backoff.delay(), lambda: self._commit(handler))
+                return
+            assert isinstance(error, Fenced), error
+            self._end(handler, "fenced")
+
+        handler.call = self.flows.start(
+            self.machine.claims.commit_flow(handler.split, progress), done
+        )
+
+    def _end(
+        self,
+        handler: _Handler,
+        how: h.HandlerHow,
+        *,
+        settle: Literal["release", "fail"] | None = None,
+        reason: str = "",
+    ) -> None:
+        handler.returned = True
+        self.history.append(
+            h.HandlerEnded(
+                at=self.scheduler.now(),
+                actor=self.actor,
+                split=handler.split,
+                epoch=handler.epoch,
+                how=how,
+            )
+        )
+        if settle is None:
+            self._retire(handler)
+            return
+        # Still the worker's to finish: its hand-back (or failure) must land.
+        handler.backoff = None
+        self._settle(handler, settle, reason)
+
+    def _settle(self, handler: _Handler, what: Literal["release", "fail"], reason: str) -> None:
+        machine = self.machine
+        flow: Flow[Any]
+        if what == "release":
+            if handler.split not in machine.claims.owned:
+                return self._retire(handler)  # lost meanwhile (Fenced: nothing written)
+            flow = machine.release_all_flow([handler.split])
+        else:
+            flow = machine.claims.fail_flow(handler.split, reason)
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            handler.call = None
+            error = result.unwrap()
+            if handler.retired:
+                return
+            if isinstance(error, StoreUnavailable):
+                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
+                handler.timer = self._later(
+                    handler.backoff.delay(), lambda: self._settle(handler, what, reason)
+                )
+                return
+            self._retire(handler)
+
+        handler.call = self.flows.start(flow, done)
+
+    def _retire(self, handler: _Handler) -> None:
+        handler.retired = True
+        if self._handlers.get(handler.split) is handler:
+            del self._handlers[handler.split]
+
+    def _cancel(self, handler: _Handler) -> None:
+        """Cancel a handler (its split was lost, or the worker stops working)."""
+        if handler.timer is not None:
+            handler.timer.cancel()
+        if handler.call is not None:
+            self.flows.drop(handler.call)  # a call waiting for its key leaves; one in flight lands
+        handler.retired = True
+        if not handler.returned:
+            handler.returned = True
+            self.history.append(
+                h.HandlerEnded(
+                    at=self.scheduler.now(),
+                    actor=self.actor,
+                    split=handler.split,
+                    epoch=handler.epoch,
+                    how="cancelled",
+                )
+            )
+        if self._handlers.get(handler.split) is handler:
+            del self._handlers[handler.split]
+
+    # -- ending --------------------------------------------------------------------------------
+
+    def _wait_idle(self, until: float) -> None:
+        # Every split is finished: a handler still running is one whose last commit just
+        # landed; let it end in peace (bounded by the drain deadline), then step down.
+        if self._handlers and self.scheduler.now() < until:
+            self._later(0.05, lambda: self._wait_idle(until))
+            return
+        for handler in list(self._handlers.values()):
+            self._cancel(handler)
+        verdict = self._verdict
+        assert verdict is not None
+        deadline = self._later(self.leave_deadline, lambda: self._finish_verdict(verdict))
+
+        def depart() -> None:
+            def done(result: outcome.Outcome[Any]) -> None:
+                error = result.unwrap()
+                if isinstance(error, StoreUnavailable):
+                    self._later(backoff.delay(), depart)
+                    return
+                deadline.cancel()
+                self._finish_verdict(verdict)
+
+            self.flows.start(self.machine.depart_flow(), done)
+
+        backoff = Backoff.of(RETRY_BACKOFF)
+        depart()
+
+    def _finish_verdict(self, verdict: AllComplete | Stalled) -> None:
+        if self.stopped:
+            return
+        self.state = "verdict"
+        stalled = verdict if isinstance(verdict, Stalled) else None
+        self.history.append(
+            h.Verdict(
+                at=self.scheduler.now(),
+                actor=self.actor,
+                all_complete=stalled is None,
+                completed=None if stalled is None else stalled.completed,
+                quarantined=None if stalled is None else stalled.quarantined,
+            )
+        )
+        self.stop(None)
+
+    def leave(self) -> None:
+        """Leave gracefully (``run_worker`` cancelled): hand everything back, then stop."""
+        if self.stopped or self._verdict is not None:
+            return  # gone, or already stepping down after its verdict
+        if self.state != "running":
+            # Still starting: nothing held yet, so leaving is stopping.
+            self.state = "left"
+            self.stop(None)
+            return
+        self.state = "leaving"
+        for handler in list(self._handlers.values()):
+            self._cancel(handler)
+        held = sorted(self.machine.claims.owned)
+        deadline = self._later(self.leave_deadline, lambda: self._left())
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            error = result.unwrap()
+            if isinstance(error, StoreUnavailable):
+                deadline.cancel()
+                return self._left()  # nothing could land: the keys expire instead
+            self._await_new_owners(held, deadline)
+
+        self.flows.start(self.machine.depart_flow(), done)
+
+    def _await_new_owners(self, held: list[str], deadline: Timer) -> None:
+        model = self.link.model
+        keys = self.machine.keys
+        # As wait_until_held_elsewhere: done once every split is owned by another worker or
+        # finished, or once nobody else is alive to take them.
+        others = False
+        for e in model.list(Keyspace.EPHEMERAL, keys.prefix):
+            kind = keys.classify(e.key)
+            if kind is not None and kind[0] is KeyKind.WORKER and kind[1] != self.instance:
+                others = True
+        pending = []
+        for split in held:
+            entry = model.get(Keyspace.DURABLE, keys.split(split))
+            if entry is None:
+                continue
+            record = decode(ProgressRecord, entry.key, entry.value, split=split)
+            settled = record.status is not Status.RUNNABLE or record.completed
+            if not settled and not (record.owner is not None and record.owner != self.instance):
+                pending.append(split)
+        if not pending or not others:
+            deadline.cancel()
+            return self._left()
+        self._later(HANDOVER_POLL, lambda: self._await_new_owners(pending, deadline))
+
+    def _left(self) -> None:
+        if not self.stopped:
+            self.state = "left"
+            self.stop(None)
+
+    def kill(self) -> None:
+        """SIGKILL: cut off from the store first (nothing it sent lands), then gone."""
+        self.link.partition()
+        self.link.thaw()
+        self.state = "killed"
+        self.stop(None)
+
+    def die(self, exc: BaseException) -> None:
+        """The process stopped on an error (its coordinator's fatal error, say)."""
+        if self.stopped:
+            return
+        if self.state != "killed":
+            self.state = "crashed"
+        self.stop(exc)
+
+    def stop(self, error: BaseException | None) -> None:
+        """The process is gone: nothing of it runs again."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for handler in list(self._handlers.values()):
+            self._cancel(handler)
+        self.link.close()
+        if self._alarm is not None:
+            self._alarm.cancel()
+        self.history.append(
+            self.metrics.snapshot(
+                settled=self.state in ("verdict", "left"), at=self.scheduler.now()
+            )
+        )
+        self.on_exit(self, error)
+
+
+def _nothing() -> None:
+    """An input that only makes the machine step."""
