@@ -29,6 +29,7 @@ import attrs
 import outcome
 
 from spate._core.flows import Op
+from spate._runtime.driver import LIST_TIMEOUT_FACTOR
 from spate.errors import StoreUnavailable
 from spate.store import Delete, Entry, Keyspace, Lost, Put, WatchEvent, Won, WriteResult
 from spate_testing.faults import FaultRates
@@ -36,9 +37,6 @@ from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.history import History, StoreWrite
 
 __all__ = ["Link", "ModelStore", "WatchSink"]
-
-LIST_TIMEOUT_FACTOR = 10
-"""A listing may take this many operation timeouts (as in the runtime's driver)."""
 
 
 @attrs.define(eq=False)

@@ -6,7 +6,8 @@ every wait turned into a callback on the simulation's
 :class:`~spate_testing.sim.clockwork.Scheduler`:
 
 - *effects*: flows run on a small driver with the runtime's per-key serialisation
-  (:class:`_Flows`), events go to the dispatcher, wake-ups become timers, the planner is
+  (:mod:`spate_testing.sim.flowrunner`), events go to the handlers
+  (:mod:`spate_testing.sim.handlers`), wake-ups become timers, the planner is
   called at the next turn;
 - *inputs*: watch snapshots and events from the worker's :class:`~spate_testing.sim.model.Link`
   (re-watched with the runtime's backoff when they break), the heartbeat on its jittered
@@ -26,31 +27,22 @@ the Trio-level simulator (:mod:`spate_testing.sim.fleet`) exercises for real.
 
 from __future__ import annotations
 
-import collections
-import json
 import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
 
-import attrs
 import outcome
 
 from spate._core.backoff import Backoff
-from spate._core.flows import Batch, Flow, Fork, Hold, Op
+from spate._core.flows import Flow, Op
 from spate._core.leader import fingerprint_mismatch
 from spate._core.machine import Machine
+from spate._runtime.pumps import REWATCH_BACKOFF
 from spate.config import Config
-from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
-from spate.events import (
-    AllComplete,
-    Event,
-    Gained,
-    Lost,
-    Progress,
-    RevokeRequested,
-    Stalled,
-)
+from spate.coordinator import STARTUP_BACKOFF
+from spate.errors import FatalCoordinationError, StoreUnavailable
+from spate.events import AllComplete, Event, Stalled
 from spate.plan import PlanContext, Planner
 from spate.protocol import jitter
 from spate.records import (
@@ -64,8 +56,11 @@ from spate.records import (
 )
 from spate.store import Delete, Entry, Keyspace, Put, WatchEvent, Won
 from spate.telemetry._context import Context
+from spate.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
+from spate_testing.sim.flowrunner import FlowRunner
+from spate_testing.sim.handlers import Handlers
 from spate_testing.sim.model import Link
 from spate_testing.sim.recorder import RecordingMetrics
 from spate_testing.sim.workload import Workload
@@ -76,13 +71,8 @@ logger = logging.getLogger("spate_testing.sim")
 
 WorkerState = Literal["starting", "running", "leaving", "killed", "verdict", "left", "crashed"]
 
-# The runtime's schedules (spate._runtime, spate.coordinator, spate.worker), restated.
-STARTUP_BACKOFF = (0.2, 5.0)
-REWATCH_BACKOFF = (0.2, 5.0)
-RETRY_BACKOFF = (0.05, 2.0)
 HANDOVER_POLL = 0.2
 """Seconds between looks at whether a leaving worker's splits are held elsewhere."""
-BATCH_CONCURRENCY = 32
 
 
 class _Retry(Exception):
@@ -103,193 +93,7 @@ class _Session:
 # -- flows -------------------------------------------------------------------------------------
 
 
-@attrs.define(eq=False)
-class _Run:
-    gen: Flow[Any]
-    done: Callable[[outcome.Outcome[Any]], None]
-    held: tuple[Keyspace, str] | None = None
-    parked: Op | None = None
-    dropped: bool = False
-
-
-class _Flows:
-    """The runtime driver's rules, on callbacks: one write per key in flight, many keys at once.
-
-    A flow is resumed synchronously with each result, so its decisions run against the
-    machine's current state with nothing interleaved. (Spans and metrics of fenced writes are
-    the runtime's; the simulation counts writes only.)
-    """
-
-    def __init__(
-        self,
-        link: Link,
-        guard: Callable[[Callable[[], None]], Callable[[], None]],
-        soon: Callable[[Callable[[], None]], object],
-    ) -> None:
-        self._link = link
-        self._guard = guard
-        self._soon = soon
-        self._holders: dict[tuple[Keyspace, str], _Run] = {}
-        self._waiting: dict[tuple[Keyspace, str], collections.deque[_Run]] = {}
-
-    def busy(self, keyspace: Keyspace, key: str) -> bool:
-        k = (keyspace, key)
-        return k in self._holders or bool(self._waiting.get(k))
-
-    def start(self, flow: Flow[Any], done: Callable[[outcome.Outcome[Any]], None]) -> _Run:
-        run = _Run(flow, done)
-        self._advance(run, outcome.Value(None))
-        return run
-
-    def drop(self, run: _Run) -> None:
-        """Abandon ``run`` if it waits for a key (its caller left); nothing of it was written."""
-        for key, queue in list(self._waiting.items()):
-            if run in queue:
-                queue.remove(run)
-                if not queue:
-                    del self._waiting[key]
-                run.dropped = True
-                run.gen.close()
-
-    def _advance(self, run: _Run, result: outcome.Outcome[Any]) -> None:
-        while True:
-            if run.dropped:
-                return
-            try:
-                request = result.send(run.gen)
-            except StopIteration as stop:
-                return self._finish(run, outcome.Value(stop.value))
-            except BaseException as exc:  # the flow's exception is its outcome
-                return self._finish(run, outcome.Error(exc))
-            if isinstance(request, Hold):
-                key = (request.keyspace, request.key)
-                if run.held == key:
-                    result = outcome.Value(None)
-                    continue
-                self._release(run)
-                if key not in self._holders:
-                    self._holders[key] = run
-                    run.held = key
-                    result = outcome.Value(None)
-                    continue
-                self._waiting.setdefault(key, collections.deque()).append(run)
-                return
-            if isinstance(request, Batch):
-                return self._batch(run, request)
-            if isinstance(request, Fork):
-                self._release(run)
-                return self._fork(run, request)
-            if request.is_write:
-                key = (request.keyspace, request.key)
-                if run.held != key:
-                    self._release(run)
-                    if key in self._holders:
-                        run.parked = request
-                        self._waiting.setdefault(key, collections.deque()).append(run)
-                        return
-                    self._holders[key] = run
-                    run.held = key
-            self._call(run, request)
-            return
-
-    def _call(self, run: _Run, op: Op) -> None:
-        self._link.call(op, lambda result: self._guard(lambda: self._advance(run, result))())
-
-    def _finish(self, run: _Run, result: outcome.Outcome[Any]) -> None:
-        self._release(run)
-        run.done(result)
-
-    def _release(self, run: _Run) -> None:
-        key = run.held
-        if key is None:
-            return
-        run.held = None
-        del self._holders[key]
-        queue = self._waiting.get(key)
-        if not queue:
-            self._waiting.pop(key, None)
-            return
-        nxt = queue.popleft()
-        if not queue:
-            del self._waiting[key]
-        self._holders[key] = nxt
-        nxt.held = key
-        if nxt.parked is not None:
-            op, nxt.parked = nxt.parked, None
-            self._call(nxt, op)
-        else:
-            # Resumed on a turn of its own, as the runtime resumes it on its loop task.
-            self._link_soon(lambda: self._advance(nxt, outcome.Value(None)))
-
-    def _link_soon(self, fn: Callable[[], None]) -> None:
-        self._soon(self._guard(fn))
-
-    def _fork(self, parent: _Run, fork: Fork) -> None:
-        results: list[outcome.Outcome[Any] | None] = [None] * len(fork.flows)
-        pending = len(fork.flows)
-        if not pending:
-            return self._advance(parent, outcome.Value([]))
-
-        def collect(i: int) -> Callable[[outcome.Outcome[Any]], None]:
-            def done(result: outcome.Outcome[Any]) -> None:
-                nonlocal pending
-                results[i] = result
-                pending -= 1
-                if not pending:
-                    self._link_soon(lambda: self._advance(parent, outcome.Value(results)))
-
-            return done
-
-        for i, flow in enumerate(fork.flows):
-            self.start(flow, collect(i))
-
-    def _batch(self, run: _Run, batch: Batch) -> None:
-        ops = batch.ops
-        results: list[Any] = [None] * len(ops)
-        state = {"next": 0, "left": len(ops)}
-        if not ops:
-            return self._advance(run, outcome.Value(results))
-
-        def take() -> None:
-            i = state["next"]
-            if i >= len(ops):
-                return
-            state["next"] = i + 1
-            self._link.call(ops[i], lambda result: self._guard(lambda: landed(i, result))())
-
-        def landed(i: int, result: outcome.Outcome[Any]) -> None:
-            value = result.error if isinstance(result, outcome.Error) else result.unwrap()
-            results[i] = value
-            if batch.landed is not None:
-                batch.landed(i, value)
-            state["left"] -= 1
-            if state["left"] == 0:
-                self._advance(run, outcome.Value(results))
-            else:
-                take()
-
-        for _ in range(min(BATCH_CONCURRENCY, len(ops))):
-            take()
-
-
 # -- handlers ----------------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Handler:
-    split: str
-    epoch: int
-    steps: int
-    position: int
-    poison: bool
-    revoke: bool = False
-    returned: bool = False
-    """The handler's own code ended (its HandlerEnded is recorded); a settle may follow."""
-    retired: bool = False
-    """Nothing more happens for it (its results, if any arrive, are ignored)."""
-    timer: Timer | None = None
-    call: _Run | None = None
-    backoff: Backoff | None = None
 
 
 # -- the worker --------------------------------------------------------------------------------
@@ -347,14 +151,21 @@ class SimWorker:
             session=_Session(),
             effects=self,
         )
-        self.flows = _Flows(link, self.guarded, scheduler.soon)
+        self.flows = FlowRunner(link, self.guarded, scheduler.soon)
         self.ready = False
         self._alarm: Timer | None = None
         self._step_soon = False
-        self._events: collections.deque[Event] = collections.deque()
-        self._dispatching = False
-        self._handlers: dict[str, _Handler] = {}
-        self._verdict: AllComplete | Stalled | None = None
+        self.handlers = Handlers(
+            scheduler=scheduler,
+            history=history,
+            actor=actor,
+            machine=self.machine,
+            flows=self.flows,
+            workload=workload,
+            later=self._later,
+            active=lambda: self.state == "running",
+            on_verdict=self._on_verdict,
+        )
         self._watch_closers: dict[Keyspace, Callable[[], None]] = {}
 
     # -- the guard: every callback of this process runs through it ----------------------------
@@ -396,15 +207,8 @@ class SimWorker:
         return self.flows.busy(keyspace, key)
 
     def emit(self, event: Event) -> None:
-        """Queue ``event`` for the dispatcher (it runs at the next turn)."""
-        self._events.append(event)
-        self.emit_pending()
-
-    def emit_pending(self) -> None:
-        """Have the dispatcher look at the queued events at the next turn."""
-        if not self._dispatching:
-            self._dispatching = True
-            self._soon(self._dispatch)
+        """Hand ``event`` to the handlers (dispatched at the next turn)."""
+        self.handlers.emit(event)
 
     def wake_at(self, deadline: float) -> None:
         """Step again by ``deadline``."""
@@ -448,8 +252,7 @@ class SimWorker:
         if machine.ready and not self.ready:
             self.ready = True
             self.state = "running"
-            if self._events:
-                self.emit_pending()
+            self.handlers.dispatch_pending()
         if changed and self.ready:
             machine.step()
 
@@ -617,190 +420,19 @@ class SimWorker:
 
     # -- events and handlers -------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
-        self._dispatching = False
-        while self._events and self._verdict is None and self.state == "running":
-            event = self._events.popleft()
-            if isinstance(event, Gained):
-                self._gain(event)
-            elif isinstance(event, Lost):
-                handler = self._handlers.pop(event.split, None)
-                if handler is not None:
-                    self._cancel(handler)
-            elif isinstance(event, RevokeRequested):
-                handler = self._handlers.get(event.split)
-                if handler is not None:
-                    handler.revoke = True
-            elif isinstance(event, AllComplete | Stalled):
-                self._verdict = event
-                self._wait_idle(self.scheduler.now() + self.config.drain_deadline)
-
-    def _gain(self, event: Gained) -> None:
-        previous = self._handlers.pop(event.split, None)
-        if previous is not None:
-            self._cancel(previous)  # a re-gain follows a loss: never two handlers on a split
-        steps = int(json.loads(event.descriptor)["steps"])
-        handler = _Handler(
-            split=event.split,
-            epoch=event.epoch,
-            steps=steps,
-            position=event.progress.watermark or 0,
-            poison=event.split in self.workload.poison,
-        )
-        self._handlers[event.split] = handler
-        self.history.append(
-            h.Gained(
-                at=self.scheduler.now(),
-                actor=self.actor,
-                split=event.split,
-                epoch=event.epoch,
-                watermark=event.progress.watermark,
-            )
-        )
-        self._work(handler)
-
-    def _work(self, handler: _Handler) -> None:
-        """The workload's loop, one step per call (see :meth:`Workload.handle`)."""
-        if handler.position >= handler.steps:
-            return self._end(handler, "returned", settle="release")
-        if handler.revoke:
-            return self._end(handler, "returned", settle="release")
-        if handler.poison and handler.position >= handler.steps // 2:
-            reason = f"PoisonedSplit: step {handler.position} of {handler.split} always fails"
-            return self._end(handler, "raised", settle="fail", reason=reason)
-
-        def step() -> None:
-            handler.position += 1
-            self._commit(handler)
-
-        handler.timer = self._later(self.workload.step_seconds, step)
-
-    def _commit(self, handler: _Handler) -> None:
-        position = handler.position
-        progress = Progress(
-            watermark=position,
-            state=str(position).encode(),
-            completed=position >= handler.steps,
-        )
-
-        def done(result: outcome.Outcome[Any]) -> None:
-            handler.call = None
-            error = result.unwrap()  # an exception out of a commit is fatal
-            if handler.retired:
-                return  # cancelled meanwhile: nobody hears of this commit
-            if error is None:
-                handler.backoff = None
-                self.history.append(
-                    h.Acked(
-                        at=self.scheduler.now(),
-                        actor=self.actor,
-                        split=handler.split,
-                        epoch=handler.epoch,
-                        watermark=progress.watermark,
-                        completed=progress.completed,
-                    )
-                )
-                if progress.completed:
-                    return self._end(handler, "completed")
-                return self._work(handler)
-            if isinstance(error, StoreUnavailable):
-                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
-                handler.timer = self._later(handler.backoff.delay(), lambda: self._commit(handler))
-                return
-            assert isinstance(error, Fenced), error
-            self._end(handler, "fenced")
-
-        handler.call = self.flows.start(
-            self.machine.claims.commit_flow(handler.split, progress), done
-        )
-
-    def _end(
-        self,
-        handler: _Handler,
-        how: h.HandlerHow,
-        *,
-        settle: Literal["release", "fail"] | None = None,
-        reason: str = "",
-    ) -> None:
-        handler.returned = True
-        self.history.append(
-            h.HandlerEnded(
-                at=self.scheduler.now(),
-                actor=self.actor,
-                split=handler.split,
-                epoch=handler.epoch,
-                how=how,
-            )
-        )
-        if settle is None:
-            self._retire(handler)
-            return
-        # Still the worker's to finish: its hand-back (or failure) must land.
-        handler.backoff = None
-        self._settle(handler, settle, reason)
-
-    def _settle(self, handler: _Handler, what: Literal["release", "fail"], reason: str) -> None:
-        machine = self.machine
-        flow: Flow[Any]
-        if what == "release":
-            if handler.split not in machine.claims.owned:
-                return self._retire(handler)  # lost meanwhile (Fenced: nothing written)
-            flow = machine.release_all_flow([handler.split])
-        else:
-            flow = machine.claims.fail_flow(handler.split, reason)
-
-        def done(result: outcome.Outcome[Any]) -> None:
-            handler.call = None
-            error = result.unwrap()
-            if handler.retired:
-                return
-            if isinstance(error, StoreUnavailable):
-                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
-                handler.timer = self._later(
-                    handler.backoff.delay(), lambda: self._settle(handler, what, reason)
-                )
-                return
-            self._retire(handler)
-
-        handler.call = self.flows.start(flow, done)
-
-    def _retire(self, handler: _Handler) -> None:
-        handler.retired = True
-        if self._handlers.get(handler.split) is handler:
-            del self._handlers[handler.split]
-
-    def _cancel(self, handler: _Handler) -> None:
-        """Cancel a handler (its split was lost, or the worker stops working)."""
-        if handler.timer is not None:
-            handler.timer.cancel()
-        if handler.call is not None:
-            self.flows.drop(handler.call)  # a call waiting for its key leaves; one in flight lands
-        handler.retired = True
-        if not handler.returned:
-            handler.returned = True
-            self.history.append(
-                h.HandlerEnded(
-                    at=self.scheduler.now(),
-                    actor=self.actor,
-                    split=handler.split,
-                    epoch=handler.epoch,
-                    how="cancelled",
-                )
-            )
-        if self._handlers.get(handler.split) is handler:
-            del self._handlers[handler.split]
-
     # -- ending --------------------------------------------------------------------------------
+
+    def _on_verdict(self, verdict: AllComplete | Stalled) -> None:
+        self._wait_idle(self.scheduler.now() + self.config.drain_deadline)
 
     def _wait_idle(self, until: float) -> None:
         # Every split is finished: a handler still running is one whose last commit just
         # landed; let it end in peace (bounded by the drain deadline), then step down.
-        if self._handlers and self.scheduler.now() < until:
+        if self.handlers.running and self.scheduler.now() < until:
             self._later(0.05, lambda: self._wait_idle(until))
             return
-        for handler in list(self._handlers.values()):
-            self._cancel(handler)
-        verdict = self._verdict
+        self.handlers.cancel_all()
+        verdict = self.handlers.verdict
         assert verdict is not None
         deadline = self._later(self.leave_deadline, lambda: self._finish_verdict(verdict))
 
@@ -836,7 +468,7 @@ class SimWorker:
 
     def leave(self) -> None:
         """Leave gracefully (``run_worker`` cancelled): hand everything back, then stop."""
-        if self.stopped or self._verdict is not None:
+        if self.stopped or self.handlers.verdict is not None:
             return  # gone, or already stepping down after its verdict
         if self.state != "running":
             # Still starting: nothing held yet, so leaving is stopping.
@@ -844,8 +476,7 @@ class SimWorker:
             self.stop(None)
             return
         self.state = "leaving"
-        for handler in list(self._handlers.values()):
-            self._cancel(handler)
+        self.handlers.cancel_all()
         held = sorted(self.machine.claims.owned)
         deadline = self._later(self.leave_deadline, lambda: self._left())
 
@@ -907,8 +538,7 @@ class SimWorker:
         if self.stopped:
             return
         self.stopped = True
-        for handler in list(self._handlers.values()):
-            self._cancel(handler)
+        self.handlers.cancel_all()
         self.link.close()
         if self._alarm is not None:
             self._alarm.cancel()

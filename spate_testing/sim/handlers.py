@@ -1,0 +1,275 @@
+"""The machine engine's handlers: the workload's work per gained split, as run_worker runs it.
+
+:class:`Handlers` turns a worker's events into handlers the way
+:func:`spate.worker.run_worker` does: a :class:`~spate.events.Gained` split gets a handler
+doing :meth:`Workload.handle <spate_testing.sim.workload.Workload.handle>`'s steps (one commit
+each, retried with the runtime's backoff while the store is unavailable); a revocation makes it
+return at the next step, and the split is handed back; a poison split fails halfway, and the
+failure is reported; a :class:`~spate.events.Lost` split's handler is cancelled at once. Gains,
+acknowledged commits and endings go to the history exactly as the Trio engine's recorder
+writes them.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import outcome
+
+from spate._core.backoff import Backoff
+from spate._core.flows import Flow
+from spate._core.machine import Machine
+from spate.errors import Fenced, StoreUnavailable
+from spate.events import AllComplete, Event, Gained, Lost, Progress, RevokeRequested, Stalled
+from spate.worker import RETRY_BACKOFF
+from spate_testing.sim import history as h
+from spate_testing.sim.clockwork import Scheduler, Timer
+from spate_testing.sim.flowrunner import FlowRun, FlowRunner
+from spate_testing.sim.workload import Workload
+
+__all__ = ["Handler", "Handlers"]
+
+
+@attrs.define(eq=False)
+class Handler:
+    """One split's handler: the workload's position in it, and what it waits for."""
+
+    split: str
+    epoch: int
+    steps: int
+    position: int
+    poison: bool
+    revoke: bool = False
+    returned: bool = False
+    """The handler's own code ended (its HandlerEnded is recorded); a settle may follow."""
+    retired: bool = False
+    """Nothing more happens for it (its results, if any arrive, are ignored)."""
+    timer: Timer | None = None
+    call: FlowRun | None = None
+    backoff: Backoff | None = None
+
+
+class Handlers:
+    """The running handlers of one worker, fed by its events (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        history: h.History,
+        actor: str,
+        machine: Machine,
+        flows: FlowRunner,
+        workload: Workload,
+        later: Callable[[float, Callable[[], None]], Timer],
+        active: Callable[[], bool],
+        on_verdict: Callable[[AllComplete | Stalled], None],
+    ) -> None:
+        self._scheduler = scheduler
+        self._history = history
+        self._actor = actor
+        self._machine = machine
+        self._flows = flows
+        self._workload = workload
+        self._later = later
+        self._active = active
+        self._on_verdict = on_verdict
+        self.running: dict[str, Handler] = {}
+        """Handlers whose split is still this worker's to finish, by split."""
+        self.verdict: AllComplete | Stalled | None = None
+        """The verdict, once it arrived (no event is dispatched after it)."""
+        self._events: collections.deque[Event] = collections.deque()
+        self._dispatching = False
+
+    def emit(self, event: Event) -> None:
+        """Queue ``event``; it is dispatched at the next turn."""
+        self._events.append(event)
+        self.dispatch_pending()
+
+    def dispatch_pending(self) -> None:
+        """Dispatch the queued events at the next turn (once the worker is active)."""
+        if self._events and not self._dispatching:
+            self._dispatching = True
+            self._later(0.0, self._dispatch)
+
+    def cancel_all(self) -> None:
+        """Cancel every handler (the worker stops working)."""
+        for handler in list(self.running.values()):
+            self._cancel(handler)
+
+    def _dispatch(self) -> None:
+        self._dispatching = False
+        while self._events and self.verdict is None and self._active():
+            event = self._events.popleft()
+            if isinstance(event, Gained):
+                self._gain(event)
+            elif isinstance(event, Lost):
+                handler = self.running.pop(event.split, None)
+                if handler is not None:
+                    self._cancel(handler)
+            elif isinstance(event, RevokeRequested):
+                handler = self.running.get(event.split)
+                if handler is not None:
+                    handler.revoke = True
+            elif isinstance(event, AllComplete | Stalled):
+                self.verdict = event
+                self._on_verdict(event)
+
+    def _gain(self, event: Gained) -> None:
+        previous = self.running.pop(event.split, None)
+        if previous is not None:
+            self._cancel(previous)  # a re-gain follows a loss: never two handlers on a split
+        steps = int(json.loads(event.descriptor)["steps"])
+        handler = Handler(
+            split=event.split,
+            epoch=event.epoch,
+            steps=steps,
+            position=event.progress.watermark or 0,
+            poison=event.split in self._workload.poison,
+        )
+        self.running[event.split] = handler
+        self._history.append(
+            h.Gained(
+                at=self._scheduler.now(),
+                actor=self._actor,
+                split=event.split,
+                epoch=event.epoch,
+                watermark=event.progress.watermark,
+            )
+        )
+        self._work(handler)
+
+    def _work(self, handler: Handler) -> None:
+        """The workload's loop, one step per call (see :meth:`Workload.handle`)."""
+        if handler.position >= handler.steps:
+            return self._end(handler, "returned", settle="release")
+        if handler.revoke:
+            return self._end(handler, "returned", settle="release")
+        if handler.poison and handler.position >= handler.steps // 2:
+            reason = f"PoisonedSplit: step {handler.position} of {handler.split} always fails"
+            return self._end(handler, "raised", settle="fail", reason=reason)
+
+        def step() -> None:
+            handler.position += 1
+            self._commit(handler)
+
+        handler.timer = self._later(self._workload.step_seconds, step)
+
+    def _commit(self, handler: Handler) -> None:
+        position = handler.position
+        progress = Progress(
+            watermark=position,
+            state=str(position).encode(),
+            completed=position >= handler.steps,
+        )
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            handler.call = None
+            error = result.unwrap()  # an exception out of a commit is fatal
+            if handler.retired:
+                return  # cancelled meanwhile: nobody hears of this commit
+            if error is None:
+                handler.backoff = None
+                self._history.append(
+                    h.Acked(
+                        at=self._scheduler.now(),
+                        actor=self._actor,
+                        split=handler.split,
+                        epoch=handler.epoch,
+                        watermark=progress.watermark,
+                        completed=progress.completed,
+                    )
+                )
+                if progress.completed:
+                    return self._end(handler, "completed")
+                return self._work(handler)
+            if isinstance(error, StoreUnavailable):
+                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
+                handler.timer = self._later(handler.backoff.delay(), lambda: self._commit(handler))
+                return
+            assert isinstance(error, Fenced), error
+            self._end(handler, "fenced")
+
+        handler.call = self._flows.start(
+            self._machine.claims.commit_flow(handler.split, progress), done
+        )
+
+    def _end(
+        self,
+        handler: Handler,
+        how: h.HandlerHow,
+        *,
+        settle: Literal["release", "fail"] | None = None,
+        reason: str = "",
+    ) -> None:
+        handler.returned = True
+        self._history.append(
+            h.HandlerEnded(
+                at=self._scheduler.now(),
+                actor=self._actor,
+                split=handler.split,
+                epoch=handler.epoch,
+                how=how,
+            )
+        )
+        if settle is None:
+            self._retire(handler)
+            return
+        # Still the worker's to finish: its hand-back (or failure) must land.
+        handler.backoff = None
+        self._settle(handler, settle, reason)
+
+    def _settle(self, handler: Handler, what: Literal["release", "fail"], reason: str) -> None:
+        machine = self._machine
+        flow: Flow[Any]
+        if what == "release":
+            if handler.split not in machine.claims.owned:
+                return self._retire(handler)  # lost meanwhile (Fenced: nothing written)
+            flow = machine.release_all_flow([handler.split])
+        else:
+            flow = machine.claims.fail_flow(handler.split, reason)
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            handler.call = None
+            error = result.unwrap()
+            if handler.retired:
+                return
+            if isinstance(error, StoreUnavailable):
+                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
+                handler.timer = self._later(
+                    handler.backoff.delay(), lambda: self._settle(handler, what, reason)
+                )
+                return
+            self._retire(handler)
+
+        handler.call = self._flows.start(flow, done)
+
+    def _retire(self, handler: Handler) -> None:
+        handler.retired = True
+        if self.running.get(handler.split) is handler:
+            del self.running[handler.split]
+
+    def _cancel(self, handler: Handler) -> None:
+        """Cancel a handler (its split was lost, or the worker stops working)."""
+        if handler.timer is not None:
+            handler.timer.cancel()
+        if handler.call is not None:
+            self._flows.drop(handler.call)  # a call waiting for its key leaves; one in flight lands
+        handler.retired = True
+        if not handler.returned:
+            handler.returned = True
+            self._history.append(
+                h.HandlerEnded(
+                    at=self._scheduler.now(),
+                    actor=self._actor,
+                    split=handler.split,
+                    epoch=handler.epoch,
+                    how="cancelled",
+                )
+            )
+        if self.running.get(handler.split) is handler:
+            del self.running[handler.split]
