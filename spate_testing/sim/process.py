@@ -162,11 +162,10 @@ class SimWorker:
             machine=self.machine,
             flows=self.flows,
             workload=workload,
-            later=self._later,
+            later=self.later,
             active=lambda: self.state == "running",
             on_verdict=self._on_verdict,
         )
-        self._watch_closers: dict[Keyspace, Callable[[], None]] = {}
 
     # -- the guard: every callback of this process runs through it ----------------------------
 
@@ -185,7 +184,8 @@ class SimWorker:
 
         return run
 
-    def _later(self, delay: float, fn: Callable[[], None]) -> Timer:
+    def later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        """Run ``fn`` as a callback of this process ``delay`` seconds from now."""
         return self.scheduler.later(delay, self.guarded(fn))
 
     def _soon(self, fn: Callable[[], None]) -> Timer:
@@ -286,7 +286,7 @@ class SimWorker:
                     f"{exc or type(exc).__name__}); check that the store is reachable, or "
                     "raise Config.startup_max_attempts"
                 ) from exc
-            self._later(
+            self.later(
                 backoff.delay(), lambda: self._startup_step(steps, index, attempt + 1, backoff)
             )
 
@@ -307,7 +307,7 @@ class SimWorker:
                 self.flows.drop(run)
                 failed(StoreUnavailable(f"{what} took longer than {self.op_timeout * 3:g} s"))
 
-        watchdog = self._later(self.op_timeout * 3, too_slow)
+        watchdog = self.later(self.op_timeout * 3, too_slow)
         run = self.flows.start(make(), done)
 
     def _join_flow(self) -> Flow[None]:
@@ -362,61 +362,23 @@ class SimWorker:
     # -- pumps and tickers ---------------------------------------------------------------------
 
     def _watch(self, keyspace: Keyspace, backoff: Backoff) -> None:
-        machine = self.machine
-        self.input(partial(machine.watch_opening, keyspace))
-        worker = self
-
-        class Sink:
-            opened = False
-
-            def snapshot(self, entries: list[Entry]) -> None:
-                self.opened = True
-                backoff.reset()
-                worker.guarded(
-                    lambda: worker.input(partial(machine.watch_snapshot, keyspace, entries))
-                )()
-
-            def event(self, event: WatchEvent) -> None:
-                if isinstance(event, Put):
-                    entry = event.entry
-                    if not machine.view.already_seen(keyspace, entry.key, entry.revision):
-                        worker.guarded(
-                            lambda: worker.input(partial(machine.watch_put, keyspace, entry))
-                        )()
-                elif isinstance(event, Delete):
-                    worker.guarded(
-                        lambda: worker.input(
-                            partial(machine.watch_delete, keyspace, event.key, event.revision)
-                        )
-                    )()
-
-            def broken(self, reason: str) -> None:
-                worker._later(backoff.delay(), lambda: worker._watch(keyspace, backoff))
-
-        sink = Sink()
-        close = self.link.watch(keyspace, machine.keys.prefix, sink)
-        self._watch_closers[keyspace] = close
-
-        def opening_timed_out() -> None:
-            if not sink.opened:
-                close()
-                sink.broken("opening the watch took longer than op_timeout")
-
-        self._later(self.op_timeout, opening_timed_out)
+        """Open a watch of ``keyspace`` (as the runtime's watch pump: re-opened on a break)."""
+        self.input(partial(self.machine.watch_opening, keyspace))
+        _Watching(self, keyspace, backoff).open()
 
     def _heartbeat(self, round_: int) -> None:
         def beat() -> None:
             self.input(self.machine.heartbeat)
             self._heartbeat(round_ + 1)
 
-        self._later(jitter(self.machine.jitter_seed, round_, self.lease / 3), beat)
+        self.later(jitter(self.machine.jitter_seed, round_, self.lease / 3), beat)
 
     def _every(self, interval: float, fn: Callable[[], None]) -> None:
         def tick() -> None:
             fn()
             self._every(interval, fn)
 
-        self._later(interval, tick)
+        self.later(interval, tick)
 
     # -- events and handlers -------------------------------------------------------------------
 
@@ -429,18 +391,18 @@ class SimWorker:
         # Every split is finished: a handler still running is one whose last commit just
         # landed; let it end in peace (bounded by the drain deadline), then step down.
         if self.handlers.running and self.scheduler.now() < until:
-            self._later(0.05, lambda: self._wait_idle(until))
+            self.later(0.05, lambda: self._wait_idle(until))
             return
         self.handlers.cancel_all()
         verdict = self.handlers.verdict
         assert verdict is not None
-        deadline = self._later(self.leave_deadline, lambda: self._finish_verdict(verdict))
+        deadline = self.later(self.leave_deadline, lambda: self._finish_verdict(verdict))
 
         def depart() -> None:
             def done(result: outcome.Outcome[Any]) -> None:
                 error = result.unwrap()
                 if isinstance(error, StoreUnavailable):
-                    self._later(backoff.delay(), depart)
+                    self.later(backoff.delay(), depart)
                     return
                 deadline.cancel()
                 self._finish_verdict(verdict)
@@ -478,7 +440,7 @@ class SimWorker:
         self.state = "leaving"
         self.handlers.cancel_all()
         held = sorted(self.machine.claims.owned)
-        deadline = self._later(self.leave_deadline, lambda: self._left())
+        deadline = self.later(self.leave_deadline, lambda: self._left())
 
         def done(result: outcome.Outcome[Any]) -> None:
             error = result.unwrap()
@@ -511,7 +473,7 @@ class SimWorker:
         if not pending or not others:
             deadline.cancel()
             return self._left()
-        self._later(HANDOVER_POLL, lambda: self._await_new_owners(pending, deadline))
+        self.later(HANDOVER_POLL, lambda: self._await_new_owners(pending, deadline))
 
     def _left(self) -> None:
         if not self.stopped:
@@ -548,6 +510,67 @@ class SimWorker:
             )
         )
         self.on_exit(self, error)
+
+
+class _Watching:
+    """One opening of a watch: its snapshot, its live events, and at most one re-watch."""
+
+    def __init__(self, worker: SimWorker, keyspace: Keyspace, backoff: Backoff) -> None:
+        self._worker = worker
+        self._keyspace = keyspace
+        self._backoff = backoff
+        self._opened = False
+        self._ended = False
+        self._close: Callable[[], None] = _nothing
+        self._deadline: Timer | None = None
+
+    def open(self) -> None:
+        worker = self._worker
+        self._close = worker.link.watch(self._keyspace, worker.machine.keys.prefix, self)
+        # Establishing the watch is bounded by the operation timeout; its live tail is not.
+        self._deadline = worker.later(worker.op_timeout, self._too_slow)
+
+    def snapshot(self, entries: list[Entry]) -> None:
+        if self._ended:
+            return
+        self._opened = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._backoff.reset()
+        machine = self._worker.machine
+        self._input(partial(machine.watch_snapshot, self._keyspace, entries))
+
+    def event(self, event: WatchEvent) -> None:
+        if self._ended:
+            return
+        machine = self._worker.machine
+        if isinstance(event, Put):
+            entry = event.entry
+            # The echo of an own write is known by its revision: dropped before any input.
+            if not machine.view.already_seen(self._keyspace, entry.key, entry.revision):
+                self._input(partial(machine.watch_put, self._keyspace, entry))
+        elif isinstance(event, Delete):
+            self._input(partial(machine.watch_delete, self._keyspace, event.key, event.revision))
+
+    def broken(self, reason: str) -> None:
+        # Reported once, whichever comes first: the link breaking the watch, or the
+        # opening outliving its deadline (each would otherwise start a watch of its own).
+        if self._ended:
+            return
+        self._ended = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._close()
+        worker = self._worker
+        worker.later(self._backoff.delay(), lambda: worker._watch(self._keyspace, self._backoff))
+
+    def _too_slow(self) -> None:
+        if not self._opened:
+            self.broken("opening the watch took longer than op_timeout")
+
+    def _input(self, fn: Callable[[], bool | None]) -> None:
+        worker = self._worker
+        worker.guarded(lambda: worker.input(fn))()
 
 
 def _nothing() -> None:

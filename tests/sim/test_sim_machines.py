@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import attrs
 import outcome
 import pytest
 
@@ -20,7 +21,7 @@ from spate_testing.sim.fleet import worker_nonce
 from spate_testing.sim.history import History, StoreWrite, Verdict
 from spate_testing.sim.machines import simulate_machines
 from spate_testing.sim.model import Link, ModelStore
-from spate_testing.sim.scenario import Scenario
+from spate_testing.sim.scenario import Scenario, Scripted
 from spate_testing.sim.workload import Workload
 
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
@@ -288,6 +289,29 @@ def test_a_lone_worker_finishes_its_job_with_the_injected_nonce() -> None:
     assert presence
     record = decode(PresenceRecord, presence[0].key, presence[0].value)
     assert record.nonce == worker_nonce(scenario.seed, "w0#1")
+
+
+def test_a_watch_that_fails_to_open_is_opened_again_once() -> None:
+    """Found by seed 14128: a watch broken while it opened was re-opened twice (by the break
+    and again by its opening deadline), so every outage doubled each worker's watches until
+    a run ground to a halt delivering thousands of copies of every event."""
+    opened: list[float] = []
+
+    class Counting(ModelStore):
+        def watch(self, keyspace: Keyspace, prefix: str, deliver: Any) -> Any:
+            opened.append(self._scheduler.now())
+            return super().watch(keyspace, prefix, deliver)
+
+    scenario = attrs.evolve(
+        one_worker(),
+        rates=FaultRates(latency=0.5),
+        chaos_seconds=40.0,
+        script=(Scripted(at=3.0, what="outage", duration=30.0),),
+    )
+    run = simulate_machines(scenario, model=Counting)
+    assert check(run.history) == []
+    # Two keyspaces, re-opened with a backoff capped at 5 s through a 30 s outage.
+    assert len(opened) <= 2 * (1 + 30 / 5 + 6), len(opened)
 
 
 def test_the_same_scenario_replays_the_same_history() -> None:
