@@ -243,12 +243,21 @@ class WeightBins:
     """
 
     def __init__(self, entries: Iterable[tuple[int, int, str]] = ()) -> None:
-        self.by_weight: dict[int, list[tuple[int, str]]] = {}  # weight -> sorted (hash, id)
+        self.by_weight: dict[int, list[tuple[int, str]]] = {}  # weight -> (hash, id), see _sorted
         for weight, h, split in entries:
             self.by_weight.setdefault(weight, []).append((h, split))
-        for group in self.by_weight.values():
-            group.sort()  # one sort, not an insort per split: domains hold thousands
+        # Groups whose tail was appended since they were last sorted. A plan lands thousands
+        # of splits in one bin before anything reads it: an insort each moved the whole
+        # group every time (quadratic), while one sort of a sorted run plus a tail is cheap.
+        self._unsorted = set(self.by_weight)
         self.weights = sorted(self.by_weight)  # distinct weights, ascending
+
+    def _sorted(self, weight: int) -> list[tuple[int, str]]:
+        group = self.by_weight[weight]
+        if weight in self._unsorted:
+            group.sort()
+            self._unsorted.discard(weight)
+        return group
 
     def add(self, weight: int, key: tuple[int, str]) -> None:
         """Put the split ``key`` (hash, id) of ``weight`` in the bin."""
@@ -256,14 +265,16 @@ class WeightBins:
         if group is None:
             bisect.insort(self.weights, weight)
             group = self.by_weight[weight] = []
-        bisect.insort(group, key)
+        group.append(key)
+        self._unsorted.add(weight)
 
     def remove(self, weight: int, key: tuple[int, str]) -> None:
         """Take the split ``key`` (hash, id) of ``weight`` out of the bin."""
-        group = self.by_weight[weight]
+        group = self._sorted(weight)
         group.pop(bisect.bisect_left(group, key))
         if not group:
             del self.by_weight[weight]
+            self._unsorted.discard(weight)
             self.weights.pop(bisect.bisect_left(self.weights, weight))
 
     def best_move(self, gap: int) -> tuple[int, int, str, int] | None:
@@ -279,7 +290,7 @@ class WeightBins:
             if 0 <= j < len(self.weights):
                 w = self.weights[j]
                 if w < gap:
-                    h, split = self.by_weight[w][-1]
+                    h, split = self._sorted(w)[-1]
                     option = (w * (gap - w), h, split, w)
                     if best is None or option[:3] > best[:3]:
                         best = option
