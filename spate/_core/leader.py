@@ -103,7 +103,9 @@ class Leadership:
         self._publishing: set[str] = set()
         self._index: PlacementIndex | None = None
         """The placement kept split by split while leading (see spate._core.placement_index)."""
-        self._index_key: tuple[int, frozenset[str], frozenset[str]] | None = None
+        self._index_key: tuple[int, frozenset[str]] | None = None
+        self._index_members: frozenset[str] = frozenset()
+        """The live members the index's inputs were read against."""
         self._recheck: set[str] = set()
         """Members whose published assignment must be compared with the placement."""
         self._interim = False
@@ -573,13 +575,14 @@ class Leadership:
         """The index, fed every placement input that moved since the last publish.
 
         Built from the whole view when leadership starts and when the withheld set changes
-        (a departure, a grace window closing): both are O(n) and rare. Otherwise only the
-        splits the view names as changed are read again.
+        (a departure, a grace window closing) or the generation does: all O(n) and rare.
+        Otherwise only the splits the view names as changed are read again, and on a join or
+        a departure the splits that name the member as their assignee (an input anchors a
+        split in transit only on a live assignee, see :meth:`_placement_input`).
         """
         core, view = self.core, self.core.view
-        # The members are part of the key: an input anchors a split in transit only on a live
-        # assignee, so a join or a departure can move inputs the view names as unchanged.
-        key = (self.generation, frozenset(self.departed), frozenset(view.presence))
+        key = (self.generation, frozenset(self.departed))
+        members = frozenset(view.presence)
         index = self._index
         changes = view.placement_changes
         if index is None or key != self._index_key or changes is None:
@@ -590,12 +593,21 @@ class Leadership:
                     isolation_tier=core.config.isolation_tier,
                 )
             self._index_key = key
+            self._index_members = members
             view.placement_changes = set()
             view.assignment_changes = set()
             for split in view.splits:
                 index.update(split, self._placement_input(split))
             return index
         view.placement_changes = set()
+        if members != self._index_members:
+            changes = set(changes)
+            for member in members ^ self._index_members:
+                record = view.assignments.get(member)
+                if record is not None:
+                    changes.update(record[0].splits)
+                changes.update(self._writing.get(member, ()))
+            self._index_members = members
         for split in changes:
             index.update(split, self._placement_input(split))
         return index

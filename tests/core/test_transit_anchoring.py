@@ -120,3 +120,43 @@ def test_a_write_in_flight_anchors_before_its_record_lands() -> None:
     assert fleet.anchor("s04") == "d"  # not back on a while d's write is in flight
     fleet.leader._writing_ended("d")  # lost: no record names it, its owner anchors it again
     assert fleet.anchor("s04") == "a"
+
+
+def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
+    """The leader's index re-reads, on a change of members, only the splits naming one of
+    them as assignee; every input it then holds is what a fresh read of the view gives."""
+    from spate.config import Config
+    from spate.store import Keyspace
+
+    fleet = _Fleet("a", "b", "c")
+    host = SimpleNamespace(view=fleet.view, config=Config(), tie_seed=7)
+    fleet.leader = Leadership(cast(Host, host), _no_plan)
+    fleet.leader.generation = GENERATION
+    for n in range(12):
+        owner = "abc"[n % 3]
+        fleet.split(f"s{n:02d}", owner=owner, leased=n % 4 != 0)
+    # Some splits in transit: b's record names splits a still owns.
+    fleet.assign("a", "s00", "s06")
+    fleet.assign("b", "s01", "s03", "s04", "s07", "s09")
+    fleet.assign("c", "s02", "s05", "s08", "s10", "s11")
+    leader = fleet.leader
+
+    def fresh() -> dict[str, Placement]:
+        out = {}
+        for split in fleet.view.splits:
+            placement = leader._placement_input(split)
+            if placement is not None:
+                out[split] = placement
+        return out
+
+    index = leader._placement_index()
+    assert index._inputs == fresh()
+    # b leaves (its presence key expires): what it anchored is anchored no more.
+    key = Keys(JOB).worker("b")
+    fleet.view.apply_delete(Keyspace.EPHEMERAL, key, fleet._next())
+    assert leader._placement_index()._inputs == fresh()
+    assert fresh()["s03"].owner == "a"  # back on its owner, no longer in transit to b
+    # b comes back: its record (of this generation) anchors its splits again.
+    fleet.view.put_presence("b", PresenceRecord(nonce="b2", max_in_flight=4), fleet._next())
+    assert leader._placement_index()._inputs == fresh()
+    assert fresh()["s03"].owner == "b"
