@@ -436,6 +436,10 @@ class MemoryStore:
         return _WatchIterator(self, table, receive)
 
 
+YIELD_EVERY = 64
+"""Queued watch events handed over back to back before the watcher yields to other tasks."""
+
+
 class _WatchIterator:
     """Yields queued events; while idle, wakes at the next expiry deadline and applies it.
 
@@ -449,6 +453,7 @@ class _WatchIterator:
         self._store = store
         self._table = table
         self._receive = receive
+        self._unyielded = 0
 
     def __aiter__(self) -> _WatchIterator:
         return self
@@ -464,9 +469,16 @@ class _WatchIterator:
                 except trio.WouldBlock:
                     pass
                 else:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    # An event already queued is handed over at once; the other tasks get
+                    # their turn every YIELD_EVERY of them. A scheduling pass per event cost
+                    # more than everything else a watcher does with a large snapshot.
+                    self._unyielded += 1
+                    if self._unyielded >= YIELD_EVERY:
+                        self._unyielded = 0
+                        await trio.lowlevel.cancel_shielded_checkpoint()
                     return event
                 with trio.move_on_at(self._table.next_deadline()):
+                    self._unyielded = 0  # waiting for an event is a yield
                     return await self._receive.receive()
                 self._table.expire(trio.current_time())
         except (trio.EndOfChannel, trio.ClosedResourceError):

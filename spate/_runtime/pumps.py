@@ -17,6 +17,8 @@ from functools import partial
 import trio
 
 from spate._core.backoff import Backoff
+from spate._core.machine import Machine
+from spate._runtime.bulk import collector_paused
 from spate._runtime.loop import Runtime
 from spate.errors import StoreUnavailable
 from spate.protocol import jitter
@@ -48,7 +50,7 @@ async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
                                 snapshot.append(event.entry)
                             elif isinstance(event, SnapshotDone):
                                 opening.deadline = math.inf
-                                core.post(partial(machine.watch_snapshot, keyspace, snapshot))
+                                core.post(partial(_fold_snapshot, machine, keyspace, snapshot))
                                 snapshot = None
                                 backoff.reset()
                         elif isinstance(event, Put):
@@ -70,6 +72,11 @@ async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
         except StoreUnavailable as exc:
             logger.warning("the %s watch broke (%s); re-watching", keyspace.value, exc)
         await trio.sleep(backoff.delay())
+
+
+def _fold_snapshot(machine: Machine, keyspace: Keyspace, snapshot: list[Entry]) -> None:
+    with collector_paused(len(snapshot)):
+        machine.watch_snapshot(keyspace, snapshot)
 
 
 async def heartbeat_ticker(core: Runtime) -> None:
