@@ -418,6 +418,8 @@ _json_str = json.encoder.encode_basestring_ascii  # how json.dumps writes a str 
 _STATUS_JSON = {status: _json_str(status.value) for status in Status}
 _STATUS_OF = {status.value: status for status in Status}
 _PROGRESS_FIELDS = frozenset(f.name for f in attrs.fields(ProgressRecord) if f.name != "state")
+_PROGRESS_ALWAYS = len(_PROGRESS_FIELDS) - 2
+"""Header fields the encoder always writes (all but ``advanced`` and ``owner_nonce``)."""
 _SPEC_FIELDS = frozenset(f.name for f in attrs.fields(SpecRecord))
 _raw_decode = json.JSONDecoder().raw_decode
 
@@ -486,47 +488,54 @@ def _fast_decode_progress(data: bytes, split: str | None) -> ProgressRecord | No
     end = data.find(b"\n")
     if end < 0:
         return None
+    # The fields the encoder always writes are read directly; any that is missing, or a
+    # value of the wrong shape, sends the record down the general path.
     try:
         raw = _loads(data[:end].decode())
-    except (ValueError, UnicodeDecodeError):
+        ident = raw["id"]
+        epoch = raw["epoch"]
+        status = _STATUS_OF[raw["status"]]
+        owner = raw["owner"]
+        attempts = raw["attempts"]
+        watermark = raw["watermark"]
+        completed = raw["completed"]
+        written = raw["written_at_ms"]
+        schema = raw["schema"]
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError):
         return None
-    if type(raw) is not dict or not raw.keys() <= _PROGRESS_FIELDS:
-        return None
-    get = raw.get
-    ident = get("id")
-    status_text = get("status", Status.RUNNABLE.value)
-    status = _STATUS_OF.get(status_text) if type(status_text) is str else None
-    owner = get("owner")
-    watermark = get("watermark")
-    completed = get("completed", False)
-    advanced = get("advanced", False)
-    nonce = get("owner_nonce", "")
+    optional = len(raw) - _PROGRESS_ALWAYS
+    if optional:
+        advanced = raw.get("advanced", False)
+        nonce = raw.get("owner_nonce", "")
+        if optional != ("advanced" in raw) + ("owner_nonce" in raw):
+            return None  # a field this spate does not know
+    else:
+        advanced, nonce = False, ""
     if not (
         type(ident) is str
         and (split is None or ident == split)
-        and type(raw["schema"]) is int
-        and raw["schema"] == PROGRESS_SCHEMA
-        and type(get("epoch", 0)) is int
-        and status is not None
+        and type(schema) is int
+        and schema == PROGRESS_SCHEMA
+        and type(epoch) is int
         and (owner is None or type(owner) is str)
-        and type(get("attempts", 0)) is int
+        and type(attempts) is int
         and (watermark is None or type(watermark) is int)
         and type(completed) is bool
-        and type(get("written_at_ms", 0)) is int
+        and type(written) is int
         and type(advanced) is bool
         and type(nonce) is str
     ):
         return None
     return ProgressRecord(
         id=ident,
-        epoch=get("epoch", 0),
+        epoch=epoch,
         status=status,
         owner=owner,
-        attempts=get("attempts", 0),
+        attempts=attempts,
         watermark=watermark,
         state=data[end + 1 :],
         completed=completed,
-        written_at_ms=get("written_at_ms", 0),
+        written_at_ms=written,
         advanced=advanced,
         owner_nonce=nonce,
     )
