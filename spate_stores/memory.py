@@ -414,26 +414,24 @@ class MemoryStore:
         table = await self._enter(keyspace)
         send, receive = trio.open_memory_channel[WatchEvent](math.inf)
         # Snapshot and registration happen with no checkpoint between them, so no write can
-        # fall into a gap between the snapshot and the live events.
-        for key in sorted(table.entries):
-            if key.startswith(prefix):
-                send.send_nowait(Put(table.entries[key]))
-        send.send_nowait(SnapshotDone())
+        # fall into a gap between the snapshot and the live events. The snapshot is handed
+        # out from a list of its own (a channel send and receive per entry cost more than
+        # everything else about a large snapshot).
+        entries = table.entries
+        snapshot: list[WatchEvent] = [
+            Put(entries[k]) for k in sorted(entries) if k.startswith(prefix)
+        ]
+        snapshot.append(SnapshotDone())
         watcher = _Watcher(prefix, send)
         table.watchers.append(watcher)
         self._watch_channels.add(send)
         try:
-            yield self._events(table, receive)
+            yield _WatchIterator(self, table, receive, snapshot)
         finally:
             table.watchers.remove(watcher)
             self._watch_channels.discard(send)
             send.close()
             receive.close()
-
-    def _events(
-        self, table: _Table, receive: trio.MemoryReceiveChannel[WatchEvent]
-    ) -> AsyncIterator[WatchEvent]:
-        return _WatchIterator(self, table, receive)
 
 
 YIELD_EVERY = 64
@@ -448,15 +446,30 @@ class _WatchIterator:
     """
 
     def __init__(
-        self, store: MemoryStore, table: _Table, receive: trio.MemoryReceiveChannel[WatchEvent]
+        self,
+        store: MemoryStore,
+        table: _Table,
+        receive: trio.MemoryReceiveChannel[WatchEvent],
+        snapshot: list[WatchEvent],
     ) -> None:
         self._store = store
         self._table = table
         self._receive = receive
+        self._snapshot = snapshot
+        self._next = 0
         self._unyielded = 0
 
     def __aiter__(self) -> _WatchIterator:
         return self
+
+    async def _yield_now_and_then(self) -> None:
+        # An event already queued is handed over at once; the other tasks get their turn
+        # every YIELD_EVERY of them. A scheduling pass per event cost more than everything
+        # else a watcher does with a large snapshot.
+        self._unyielded += 1
+        if self._unyielded >= YIELD_EVERY:
+            self._unyielded = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def __anext__(self) -> WatchEvent:
         try:
@@ -464,18 +477,22 @@ class _WatchIterator:
             # call loses nothing.
             await trio.lowlevel.checkpoint_if_cancelled()
             while True:
+                if self._next < len(self._snapshot):
+                    if self._store._closed:
+                        raise trio.ClosedResourceError
+                    event = self._snapshot[self._next]
+                    self._next += 1
+                    if self._next == len(self._snapshot):
+                        self._snapshot = []  # handed out: let it go
+                        self._next = 0
+                    await self._yield_now_and_then()
+                    return event
                 try:
                     event = self._receive.receive_nowait()
                 except trio.WouldBlock:
                     pass
                 else:
-                    # An event already queued is handed over at once; the other tasks get
-                    # their turn every YIELD_EVERY of them. A scheduling pass per event cost
-                    # more than everything else a watcher does with a large snapshot.
-                    self._unyielded += 1
-                    if self._unyielded >= YIELD_EVERY:
-                        self._unyielded = 0
-                        await trio.lowlevel.cancel_shielded_checkpoint()
+                    await self._yield_now_and_then()
                     return event
                 with trio.move_on_at(self._table.next_deadline()):
                     self._unyielded = 0  # waiting for an event is a yield
