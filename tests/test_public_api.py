@@ -119,3 +119,33 @@ def test_every_public_module_pins_its_exports() -> None:
     for name in spate_testing.__all__:
         # submodules, imported on demand so importing the kit stays light
         assert importlib.import_module(f"spate_testing.{name}").__doc__, name
+
+
+def test_the_simulator_pins_its_exports() -> None:
+    import spate_testing.sim as sim
+
+    assert set(sim.__all__) == {
+        "ENGINES",
+        "INVARIANTS",
+        "Engine",
+        "History",
+        "Recorder",
+        "Scenario",
+        "Scripted",
+        "SeedResult",
+        "SimHang",
+        "SimRun",
+        "Violation",
+        "Workload",
+        "check",
+        "final_listing",
+        "replay_command",
+        "run_checked",
+        "run_scenario",
+        "run_seed",
+        "simulate",
+        "simulate_machines",
+    }
+    assert len(sim.__all__) == len(set(sim.__all__))
+    for name in sim.__all__:
+        assert hasattr(sim, name), name
