@@ -15,16 +15,17 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import outcome
 import trio
 
+from spate._core.flow_engine import FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime import fenced
 from spate.errors import StoreError, StoreUnavailable
-from spate.store import Entry, Keyspace, Store, WriteResult
+from spate.store import Entry, Store, WriteResult
 from spate.telemetry._context import Context, attached
 
 __all__ = ["Driver"]
@@ -32,7 +33,6 @@ __all__ = ["Driver"]
 logger = logging.getLogger("spate.flows")
 
 T = TypeVar("T")
-Key: TypeAlias = tuple[Keyspace, str]
 
 LIST_TIMEOUT_FACTOR = 10
 """A listing may take this many op_timeouts."""
@@ -41,18 +41,14 @@ BATCH_CONCURRENCY = 32
 
 
 @attrs.define(eq=False)
-class _Running:
-    gen: Flow[Any]
-    done: Callable[[outcome.Outcome[Any]], None]
-    held: Key | None = None
-    parked: Op | None = None
+class _Running(FlowRun):
     context: Context | None = None
     """The trace context of the API call that started the flow (None: internal)."""
     granted: trio.Event | None = None
     """Set when an inline flow waiting for a key was given it (inline flows only)."""
 
 
-class Driver:
+class Driver(FlowEngine[_Running]):
     """Runs flows: resumes them on the loop task, runs their store calls in I/O tasks.
 
     ``post`` hands a callable to the loop (the loop runs it, then steps); results come back
@@ -73,8 +69,7 @@ class Driver:
         self._nursery = nursery
         self._post = post
         self._timeout = op_timeout
-        self._busy: dict[Key, _Running] = {}
-        self._waiting: dict[Key, collections.deque[_Running]] = {}
+        super().__init__()
         self._ready: collections.deque[tuple[_Running, outcome.Outcome[Any]]] = collections.deque()
         self._running = False
         # Store calls of background flows run on reusable I/O tasks, not a task per call: a
@@ -86,11 +81,6 @@ class Driver:
         self._idle = 0
         self.io_tasks = 0
         """I/O tasks started so far (the most calls ever in flight at once)."""
-
-    def busy(self, keyspace: Keyspace, key: str) -> bool:
-        """Whether a flow holds ``key`` (or waits for it)."""
-        k = (keyspace, key)
-        return k in self._busy or bool(self._waiting.get(k))
 
     def start(
         self,
@@ -119,50 +109,7 @@ class Driver:
         finally:
             self._running = False
 
-    def _advance(self, running: _Running, result: outcome.Outcome[Any]) -> None:
-        while True:
-            try:
-                request = result.send(running.gen)
-            except StopIteration as stop:
-                self._finish(running, outcome.Value(stop.value))
-                return
-            except BaseException as exc:
-                self._finish(running, outcome.Error(exc))
-                return
-            if isinstance(request, Hold):
-                key = (request.keyspace, request.key)
-                if running.held == key:
-                    result = outcome.Value(None)
-                    continue
-                self._release(running)
-                if key not in self._busy:
-                    self._busy[key] = running
-                    running.held = key
-                    result = outcome.Value(None)
-                    continue
-                self._waiting.setdefault(key, collections.deque()).append(running)
-                return
-            if isinstance(request, Batch):
-                self._nursery.start_soon(self._run_batch, running, request)
-                return
-            if isinstance(request, Fork):
-                self._release(running)
-                self._fork(running, request)
-                return
-            if request.is_write:
-                key = (request.keyspace, request.key)
-                if running.held != key:
-                    self._release(running)
-                    if key in self._busy:
-                        running.parked = request
-                        self._waiting.setdefault(key, collections.deque()).append(running)
-                        return
-                    self._busy[key] = running
-                    running.held = key
-            self._submit(partial(self._run_op, running, request))
-            return
-
-    def _fork(self, parent: _Running, fork: Fork) -> None:
+    def _run_fork(self, parent: _Running, fork: Fork) -> None:
         results: list[outcome.Outcome[Any] | None] = [None] * len(fork.flows)
         pending = len(fork.flows)
         if not pending:
@@ -186,32 +133,17 @@ class Driver:
             child = _Running(flow, collect(i), context=parent.context)
             self._ready.append((child, outcome.Value(None)))
 
-    def _finish(self, running: _Running, result: outcome.Outcome[Any]) -> None:
-        self._release(running)
-        running.done(result)
+    def _perform(self, run: _Running, op: Op) -> None:
+        self._submit(partial(self._run_op, run, op))
 
-    def _release(self, running: _Running) -> None:
-        key = running.held
-        if key is None:
-            return
-        running.held = None
-        del self._busy[key]
-        queue = self._waiting.get(key)
-        if not queue:
-            self._waiting.pop(key, None)
-            return
-        nxt = queue.popleft()
-        if not queue:
-            del self._waiting[key]
-        self._busy[key] = nxt
-        nxt.held = key
-        if nxt.granted is not None:
-            nxt.granted.set()  # an inline flow: its caller's task resumes it
-        elif nxt.parked is not None:
-            op, nxt.parked = nxt.parked, None
-            self._submit(partial(self._run_op, nxt, op))
+    def _run_batch(self, run: _Running, batch: Batch) -> None:
+        self._nursery.start_soon(self._batch_task, run, batch)
+
+    def _key_passed(self, run: _Running) -> None:
+        if run.granted is not None:
+            run.granted.set()  # an inline flow: its caller's task resumes it
         else:
-            self._ready.append((nxt, outcome.Value(None)))
+            self._ready.append((run, outcome.Value(None)))
 
     # -- inline flows ------------------------------------------------------------------------
 
@@ -284,8 +216,8 @@ class Driver:
 
     async def _acquire_inline(self, running: _Running, key: Key) -> None:
         self._release_inline(running)
-        if key not in self._busy:
-            self._busy[key] = running
+        if key not in self._holders:
+            self._holders[key] = running
             running.held = key
             return
         running.granted = granted = trio.Event()
@@ -348,15 +280,15 @@ class Driver:
         timeout = self._timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
         with trio.CancelScope(deadline=trio.current_time() + timeout, shield=inline) as scope:
             if inline:
-                return await self._perform(op)
+                return await self._store_call(op)
             # I/O tasks inherit the loop's context; a write belongs to the trace of the call
             # that asked for it (a handler's commit), or starts its own.
             with attached(context):
-                return await self._perform(op)
+                return await self._store_call(op)
         assert scope.cancelled_caught
         raise _timed_out(op, timeout)
 
-    async def _perform(
+    async def _store_call(
         self, op: Op, *, traced: bool | None = None
     ) -> Entry | list[Entry] | WriteResult | None:
         if op.kind == "get":
@@ -384,7 +316,7 @@ class Driver:
             result = outcome.Error(exc)
         self._post(lambda: self._resume(running, result))
 
-    async def _run_batch(self, running: _Running, batch: Batch) -> None:
+    async def _batch_task(self, running: _Running, batch: Batch) -> None:
         # A plan seeds two records per split, so a batch may hold hundreds of thousands of
         # ops: a fixed pool of workers takes them in order from a shared index (a task per
         # op cost more than the write to the memory store itself).
@@ -416,7 +348,7 @@ class Driver:
                             if scope.deadline < now + timeout - slack:
                                 scope.deadline = now + timeout
                             try:
-                                result: Any = await self._perform(ops[i], traced=traced)
+                                result: Any = await self._store_call(ops[i], traced=traced)
                             except (StoreUnavailable, StoreError) as exc:
                                 result = exc
                             results[i] = result

@@ -21,6 +21,7 @@ import attrs
 import outcome
 
 from spate._core.backoff import Backoff
+from spate._core.flow_engine import FlowRun
 from spate._core.flows import Flow
 from spate._core.machine import Machine
 from spate.errors import Fenced, StoreUnavailable
@@ -28,7 +29,7 @@ from spate.events import AllComplete, Event, Gained, Lost, Progress, RevokeReque
 from spate.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
-from spate_testing.sim.flowrunner import FlowRun, FlowRunner
+from spate_testing.sim.flowrunner import FlowRunner
 from spate_testing.sim.workload import Workload
 
 __all__ = ["Handler", "Handlers"]
@@ -96,6 +97,18 @@ class Handlers:
             self._dispatching = True
             self._later(0.0, self._dispatch)
 
+    def _record(self, kind: Callable[..., h.HistoryEvent], handler: Handler, **fields: Any) -> None:
+        """Append a ``kind`` event about ``handler`` (its split and epoch, now, this actor)."""
+        self._history.append(
+            kind(
+                at=self._scheduler.now(),
+                actor=self._actor,
+                split=handler.split,
+                epoch=handler.epoch,
+                **fields,
+            )
+        )
+
     def cancel_all(self) -> None:
         """Cancel every handler (the worker stops working)."""
         for handler in list(self.running.values()):
@@ -132,15 +145,7 @@ class Handlers:
             poison=event.split in self._workload.poison,
         )
         self.running[event.split] = handler
-        self._history.append(
-            h.Gained(
-                at=self._scheduler.now(),
-                actor=self._actor,
-                split=event.split,
-                epoch=event.epoch,
-                watermark=event.progress.watermark,
-            )
-        )
+        self._record(h.Gained, handler, watermark=event.progress.watermark)
         self._work(handler)
 
     def _work(self, handler: Handler) -> None:
@@ -174,15 +179,11 @@ class Handlers:
                 return  # cancelled meanwhile: nobody hears of this commit
             if error is None:
                 handler.backoff = None
-                self._history.append(
-                    h.Acked(
-                        at=self._scheduler.now(),
-                        actor=self._actor,
-                        split=handler.split,
-                        epoch=handler.epoch,
-                        watermark=progress.watermark,
-                        completed=progress.completed,
-                    )
+                self._record(
+                    h.Acked,
+                    handler,
+                    watermark=progress.watermark,
+                    completed=progress.completed,
                 )
                 if progress.completed:
                     return self._end(handler, "completed")
@@ -207,15 +208,7 @@ class Handlers:
         reason: str = "",
     ) -> None:
         handler.returned = True
-        self._history.append(
-            h.HandlerEnded(
-                at=self._scheduler.now(),
-                actor=self._actor,
-                split=handler.split,
-                epoch=handler.epoch,
-                how=how,
-            )
-        )
+        self._record(h.HandlerEnded, handler, how=how)
         if settle is None:
             self._retire(handler)
             return
@@ -262,14 +255,6 @@ class Handlers:
         handler.retired = True
         if not handler.returned:
             handler.returned = True
-            self._history.append(
-                h.HandlerEnded(
-                    at=self._scheduler.now(),
-                    actor=self._actor,
-                    split=handler.split,
-                    epoch=handler.epoch,
-                    how="cancelled",
-                )
-            )
+            self._record(h.HandlerEnded, handler, how="cancelled")
         if self.running.get(handler.split) is handler:
             del self.running[handler.split]

@@ -21,15 +21,15 @@ from functools import partial
 import attrs
 
 from spate.errors import FatalCoordinationError
-from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
+from spate.records import Keys
 from spate.store import Keyspace
 from spate_testing.faults import FaultRates
 from spate_testing.sim.clockwork import Scheduler
 from spate_testing.sim.fleet import FINGERPRINT, SimRun, worker_nonce
-from spate_testing.sim.history import Action, Final, FinalSplit, History
+from spate_testing.sim.history import Action, Final, History
 from spate_testing.sim.model import Link, ModelStore
 from spate_testing.sim.process import SimWorker
-from spate_testing.sim.recorder import RecordingMetrics
+from spate_testing.sim.recorder import RecordingMetrics, listing_of
 from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
 
 __all__ = ["simulate_machines"]
@@ -284,30 +284,12 @@ class _Fleet:
 
     def final(self, terminated: bool) -> Final:
         keys = Keys(self.scenario.job)
-        plan_entry = self.model.get(Keyspace.DURABLE, keys.plan)
-        plan_final = False
-        if plan_entry is not None:
-            plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
-            plan_final = plan.finality is Finality.FINAL
-        splits = []
-        for entry in self.model.list(Keyspace.DURABLE, keys.split_prefix):
-            split = entry.key[len(keys.split_prefix) :]
-            record = decode(ProgressRecord, entry.key, entry.value, split=split)
-            splits.append(
-                FinalSplit(
-                    split=split,
-                    status=record.status.value,
-                    epoch=record.epoch,
-                    watermark=record.watermark,
-                    completed=record.completed,
-                    owner=record.owner,
-                )
-            )
-        return Final(
+        return listing_of(
+            self.scenario.job,
+            self.model.get(Keyspace.DURABLE, keys.plan),
+            self.model.list(Keyspace.DURABLE, keys.split_prefix),
             at=self.scheduler.now(),
-            plan_final=plan_final,
             expected=self.scenario.workload.split_ids,
-            splits=tuple(splits),
             terminated=terminated,
             bound=self.scenario.bound,
         )

@@ -63,6 +63,7 @@ __all__ = [
     "RecordingMetrics",
     "RecordingStore",
     "final_listing",
+    "listing_of",
     "recorded_handler",
 ]
 
@@ -355,6 +356,23 @@ async def final_listing(
     keys = Keys(job)
     plan_entry = await store.get(Keyspace.DURABLE, keys.plan)
     entries = await store.list(Keyspace.DURABLE, keys.split_prefix)
+    return listing_of(
+        job, plan_entry, entries, at=_now(), expected=expected, terminated=terminated, bound=bound
+    )
+
+
+def listing_of(
+    job: str,
+    plan_entry: Entry | None,
+    entries: Iterable[Entry],
+    *,
+    at: float,
+    expected: Iterable[str] | None = None,
+    terminated: bool = True,
+    bound: float = 0.0,
+) -> Final:
+    """The :class:`Final` of ``job`` from its plan record and its progress records, as read."""
+    keys = Keys(job)
     plan_final = False
     if plan_entry is not None:
         plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
@@ -374,7 +392,7 @@ async def final_listing(
             )
         )
     return Final(
-        at=_now(),
+        at=at,
         plan_final=plan_final,
         expected=None if expected is None else tuple(expected),
         splits=tuple(splits),
