@@ -20,7 +20,6 @@ server and appended as the history's :class:`~spate_testing.sim.history.Final`.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import random
 from collections.abc import Callable
@@ -34,9 +33,10 @@ from spate.store import Store
 from spate.worker import run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
+from spate_testing.sim.actions import FleetActions
 from spate_testing.sim.history import Action, Final, History
 from spate_testing.sim.recorder import Recorder, RecordingMetrics, final_listing
-from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
+from spate_testing.sim.scenario import Scenario
 
 __all__ = ["SimRun", "simulate", "worker_nonce"]
 
@@ -60,39 +60,64 @@ class _Incarnation:
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     state: State = "running"
     done: trio.Event = attrs.field(factory=trio.Event)
-    # Overlapping stalls and cuts end when the last of them does.
     frozen_until: float = 0.0
     cut_until: float = 0.0
 
     @property
-    def live(self) -> bool:
-        return self.state == "running"
+    def switches(self) -> FaultyStore:
+        return self.store
 
 
-class _Fleet:
+class _Fleet(FleetActions[_Incarnation]):
     def __init__(
-        self, scenario: Scenario, history: History, wrap_store: Callable[[Store], Store]
+        self,
+        scenario: Scenario,
+        history: History,
+        wrap_store: Callable[[Store], Store],
+        nursery: trio.Nursery,
     ) -> None:
-        self.scenario = scenario
+        super().__init__(scenario, history)
         self.wrap_store = wrap_store
-        self.history = history
+        self.nursery = nursery
         self.recorder = Recorder(history)
         self.server = MemoryServer()
-        self.rng = random.Random(f"{scenario.seed}/driver")
         self.incarnations: list[_Incarnation] = []
-        self.lives: dict[str, int] = {}
-        self.next_instance = itertools.count()
-        self.calm = False
-        self.duplicated: set[str] = set()
+        self.count: dict[str, int] = {}
 
     # -- lives --------------------------------------------------------------------------
 
     def client(self) -> MemoryStore:
         return MemoryStore(server=self.server, ephemeral_ttl=self.scenario.lease)
 
-    def start(self, nursery: trio.Nursery, instance: str, how: str = "start") -> None:
-        life = self.lives.get(instance, 0) + 1
-        self.lives[instance] = life
+    def lives(self) -> list[_Incarnation]:
+        return self.incarnations
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def after(self, delay: float, fn: Callable[[], None]) -> None:
+        async def later() -> None:
+            await trio.sleep(delay)
+            fn()
+
+        self.nursery.start_soon(later)
+
+    def kill(self, life: _Incarnation) -> None:
+        # Cut off first, then thaw: calls a frozen victim had in flight fail instead of
+        # landing, as a SIGKILLed process's unsent requests would.
+        life.store.partition()
+        life.store.thaw()
+        life.state = "killed"
+        life.scope.cancel()
+
+    def leave(self, life: _Incarnation) -> None:
+        life.state = "leaving"
+        life.scope.cancel()
+
+    def start(self, instance: str, how: str = "start") -> None:
+        nursery = self.nursery
+        life = self.count.get(instance, 0) + 1
+        self.count[instance] = life
         actor = f"{instance}#{life}"
         rates = self.scenario.rates
         if self.calm:
@@ -106,11 +131,8 @@ class _Fleet:
         store.attach(nursery)  # late-landing writes outlive the call that sent them
         inc = _Incarnation(actor, instance, store, self.recorder.metrics(actor))
         self.incarnations.append(inc)
-        self.recorder.action(actor, how)
+        self.action(actor, how)
         nursery.start_soon(self._life, inc, name=f"sim worker {actor}")
-
-    def new_instance(self) -> str:
-        return f"w{next(self.next_instance)}"
 
     async def _life(self, inc: _Incarnation) -> None:
         handler = self.recorder.handler(self.scenario.workload.handle, inc.actor)
@@ -153,146 +175,43 @@ class _Fleet:
         )
         if inc.state != "killed":
             inc.state = "crashed"
-        self.recorder.action(inc.actor, "crash-expected" if expected else "crash", _describe(exc))
-
-    def live(self) -> list[_Incarnation]:
-        return [i for i in self.incarnations if i.live]
-
-    # -- actions ------------------------------------------------------------------------
-
-    def act(self, nursery: trio.Nursery, what: ActionKind, target: str, duration: float) -> bool:
-        """Do one action; False when it cannot be done now (nobody to do it to)."""
-        live = self.live()
-        by_instance = {i.instance: i for i in live}
-        victim = by_instance.get(target) if target else None
-        if what in ("join", "restart", "duplicate"):
-            return self._grow(nursery, what, target)
-        if victim is None:
-            if target or not live:
-                return False
-            victim = self.rng.choice(live)
-        if what == "kill":
-            # Cut off first, then thaw: calls a frozen victim had in flight fail instead of
-            # landing, as a SIGKILLed process's unsent requests would.
-            victim.store.partition()
-            victim.store.thaw()
-            victim.state = "killed"
-            victim.scope.cancel()
-            self.recorder.action(victim.actor, "kill")
-        elif what == "leave":
-            victim.state = "leaving"
-            victim.scope.cancel()
-            self.recorder.action(victim.actor, "leave")
-        elif what == "freeze":
-            victim.store.freeze()
-            victim.frozen_until = max(victim.frozen_until, trio.current_time() + duration)
-            self.recorder.action(victim.actor, "freeze", f"{duration:g}s")
-            nursery.start_soon(self._later, duration, victim, "thaw")
-        elif what == "partition":
-            self._cut(nursery, victim, duration)
-            self.recorder.action(victim.actor, "partition", f"{duration:g}s")
-        elif what == "outage":
-            self.recorder.action("store", "outage", f"{duration:g}s")
-            for inc in live:
-                self._cut(nursery, inc, duration)
-        return True
-
-    def _grow(self, nursery: trio.Nursery, what: ActionKind, target: str) -> bool:
-        live = self.live()
-        if what == "duplicate":
-            if not live:
-                return False
-            instance = target or self.rng.choice(live).instance
-            self.duplicated.add(instance)
-            self.start(nursery, instance, "duplicate")
-            return True
-        if len(live) >= self.scenario.max_workers and not target:
-            return False
-        if what == "join":
-            self.start(nursery, target or self.new_instance())
-            return True
-        # Restart only an instance none of whose lives can still write: a killed one is cut
-        # off for good, but one still leaving (or still running) would make two live
-        # processes share the id, which the protocol refuses by design ("duplicate" does that
-        # on purpose).
-        alive = {i.instance for i in self.incarnations if i.state in ("running", "leaving")}
-        dead = sorted({i.instance for i in self.incarnations if i.state == "killed"} - alive)
-        if target:
-            if target in alive:
-                return False
-            self.start(nursery, target, "restart")
-            return True
-        if not dead:
-            return False
-        self.start(nursery, self.rng.choice(dead), "restart")
-        return True
-
-    def _cut(self, nursery: trio.Nursery, inc: _Incarnation, duration: float) -> None:
-        inc.store.partition()
-        inc.cut_until = max(inc.cut_until, trio.current_time() + duration)
-        nursery.start_soon(self._later, duration, inc, "heal")
-
-    async def _later(self, delay: float, inc: _Incarnation, what: str) -> None:
-        await trio.sleep(delay)
-        if inc.state == "killed" or self.calm:
-            return  # killed stays cut off; calm_down already ended every stall
-        now = trio.current_time()
-        if what == "thaw" and now >= inc.frozen_until:
-            inc.store.thaw()
-            self.recorder.action(inc.actor, what)
-        elif what == "heal" and now >= inc.cut_until:
-            inc.store.heal()
-            self.recorder.action(inc.actor, what)
+        self.action(inc.actor, "crash-expected" if expected else "crash", _describe(exc))
 
     # -- the two phases -----------------------------------------------------------------
 
-    async def chaos(self, nursery: trio.Nursery) -> None:
+    async def chaos(self) -> None:
         scenario = self.scenario
+        start = trio.current_time()
         if scenario.script is not None:
-            await self._scripted(nursery, scenario.script)
+            for step in sorted(scenario.script, key=lambda s: s.at):
+                await trio.sleep_until(start + step.at)
+                if not self.act(step.what, step.target, step.duration):
+                    raise RuntimeError(f"scripted action {step} could not be done")
+            await trio.sleep_until(start + scenario.chaos_seconds)
             return
-        kinds = [k for k, w in scenario.weights if w > 0]
-        weights = [w for _, w in scenario.weights if w > 0]
-        end = trio.current_time() + scenario.chaos_seconds
-        lease = scenario.lease
-        while kinds:
-            await trio.sleep(self.rng.uniform(*scenario.action_gap))
+        end = start + scenario.chaos_seconds
+        while self.eventful:
+            await trio.sleep(self.gap())
             if trio.current_time() >= end:
                 break
-            what = self.rng.choices(kinds, weights)[0]
-            # Half the stalls outlast the lease: the worker wakes as a zombie.
-            duration = self.rng.choice([lease / 3, lease * 0.9, lease * 1.5, lease * 3])
-            self.act(nursery, what, "", duration)
+            drawn = self.draw()
+            assert drawn is not None
+            self.act(drawn[0], "", drawn[1])
         await trio.sleep_until(end)
 
-    async def _scripted(self, nursery: trio.Nursery, script: tuple[Scripted, ...]) -> None:
-        start = trio.current_time()
-        for step in sorted(script, key=lambda s: s.at):
-            await trio.sleep_until(start + step.at)
-            if not self.act(nursery, step.what, step.target, step.duration):
-                raise RuntimeError(f"scripted action {step} could not be done")
-        await trio.sleep_until(start + self.scenario.chaos_seconds)
-
-    def calm_down(self, nursery: trio.Nursery) -> None:
-        self.calm = True
-        self.recorder.action("sim", "calm")
-        for inc in self.incarnations:
-            if inc.state == "killed":
-                continue
-            inc.store.rates = FaultRates(silent_expiry=inc.store.rates.silent_expiry)
-            inc.store.thaw()
-            inc.store.heal()
+    def calm_down(self) -> None:
+        self.calm_switches()
         if not [i for i in self.incarnations if i.state in ("running", "verdict")]:
-            self.start(nursery, self.new_instance())
+            self.start(self.new_instance())
 
-    async def settle(self, nursery: trio.Nursery) -> bool:
+    async def settle(self) -> bool:
         with trio.move_on_after(self.scenario.bound) as scope:
             while True:
                 # Checked before "nothing pending": when the last live worker dies of an
                 # expected cause (a duplicate id) after the calm, everything is done and
                 # nobody reached the verdict; the job still needs a worker to reach it.
                 if not any(i.state in ("running", "verdict") for i in self.incarnations):
-                    self.start(nursery, self.new_instance())
+                    self.start(self.new_instance())
                     continue
                 pending = [i for i in self.incarnations if not i.done.is_set()]
                 if not pending:
@@ -350,11 +269,11 @@ def _describe(exc: BaseException, top: bool = True) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _run_phases(fleet: _Fleet, nursery: trio.Nursery) -> None:
+async def _run_phases(fleet: _Fleet) -> None:
     for _ in range(fleet.scenario.initial_workers):
-        fleet.start(nursery, fleet.new_instance())
-    await fleet.chaos(nursery)
-    fleet.calm_down(nursery)
+        fleet.start(fleet.new_instance())
+    await fleet.chaos()
+    fleet.calm_down()
 
 
 @attrs.frozen
@@ -381,11 +300,11 @@ async def simulate(
     started = trio.current_time()
     if history is None:
         history = History(job=scenario.job, seed=scenario.seed)
-    fleet = _Fleet(scenario, history, wrap_store or _unwrapped)
     terminated = False
     async with trio.open_nursery() as nursery:
-        await _run_phases(fleet, nursery)
-        terminated = await fleet.settle(nursery)
+        fleet = _Fleet(scenario, history, wrap_store or _unwrapped, nursery)
+        await _run_phases(fleet)
+        terminated = await fleet.settle()
         fleet.stop_all()
     history.append(await fleet.final(terminated))
     faults: collections.Counter[str] = collections.Counter()

@@ -14,8 +14,8 @@ replays bit for bit, in any process, with nothing of Trio's (or anyone's) patche
 from __future__ import annotations
 
 import collections
-import itertools
 import random
+from collections.abc import Callable
 from functools import partial
 
 import attrs
@@ -24,13 +24,14 @@ from spate.errors import FatalCoordinationError
 from spate.records import Keys
 from spate.store import Keyspace
 from spate_testing.faults import FaultRates
+from spate_testing.sim.actions import FleetActions
 from spate_testing.sim.clockwork import Scheduler
 from spate_testing.sim.fleet import FINGERPRINT, SimRun, worker_nonce
 from spate_testing.sim.history import Action, Final, History
 from spate_testing.sim.model import Link, ModelStore
 from spate_testing.sim.process import SimWorker
 from spate_testing.sim.recorder import RecordingMetrics, listing_of
-from spate_testing.sim.scenario import ActionKind, Scenario, Scripted
+from spate_testing.sim.scenario import Scenario, Scripted
 
 __all__ = ["simulate_machines"]
 
@@ -43,11 +44,27 @@ class _Life:
     done: bool = False
 
     @property
-    def live(self) -> bool:
-        return self.worker.state in ("starting", "running")
+    def actor(self) -> str:
+        return self.worker.actor
+
+    @property
+    def instance(self) -> str:
+        return self.worker.instance
+
+    @property
+    def state(self) -> str:
+        return self.worker.state
+
+    @property
+    def switches(self) -> Link:
+        return self.worker.link
 
 
-class _Fleet:
+class _Fleet(FleetActions[_Life]):
+    # A worker still starting can be acted on (and may still write) too.
+    LIVE = frozenset({"starting", "running"})
+    ALIVE = frozenset({"starting", "running", "leaving"})
+
     def __init__(
         self,
         scenario: Scenario,
@@ -55,27 +72,31 @@ class _Fleet:
         scheduler: Scheduler,
         model: type[ModelStore],
     ) -> None:
-        self.scenario = scenario
-        self.history = history
+        super().__init__(scenario, history)
         self.scheduler = scheduler
         config = scenario.config.resolve(scenario.lease)
         assert config.op_timeout is not None
         self.config = config
         self.model = model(scheduler, ttl=scenario.lease, history=history)
-        self.rng = random.Random(f"{scenario.seed}/driver")
-        self.lives: list[_Life] = []
+        self._lives: list[_Life] = []
         self.count: dict[str, int] = {}
-        self.next_instance = itertools.count()
-        self.calm = False
-        self.duplicated: set[str] = set()
 
-    def action(self, actor: str, what: str, detail: str = "") -> None:
-        self.history.append(Action(at=self.scheduler.now(), actor=actor, what=what, detail=detail))
+    def lives(self) -> list[_Life]:
+        return self._lives
+
+    def now(self) -> float:
+        return self.scheduler.now()
+
+    def after(self, delay: float, fn: Callable[[], None]) -> None:
+        self.scheduler.later(delay, fn)
+
+    def kill(self, life: _Life) -> None:
+        life.worker.kill()
+
+    def leave(self, life: _Life) -> None:
+        life.worker.leave()
 
     # -- lives ---------------------------------------------------------------------------------
-
-    def new_instance(self) -> str:
-        return f"w{next(self.next_instance)}"
 
     def start(self, instance: str, how: str = "start") -> None:
         life = self.count.get(instance, 0) + 1
@@ -109,12 +130,12 @@ class _Fleet:
             nonce=worker_nonce(self.scenario.seed, actor),
             on_exit=self._exited,
         )
-        self.lives.append(_Life(worker))
+        self._lives.append(_Life(worker))
         self.action(actor, how)
         self.scheduler.soon(worker.guarded(worker.begin))
 
     def _exited(self, worker: SimWorker, error: BaseException | None) -> None:
-        life = next(life for life in self.lives if life.worker is worker)
+        life = next(life for life in self._lives if life.worker is worker)
         life.done = True
         if error is None:
             return
@@ -123,7 +144,7 @@ class _Fleet:
         # gives up by design. Any other death is a finding.
         twin = worker.instance in self.duplicated or any(
             other is not life and other.worker.instance == worker.instance and not other.done
-            for other in self.lives
+            for other in self._lives
         )
         expected = (
             worker.state == "killed"
@@ -140,92 +161,6 @@ class _Fleet:
             f"{type(error).__name__}: {error}",
         )
 
-    def live(self) -> list[_Life]:
-        return [life for life in self.lives if life.live]
-
-    # -- actions -------------------------------------------------------------------------------
-
-    def act(self, what: ActionKind, target: str, duration: float) -> bool:
-        """Do one action; False when it cannot be done now (nobody to do it to)."""
-        live = self.live()
-        victim = {life.worker.instance: life for life in live}.get(target) if target else None
-        if what in ("join", "restart", "duplicate"):
-            return self._grow(what, target)
-        if victim is None:
-            if target or not live:
-                return False
-            victim = self.rng.choice(live)
-        worker = victim.worker
-        now = self.scheduler.now()
-        if what == "kill":
-            self.action(worker.actor, "kill")
-            worker.kill()
-        elif what == "leave":
-            self.action(worker.actor, "leave")
-            worker.leave()
-        elif what == "freeze":
-            worker.link.freeze()
-            victim.frozen_until = max(victim.frozen_until, now + duration)
-            self.action(worker.actor, "freeze", f"{duration:g}s")
-            self.scheduler.later(duration, lambda: self._later(victim, "thaw"))
-        elif what == "partition":
-            self._cut(victim, duration)
-            self.action(worker.actor, "partition", f"{duration:g}s")
-        elif what == "outage":
-            self.action("store", "outage", f"{duration:g}s")
-            for life in live:
-                self._cut(life, duration)
-        return True
-
-    def _grow(self, what: ActionKind, target: str) -> bool:
-        live = self.live()
-        if what == "duplicate":
-            if not live:
-                return False
-            instance = target or self.rng.choice(live).worker.instance
-            self.duplicated.add(instance)
-            self.start(instance, "duplicate")
-            return True
-        if len(live) >= self.scenario.max_workers and not target:
-            return False
-        if what == "join":
-            self.start(target or self.new_instance())
-            return True
-        # Restart only an instance none of whose lives can still write (see fleet.py).
-        alive = {
-            life.worker.instance
-            for life in self.lives
-            if life.worker.state in ("starting", "running", "leaving")
-        }
-        dead = sorted(
-            {life.worker.instance for life in self.lives if life.worker.state == "killed"} - alive
-        )
-        if target:
-            if target in alive:
-                return False
-            self.start(target, "restart")
-            return True
-        if not dead:
-            return False
-        self.start(self.rng.choice(dead), "restart")
-        return True
-
-    def _cut(self, life: _Life, duration: float) -> None:
-        life.worker.link.partition()
-        life.cut_until = max(life.cut_until, self.scheduler.now() + duration)
-        self.scheduler.later(duration, lambda: self._later(life, "heal"))
-
-    def _later(self, life: _Life, what: str) -> None:
-        if life.worker.state == "killed" or self.calm:
-            return  # killed stays cut off; the calm already ended every stall
-        now = self.scheduler.now()
-        if what == "thaw" and now >= life.frozen_until:
-            life.worker.link.thaw()
-            self.action(life.worker.actor, what)
-        elif what == "heal" and now >= life.cut_until:
-            life.worker.link.heal()
-            self.action(life.worker.actor, what)
-
     # -- the phases ----------------------------------------------------------------------------
 
     def chaos(self) -> None:
@@ -234,51 +169,39 @@ class _Fleet:
             for step in sorted(scenario.script, key=lambda s: s.at):
                 self.scheduler.at(step.at, partial(self._scripted, step))
             return
-        kinds = [k for k, w in scenario.weights if w > 0]
-        weights = [w for _, w in scenario.weights if w > 0]
-        if not kinds:
+        if not self.eventful:
             return
         end = scenario.chaos_seconds
 
         def next_action() -> None:
             if self.scheduler.now() >= end:
                 return
-            what = self.rng.choices(kinds, weights)[0]
-            # Half the stalls outlast the lease: the worker wakes as a zombie.
-            lease = scenario.lease
-            duration = self.rng.choice([lease / 3, lease * 0.9, lease * 1.5, lease * 3])
-            self.act(what, "", duration)
-            self.scheduler.later(self.rng.uniform(*scenario.action_gap), next_action)
+            drawn = self.draw()
+            assert drawn is not None
+            self.act(drawn[0], "", drawn[1])
+            self.scheduler.later(self.gap(), next_action)
 
-        self.scheduler.later(self.rng.uniform(*scenario.action_gap), next_action)
+        self.scheduler.later(self.gap(), next_action)
 
     def _scripted(self, step: Scripted) -> None:
         if not self.act(step.what, step.target, step.duration):
             raise RuntimeError(f"scripted action {step} could not be done")
 
     def calm_down(self) -> None:
-        self.calm = True
-        self.action("sim", "calm")
-        for life in self.lives:
-            link = life.worker.link
-            if life.worker.state == "killed":
-                continue
-            link.rates = FaultRates(silent_expiry=link.rates.silent_expiry)
-            link.thaw()
-            link.heal()
-        if not [life for life in self.lives if life.worker.state in ("running", "verdict")]:
+        self.calm_switches()
+        if not [life for life in self._lives if life.state in ("running", "verdict")]:
             self.start(self.new_instance())
 
     def settled(self) -> bool:
         # Checked before "nothing pending": when the last live worker dies of an expected
         # cause after the calm, nobody reached the verdict; the job still needs a worker.
-        if not any(life.worker.state in ("starting", "running", "verdict") for life in self.lives):
+        if not any(life.worker.state in ("starting", "running", "verdict") for life in self._lives):
             self.start(self.new_instance())
             return False
-        return all(life.done for life in self.lives)
+        return all(life.done for life in self._lives)
 
     def stop_all(self) -> None:
-        for life in self.lives:
+        for life in self._lives:
             if not life.done:
                 life.worker.leave()
 
@@ -321,14 +244,14 @@ def simulate_machines(
     # The stragglers leave gracefully, as cancelling run_worker makes them (bounded).
     scheduler.run_until(
         scheduler.now() + scenario.leave_deadline + 1.0,
-        lambda: all(life.done for life in fleet.lives),
+        lambda: all(life.done for life in fleet.lives()),
     )
-    for life in fleet.lives:
+    for life in fleet.lives():
         if not life.done:
             life.worker.stop(None)
     history.append(fleet.final(terminated))
     faults: collections.Counter[str] = collections.Counter()
-    for life in fleet.lives:
+    for life in fleet.lives():
         faults.update(life.worker.link.injected)
     for event in history.of(Action):
         if event.what in _COUNTED_ACTIONS:
