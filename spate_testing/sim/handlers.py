@@ -4,7 +4,8 @@
 :func:`spate.worker.run_worker` does: a :class:`~spate.events.Gained` split gets a handler
 doing :meth:`Workload.handle <spate_testing.sim.workload.Workload.handle>`'s steps (one commit
 each, retried with the runtime's backoff while the store is unavailable); a revocation makes it
-return at the next step, and the split is handed back; a poison split fails halfway, and the
+return at the next step, and the split is handed back (a stubborn split's handler declines the
+revocation instead, which forces it); a poison split fails halfway, and the
 failure is reported; a :class:`~spate.events.Lost` split's handler is cancelled at once. Gains,
 acknowledged commits and endings go to the history exactly as the Trio engine's recorder
 writes them.
@@ -44,7 +45,9 @@ class Handler:
     steps: int
     position: int
     poison: bool
+    stubborn: bool = False
     revoke: bool = False
+    declined: bool = False
     returned: bool = False
     """The handler's own code ended (its HandlerEnded is recorded); a settle may follow."""
     retired: bool = False
@@ -69,6 +72,7 @@ class Handlers:
         later: Callable[[float, Callable[[], None]], Timer],
         active: Callable[[], bool],
         on_verdict: Callable[[AllComplete | Stalled], None],
+        request_step: Callable[[], None],
     ) -> None:
         self._scheduler = scheduler
         self._history = history
@@ -79,6 +83,7 @@ class Handlers:
         self._later = later
         self._active = active
         self._on_verdict = on_verdict
+        self._request_step = request_step
         self.running: dict[str, Handler] = {}
         """Handlers whose split is still this worker's to finish, by split."""
         self.verdict: AllComplete | Stalled | None = None
@@ -143,6 +148,7 @@ class Handlers:
             steps=steps,
             position=event.progress.watermark or 0,
             poison=event.split in self._workload.poison,
+            stubborn=event.split in self._workload.stubborn,
         )
         self.running[event.split] = handler
         self._record(h.Gained, handler, watermark=event.progress.watermark)
@@ -153,7 +159,14 @@ class Handlers:
         if handler.position >= handler.steps:
             return self._end(handler, "returned", settle="release")
         if handler.revoke:
-            return self._end(handler, "returned", settle="release")
+            if not handler.stubborn:
+                return self._end(handler, "returned", settle="release")
+            if not handler.declined:
+                # It cannot stop here: the revocation is forced, and it works on until the
+                # loss cancels it (SplitHandle.decline_revoke, Coordinator.decline_revoke).
+                handler.declined = True
+                self._machine.revocations.decline(handler.split)
+                self._request_step()
         if handler.poison and handler.position >= handler.steps // 2:
             reason = f"PoisonedSplit: step {handler.position} of {handler.split} always fails"
             return self._end(handler, "raised", settle="fail", reason=reason)

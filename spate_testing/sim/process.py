@@ -165,6 +165,7 @@ class SimWorker:
             later=self.later,
             active=lambda: self.state == "running",
             on_verdict=self._on_verdict,
+            request_step=self.request_step,
         )
 
     # -- the guard: every callback of this process runs through it ----------------------------

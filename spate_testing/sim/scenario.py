@@ -83,7 +83,7 @@ class Scenario:
         """Draw a scenario from ``seed``."""
         rng = random.Random(seed)
         lease = rng.choice([2.0, 3.0, 4.0])
-        workload = _draw_workload(rng)
+        workload = _draw_workload(rng, seed)
         initial = rng.randint(1, 5)
         config = Config(
             lease_duration=lease,
@@ -110,7 +110,7 @@ class Scenario:
         )
 
 
-def _draw_workload(rng: random.Random) -> Workload:
+def _draw_workload(rng: random.Random, seed: int) -> Workload:
     count = rng.randint(1, 16)
     splits = [(f"s{i:02d}", rng.randint(1, 8), rng.randint(1, 3)) for i in range(count)]
     batches: tuple[tuple[tuple[str, int, int], ...], ...]
@@ -127,7 +127,11 @@ def _draw_workload(rng: random.Random) -> Workload:
         if rng.random() < 0.3:
             batches = (*batches, ())
     poison = frozenset(s for s, _, _ in splits if rng.random() < 0.08)
-    return Workload(batches=batches, poison=poison, step_seconds=rng.choice([0.1, 0.25, 0.5, 1.0]))
+    step = rng.choice([0.1, 0.25, 0.5, 1.0])
+    # Drawn from a generator of its own, so adding it left every other draw of a seed alone.
+    stubborn_rng = random.Random(f"{seed}/stubborn")
+    stubborn = frozenset(s for s, _, _ in splits if stubborn_rng.random() < 0.1)
+    return Workload(batches=batches, poison=poison, stubborn=stubborn, step_seconds=step)
 
 
 def _draw_rates(rng: random.Random, lease: float) -> FaultRates:

@@ -3,9 +3,11 @@
 Each split is a count of steps (its descriptor). The handler resumes from the committed
 watermark, sleeps one step on the simulated clock, commits the next watermark, and completes
 at the end; it hands the split back at a commit boundary when a revocation is requested. A
-*poison* split raises halfway through every time, so it runs out of attempts and ends
-quarantined. Everything is a function of the split id and the seed, so two runs of one seed
-plan and do the same work.
+*stubborn* split's handler cannot stop there: it declines the revocation (which forces it:
+the split is taken back and its uncommitted step replays elsewhere) and keeps working until
+it is cancelled. A *poison* split raises halfway through every time, so it runs out of
+attempts and ends quarantined. Everything is a function of the split id and the seed, so two
+runs of one seed plan and do the same work.
 
 Plans come in two shapes: *bounded* (every split at once, final) and *open* (batches over
 several planner runs, the last one final), which exercises replanning.
@@ -34,11 +36,13 @@ class Workload:
     """The splits of one simulated job, in planning batches, with their step counts.
 
     ``batches`` lists, per planner run, ``(split id, steps, weight)`` triples; a bounded job has
-    one batch. ``poison`` names splits whose handler always fails halfway.
+    one batch. ``poison`` names splits whose handler always fails halfway; ``stubborn`` splits
+    whose handler declines a revocation instead of handing the split back.
     """
 
     batches: tuple[tuple[tuple[str, int, int], ...], ...]
     poison: frozenset[str] = frozenset()
+    stubborn: frozenset[str] = frozenset()
     step_seconds: float = 0.5
 
     @property
@@ -69,9 +73,14 @@ class Workload:
         """Do a split's steps from its resume point, one commit per step."""
         steps = int(json.loads(split.descriptor)["steps"])
         position = split.progress.watermark or 0
+        declined = False
         while position < steps:
             if split.revoke_requested.is_set():
-                return
+                if split.id not in self.stubborn:
+                    return
+                if not declined:
+                    declined = True
+                    await split.decline_revoke()
             if split.id in self.poison and position >= steps // 2:
                 raise PoisonedSplit(f"step {position} of {split.id} always fails")
             await trio.sleep(self.step_seconds)

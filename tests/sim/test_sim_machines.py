@@ -319,3 +319,31 @@ def test_the_same_scenario_replays_the_same_history() -> None:
     first, second = simulate_machines(scenario), simulate_machines(scenario)
     assert first.history.to_jsonl() == second.history.to_jsonl()
     assert first.faults == second.faults
+
+
+@pytest.mark.parametrize("engine", ["machines", "trio"])
+def test_a_stubborn_handler_declines_its_revocation_and_the_split_moves_anyway(
+    engine: str,
+) -> None:
+    from spate_testing.sim.history import Revocations
+    from spate_testing.sim.runner import run_checked
+
+    splits = tuple((f"s{i}", 12, 1) for i in range(4))
+    scenario = Scenario(
+        seed=9,
+        workload=Workload(batches=(splits,), stubborn=frozenset(s for s, _, _ in splits)),
+        initial_workers=1,
+        max_workers=2,
+        lease=2.0,
+        config=Config(
+            lease_duration=2.0, planner_thread=False, rebalance_delay=0.0, drain_deadline=20.0
+        ),
+        rates=FaultRates(),
+        chaos_seconds=6.0,
+        script=(Scripted(at=2.0, what="join", target="w1"),),
+    )
+    result = run_checked(scenario, engine=engine)  # type: ignore[arg-type]
+    assert result.ok, result.violations
+    # The drain deadline is far off: only the declines can have forced these revocations.
+    forced = sum(r.forced for r in result.history.of(Revocations) if r.actor == "w0#1")
+    assert forced >= 1
