@@ -97,6 +97,8 @@ class Claims:
         self.owned: dict[str, Owned] = {}
         self.busy: set[str] = set()
         """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
+        self._stray: dict[str, float] = {}
+        """Splits whose lease key is this process's while it does not hold them, since when."""
         self.claiming = 0
         self.assigned: frozenset[str] = frozenset()
         self.assignment_seen = False
@@ -181,6 +183,13 @@ class Claims:
         """Fence held splits that someone else moved."""
         core = self.core
         self._dirty.add(notice.split)
+        if isinstance(notice, LeaseChanged):
+            if notice.lease.nonce == core.nonce and notice.split not in self.owned:
+                self._stray.setdefault(notice.split, core.now())
+            else:
+                self._stray.pop(notice.split, None)
+        elif isinstance(notice, LeaseGone):
+            self._stray.pop(notice.split, None)
         if isinstance(notice, ProgressChanged):
             record = notice.record
             previous = notice.previous
@@ -252,6 +261,11 @@ class Claims:
         """
         self.drains.settle(split, outcome)
         self.core.request_step()
+        state = self.core.view.splits.get(split)
+        if state is not None and state.lease is not None and state.lease.nonce == self.core.nonce:
+            # Its lease key may outlive the tenancy (a hand-back whose delete failed, a loss
+            # noticed before the key went): give it back if it is still there a beat later.
+            self._stray.setdefault(split, self.core.now())
 
     def drop(self, split: str, reason: LossReason) -> None:
         """Stop holding ``split`` involuntarily and tell the user (Lost)."""
@@ -422,6 +436,46 @@ class Claims:
         if isinstance(result, Won):
             core.fold(core.view.forget_own(E, key, lease_rev))
 
+    def _give_back_strays(self, now: float) -> None:
+        """Delete lease keys of this process for splits it does not hold.
+
+        A claim whose lease write landed unseen (its reply lost), or a hand-back whose lease
+        delete failed, leaves such a key. Nobody else can claim the split while it stands. On
+        a per-key store it expires within a lease; on a session store this process's
+        keepalive would keep it for ever, and the split with it. A key stray for a whole beat
+        (not a claim's own write, seen before the split is held) is given back, guarded by
+        its revision.
+        """
+        core = self.core
+        for split, since in list(self._stray.items()):
+            state = core.view.splits.get(split)
+            lease = None if state is None else state.lease
+            if state is None or lease is None or lease.nonce != core.nonce or split in self.owned:
+                del self._stray[split]
+                continue
+            if (
+                now - since < core.lease / 3
+                or split in self.busy
+                or core.busy(E, core.keys.split(split))
+            ):
+                continue
+            del self._stray[split]
+            logger.info("split %s: giving back a lease key of this process it does not hold", split)
+            core.start(self._give_back(split, state.lease_rev, lease.epoch))
+
+    def _give_back(self, split: str, lease_rev: int, epoch: int) -> Flow[None]:
+        yield from self._drop_lease(split, lease_rev, epoch)
+        # Still there (the store could not be reached, or the key moved on under us): a
+        # later beat tries again; on a session store nothing else would ever remove it.
+        state = self.core.view.splits.get(split)
+        if (
+            state is not None
+            and state.lease is not None
+            and state.lease.nonce == self.core.nonce
+            and split not in self.owned
+        ):
+            self._stray.setdefault(split, self.core.now())
+
     # -- quarantine --------------------------------------------------------------------------
 
     def _quarantine(self, candidate: Candidate) -> Flow[None]:
@@ -470,6 +524,8 @@ class Claims:
         """Renew every held lease that is due; fence the splits whose lease starved."""
         core = self.core
         self._sweep = True  # the backstop of the incremental step
+        if self._stray:
+            self._give_back_strays(now)
         # Heartbeat ticks are jittered to 0.8-1.2 of a third of the lease. Gating renewals at a
         # full third skipped every early tick, leaving gaps of up to two thirds of a lease (and
         # almost a whole one under load); gating below the shortest tick renews on every beat.

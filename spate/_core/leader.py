@@ -308,9 +308,19 @@ class Leadership:
         self.demote(resign=True)
 
     def heartbeat(self) -> None:
-        """Renew the leader key (while leading)."""
-        if self.leading and not self.core.busy(E, self.core.keys.leader):
-            self.core.start(self._renew())
+        """Renew the leader key (while leading); give back a key of ours we do not lead by."""
+        core, view = self.core, self.core.view
+        if core.busy(E, core.keys.leader):
+            return
+        if self.leading:
+            core.start(self._renew())
+        elif view.leader is not None and view.leader.nonce == core.nonce and not self._electing:
+            # The leader key is this process's, yet it does not lead: an election whose reply
+            # was lost landed unseen, or a leadership given up without its key. Nobody else
+            # elects while the key stands, and on a session store this process's keepalive
+            # would keep it standing for ever: give it back (at most once a beat).
+            logger.info("the leader key is this process's but it does not lead; resigning")
+            core.start(self._resign(view.leader_rev))
 
     def _renew(self) -> Flow[None]:
         core = self.core

@@ -1,0 +1,105 @@
+"""A key of this process's that it no longer acts on is given back, not left standing.
+
+On a per-key store such a key expires within a lease. On a session store (etcd) the
+process's keepalive keeps every key written under its session alive, so a leader key or a
+split's lease key that the process does not lead or hold would stand for ever: nobody else
+elects, nobody else claims the split. Both were found by the simulator's machine engine
+once its store model kept keys by session (seeds 166 and 2719, 1704, 3294).
+"""
+
+from __future__ import annotations
+
+from spate.records import LeaderRecord, LeaseRecord, encode
+from spate.store import Entry
+
+from .test_machine import D, E, started_world
+
+
+def test_a_leader_key_of_this_process_it_does_not_lead_by_is_given_back() -> None:
+    world = started_world()
+    machine = world.machine
+    assert machine.leader.leading
+    # Leadership given up without its key (or an election that landed unseen): the key
+    # stands under this process's nonce while the machine does not lead.
+    machine.leader.demote(resign=False)
+    key = machine.keys.leader
+    assert (E, key) in world.table
+    before = len(world.ops)
+    machine.heartbeat()
+    world.settle()
+    resigns = [op for op in world.ops[before:] if op.operation == "resign"]
+    assert [(op.kind, op.key) for op in resigns] == [("delete", key)]
+    # With the key gone, an election can be won again.
+    assert machine.leader.leading
+
+
+def test_a_leader_key_written_unseen_is_given_back_and_the_election_runs_again() -> None:
+    world = started_world()
+    machine = world.machine
+    machine.leader.demote(resign=True)
+    world.settle()
+    assert machine.leader.leading  # re-elected at once; now make the next attempt land unseen
+    machine.leader.demote(resign=True)
+    world.flows.clear()  # the resignation never ran: the key is still there, ours
+    current = world.table[(E, machine.keys.leader)]
+    record = LeaderRecord(owner="w1", nonce="n1", generation=99)
+    world.revision += 1
+    unseen = Entry(current.key, encode(record), world.revision)
+    world.table[(E, current.key)] = unseen
+    machine.watch_put(E, unseen)
+    machine.step()
+    assert not machine.leader.leading  # nobody elects while a leader key stands
+    machine.heartbeat()
+    world.settle()
+    assert machine.leader.leading
+
+
+def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back() -> None:
+    world = started_world()
+    machine = world.machine
+    held = machine.claims.owned["a"]
+    # The tenancy ends without the lease key going (a loss noticed first; a hand-back whose
+    # delete could not be written); and the worker claims nothing more (it is leaving), so
+    # it will not simply hold the split again.
+    machine.claims.drop("a", "fenced")
+    machine._parting = True
+    lease_key = machine.keys.split("a")
+    assert (E, lease_key) in world.table
+    lease_rev = world.table[(E, lease_key)].revision
+    # Not at once: a beat later (the key may be a claim's own write, not yet a holding).
+    before = len(world.ops)
+    machine.heartbeat()
+    world.settle()
+    assert not [op for op in world.ops[before:] if op.operation == "lease-release"]
+    world.now += machine.lease / 3
+    machine.heartbeat()
+    world.settle()
+    gave_back = [op for op in world.ops[before:] if op.operation == "lease-release"]
+    assert [(op.key, op.expected) for op in gave_back] == [(lease_key, lease_rev)]
+    assert (E, lease_key) not in world.table
+    assert held.epoch == 1
+
+
+def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:
+    world = started_world()
+    machine = world.machine
+    machine.claims.drop("b", "fenced")
+    lease_key = machine.keys.split("b")
+    # Rewritten under this process's nonce behind the machine's back: the give-back's
+    # delete, guarded by the revision it knew, loses; the next beat tries the new one.
+    current = world.table[(E, lease_key)]
+    lease = LeaseRecord(owner="w1", nonce="n1", epoch=1)
+    world.now += machine.lease / 3
+    world.revision += 1
+    moved = Entry(current.key, encode(lease), world.revision)
+    world.table[(E, lease_key)] = moved
+    machine.heartbeat()
+    world.settle()
+    machine.watch_put(E, moved)
+    world.now += machine.lease / 3
+    machine.heartbeat()
+    world.settle()
+    deletes = [op for op in world.ops if op.operation == "lease-release" and op.key == lease_key]
+    assert deletes
+    assert deletes[-1].expected == moved.revision
+    assert D is not None
