@@ -22,6 +22,8 @@ import outcome
 from spate._core.flow_engine import FlowEngine, FlowRun
 from spate._core.flows import Batch, Flow, Fork, Op
 from spate._runtime.driver import BATCH_CONCURRENCY
+from spate.errors import SessionLost
+from spate.store import Keyspace
 from spate_testing.sim.model import Link
 
 __all__ = ["FlowRunner"]
@@ -38,11 +40,14 @@ class FlowRunner(FlowEngine[FlowRun]):
         link: Link,
         guard: Guard,
         soon: Callable[[Callable[[], None]], object],
+        *,
+        lease: Callable[[], int | None] = lambda: None,
     ) -> None:
         super().__init__()
         self._link = link
         self._guard = guard
         self._soon = soon
+        self._lease = lease
 
     def start(self, flow: Flow[Any], done: Callable[[outcome.Outcome[Any]], None]) -> FlowRun:
         """Run ``flow`` until its first wait; ``done`` gets its outcome when it ends."""
@@ -62,7 +67,19 @@ class FlowRunner(FlowEngine[FlowRun]):
                 return
 
     def _perform(self, run: FlowRun, op: Op) -> None:
-        self._link.call(op, lambda result: self._guard(lambda: self._advance(run, result))())
+        lease = None
+        if op.keyspace is Keyspace.EPHEMERAL and op.kind in ("create", "update"):
+            # An ephemeral write names the session's lease; a lost session refuses it before
+            # anything is sent (as the etcd adapter does).
+            try:
+                lease = self._lease()
+            except SessionLost as exc:
+                error: outcome.Outcome[Any] = outcome.Error(exc)
+                self._later(lambda: self._advance(run, error))
+                return
+        self._link.call(
+            op, lambda result: self._guard(lambda: self._advance(run, result))(), lease=lease
+        )
 
     def _key_passed(self, run: FlowRun) -> None:
         # Resumed on a turn of its own, as the runtime resumes it on its loop task.

@@ -22,7 +22,7 @@ import attrs
 
 from spate.errors import FatalCoordinationError
 from spate.records import Keys
-from spate.store import Keyspace
+from spate.store import EphemeralSemantics, Keyspace
 from spate_testing.faults import FaultRates
 from spate_testing.sim.actions import FleetActions
 from spate_testing.sim.clockwork import Scheduler
@@ -77,7 +77,14 @@ class _Fleet(FleetActions[_Life]):
         config = scenario.config.resolve(scenario.lease)
         assert config.op_timeout is not None
         self.config = config
-        self.model = model(scheduler, ttl=scenario.lease, history=history)
+        self.model = model(
+            scheduler,
+            ttl=scenario.lease,
+            history=history,
+            semantics=EphemeralSemantics.SESSION
+            if scenario.sessions
+            else EphemeralSemantics.PER_KEY,
+        )
         self._lives: list[_Life] = []
         self.count: dict[str, int] = {}
 
@@ -103,6 +110,8 @@ class _Fleet(FleetActions[_Life]):
         self.count[instance] = life
         actor = f"{instance}#{life}"
         rates = self.scenario.rates
+        if self.scenario.sessions:
+            rates = attrs.evolve(rates, silent_expiry=False)  # a session store's expiry is seen
         if self.calm:
             rates = FaultRates(silent_expiry=rates.silent_expiry)
         assert self.config.op_timeout is not None

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import builtins
 import collections
+import contextlib
+import itertools
 import random
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -30,8 +32,18 @@ import outcome
 
 from spate._core.flows import Op
 from spate._runtime.driver import LIST_TIMEOUT_FACTOR
-from spate.errors import StoreUnavailable
-from spate.store import Delete, Entry, Keyspace, Lost, Put, WatchEvent, Won, WriteResult
+from spate.errors import SessionLost, StoreUnavailable
+from spate.store import (
+    Delete,
+    Entry,
+    EphemeralSemantics,
+    Keyspace,
+    Lost,
+    Put,
+    WatchEvent,
+    Won,
+    WriteResult,
+)
 from spate_testing.faults import FaultRates
 from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.history import History, StoreWrite
@@ -46,6 +58,12 @@ class _Watcher:
 
 
 @attrs.define(eq=False)
+class _Lease:
+    deadline: float = 0.0
+    keys: set[str] = attrs.field(factory=set)
+
+
+@attrs.define(eq=False)
 class _Table:
     ttl: float | None
     entries: dict[str, Entry] = attrs.field(factory=dict)
@@ -54,15 +72,69 @@ class _Table:
 
 
 class ModelStore:
-    """Two keyspaces, compare-and-swap by revision, per-key TTL for the ephemeral one."""
+    """Two keyspaces, compare-and-swap by revision, and ephemeral keys that expire.
 
-    def __init__(self, scheduler: Scheduler, *, ttl: float, history: History) -> None:
+    Ephemeral keys follow one of the contract's two semantics (:class:`EphemeralSemantics`):
+    ``PER_KEY`` (memory, NATS: a key lives ``ttl`` past its last write) or ``SESSION`` (etcd:
+    a key lives as long as the session lease its last write named, which lives ``ttl`` past
+    its last keepalive and dies at once when revoked; a write naming a lease that is gone is
+    refused and applies nothing).
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        ttl: float,
+        history: History,
+        semantics: EphemeralSemantics = EphemeralSemantics.PER_KEY,
+    ) -> None:
         self._scheduler = scheduler
         self._history = history
+        self.ttl = ttl
+        self.semantics = semantics
+        sessions = semantics is EphemeralSemantics.SESSION
         self._tables = {
             Keyspace.DURABLE: _Table(ttl=None),
-            Keyspace.EPHEMERAL: _Table(ttl=ttl),
+            Keyspace.EPHEMERAL: _Table(ttl=None if sessions else ttl),
         }
+        self._leases: dict[int, _Lease] = {}
+        self._lease_of: dict[str, int] = {}  # ephemeral key -> the lease it lives under
+        self._lease_ids = itertools.count(1)
+
+    # -- session leases (SESSION semantics) ---------------------------------------------------
+
+    def grant(self) -> int:
+        """A new lease, alive for ``ttl`` unless kept alive."""
+        lease = next(self._lease_ids)
+        self._leases[lease] = _Lease()
+        self.keepalive(lease)
+        return lease
+
+    def keepalive(self, lease: int) -> bool:
+        """Restart ``lease``'s TTL; False when it is gone (expired or revoked)."""
+        held = self._leases.get(lease)
+        if held is None:
+            return False
+        held.deadline = self._scheduler.now() + self.ttl
+        deadline = held.deadline
+        self._scheduler.at(deadline, lambda: self._lapse(lease, deadline))
+        return True
+
+    def revoke(self, lease: int) -> None:
+        """End ``lease`` now: every key living under it goes."""
+        held = self._leases.pop(lease, None)
+        if held is None:
+            return
+        table = self._tables[Keyspace.EPHEMERAL]
+        for key in sorted(held.keys):
+            if self._lease_of.get(key) == lease and key in table.entries:
+                self._remove(table, key)
+
+    def _lapse(self, lease: int, deadline: float) -> None:
+        held = self._leases.get(lease)
+        if held is not None and held.deadline == deadline:  # no keepalive since
+            self.revoke(lease)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -77,8 +149,20 @@ class ModelStore:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def write(self, actor: str, op: Op) -> WriteResult:
-        """Apply one create, update or delete for ``actor``; record its true outcome."""
+    def write(self, actor: str, op: Op, *, lease: int | None = None) -> WriteResult:
+        """Apply one create, update or delete for ``actor``; record its true outcome.
+
+        Under SESSION semantics an ephemeral create or update names the ``lease`` its key
+        will live under; naming one that is gone raises :class:`SessionLost` (nothing applied,
+        nothing recorded).
+        """
+        session_put = (
+            self.semantics is EphemeralSemantics.SESSION
+            and op.keyspace is Keyspace.EPHEMERAL
+            and op.kind != "delete"
+        )
+        if session_put and (lease is None or lease not in self._leases):
+            raise SessionLost(f"{actor}: the session lease {lease} is gone; nothing was written")
         table = self._tables[op.keyspace]
         current = table.entries.get(op.key)
         result: WriteResult
@@ -94,6 +178,9 @@ class ModelStore:
             result = Won(self._remove(table, op.key))
         else:
             result = Won(self._put(op.keyspace, table, op.key, op.value))
+            if session_put:
+                assert lease is not None
+                self._bind(op.key, lease)
         self._history.append(
             StoreWrite(
                 at=self._scheduler.now(),
@@ -124,7 +211,18 @@ class ModelStore:
         if entry is not None and entry.revision == revision:  # not rewritten since
             self._remove(table, key)
 
+    def _bind(self, key: str, lease: int) -> None:
+        previous = self._lease_of.get(key)
+        if previous is not None and previous in self._leases:
+            self._leases[previous].keys.discard(key)
+        self._lease_of[key] = lease
+        self._leases[lease].keys.add(key)
+
     def _remove(self, table: _Table, key: str) -> int:
+        ephemeral = table is self._tables[Keyspace.EPHEMERAL]
+        lease = self._lease_of.pop(key, None) if ephemeral else None
+        if lease is not None and lease in self._leases:
+            self._leases[lease].keys.discard(key)
         del table.entries[key]
         table.revision += 1
         self._publish(table, key, Delete(key, table.revision))
@@ -256,8 +354,17 @@ class Link:
 
     # -- calls ---------------------------------------------------------------------------------
 
-    def call(self, op: Op, reply: Callable[[outcome.Outcome[Any]], None]) -> None:
-        """Perform ``op``; ``reply`` gets its result or its ``StoreUnavailable`` later."""
+    def call(
+        self,
+        op: Op,
+        reply: Callable[[outcome.Outcome[Any]], None],
+        *,
+        lease: int | None = None,
+    ) -> None:
+        """Perform ``op``; ``reply`` gets its result or its ``StoreUnavailable`` later.
+
+        ``lease`` is the session lease an ephemeral write names (SESSION semantics).
+        """
         delay = self.rates.latency
         if self._roll(self.rates.spike_rate):
             self.injected["latency_spike"] += 1
@@ -286,9 +393,9 @@ class Link:
             if self.frozen:
                 # A stopped process cannot time out its own requests: this one reaches the
                 # store when the process wakes, whatever its caller decided meanwhile.
-                self._held.append(lambda: self._reach(op, answer, deadline, waited=True))
+                self._held.append(lambda: self._reach(op, answer, deadline, lease))
             elif deadline.pending and not self.closed:
-                self._reach(op, answer, deadline, waited=False)
+                self._reach(op, answer, deadline, lease)
             # else: the caller gave up (or died) before the request left: it never lands.
 
         self._scheduler.later(delay, arrive)
@@ -298,8 +405,7 @@ class Link:
         op: Op,
         answer: Callable[[outcome.Outcome[Any]], None],
         deadline: Timer,
-        *,
-        waited: bool,
+        lease: int | None,
     ) -> None:
         def fail(why: str) -> None:
             deadline.cancel()
@@ -318,24 +424,65 @@ class Link:
             return answer(outcome.Value(self.model.list(op.keyspace, op.key)))
         if self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1
-            self._scheduler.later(self.rates.late_delay, lambda: self._land_late(op))
+            self._scheduler.later(self.rates.late_delay, lambda: self._land_late(op, lease))
             return fail("injected timeout (the write lands later)")
-        result = self._land(op)
+        try:
+            result = self._land(op, lease)
+        except SessionLost as exc:
+            deadline.cancel()
+            return answer(outcome.Error(exc))
         if self._roll(self.rates.maybe_landed_rate):
             self.injected["maybe_landed"] += 1
             return fail("injected lost reply (it landed)")
         deadline.cancel()
         answer(outcome.Value(result))
-        del waited  # a late write's outcome is in the history; nothing else differs
 
-    def _land_late(self, op: Op) -> None:
-        self._land(op)
+    def _land_late(self, op: Op, lease: int | None) -> None:
+        with contextlib.suppress(SessionLost):  # its session ended meanwhile: refused
+            self._land(op, lease)
 
-    def _land(self, op: Op) -> WriteResult:
-        result = self.model.write(self.actor, op)
+    def _land(self, op: Op, lease: int | None) -> WriteResult:
+        result = self.model.write(self.actor, op, lease=lease)
         if op.kind == "delete" and op.keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
             self._own_deletes.add((op.key, result.revision))
         return result
+
+    def session_call(
+        self, what: str, fn: Callable[[], Any], reply: Callable[[outcome.Outcome[Any]], None]
+    ) -> None:
+        """A session request (grant, keepalive, revoke: ``fn`` on the model), with the faults.
+
+        Its reply (``fn``'s result) comes after the link's latency, or ``StoreUnavailable``:
+        cut off, injected, or no answer within the operation timeout.
+        """
+        state = {"answered": False}
+
+        def answer(result: outcome.Outcome[Any]) -> None:
+            if not state["answered"] and not self.closed:
+                state["answered"] = True
+                reply(result)
+
+        def timed_out() -> None:
+            answer(outcome.Error(StoreUnavailable(f"{self.actor}: {what} took too long")))
+
+        deadline = self._scheduler.later(self.op_timeout, timed_out)
+
+        def arrive(held: bool = False) -> None:
+            if self.frozen:
+                # As a write: a stopped process's request reaches the store when it wakes.
+                self._held.append(lambda: arrive(held=True))
+                return
+            if not held and (not deadline.pending or self.closed):
+                return  # given up before it left
+            deadline.cancel()
+            if self.partitioned:
+                return answer(outcome.Error(StoreUnavailable(f"{self.actor}: partitioned")))
+            if self._roll(self.rates.unavailable_rate):
+                self.injected["unavailable"] += 1
+                return answer(outcome.Error(StoreUnavailable(f"{self.actor}: injected")))
+            answer(outcome.Value(fn()))
+
+        self._scheduler.later(self.rates.latency, arrive)
 
     # -- watches -------------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ from spate.records import (
     decode,
     encode,
 )
-from spate.store import Delete, Entry, Keyspace, Put, WatchEvent, Won
+from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent, Won
 from spate.telemetry._context import Context
 from spate.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
@@ -63,6 +63,7 @@ from spate_testing.sim.flowrunner import FlowRunner
 from spate_testing.sim.handlers import Handlers
 from spate_testing.sim.model import Link
 from spate_testing.sim.recorder import RecordingMetrics
+from spate_testing.sim.session import SimSession
 from spate_testing.sim.workload import Workload
 
 __all__ = ["SimWorker", "WorkerState"]
@@ -75,28 +76,12 @@ HANDOVER_POLL = 0.2
 """Seconds between looks at whether a leaving worker's splits are held elsewhere."""
 
 
+_Step = Callable[[Callable[[outcome.Outcome[Any]], None]], Callable[[], None]]
+"""A startup step: start it with a ``done`` callback; it returns how to abandon it."""
+
+
 class _Retry(Exception):
     """A startup step lost a benign race; try it again."""
-
-
-class _Session:
-    """The memory store's session facts: per-key TTL, nothing kept alive by a session."""
-
-    generation = 1
-    keeps_keys = False
-
-    def starved(self, generation: int, now: float, lease: float) -> bool:
-        """Never consulted where keys are renewed one by one."""
-        return False
-
-
-# -- flows -------------------------------------------------------------------------------------
-
-
-# -- handlers ----------------------------------------------------------------------------------
-
-
-# -- the worker --------------------------------------------------------------------------------
 
 
 class SimWorker:
@@ -136,6 +121,14 @@ class SimWorker:
         assert config.op_timeout is not None
         self.lease = config.lease_duration
         self.op_timeout = config.op_timeout
+        self.session = SimSession(
+            link,
+            keeps_keys=link.model.semantics is EphemeralSemantics.SESSION,
+            ttl=self.lease,
+            clock=scheduler.now,
+            later=self.later,
+            guard=self.guarded,
+        )
         self.machine = Machine(
             job=job,
             instance=instance,
@@ -148,10 +141,12 @@ class SimWorker:
             clock=scheduler.now,
             wall_ms=lambda: int(scheduler.now() * 1000),
             max_value_size=1024 * 1024,
-            session=_Session(),
+            session=self.session,
             effects=self,
         )
-        self.flows = FlowRunner(link, self.guarded, scheduler.soon)
+        self.flows = FlowRunner(
+            link, self.guarded, scheduler.soon, lease=self.session.lease_for_write
+        )
         self.ready = False
         self._alarm: Timer | None = None
         self._step_soon = False
@@ -260,23 +255,35 @@ class SimWorker:
     # -- startup -------------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Start the process: join, announce, then watch and tick."""
-        steps: list[tuple[str, Callable[[], Flow[None]]]] = [
-            ("joining the job", self._join_flow),
-            ("announcing presence", self._announce_flow),
+        """Start the process: open its session, join, announce, then watch and tick."""
+        steps: list[tuple[str, _Step]] = [
+            ("opening a store session", self._session_step),
+            ("joining the job", self._flow_step(self._join_flow)),
+            ("announcing presence", self._flow_step(self._announce_flow)),
         ]
         self._startup_step(steps, 0, 1, Backoff.of(STARTUP_BACKOFF))
 
+    def _session_step(self, done: Callable[[outcome.Outcome[Any]], None]) -> Callable[[], None]:
+        self.session.open(done)
+        return _nothing  # an abandoned grant only leaves a lease to expire
+
+    def _flow_step(self, make: Callable[[], Flow[None]]) -> _Step:
+        def start(done: Callable[[outcome.Outcome[Any]], None]) -> Callable[[], None]:
+            run = self.flows.start(make(), done)
+            return lambda: self.flows.drop(run)
+
+        return start
+
     def _startup_step(
         self,
-        steps: list[tuple[str, Callable[[], Flow[None]]]],
+        steps: list[tuple[str, _Step]],
         index: int,
         attempt: int,
         backoff: Backoff,
     ) -> None:
         if index == len(steps):
             return self._open()
-        what, make = steps[index]
+        what, start = steps[index]
         budget = self.config.startup_max_attempts
         settled = {"done": False}
 
@@ -305,11 +312,11 @@ class SimWorker:
         def too_slow() -> None:
             if not settled["done"]:
                 settled["done"] = True
-                self.flows.drop(run)
+                abandon()
                 failed(StoreUnavailable(f"{what} took longer than {self.op_timeout * 3:g} s"))
 
         watchdog = self.later(self.op_timeout * 3, too_slow)
-        run = self.flows.start(make(), done)
+        abandon = start(done)
 
     def _join_flow(self) -> Flow[None]:
         machine = self.machine
@@ -370,6 +377,7 @@ class SimWorker:
     def _heartbeat(self, round_: int) -> None:
         def beat() -> None:
             self.input(self.machine.heartbeat)
+            self.session.check()  # a lost session is replaced (a new generation)
             self._heartbeat(round_ + 1)
 
         self.later(jitter(self.machine.jitter_seed, round_, self.lease / 3), beat)
@@ -502,6 +510,8 @@ class SimWorker:
             return
         self.stopped = True
         self.handlers.cancel_all()
+        if self.state != "killed":
+            self.session.close()
         self.link.close()
         if self._alarm is not None:
             self._alarm.cancel()

@@ -77,6 +77,12 @@ class Scenario:
     """Seconds of simulated time the job has to reach its verdict once the faults stop."""
     leave_deadline: float = 6.0
     script: tuple[Scripted, ...] | None = None
+    sessions: bool = False
+    """Whether the store keeps ephemeral keys by session (etcd) rather than key by key.
+
+    The machine engine's store model then binds every lease key to its writer's session,
+    kept by keepalives; the Trio engine runs on the memory store, whose keys always expire
+    one by one, and ignores it."""
 
     @classmethod
     def from_seed(cls, seed: int) -> Scenario:
@@ -107,6 +113,8 @@ class Scenario:
             chaos_seconds=rng.choice([10.0, 20.0, 40.0, 60.0]),
             action_gap=(0.5, rng.choice([2.0, 4.0, 8.0])),
             weights=_draw_weights(rng),
+            # Drawn from a generator of its own, so adding it left every other draw alone.
+            sessions=random.Random(f"{seed}/sessions").random() < 0.5,
         )
 
 

@@ -108,12 +108,12 @@ def test_a_store_that_loses_acknowledged_writes_is_caught() -> None:
 class _LastWriterWinsModel(ModelStore):
     """The machine engine's store model, with compare-and-swap on progress records broken."""
 
-    def write(self, actor: str, op: Op) -> WriteResult:
+    def write(self, actor: str, op: Op, *, lease: int | None = None) -> WriteResult:
         if op.kind == "update" and op.keyspace is Keyspace.DURABLE and ".split." in op.key:
             current = self.get(op.keyspace, op.key)
             if current is not None:
                 op = attrs.evolve(op, expected=current.revision)
-        return super().write(actor, op)
+        return super().write(actor, op, lease=lease)
 
 
 class _ForgetfulModel(ModelStore):
@@ -121,9 +121,9 @@ class _ForgetfulModel(ModelStore):
 
     updates = 0
 
-    def write(self, actor: str, op: Op) -> WriteResult:
+    def write(self, actor: str, op: Op, *, lease: int | None = None) -> WriteResult:
         before = self.get(op.keyspace, op.key)
-        result = super().write(actor, op)
+        result = super().write(actor, op, lease=lease)
         if op.kind == "update" and ".split." in op.key and isinstance(result, Won):
             self.updates += 1
             if self.updates % 5 == 0 and before is not None and b'"completed":true' not in op.value:

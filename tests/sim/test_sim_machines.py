@@ -347,3 +347,31 @@ def test_a_stubborn_handler_declines_its_revocation_and_the_split_moves_anyway(
     # The drain deadline is far off: only the declines can have forced these revocations.
     forced = sum(r.forced for r in result.history.of(Revocations) if r.actor == "w0#1")
     assert forced >= 1
+
+
+def test_a_session_store_keeps_keys_by_lease_and_refuses_a_lease_that_is_gone() -> None:
+    from spate.errors import SessionLost
+    from spate.store import EphemeralSemantics
+
+    scheduler = Scheduler()
+    store = ModelStore(
+        scheduler,
+        ttl=3.0,
+        history=History(job="j", seed=0),
+        semantics=EphemeralSemantics.SESSION,
+    )
+    lease = store.grant()
+    assert isinstance(store.write("t", Op("create", E, "k", b"v"), lease=lease), Won)
+    scheduler.run_until(2.0)
+    assert store.keepalive(lease)
+    scheduler.run_until(4.9)
+    assert store.get(E, "k") is not None  # kept alive past its own write's TTL
+    scheduler.run_until(5.0)
+    assert store.get(E, "k") is None  # no keepalive for a TTL: the lease and its keys go
+    assert store.keepalive(lease) is False
+    with pytest.raises(SessionLost):
+        store.write("t", Op("create", E, "k", b"v"), lease=lease)
+    other = store.grant()
+    store.write("t", Op("create", E, "k2", b"v"), lease=other)
+    store.revoke(other)
+    assert store.get(E, "k2") is None  # a revoked lease's keys go at once
