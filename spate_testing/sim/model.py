@@ -352,6 +352,23 @@ class Link:
     def _roll(self, rate: float) -> bool:
         return rate > 0.0 and self.rng.random() < rate
 
+    def _answer_once(
+        self, reply: Callable[[outcome.Outcome[Any]], None]
+    ) -> Callable[[outcome.Outcome[Any]], None]:
+        """``reply``, called at most once and never once the process is gone.
+
+        The first of a result and a timeout wins.
+        """
+        answered = False
+
+        def answer(result: outcome.Outcome[Any]) -> None:
+            nonlocal answered
+            if not answered and not self.closed:
+                answered = True
+                reply(result)
+
+        return answer
+
     # -- calls ---------------------------------------------------------------------------------
 
     def call(
@@ -370,12 +387,7 @@ class Link:
             self.injected["latency_spike"] += 1
             delay += self.rates.spike_latency
         timeout = self.op_timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
-        state = {"answered": False}
-
-        def answer(result: outcome.Outcome[Any]) -> None:
-            if not state["answered"] and not self.closed:
-                state["answered"] = True
-                reply(result)
+        answer = self._answer_once(reply)
 
         def timed_out() -> None:
             answer(
@@ -455,12 +467,7 @@ class Link:
         Its reply (``fn``'s result) comes after the link's latency, or ``StoreUnavailable``:
         cut off, injected, or no answer within the operation timeout.
         """
-        state = {"answered": False}
-
-        def answer(result: outcome.Outcome[Any]) -> None:
-            if not state["answered"] and not self.closed:
-                state["answered"] = True
-                reply(result)
+        answer = self._answer_once(reply)
 
         def timed_out() -> None:
             answer(outcome.Error(StoreUnavailable(f"{self.actor}: {what} took too long")))
