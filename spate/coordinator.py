@@ -18,7 +18,6 @@ from typing import TypeVar
 
 import trio
 
-from spate._core.leader import fingerprint_mismatch
 from spate._groups import meaningful_leaf
 from spate._runtime import fenced
 from spate._runtime.loop import Runtime, stopped_error
@@ -30,8 +29,8 @@ from spate.metrics import MetricsHooks
 from spate.placement import validate_locality
 from spate.plan import Planner, default_instance_id, validate_instance, validate_job
 from spate.probe import probe_store
-from spate.records import PlanRecord, UnreadableRecord, decode, encode
-from spate.store import Keyspace, Store, Won
+from spate.records import UnreadableRecord
+from spate.store import Keyspace, Store
 from spate.telemetry import metrics_for
 
 __all__ = ["Coordinator", "open_coordinator"]
@@ -365,48 +364,14 @@ async def _open_session(core: Runtime) -> None:
 
 
 async def _join(core: Runtime) -> None:
-    key = core.machine.keys.plan
-    entry = await core.store.get(Keyspace.DURABLE, key)
-    if entry is not None:
-        try:
-            plan = decode(PlanRecord, key, entry.value)
-        except UnreadableRecord as exc:
-            raise FatalCoordinationError(str(exc)) from exc
-        if plan.fingerprint != core.machine.fingerprint:
-            raise fingerprint_mismatch(core.machine.job, plan.fingerprint, core.machine.fingerprint)
-        return
-    fresh = encode(PlanRecord(fingerprint=core.machine.fingerprint))
-    result = await fenced.write(
-        core.store, core.scope, "plan-create", "create", Keyspace.DURABLE, key, fresh
-    )
-    if not isinstance(result, Won):
+    try:
+        joined = await core.driver.run_inline(core.machine.join_flow())
+    except UnreadableRecord as exc:
+        raise FatalCoordinationError(str(exc)) from exc
+    if not joined:
         raise _Retry("another worker created the plan record first; reading it")
 
 
 async def _announce(core: Runtime) -> None:
-    key = core.machine.keys.worker(core.machine.instance)
-    value = core.machine.presence_record()
-    result = await fenced.write(
-        core.store, core.scope, "announce", "create", Keyspace.EPHEMERAL, key, value
-    )
-    if isinstance(result, Won):
-        core.machine.presence_rev = result.revision
-        return
-    # A presence key under our id: a predecessor not yet expired (take it over), or a live
-    # twin (it finds our nonce at its next renewal and stops).
-    entry = await core.store.get(Keyspace.EPHEMERAL, key)
-    if entry is None:
-        raise _Retry("the old presence key vanished; announcing again")
-    result = await fenced.write(
-        core.store,
-        core.scope,
-        "announce",
-        "update",
-        Keyspace.EPHEMERAL,
-        key,
-        value,
-        expected=entry.revision,
-    )
-    if not isinstance(result, Won):
-        raise _Retry("the presence key changed while taking it over")
-    core.machine.presence_rev = result.revision
+    if not await core.driver.run_inline(core.machine.announce_flow()):
+        raise _Retry("the presence key changed while this worker took it over; announcing again")

@@ -417,9 +417,10 @@ def _decode_general(cls: type[R], key: str, data: bytes, *, split: str | None = 
 _json_str = json.encoder.encode_basestring_ascii  # how json.dumps writes a str (ensure_ascii)
 _STATUS_JSON = {status: _json_str(status.value) for status in Status}
 _STATUS_OF = {status.value: status for status in Status}
-_PROGRESS_FIELDS = frozenset(f.name for f in attrs.fields(ProgressRecord) if f.name != "state")
-_PROGRESS_ALWAYS = len(_PROGRESS_FIELDS) - 2
-"""Header fields the encoder always writes (all but ``advanced`` and ``owner_nonce``)."""
+_PROGRESS_OPTIONAL = ("advanced", "owner_nonce")
+"""Header fields the encoder writes only when they are not their defaults."""
+_PROGRESS_ALWAYS = len(attrs.fields(ProgressRecord)) - 1 - len(_PROGRESS_OPTIONAL)
+"""Header fields the encoder always writes (every field but the state and the optional)."""
 _SPEC_FIELDS = frozenset(f.name for f in attrs.fields(SpecRecord))
 _raw_decode = json.JSONDecoder().raw_decode
 
@@ -507,7 +508,7 @@ def _fast_decode_progress(data: bytes, split: str | None) -> ProgressRecord | No
     if optional:
         advanced = raw.get("advanced", False)
         nonce = raw.get("owner_nonce", "")
-        if optional != ("advanced" in raw) + ("owner_nonce" in raw):
+        if optional != sum(name in raw for name in _PROGRESS_OPTIONAL):
             return None  # a field this spate does not know
     else:
         advanced, nonce = False, ""

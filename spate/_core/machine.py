@@ -35,7 +35,7 @@ import outcome
 from spate._core.claims import Claims
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import PlannerRun, SessionFacts
-from spate._core.leader import Leadership
+from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.revocation import Revocations
 from spate._core.terminal import Terminal
 from spate._core.view import (
@@ -58,7 +58,7 @@ from spate.events import Event
 from spate.metrics import Gauges, MetricsHooks
 from spate.plan import PlanContext, Planner
 from spate.protocol import fingerprint_hash, live_workers, stable_hash_str
-from spate.records import Keys, PresenceRecord, UnreadableRecord, decode, encode
+from spate.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
 from spate.store import Entry, Keyspace, Lost, Won
 from spate.telemetry._context import Context
 
@@ -312,6 +312,47 @@ class Machine:
                 raise self.duplicate_instance(f"presence key {self.keys.worker(self.instance)!r}")
             return
         self.leader.on_arrival(notice.instance, notice.new, self.now())
+
+    # -- startup ------------------------------------------------------------------------------
+
+    def join_flow(self) -> Flow[bool]:
+        """Join the job: read the plan record (its fingerprint must be ours), or create it.
+
+        Returns False when another worker created it meanwhile: run it again to read theirs.
+        """
+        key = self.keys.plan
+        entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
+        if entry is not None:
+            plan = decode(PlanRecord, key, entry.value)
+            if plan.fingerprint != self.fingerprint:
+                raise fingerprint_mismatch(self.job, plan.fingerprint, self.fingerprint)
+            return True
+        fresh = encode(PlanRecord(fingerprint=self.fingerprint))
+        result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
+        return isinstance(result, Won)
+
+    def announce_flow(self) -> Flow[bool]:
+        """Write this worker's presence key, taking over one left under our instance id.
+
+        A key already there is a predecessor not yet expired (taken over), or a live twin
+        (which finds our nonce at its next renewal and stops). Returns False when the key
+        moved while it was taken over: run it again.
+        """
+        key = self.keys.worker(self.instance)
+        value = self.presence_record()
+        result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
+        if not isinstance(result, Won):
+            entry: Entry | None = yield Op("get", Keyspace.EPHEMERAL, key)
+            if entry is None:
+                return False  # the old key vanished: create it again
+            result = yield Op(
+                "update", Keyspace.EPHEMERAL, key, value, expected=entry.revision,
+                operation="announce",
+            )  # fmt: skip
+            if not isinstance(result, Won):
+                return False
+        self.presence_rev = result.revision
+        return True
 
     # -- heartbeat, presence, reconcile -------------------------------------------------------
 

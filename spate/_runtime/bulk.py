@@ -3,7 +3,7 @@
 Folding a watch snapshot of a large job builds hundreds of thousands of small objects in one
 synchronous call. CPython's cyclic collector is triggered by allocation counts, so it runs
 again and again during such a call, and each full collection walks the whole heap: at 100,000
-splits that was about 40% of a joining worker's CPU. None of those objects is garbage yet, so
+splits that was about a quarter of a joining worker's CPU. None of those objects is garbage yet, so
 none of those collections frees anything.
 
 :func:`collector_paused` pauses the collector around one such call and restores it after.

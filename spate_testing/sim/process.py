@@ -27,7 +27,6 @@ the Trio-level simulator (:mod:`spate_testing.sim.fleet`) exercises for real.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
@@ -35,8 +34,7 @@ from typing import Any, Literal
 import outcome
 
 from spate._core.backoff import Backoff
-from spate._core.flows import Flow, Op
-from spate._core.leader import fingerprint_mismatch
+from spate._core.flows import Flow
 from spate._core.machine import Machine
 from spate._runtime.pumps import REWATCH_BACKOFF
 from spate.config import Config
@@ -47,14 +45,12 @@ from spate.plan import PlanContext, Planner
 from spate.protocol import jitter
 from spate.records import (
     KeyKind,
-    PlanRecord,
     ProgressRecord,
     Status,
     UnreadableRecord,
     decode,
-    encode,
 )
-from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent, Won
+from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
 from spate.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
@@ -67,8 +63,6 @@ from spate_testing.sim.session import SimSession
 from spate_testing.sim.workload import Workload
 
 __all__ = ["SimWorker", "WorkerState"]
-
-logger = logging.getLogger("spate_testing.sim")
 
 WorkerState = Literal["starting", "running", "leaving", "killed", "verdict", "left", "crashed"]
 
@@ -258,8 +252,8 @@ class SimWorker:
         """Start the process: open its session, join, announce, then watch and tick."""
         steps: list[tuple[str, _Step]] = [
             ("opening a store session", self._session_step),
-            ("joining the job", self._flow_step(self._join_flow)),
-            ("announcing presence", self._flow_step(self._announce_flow)),
+            ("joining the job", self._flow_step(self.machine.join_flow)),
+            ("announcing presence", self._flow_step(self.machine.announce_flow)),
         ]
         self._startup_step(steps, 0, 1, Backoff.of(STARTUP_BACKOFF))
 
@@ -267,9 +261,15 @@ class SimWorker:
         self.session.open(done)
         return _nothing  # an abandoned grant only leaves a lease to expire
 
-    def _flow_step(self, make: Callable[[], Flow[None]]) -> _Step:
+    def _flow_step(self, make: Callable[[], Flow[bool]]) -> _Step:
+        # The machine's startup flows answer False for a benign race lost: try again.
         def start(done: Callable[[outcome.Outcome[Any]], None]) -> Callable[[], None]:
-            run = self.flows.start(make(), done)
+            def finished(result: outcome.Outcome[Any]) -> None:
+                if isinstance(result, outcome.Value) and result.unwrap() is False:
+                    result = outcome.Error(_Retry("a benign race was lost"))
+                done(result)
+
+            run = self.flows.start(make(), finished)
             return lambda: self.flows.drop(run)
 
         return start
@@ -317,43 +317,6 @@ class SimWorker:
 
         watchdog = self.later(self.op_timeout * 3, too_slow)
         abandon = start(done)
-
-    def _join_flow(self) -> Flow[None]:
-        machine = self.machine
-        key = machine.keys.plan
-        entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
-        if entry is not None:
-            plan = decode(PlanRecord, key, entry.value)
-            if plan.fingerprint != machine.fingerprint:
-                raise fingerprint_mismatch(machine.job, plan.fingerprint, machine.fingerprint)
-            return
-        fresh = encode(PlanRecord(fingerprint=machine.fingerprint))
-        result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
-        if not isinstance(result, Won):
-            raise _Retry("another worker created the plan record first; reading it")
-
-    def _announce_flow(self) -> Flow[None]:
-        machine = self.machine
-        key = machine.keys.worker(machine.instance)
-        value = machine.presence_record()
-        result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
-        if isinstance(result, Won):
-            machine.presence_rev = result.revision
-            return
-        entry: Entry | None = yield Op("get", Keyspace.EPHEMERAL, key)
-        if entry is None:
-            raise _Retry("the old presence key vanished; announcing again")
-        result = yield Op(
-            "update",
-            Keyspace.EPHEMERAL,
-            key,
-            value,
-            expected=entry.revision,
-            operation="announce",
-        )
-        if not isinstance(result, Won):
-            raise _Retry("the presence key changed while taking it over")
-        machine.presence_rev = result.revision
 
     def _open(self) -> None:
         for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
