@@ -80,6 +80,8 @@ class _PlanRun:
     plan_rev: int
     started: float
     call: PlannerRun | None = None
+    records: int = 0
+    """Splits of the plan being written (0 until the planner's answer is in)."""
 
 
 class Leadership:
@@ -119,6 +121,11 @@ class Leadership:
     def leading(self) -> bool:
         """Whether this worker holds the leader key."""
         return self.rev is not None
+
+    @property
+    def seeding(self) -> int:
+        """Splits of the plan this leader is writing now (0 when it writes none)."""
+        return self._run.records if self._run is not None else 0
 
     # -- step --------------------------------------------------------------------------------
 
@@ -400,6 +407,7 @@ class Leadership:
                     "data). Nothing of this plan was written."
                 )
             specs.append((spec, data))
+        run.records = len(specs)
         core.start(self._write_plan(run, plan, specs), self._written(run))
 
     def _written(self, run: _PlanRun) -> Callable[[outcome.Outcome[None]], None]:

@@ -168,6 +168,11 @@ class Machine:
         return self._parting
 
     @property
+    def bulk_records(self) -> int:
+        """Records of bulk work in progress (a plan's seeding), for the runtime's memory policy."""
+        return self.leader.seeding
+
+    @property
     def ready(self) -> bool:
         """Whether both watches delivered their first snapshot (the rules may run)."""
         return not self._snapshots_pending

@@ -44,6 +44,9 @@ from spate.protocol import (
 
 __all__ = ["PlacementIndex"]
 
+_INSORT_AT_MOST = 64
+"""Unowned splits added since the last read that are inserted one by one, not sorted in."""
+
 
 class PlacementIndex:
     """The leader's placement of one job, updated split by split (see the module text).
@@ -119,7 +122,7 @@ class PlacementIndex:
 
     def has_unowned(self) -> bool:
         """Whether some split in the pool has no live owner."""
-        return bool(self._unowned)
+        return bool(self._unowned or self._unowned_new)
 
     # -- answers -----------------------------------------------------------------------------
 
@@ -231,6 +234,7 @@ class PlacementIndex:
         self._bins = {m: WeightBins([]) for m in self._names}
         self._domain_bins = {d: WeightBins([]) for d in set(self._domain.values())}
         self._unowned: list[tuple[int, str]] = []  # sorted (-weight, split)
+        self._unowned_new: list[tuple[int, str]] = []  # not yet in _unowned, see _unowned_sorted
         self._pinned: set[str] = set()
         self._affine_loose: set[str] = set()
         self._moved_in: dict[str, set[str]] = {}
@@ -243,6 +247,24 @@ class PlacementIndex:
         unowned.sort()
         self._unowned = unowned
         self._sorted = {m: sorted(self._owned[m]) for m in self._names}
+
+    def _unowned_sorted(self) -> list[tuple[int, str]]:
+        """The unowned splits, sorted, with those added since the last read merged in.
+
+        A fold of a plan adds tens of thousands of unowned splits before the next read: an
+        insort each moved the whole list every time (quadratic). A few are inserted; many are
+        appended and sorted once (a sorted run plus a tail sorts in about linear time).
+        """
+        new = self._unowned_new
+        if new:
+            if len(new) <= _INSORT_AT_MOST:
+                for entry in new:
+                    bisect.insort(self._unowned, entry)
+            else:
+                self._unowned += new
+                self._unowned.sort()
+            self._unowned_new = []
+        return self._unowned
 
     def _owner(self, p: Placement) -> str | None:
         return p.owner if p.owner is not None and p.owner in self._members else None
@@ -273,7 +295,7 @@ class PlacementIndex:
         if owner is None:
             if bulk:
                 return True
-            bisect.insort(self._unowned, (-weight, split))
+            self._unowned_new.append((-weight, split))
             return False
         self._owned[owner].add(split)
         if not bulk:
@@ -290,8 +312,8 @@ class PlacementIndex:
         self._affine_loose.discard(split)
         owner = self._owner(p)
         if owner is None:
-            entry = (-weight, split)
-            self._unowned.pop(bisect.bisect_left(self._unowned, entry))
+            unowned = self._unowned_sorted()
+            unowned.pop(bisect.bisect_left(unowned, (-weight, split)))
             return
         self._owned[owner].discard(split)
         held = self._sorted[owner]
@@ -348,7 +370,8 @@ class PlacementIndex:
             self._bins_remove(owner, -negative, split)
             load[owner] += negative
             count[owner] -= 1
-        queue = heapq.merge(self._unowned, extra) if extra else self._unowned
+        unowned = self._unowned_sorted()
+        queue = heapq.merge(unowned, extra) if extra else unowned
         for negative, split in self._fill(queue, load, count, final):
             origin.setdefault(split, None)
             self._bins_add(final[split], -negative, split)

@@ -31,13 +31,14 @@ import trio
 from spate._core.flows import Flow
 from spate._core.machine import Machine
 from spate._runtime import fenced
+from spate._runtime.bulk import Deferral, collector_paused
 from spate._runtime.driver import Driver
 from spate._runtime.session import SessionSlot
 from spate.config import Config
 from spate.errors import FatalCoordinationError
 from spate.events import Event
 from spate.metrics import MetricsHooks
-from spate.plan import PlanContext, Planner
+from spate.plan import Plan, PlanContext, Planner
 from spate.records import UnreadableRecord, now_ms
 from spate.store import Keyspace, Store
 from spate.telemetry._context import Context
@@ -110,6 +111,7 @@ class Runtime:
         self._alarm_changed = trio.Event()
         self._loop_task: trio.lowlevel.Task | None = None
         self._step_requested = False
+        self._bulk = Deferral()
         self.driver: Driver
         self.nursery: trio.Nursery
 
@@ -215,7 +217,19 @@ class Runtime:
             except Exception as exc:
                 result = outcome.Error(exc)
         if not call.scope.cancelled_caught:
-            self.post(lambda: deliver(result))
+            # Taking a plan in (checking and encoding every split) is bulk work like a
+            # snapshot's fold, and as synchronous: see spate._runtime.bulk.
+            splits = (
+                len(result.value.splits)
+                if isinstance(result, outcome.Value) and isinstance(result.value, Plan)
+                else 0
+            )
+
+            def delivered() -> None:
+                with collector_paused(splits):
+                    deliver(result)
+
+            self.post(delivered)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -247,9 +261,12 @@ class Runtime:
                 if changed and self.ready.is_set():
                     self._step_requested = False
                     self._guarded(machine.step)
+                self._bulk.hold(machine.bulk_records)
         except BaseException as exc:
             self.stop(exc)
             raise
+        finally:
+            self._bulk.release()
 
     def _run_input(self, fn: Input) -> bool:
         return self._guarded(fn) is not False

@@ -179,6 +179,36 @@ def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -
     assert index.solves >= 2
 
 
+def test_many_unowned_splits_added_at_once_are_placed_as_the_batch_places_them() -> None:
+    """A plan's fold adds unowned splits by the thousand, a claim or expiry one at a time:
+    both ways of merging them into the sorted unowned list give the batch's answer."""
+    members = {f"w{n}": Member(6) for n in range(5)}
+    index = PlacementIndex(default_cap=6, seed=SEED, isolation_tier=0)
+    index.set_members(members)
+    pool: dict[str, Placement] = {}
+
+    def agree() -> None:
+        assert index.assignment() == place(members, pool, default_cap=6, seed=SEED)
+
+    for n in range(300):  # one fold: far more than are inserted one by one
+        pool[f"s{n:03d}"] = Placement(1 + (n * 7) % 4, None)
+        index.update(f"s{n:03d}", pool[f"s{n:03d}"])
+    agree()
+    for n in (300, 301, 302):  # a few at a time: inserted in order
+        pool[f"s{n:03d}"] = Placement(2, None)
+        index.update(f"s{n:03d}", pool[f"s{n:03d}"])
+    del pool["s005"]  # an unowned split completes while others wait to be merged
+    index.update("s005", None)
+    agree()
+    for n in range(303, 450):
+        pool[f"s{n:03d}"] = Placement(1 + n % 3, None)
+        index.update(f"s{n:03d}", pool[f"s{n:03d}"])
+    for gone in ("s010", "s449", "s302"):
+        del pool[gone]
+        index.update(gone, None)
+    agree()
+
+
 async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_with_place(
     autojump_clock: trio.abc.Clock,
 ) -> None:
