@@ -416,12 +416,11 @@ class MemoryStore:
         # Snapshot and registration happen with no checkpoint between them, so no write can
         # fall into a gap between the snapshot and the live events. The snapshot is handed
         # out from a list of its own (a channel send and receive per entry cost more than
-        # everything else about a large snapshot).
+        # everything else about a large snapshot), each entry wrapped in its event only as
+        # it is handed out (a list of a few hundred thousand events built at once cost the
+        # watcher full garbage collections, and kept them all alive until the last).
         entries = table.entries
-        snapshot: list[WatchEvent] = [
-            Put(entries[k]) for k in sorted(entries) if k.startswith(prefix)
-        ]
-        snapshot.append(SnapshotDone())
+        snapshot = [entries[k] for k in sorted(entries) if k.startswith(prefix)]
         watcher = _Watcher(prefix, send)
         table.watchers.append(watcher)
         self._watch_channels.add(send)
@@ -450,12 +449,12 @@ class _WatchIterator:
         store: MemoryStore,
         table: _Table,
         receive: trio.MemoryReceiveChannel[WatchEvent],
-        snapshot: list[WatchEvent],
+        snapshot: list[Entry],
     ) -> None:
         self._store = store
         self._table = table
         self._receive = receive
-        self._snapshot = snapshot
+        self._snapshot: list[Entry] | None = snapshot  # None once SnapshotDone is handed out
         self._next = 0
         self._unyielded = 0
 
@@ -477,14 +476,17 @@ class _WatchIterator:
             # call loses nothing.
             await trio.lowlevel.checkpoint_if_cancelled()
             while True:
-                if self._next < len(self._snapshot):
+                snapshot = self._snapshot
+                if snapshot is not None:
                     if self._store._closed:
                         raise trio.ClosedResourceError
-                    event = self._snapshot[self._next]
-                    self._next += 1
-                    if self._next == len(self._snapshot):
-                        self._snapshot = []  # handed out: let it go
-                        self._next = 0
+                    event: WatchEvent
+                    if self._next < len(snapshot):
+                        event = Put(snapshot[self._next])
+                        self._next += 1
+                    else:
+                        event = SnapshotDone()
+                        self._snapshot = None  # handed out: let it go
                     await self._yield_now_and_then()
                     return event
                 try:
