@@ -496,8 +496,12 @@ class _WatchIterator:
                 else:
                     await self._yield_now_and_then()
                     return event
-                with trio.move_on_at(self._table.next_deadline()):
-                    self._unyielded = 0  # waiting for an event is a yield
+                self._unyielded = 0  # waiting for an event is a yield
+                deadline = self._table.next_deadline()
+                if deadline == math.inf:
+                    # Nothing here expires (the durable keyspace): no timeout to arm.
+                    return await self._receive.receive()
+                with trio.move_on_at(deadline):
                     return await self._receive.receive()
                 self._table.expire(trio.current_time())
         except (trio.EndOfChannel, trio.ClosedResourceError):

@@ -608,16 +608,7 @@ class Claims:
                 "work source (commit positions must only grow). The worker stopped so that no "
                 "progress is lost."
             )
-        record = attrs.evolve(
-            state.progress,
-            watermark=progress.watermark,
-            state=progress.state,
-            completed=progress.completed,
-            status=Status.COMPLETED if progress.completed else state.progress.status,
-            written_at_ms=self.core.wall_ms(),
-            # The fair-blame flag: set by the tenancy's first commit that moves the watermark.
-            advanced=state.progress.advanced or progress.watermark != previous,
-        )
+        record = committed(state.progress, progress, self.core.wall_ms())
         try:
             result = yield Op(
                 "update", D, key, encode(record), expected=state.progress_rev,
@@ -737,3 +728,26 @@ class Claims:
             return "released"
         finally:
             self.busy.discard(split)
+
+
+def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) -> ProgressRecord:
+    """``record`` after its owner commits ``progress`` at ``written_at_ms``.
+
+    Built field by field, not with ``attrs.evolve`` (half the cost, on every commit); a test
+    holds it equal to the evolve it replaces.
+    """
+    return ProgressRecord(
+        schema=record.schema,
+        id=record.id,
+        epoch=record.epoch,
+        status=Status.COMPLETED if progress.completed else record.status,
+        owner=record.owner,
+        attempts=record.attempts,
+        watermark=progress.watermark,
+        state=progress.state,
+        completed=progress.completed,
+        written_at_ms=written_at_ms,
+        # The fair-blame flag: set by the tenancy's first commit that moves the watermark.
+        advanced=record.advanced or progress.watermark != record.watermark,
+        owner_nonce=record.owner_nonce,
+    )

@@ -7,9 +7,10 @@ import pytest
 import trio
 import trio.lowlevel
 
+from spate._core.claims import committed
 from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import AllComplete, Event, Gained, Lost, Progress, Quarantined, Stalled
-from spate.records import LeaseRecord, ProgressRecord, decode, encode
+from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode
 from spate.store import Keyspace, Won, WriteResult
 from spate_stores.memory import MemoryServer
 from spate_testing.faults import FaultyStore
@@ -433,3 +434,32 @@ async def test_progress_record_decodes_after_commit(autojump_clock: trio.abc.Clo
             b"\x00\xff",
         )
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    "progress",
+    [Progress(9, b"new"), Progress(5, b"same watermark"), Progress(12, completed=True)],
+)
+def test_a_commit_keeps_every_field_it_does_not_change(progress: Progress) -> None:
+    """The commit's record is built field by field for speed: it must equal the evolve of
+    the record it replaces, for a record with no field at its default."""
+    record = ProgressRecord(
+        id="s1", epoch=4, status=Status.RUNNABLE, owner="w1", attempts=2, watermark=5,
+        state=b"old", completed=False, written_at_ms=17, advanced=False, owner_nonce="n1",
+    )  # fmt: skip
+    # A field added to the record must be added to committed() too: this list breaks first.
+    assert [f.name for f in attrs.fields(ProgressRecord)] == [
+        "schema", "id", "epoch", "status", "owner", "attempts", "watermark", "state",
+        "completed", "written_at_ms", "advanced", "owner_nonce",
+    ]  # fmt: skip
+    expected = attrs.evolve(
+        record,
+        watermark=progress.watermark,
+        state=progress.state,
+        completed=progress.completed,
+        status=Status.COMPLETED if progress.completed else record.status,
+        written_at_ms=99,
+        advanced=progress.watermark != record.watermark,
+    )
+    assert committed(record, progress, 99) == expected
+    assert committed(attrs.evolve(record, advanced=True), progress, 99).advanced
