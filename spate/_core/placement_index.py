@@ -79,11 +79,23 @@ class PlacementIndex:
     # -- inputs ------------------------------------------------------------------------------
 
     def set_members(self, members: Mapping[str, Member]) -> None:
-        """The live workers with their budgets and localities; a change rebuilds the state."""
+        """The live workers with their budgets and localities.
+
+        Workers joining are added to the state (with the splits that already name them as
+        owner); any other change rebuilds it.
+        """
         if members == self._members:
             return
-        self._members = dict(members)
-        self._rebuild()
+        joining = {m: w for m, w in members.items() if m not in self._members}
+        kept = len(members) - len(joining) == len(self._members) and all(
+            members.get(m) == w for m, w in self._members.items()
+        )
+        domains = any(w.locality for w in members.values())
+        if kept and domains == self._domains:
+            self._join(joining)
+        else:
+            self._members = dict(members)
+            self._rebuild()
         self._dirty = self._all_changed = True
 
     def update(self, split: str, placement: Placement | None) -> None:
@@ -106,7 +118,11 @@ class PlacementIndex:
                 and self._owner(old) == self._owner(placement)
             )
             if same:
-                self._inputs[split] = placement  # an owner that is no member either way
+                # An owner that is no member either way; the split may name another one now.
+                if old.owner != placement.owner:
+                    self._orphan_drop(old.owner, split)
+                    self._orphan_add(placement.owner, split)
+                self._inputs[split] = placement
                 return
             self._remember(split)
             self._unstate(split, old)
@@ -239,6 +255,7 @@ class PlacementIndex:
         self._affine_loose: set[str] = set()
         self._moved_in: dict[str, set[str]] = {}
         self._moved_out: dict[str, set[str]] = {}
+        self._orphans: dict[str, set[str]] = {}  # a non-member owner -> the splits naming it
         # Bulk load: one sort of the unowned splits, not an insort per split.
         unowned = []
         for split, p in self._inputs.items():
@@ -265,6 +282,48 @@ class PlacementIndex:
                 self._unowned.sort()
             self._unowned_new = []
         return self._unowned
+
+    def _join(self, joining: Mapping[str, Member]) -> None:
+        """Add members to the state (a join costs what it changes, not a rebuild).
+
+        Only when no other member changed and whether localities are honoured stays as it
+        was: then the splits of the other members keep their state, and the splits naming
+        a joining worker as owner (a worker back under its old id) move from unowned to it.
+        """
+        adopted = [
+            (split, self._inputs[split]) for m in joining for split in self._orphans.pop(m, ())
+        ]
+        for split, p in adopted:
+            self._unstate(split, p)  # still unowned: its owner is no member yet
+        for m, member in joining.items():
+            self._members[m] = member
+            bisect.insort(self._names, m)
+            self._cap[m] = max(1, member.cap if member.cap > 0 else self._default_cap)
+            domain = domain_of(member.locality, self._tier) if self._domains else ""
+            self._domain[m] = domain
+            if domain not in self._domain_hash:
+                self._domain_hash[domain] = stable_hash_str(self._seed, domain)
+                self._domain_bins[domain] = WeightBins([])
+            self._member_hash[m] = stable_hash_str(self._seed, m)
+            self._owned[m] = set()
+            self._sorted[m] = []
+            self._load[m] = 0
+            self._bins[m] = WeightBins([])
+        for split, p in adopted:
+            self._state(split, p)
+
+    def _orphan_add(self, owner: str | None, split: str) -> None:
+        if owner is not None:
+            self._orphans.setdefault(owner, set()).add(split)
+
+    def _orphan_drop(self, owner: str | None, split: str) -> None:
+        if owner is None:
+            return
+        orphans = self._orphans.get(owner)
+        if orphans is not None:
+            orphans.discard(split)
+            if not orphans:
+                del self._orphans[owner]
 
     def _owner(self, p: Placement) -> str | None:
         return p.owner if p.owner is not None and p.owner in self._members else None
@@ -293,6 +352,7 @@ class PlacementIndex:
         ):
             self._affine_loose.add(split)
         if owner is None:
+            self._orphan_add(p.owner, split)
             if bulk:
                 return True
             self._unowned_new.append((-weight, split))
@@ -312,6 +372,7 @@ class PlacementIndex:
         self._affine_loose.discard(split)
         owner = self._owner(p)
         if owner is None:
+            self._orphan_drop(p.owner, split)
             unowned = self._unowned_sorted()
             unowned.pop(bisect.bisect_left(unowned, (-weight, split)))
             return

@@ -35,6 +35,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
         self.members: dict[str, Member] = {}
         self.splits: dict[str, Placement] = {}
         self.next_split = 0
+        self.departed: list[str] = ["gone-worker"]  # splits may still name them as owner
         self.index = PlacementIndex(default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0)
         self.last: dict[str, tuple[str, ...]] = {}
 
@@ -74,7 +75,17 @@ class IndexAgainstBatch(RuleBasedStateMachine):
     @rule(data=st.data())
     def leave(self, data: st.DataObject) -> None:
         if len(self.members) > 1:
-            del self.members[data.draw(st.sampled_from(sorted(self.members)))]
+            name = data.draw(st.sampled_from(sorted(self.members)))
+            del self.members[name]
+            self.departed.append(name)
+            self._members_changed()
+
+    @rule(data=st.data(), cap=st.integers(0, 5), locality=st.sampled_from(LOCALITIES))
+    def rejoin(self, data: st.DataObject, cap: int, locality: str) -> None:
+        """A worker comes back under its old id, while splits still name it as owner."""
+        returning = [m for m in self.departed if m not in self.members]
+        if returning:
+            self.members[data.draw(st.sampled_from(returning))] = Member(cap, locality)
             self._members_changed()
 
     @rule(data=st.data(), cap=st.integers(0, 5), locality=st.sampled_from(LOCALITIES))
