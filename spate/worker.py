@@ -131,7 +131,12 @@ class SplitHandle:
             # An unknown outcome is retried with the same progress: a commit that did land is
             # recognised by the coordinator and adopted, so retrying never double-applies. If
             # the store stays away long enough the split is lost and this task is cancelled.
-            await _retry_unavailable(lambda: self._coordinator.commit(self.id, progress))
+            try:
+                await self._coordinator.commit(self.id, progress)
+            except StoreUnavailable as exc:  # the first attempt is the hot path: no wrapper
+                await _retry_unavailable(
+                    lambda: self._coordinator.commit(self.id, progress), failed=exc
+                )
         except Fenced:
             self._lost = True
             raise
@@ -144,18 +149,25 @@ RETRY_BACKOFF = (0.05, 2.0)
 """First and largest delay before a handler's call to an unreachable store is tried again."""
 
 
-async def _retry_unavailable(call: Callable[[], Awaitable[None]]) -> None:
-    """Run ``call`` until it does not raise StoreUnavailable (capped exponential backoff)."""
+async def _retry_unavailable(
+    call: Callable[[], Awaitable[None]], *, failed: StoreUnavailable | None = None
+) -> None:
+    """Run ``call`` until it does not raise StoreUnavailable (capped exponential backoff).
+
+    ``failed``: the caller's own first attempt already failed so; back off before the next.
+    """
     backoff: Backoff | None = None  # built on the first failure: commits are the hot path
     while True:
+        if failed is not None:
+            backoff = backoff or Backoff.of(RETRY_BACKOFF)
+            delay = backoff.delay()
+            logger.debug("store unavailable (%s); retrying in %.2f s", failed, delay)
+            await trio.sleep(delay)
         try:
             await call()
             return
         except StoreUnavailable as exc:
-            backoff = backoff or Backoff.of(RETRY_BACKOFF)
-            delay = backoff.delay()
-            logger.debug("store unavailable (%s); retrying in %.2f s", exc, delay)
-            await trio.sleep(delay)
+            failed = exc
 
 
 @attrs.define(eq=False)

@@ -25,7 +25,7 @@ from spate._core.flow_engine import FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime import fenced
 from spate.errors import StoreError, StoreUnavailable
-from spate.store import Entry, Store, WriteResult
+from spate.store import Delete, Entry, Keyspace, Put, Store, WriteResult
 from spate.telemetry._context import Context, attached
 
 __all__ = ["Driver"]
@@ -63,8 +63,11 @@ class Driver(FlowEngine[_Running]):
         nursery: trio.Nursery,
         post: Callable[[Callable[[], None]], None],
         op_timeout: float,
+        redeliver: Callable[[Keyspace, Put | Delete], None] = lambda keyspace, event: None,
     ) -> None:
         self._store = store
+        self._redeliver = redeliver
+        self._held_back: dict[Key, list[Put | Delete]] = {}
         self._scope = scope
         self._nursery = nursery
         self._post = post
@@ -248,6 +251,37 @@ class Driver(FlowEngine[_Running]):
     def _resume(self, running: _Running, result: outcome.Outcome[Any]) -> None:
         self._ready.append((running, result))
         self._drain()
+
+    # -- watch events of keys being written ------------------------------------------------
+
+    def hold_back(self, keyspace: Keyspace, key: str, event: Put | Delete) -> bool:
+        """Keep a watch event of ``key`` while a flow of ours holds that key; False if none.
+
+        The echo of an own write often arrives before the write's reply (the store notifies
+        its watchers first): passed on at once, it would be decoded and folded as someone
+        else's write, on the loop task, while the writer waits. Held back, it is handed to
+        ``redeliver`` when the flow lets go of the key: by then the write has landed and been
+        folded, so its echo is known by revision and dropped undecoded. Events of the key
+        keep their order; events of other keys are not held.
+        """
+        k = (keyspace, key)
+        held = self._held_back.get(k)
+        if held is None:
+            if k not in self._holders:
+                return False
+            held = self._held_back[k] = []
+        held.append(event)
+        return True
+
+    def _release(self, run: _Running) -> None:
+        key = run.held
+        super()._release(run)
+        if key is not None:
+            held = self._held_back.pop(key, None)
+            # Handed on even if the next flow queued for the key holds it now: a stream of
+            # writes to one key must not hold its foreign events back for ever.
+            for event in held or ():
+                self._redeliver(key[0], event)
 
     # -- I/O tasks ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import math
 import secrets
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -40,7 +41,7 @@ from spate.events import Event
 from spate.metrics import MetricsHooks
 from spate.plan import Plan, PlanContext, Planner
 from spate.records import UnreadableRecord, now_ms
-from spate.store import Keyspace, Store
+from spate.store import Delete, Keyspace, Put, Store
 from spate.telemetry._context import Context
 
 __all__ = ["Runtime"]
@@ -126,6 +127,7 @@ class Runtime:
             nursery=nursery,
             post=self.post,
             op_timeout=self.op_timeout,
+            redeliver=lambda keyspace, event: self.watch_event(keyspace, event, hold=False),
         )
 
     def post(self, fn: Input) -> None:
@@ -134,6 +136,23 @@ class Runtime:
             self._send.send_nowait(fn)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the loop has stopped; nothing is waiting for this input
+
+    def watch_event(self, keyspace: Keyspace, event: Put | Delete, *, hold: bool = True) -> None:
+        """A live watch event: posted to the machine, unless it needs no posting.
+
+        The echo of an own write that has landed is known by its revision and dropped here,
+        costing the loop task no wake-up at all; an event of a key a flow of ours is writing
+        is held back until that flow lets go of the key (see :meth:`Driver.hold_back`).
+        """
+        machine = self.machine
+        if isinstance(event, Put):
+            entry = event.entry
+            if machine.view.already_seen(keyspace, entry.key, entry.revision):
+                return
+            if not (hold and self.driver.hold_back(keyspace, entry.key, event)):
+                self.post(partial(machine.watch_put, keyspace, entry))
+        elif not (hold and self.driver.hold_back(keyspace, event.key, event)):
+            self.post(partial(machine.watch_delete, keyspace, event.key, event.revision))
 
     def _on_loop(self) -> bool:
         return trio.lowlevel.current_task() is self._loop_task

@@ -53,16 +53,8 @@ async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
                                 core.post(partial(_fold_snapshot, machine, keyspace, snapshot))
                                 snapshot = None
                                 backoff.reset()
-                        elif isinstance(event, Put):
-                            entry = event.entry
-                            # The echo of an own write (a commit) is known by its revision:
-                            # dropped here, it costs the loop task no wake-up at all.
-                            if not machine.view.already_seen(keyspace, entry.key, entry.revision):
-                                core.post(partial(machine.watch_put, keyspace, entry))
-                        elif isinstance(event, Delete):
-                            core.post(
-                                partial(machine.watch_delete, keyspace, event.key, event.revision)
-                            )
+                        elif isinstance(event, Put | Delete):
+                            core.watch_event(keyspace, event)
             if opening.cancelled_caught:
                 logger.warning(
                     "opening the %s watch took longer than op_timeout; re-watching", keyspace.value

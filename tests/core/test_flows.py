@@ -14,7 +14,7 @@ from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime import fenced
 from spate._runtime.driver import BATCH_CONCURRENCY, Driver
 from spate.errors import StoreUnavailable
-from spate.store import Keyspace, Won
+from spate.store import Delete, Entry, Keyspace, Put, Won
 from spate_stores.memory import MemoryServer
 
 from .harness import HookStore, client
@@ -243,3 +243,37 @@ async def test_a_batch_op_that_hangs_fails_after_the_op_timeout_and_the_rest_go_
     assert isinstance(third, Won)
     assert isinstance(second, StoreUnavailable)
     assert "op_timeout" in str(second)
+
+
+async def test_watch_events_of_a_key_being_written_wait_until_its_flow_lets_go(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """An event of a key a flow holds is kept, in order, and handed on when the flow lets go:
+    by then its own write has landed and is folded, so its echo is known by revision."""
+    store = HookStore(client(MemoryServer()))
+    redelivered: list[Any] = []
+    reply = trio.Event()
+
+    async def slow_reply(kind: str, ks: Keyspace, key: str, result: object) -> None:
+        await reply.wait()  # the store's watchers hear of the write before its writer does
+
+    store.after = slow_reply
+    async with trio.open_nursery() as nursery:
+        scope = fenced.Scope("job", "w", store.capabilities.system)
+        driver = Driver(
+            store, scope, nursery=nursery, post=lambda fn: fn(), op_timeout=1.0,
+            redeliver=lambda keyspace, event: redelivered.append((keyspace, event)),
+        )  # fmt: skip
+        nursery.start_soon(driver.run_inline, _create("k1"))
+        await trio.testing.wait_all_tasks_blocked()
+        echo = Put(Entry("k1", b"v", 7))
+        foreign = Delete("k1", 8)
+        assert driver.hold_back(D, "k1", echo)
+        assert driver.hold_back(D, "k1", foreign)
+        assert not driver.hold_back(D, "k2", Delete("k2", 9))  # no flow of ours writes k2
+        assert not driver.hold_back(Keyspace.EPHEMERAL, "k1", Delete("k1", 9))
+        assert redelivered == []
+        reply.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert redelivered == [(D, echo), (D, foreign)]
+        assert not driver.hold_back(D, "k1", foreign)  # let go: nothing more is held
