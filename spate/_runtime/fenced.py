@@ -143,10 +143,17 @@ def tracing() -> bool:
     no-op provider never records). The global provider is set at most once, so once one is
     found it is remembered.
     """
-    global _installed
+    global _installed, _asked
     if _installed is None:
+        # Asking the API looks the environment up each time (about 0.8 us, a tenth of a
+        # memory-store write, on every write): once it has answered "none yet", the global
+        # it sets on installing one is read directly until it is. Were that private name
+        # ever gone, the getattr answers "maybe" and the API is asked as before.
+        if _asked and getattr(trace, "_TRACER_PROVIDER", _MAYBE) is None:
+            return False
         provider = trace.get_tracer_provider()
         if isinstance(provider, trace.ProxyTracerProvider):
+            _asked = True
             return False  # none yet: one may be installed later, so ask again next time
         _installed = not isinstance(provider, trace.NoOpTracerProvider)
     return _installed
@@ -154,6 +161,11 @@ def tracing() -> bool:
 
 _installed: bool | None = None
 """Whether the global tracer provider, once set, records (None: not set yet)."""
+
+_asked = False
+"""Whether the API has answered that no provider is set (so its global may be read)."""
+
+_MAYBE = object()
 
 
 async def _perform(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -262,3 +265,21 @@ async def test_requeue_race_shows_a_lost_then_a_won_span(spans: Spans) -> None:
         assert await requeue(store, JOB, ["p-1"]) == ["p-1"]  # type: ignore[arg-type]
     outcomes = [s.attributes["spate.outcome"] for s in spans.named("spate.requeue")]  # type: ignore[index]
     assert outcomes == ["lost", "won"]
+
+
+def test_a_provider_installed_after_writes_began_is_seen_by_the_next_write() -> None:
+    """Until a tracer provider is set, writes skip building spans, and after the API first
+    says so they read its global instead of asking (which looks the environment up): the
+    first write after one is installed must still see it. In a fresh process, since the
+    global provider can be set only once."""
+    script = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from spate._runtime.fenced import tracing\n"
+        "assert tracing() is False\n"
+        "assert tracing() is False  # now from the global\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "assert tracing() is True\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=60)
