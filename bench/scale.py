@@ -389,6 +389,10 @@ def run(options: Options) -> list[Row]:
     smallest_change: float | None = None
     for size in sizes:
         started = time.monotonic()
+        # Each size starts from a collected heap: the garbage the suites and sizes before it
+        # left (a whole job's records, in cycles with its tasks) must not be walked by this
+        # size's collections.
+        gc.collect()
         try:
             point = trio.run(_bounded, size, events, 2 if options.quick else 4, budget)
         except trio.TooSlowError:
