@@ -114,6 +114,11 @@ class Keyspace(enum.Enum):
     EPHEMERAL = "ephemeral"
     """Entries are bounded by the store's TTL (see :class:`EphemeralSemantics`)."""
 
+    # Members are singletons compared by identity: hashing by identity too keeps the
+    # (keyspace, key) pairs the coordinator looks up on every write cheap (Enum's own hash is
+    # a Python-level call).
+    __hash__ = object.__hash__
+
 
 class EphemeralSemantics(enum.Enum):
     """How an ephemeral entry's lifetime is bounded; each store declares one."""

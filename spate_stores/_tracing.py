@@ -28,6 +28,8 @@ from types import TracebackType
 from opentelemetry import metrics, trace
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
+from spate.telemetry._provider import tracing
+
 __all__ = ["client_span", "server_endpoint"]
 
 _tracer = trace.get_tracer("spate_stores")
@@ -53,12 +55,6 @@ _duration = _meter.create_histogram(
         10.0,
     ),
 )
-
-
-def _tracing_configured() -> bool:
-    """Whether anyone installed a tracer provider (else every span would be a no-op)."""
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def server_endpoint(host: str, port: int | None) -> dict[str, str | int]:
@@ -118,7 +114,7 @@ def client_span(
     attributes.update(server)
     if namespace:
         attributes["db.namespace"] = namespace
-    if not _tracing_configured():
+    if not tracing():
         return _Timed(attributes)
     return _span(system, operation, namespace, attributes)
 

@@ -28,6 +28,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from spate.errors import StoreError, StoreUnavailable
 from spate.metrics import MetricsHooks
 from spate.store import Keyspace, Lost, Session, Store, Won, WriteResult
+from spate.telemetry._provider import tracing
 
 __all__ = ["Scope", "WriteKind", "span", "tracing", "write"]
 
@@ -134,38 +135,6 @@ async def write(
             current.add_event("spate.cas_lost", {"spate.key": key})
             scope.metrics.write(operation, "lost", trio.current_time() - started)
         return result
-
-
-def tracing() -> bool:
-    """Whether spans would be recorded: an SDK tracer provider is installed.
-
-    Until one is, the API's global provider is a proxy whose spans record nothing (and the
-    no-op provider never records). The global provider is set at most once, so once one is
-    found it is remembered.
-    """
-    global _installed, _asked
-    if _installed is None:
-        # Asking the API looks the environment up each time (about 0.8 us, a tenth of a
-        # memory-store write, on every write): once it has answered "none yet", the global
-        # it sets on installing one is read directly until it is. Were that private name
-        # ever gone, the getattr answers "maybe" and the API is asked as before.
-        if _asked and getattr(trace, "_TRACER_PROVIDER", _MAYBE) is None:
-            return False
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, trace.ProxyTracerProvider):
-            _asked = True
-            return False  # none yet: one may be installed later, so ask again next time
-        _installed = not isinstance(provider, trace.NoOpTracerProvider)
-    return _installed
-
-
-_installed: bool | None = None
-"""Whether the global tracer provider, once set, records (None: not set yet)."""
-
-_asked = False
-"""Whether the API has answered that no provider is set (so its global may be read)."""
-
-_MAYBE = object()
 
 
 async def _perform(
