@@ -435,6 +435,8 @@ class Claims:
             return
         if isinstance(result, Won):
             core.fold(core.view.forget_own(E, key, lease_rev))
+        else:
+            yield from core.reread(E, key)  # so a later give-back is guarded rightly
 
     def _give_back_strays(self, now: float) -> None:
         """Delete lease keys of this process for splits it does not hold.

@@ -95,6 +95,10 @@ class Host(Protocol):
         """Hand what changed in the view to the components that act on it."""
         ...
 
+    def reread(self, keyspace: Keyspace, key: str) -> Flow[None]:
+        """Read ``key`` and fold what the store holds now (a guarded write found it moved)."""
+        ...
+
     def start(
         self,
         flow: Flow[Any],

@@ -245,6 +245,8 @@ class Leadership:
             return  # the key expires on its own
         if isinstance(result, Won):
             self.core.fold(self.core.view.forget_own(E, key, rev))
+        else:
+            yield from self.core.reread(E, key)  # so a later resignation is guarded rightly
 
     # -- election ------------------------------------------------------------------------------
 

@@ -295,6 +295,24 @@ class Machine:
 
     # -- notices -----------------------------------------------------------------------------
 
+    def reread(self, keyspace: Keyspace, key: str) -> Flow[None]:
+        """Read ``key`` and fold what the store holds now.
+
+        For a clean-up whose guarded delete lost: the key moved on without the view hearing
+        of it (an event lost with a broken watch, a write whose reply was lost). Guarded by a
+        revision the view no longer has right, the next beat's attempt would lose again, and
+        on a session store this process's keepalive would keep the key for ever. A failed
+        read changes nothing: the next beat tries again.
+        """
+        try:
+            entry: Entry | None = yield Op("get", keyspace, key)
+        except StoreUnavailable:
+            return
+        if entry is None:
+            self.fold(self.view.apply_delete(keyspace, key, None))
+        else:
+            self.fold(self.view.apply_put(keyspace, entry))
+
     def fold(self, notices: list[Notice]) -> None:
         """Act on what changed in the view."""
         for notice in notices:

@@ -46,6 +46,8 @@ class _Running(FlowRun):
     """The trace context of the API call that started the flow (None: internal)."""
     granted: trio.Event | None = None
     """Set when an inline flow waiting for a key was given it (inline flows only)."""
+    inline: bool = False
+    """Whether an API call runs the flow in its own task (see :meth:`Driver.run_inline`)."""
 
 
 class Driver(FlowEngine[_Running]):
@@ -168,7 +170,7 @@ class Driver(FlowEngine[_Running]):
         :class:`Batch` (the leader's) is not for API calls. Returns the flow's value; its
         exception propagates.
         """
-        running = _Running(flow, _ignore)
+        running = _Running(flow, _ignore, inline=True)
         result: outcome.Outcome[Any] = outcome.Value(None)
         try:
             while True:
@@ -255,19 +257,22 @@ class Driver(FlowEngine[_Running]):
     # -- watch events of keys being written ------------------------------------------------
 
     def hold_back(self, keyspace: Keyspace, key: str, event: Put | Delete) -> bool:
-        """Keep a watch event of ``key`` while a flow of ours holds that key; False if none.
+        """Keep a watch event of ``key`` while an API call of ours holds that key; False if not.
 
-        The echo of an own write often arrives before the write's reply (the store notifies
-        its watchers first): passed on at once, it would be decoded and folded as someone
-        else's write, on the loop task, while the writer waits. Held back, it is handed to
-        ``redeliver`` when the flow lets go of the key: by then the write has landed and been
+        The echo of a commit often arrives before the commit's reply (the store notifies its
+        watchers first): passed on at once, it would be decoded and folded as someone else's
+        write, on the loop task, while the committer waits. Held back, it is handed to
+        ``redeliver`` when the call lets go of the key: by then the write has landed and been
         folded, so its echo is known by revision and dropped undecoded. Events of the key
-        keep their order; events of other keys are not held.
+        keep their order; events of other keys are not held. Only keys an API call holds
+        (a commit, a failure, a release, in the caller's task) are held back: the loop's own
+        flows (elections, renewals, claims) see their keys' events as they come.
         """
         k = (keyspace, key)
         held = self._held_back.get(k)
         if held is None:
-            if k not in self._holders:
+            holder = self._holders.get(k)
+            if holder is None or not holder.inline:
                 return False
             held = self._held_back[k] = []
         held.append(event)

@@ -141,8 +141,9 @@ class Runtime:
         """A live watch event: posted to the machine, unless it needs no posting.
 
         The echo of an own write that has landed is known by its revision and dropped here,
-        costing the loop task no wake-up at all; an event of a key a flow of ours is writing
-        is held back until that flow lets go of the key (see :meth:`Driver.hold_back`).
+        costing the loop task no wake-up at all; an event of a key an API call of ours is
+        writing (a commit) is held back until the call lets go of the key (see
+        :meth:`Driver.hold_back`).
         """
         machine = self.machine
         if isinstance(event, Put):

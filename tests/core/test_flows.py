@@ -245,11 +245,11 @@ async def test_a_batch_op_that_hangs_fails_after_the_op_timeout_and_the_rest_go_
     assert "op_timeout" in str(second)
 
 
-async def test_watch_events_of_a_key_being_written_wait_until_its_flow_lets_go(
+async def test_watch_events_of_a_key_an_api_call_writes_wait_until_it_lets_go(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    """An event of a key a flow holds is kept, in order, and handed on when the flow lets go:
-    by then its own write has landed and is folded, so its echo is known by revision."""
+    """An event of a key an API call holds is kept, in order, and handed on when the call lets
+    go: by then its own write has landed and is folded, so its echo is known by revision."""
     store = HookStore(client(MemoryServer()))
     redelivered: list[Any] = []
     reply = trio.Event()
@@ -277,3 +277,12 @@ async def test_watch_events_of_a_key_being_written_wait_until_its_flow_lets_go(
         await trio.testing.wait_all_tasks_blocked()
         assert redelivered == [(D, echo), (D, foreign)]
         assert not driver.hold_back(D, "k1", foreign)  # let go: nothing more is held
+        # The loop's own flows (an election, a renewal, a claim) see their keys' events as
+        # they come: only API calls hold them back.
+        reply = trio.Event()
+        driver.start(_create("k3"), lambda result: None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert driver.busy(D, "k3")
+        assert not driver.hold_back(D, "k3", Delete("k3", 10))
+        reply.set()
+        driver.close()
