@@ -261,8 +261,7 @@ class Claims:
         """
         self.drains.settle(split, outcome)
         self.core.request_step()
-        state = self.core.view.splits.get(split)
-        if state is not None and state.lease is not None and state.lease.nonce == self.core.nonce:
+        if self._stray_key(split):
             # Its lease key may outlive the tenancy (a hand-back whose delete failed, a loss
             # noticed before the key went): give it back if it is still there a beat later.
             self._stray.setdefault(split, self.core.now())
@@ -450,9 +449,7 @@ class Claims:
         """
         core = self.core
         for split, since in list(self._stray.items()):
-            state = core.view.splits.get(split)
-            lease = None if state is None else state.lease
-            if state is None or lease is None or lease.nonce != core.nonce or split in self.owned:
+            if not self._stray_key(split):
                 del self._stray[split]
                 continue
             if (
@@ -463,20 +460,26 @@ class Claims:
                 continue
             del self._stray[split]
             logger.info("split %s: giving back a lease key of this process it does not hold", split)
-            core.start(self._give_back(split, state.lease_rev, lease.epoch))
+            state = core.view.splits[split]
+            assert state.lease is not None  # (checked by _stray_key)
+            core.start(self._give_back(split, state.lease_rev, state.lease.epoch))
 
     def _give_back(self, split: str, lease_rev: int, epoch: int) -> Flow[None]:
         yield from self._drop_lease(split, lease_rev, epoch)
         # Still there (the store could not be reached, or the key moved on under us): a
         # later beat tries again; on a session store nothing else would ever remove it.
+        if self._stray_key(split):
+            self._stray.setdefault(split, self.core.now())
+
+    def _stray_key(self, split: str) -> bool:
+        """Whether the view has a lease key of this process's for ``split``, not held here."""
         state = self.core.view.splits.get(split)
-        if (
+        return (
             state is not None
             and state.lease is not None
             and state.lease.nonce == self.core.nonce
             and split not in self.owned
-        ):
-            self._stray.setdefault(split, self.core.now())
+        )
 
     # -- quarantine --------------------------------------------------------------------------
 
