@@ -39,13 +39,11 @@ from spate.protocol import (
     Placement,
     WeightBins,
     best_transfer,
+    merge_sorted,
     stable_hash_str,
 )
 
 __all__ = ["PlacementIndex"]
-
-_INSORT_AT_MOST = 64
-"""Unowned splits added since the last read that are inserted one by one, not sorted in."""
 
 
 class PlacementIndex:
@@ -268,18 +266,11 @@ class PlacementIndex:
     def _unowned_sorted(self) -> list[tuple[int, str]]:
         """The unowned splits, sorted, with those added since the last read merged in.
 
-        A fold of a plan adds tens of thousands of unowned splits before the next read: an
-        insort each moved the whole list every time (quadratic). A few are inserted; many are
-        appended and sorted once (a sorted run plus a tail sorts in about linear time).
+        A fold of a plan adds tens of thousands of unowned splits before the next read; a
+        single change adds one or two (see merge_sorted).
         """
-        new = self._unowned_new
-        if new:
-            if len(new) <= _INSORT_AT_MOST:
-                for entry in new:
-                    bisect.insort(self._unowned, entry)
-            else:
-                self._unowned += new
-                self._unowned.sort()
+        if self._unowned_new:
+            merge_sorted(self._unowned, self._unowned_new)
             self._unowned_new = []
         return self._unowned
 

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spate.protocol import (
+    INSORT_AT_MOST,
     Candidate,
     ClaimKind,
     Placement,
     SplitFacts,
+    WeightBins,
     claim_candidates,
     desired_assignment,
     fingerprint_hash,
     jitter,
     live_workers,
+    merge_sorted,
     stable_hash,
     stable_hash_str,
 )
@@ -244,3 +248,41 @@ def test_jitter_stays_within_twenty_percent(seed: int, round_: int) -> None:
 def test_live_workers_counts_self_once() -> None:
     assert live_workers({"a", "b"}, "c") == 3
     assert live_workers({"a", "c"}, "c") == 2
+
+
+# -- the sorted groups the placement passes search ----------------------------------------
+
+
+@pytest.mark.parametrize("added", [0, 1, INSORT_AT_MOST, INSORT_AT_MOST + 1, 400])
+def test_merge_sorted_keeps_the_run_sorted_either_way(added: int) -> None:
+    # A few new entries are inserted one by one, many are sorted in: the result is the same.
+    rng = random.Random(added)
+    entries = [(rng.randrange(100), f"s{n}") for n in range(300 + added)]
+    run = sorted(entries[added:])
+    merge_sorted(run, entries[:added])
+    assert run == sorted(entries)
+
+
+@settings(max_examples=60)
+@given(st.randoms(use_true_random=False), st.sampled_from([1, 5, INSORT_AT_MOST + 40]))
+def test_weight_bins_answer_as_a_plain_model_does(rng: random.Random, burst: int) -> None:
+    # Bursts of adds between reads take the insert path (one or a few) or the sort path
+    # (more than INSORT_AT_MOST); either way removals and best_move see every split.
+    first = [(w, rng.randrange(1000), f"s{n}") for n, w in enumerate([1, 2, 2, 3])]
+    bins = WeightBins(first)
+    present = {split: (weight, h) for weight, h, split in first}
+    serial = 4
+    for _ in range(6):
+        for _ in range(burst):
+            weight, h = rng.randint(1, 6), rng.randrange(1000)
+            bins.add(weight, (h, f"s{serial}"))
+            present[f"s{serial}"] = (weight, h)
+            serial += 1
+        for split in rng.sample(sorted(present), k=min(len(present), burst // 2 + 1)):
+            weight, h = present.pop(split)
+            bins.remove(weight, (h, split))
+        for gap in range(1, 14):
+            movable = [(w * (gap - w), h, s, w) for s, (w, h) in present.items() if w < gap]
+            want = max(movable, key=lambda o: o[:3], default=None)
+            assert bins.best_move(gap) == want
+        assert bins.weights == sorted({w for w, _ in present.values()})
