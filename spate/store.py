@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -58,6 +58,7 @@ import attrs
 from spate.errors import StoreError
 
 __all__ = [
+    "BatchedSwaps",
     "Capabilities",
     "Delete",
     "Entry",
@@ -70,6 +71,7 @@ __all__ = [
     "Session",
     "SnapshotDone",
     "Store",
+    "Swap",
     "WatchEvent",
     "Won",
     "WriteResult",
@@ -386,5 +388,43 @@ class Store(Protocol):
         revision order, with no gap between the snapshot and the live events. Expiries are
         delivered as Delete when ``capabilities.expiry_reaches_watchers``. A watch that
         breaks raises :class:`~spate.errors.StoreUnavailable`; the caller opens a new one.
+        """
+        ...
+
+
+@attrs.frozen
+class Swap:
+    """One compare-and-swap of a group: ``value`` for durable ``key`` if it is at ``expected``."""
+
+    key: str
+    value: bytes
+    expected: Revision
+
+
+@runtime_checkable
+class BatchedSwaps(Protocol):
+    """A store that can carry several durable compare-and-swaps in one round trip (optional).
+
+    When the store offers it, the coordinator's runtime groups the durable compare-and-swaps
+    (commits, claims, hand-backs) that queue up while one is in flight into one call: a
+    *group commit*. The store's own cost per request (a round trip, a consensus entry, an
+    HTTP exchange) is then paid once per group instead of once per write. Stores without it
+    get every write on its own, as before.
+    """
+
+    @property
+    def max_batch(self) -> int:
+        """The most swaps one :meth:`update_many` call may carry."""
+        ...
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        """Independent durable compare-and-swaps, sent together.
+
+        Each swap lands or loses on its own, exactly as :meth:`Store.update` of its key in the
+        durable keyspace would: result ``i`` is swap ``i``'s Won (its new revision), Lost, or
+        the :class:`~spate.errors.StoreError` that refused it (an invalid key, a value too
+        large), which leaves the other swaps unaffected. The keys are distinct. Raises
+        :class:`~spate.errors.StoreUnavailable` when the outcome is unknown: any of the swaps
+        may have landed.
         """
         ...

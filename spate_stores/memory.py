@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -39,6 +39,7 @@ from spate.store import (
     Revision,
     Session,
     SnapshotDone,
+    Swap,
     WatchEvent,
     Won,
     WriteResult,
@@ -59,6 +60,9 @@ DEFAULT_EPHEMERAL_TTL = 30.0
 """Default TTL of the ephemeral keyspace: the default lease duration."""
 DEFAULT_MAX_VALUE_SIZE = 1024 * 1024
 """Default value size limit, matching etcd's default request limit."""
+
+MAX_BATCH = 64
+"""The most compare-and-swaps one ``update_many`` call carries (a group commit's size)."""
 
 
 @attrs.define
@@ -275,6 +279,11 @@ class MemoryStore:
         return self._capabilities
 
     @property
+    def max_batch(self) -> int:
+        """The most compare-and-swaps one :meth:`update_many` carries."""
+        return MAX_BATCH
+
+    @property
     def ephemeral_ttl(self) -> float:
         """TTL in seconds of the ephemeral keyspace."""
         return self._ttl
@@ -390,6 +399,25 @@ class MemoryStore:
         if current is None or current.revision != expected:
             return Lost()
         return Won(table.put(key, bytes(value), trio.current_time()))
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        """Durable compare-and-swaps applied together, each on its own (see BatchedSwaps)."""
+        table = await self._enter(Keyspace.DURABLE)
+        now = trio.current_time()
+        results: list[WriteResult | StoreError] = []
+        for swap in swaps:
+            try:
+                validate_key(swap.key)
+                self._check_value(swap.key, swap.value)
+            except StoreError as exc:
+                results.append(exc)
+                continue
+            current = table.entries.get(swap.key)
+            if current is None or current.revision != swap.expected:
+                results.append(Lost())
+            else:
+                results.append(Won(table.put(swap.key, bytes(swap.value), now)))
+        return results
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None

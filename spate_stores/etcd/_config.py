@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_EPHEMERAL_TTL",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_TIMEOUT",
+    "TXN_OVERHEAD",
     "EtcdConfig",
     "KeyLayout",
 ]
@@ -52,9 +53,9 @@ _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 _MAX_NAMESPACE_LENGTH = 200
 _SCHEMES = {"etcd": "http", "etcd+http": "http", "etcd+https": "https"}
 _PARAMS = {"namespace", "ttl", "ca", "cert", "key", "timeout", "max_request_bytes"}
-# Room for the txn around a value: the key twice (compare and put), the lease, and the
-# protobuf framing, so a value of max_value_size always fits the server's request limit.
-_TXN_OVERHEAD = 512
+TXN_OVERHEAD = 512
+"""Room for the txn around a value: the key twice (compare and put), the lease, and the
+protobuf framing, so a value of max_value_size always fits the server's request limit."""
 
 
 def _check_namespace(namespace: str) -> str:
@@ -274,4 +275,4 @@ class KeyLayout:
     def max_value_size(self, max_request_bytes: int) -> int:
         """The largest value whose txn (with the longest key) fits ``max_request_bytes``."""
         longest = max(len(self.prefix(ks)) for ks in Keyspace) + MAX_KEY_LENGTH
-        return max_request_bytes - 2 * longest - _TXN_OVERHEAD
+        return max_request_bytes - 2 * longest - TXN_OVERHEAD

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -20,6 +20,7 @@ from spate.store import (
     Lost,
     Revision,
     Session,
+    Swap,
     WatchEvent,
     Won,
     WriteResult,
@@ -27,21 +28,24 @@ from spate.store import (
     validate_prefix,
 )
 from spate_stores.etcd import _errors as errors
-from spate_stores.etcd._config import DEFAULT_EPHEMERAL_TTL, EtcdConfig, KeyLayout
+from spate_stores.etcd._config import DEFAULT_EPHEMERAL_TTL, TXN_OVERHEAD, EtcdConfig, KeyLayout
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._session import LeaseSession
 from spate_stores.etcd._watch import WatchIterator, open_watch_stream
 from spate_stores.etcd._wire import (
     ErrorKind,
+    Json,
     Kv,
     delete_range,
     deleted_count,
+    each_succeeded,
     header_revision,
     parse_kvs,
     prefix_end,
     range_request,
     txn_create,
     txn_delete,
+    txn_each,
     txn_put_if,
     txn_succeeded,
 )
@@ -56,6 +60,9 @@ EXPIRY_SLACK = 1.0
 etcd checks for expired leases every 500 ms and deletes their keys in one raft proposal.
 """
 _PAGE = 500
+MAX_BATCH = 64
+"""The most compare-and-swaps one ``update_many`` txn carries (etcd's ``--max-txn-ops``, 128 by
+default, bounds the nested txns of one txn)."""
 _LIST_ATTEMPTS = 3
 
 _TxnBuilder = Callable[[int], dict[str, Any]]
@@ -378,6 +385,60 @@ class EtcdStore:
             f"updating {key!r}",
             session,
         )
+
+    @property
+    def max_batch(self) -> int:
+        """The most compare-and-swaps one :meth:`update_many` carries."""
+        return MAX_BATCH
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        """Durable compare-and-swaps in one txn of nested txns, each landing on its own.
+
+        They land at one revision. Swaps whose values together exceed the server's request
+        limit go in several txns, sent at once.
+        """
+        self._check_open(Keyspace.DURABLE)
+        results: list[WriteResult | StoreError] = [Lost()] * len(swaps)
+        chunks: list[list[tuple[int, Json]]] = []
+        room = 0
+        for i, swap in enumerate(swaps):
+            try:
+                validate_key(swap.key)
+                data = self._value(swap.key, swap.value)
+            except StoreError as exc:
+                results[i] = exc
+                continue
+            if not isinstance(swap.expected, int) or swap.expected <= 0:
+                continue  # Lost: no key is at a revision <= 0
+            raw = self._layout.key(Keyspace.DURABLE, swap.key)
+            cost = len(data) + 2 * len(raw) + TXN_OVERHEAD
+            if not chunks or cost > room:
+                chunks.append([])
+                room = self._config.max_request_bytes
+            chunks[-1].append((i, txn_put_if(raw, data, swap.expected)))
+            room -= cost
+
+        async def send(chunk: list[tuple[int, Json]]) -> None:
+            reply = await self._call_txn(
+                txn_each([txn for _, txn in chunk]), f"updating {len(chunk)} keys together"
+            )
+            held = each_succeeded(reply, len(chunk))
+            if held is None:
+                raise StoreError(
+                    f"etcd answered a txn of {len(chunk)} nested txns with {reply!r}, not one "
+                    "result each; is this etcd 3.3 or later?"
+                )
+            revision = header_revision(reply)
+            for (i, _), won in zip(chunk, held, strict=True):
+                results[i] = Won(revision) if won else Lost()
+
+        if len(chunks) == 1:
+            await send(chunks[0])
+        elif chunks:
+            async with trio.open_nursery() as nursery:
+                for chunk in chunks:
+                    nursery.start_soon(send, chunk)
+        return results
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,6 +21,7 @@ __all__ = [
     "ErrorKind",
     "EventKind",
     "GatewayError",
+    "Json",
     "Kv",
     "MalformedReply",
     "RawEvent",
@@ -29,6 +30,7 @@ __all__ = [
     "classify_error",
     "delete_range",
     "deleted_count",
+    "each_succeeded",
     "header_revision",
     "lease_grant",
     "lease_id",
@@ -42,6 +44,7 @@ __all__ = [
     "range_request",
     "txn_create",
     "txn_delete",
+    "txn_each",
     "txn_put_if",
     "txn_succeeded",
     "unb64",
@@ -195,6 +198,29 @@ class Kv:
     value: bytes
     mod_revision: int
     lease: int = 0
+
+
+def txn_each(txns: Sequence[Json]) -> Json:
+    """A ``/v3/kv/txn`` body running each of ``txns`` on its own, all at one revision.
+
+    The outer txn compares nothing; each inner one is a ``request_txn`` with its own compare,
+    so each lands or loses independently (nested txns: etcd 3.3 and later).
+    """
+    return {"success": [{"request_txn": txn} for txn in txns]}
+
+
+def each_succeeded(reply: Mapping[str, Any], count: int) -> list[bool] | None:
+    """Whether each inner txn of a :func:`txn_each` reply held; None if the reply is not one."""
+    responses = reply.get("responses", [])
+    if not isinstance(responses, list) or len(responses) != count:
+        return None
+    held = []
+    for response in responses:
+        inner = response.get("response_txn") if isinstance(response, dict) else None
+        if not isinstance(inner, dict):
+            return None
+        held.append(txn_succeeded(inner))
+    return held
 
 
 def header_revision(reply: Mapping[str, Any]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from spate_testing.conformance._batched import BatchedConformance
 from spate_testing.conformance._cas import CasConformance
 from spate_testing.conformance._concurrency import ConcurrencyConformance
 from spate_testing.conformance._data import DataConformance
@@ -17,6 +18,7 @@ __all__ = ["StoreConformance"]
 
 class StoreConformance(
     CasConformance,
+    BatchedConformance,
     DataConformance,
     ConcurrencyConformance,
     ExpiryConformance,
@@ -40,7 +42,8 @@ class StoreConformance(
     with a short ephemeral TTL (two seconds, say): the TTL tests wait one or two TTLs.
 
     Tests that do not apply to a store are skipped, naming the capability it declares
-    (per-key versus session expiry, whether expiry reaches watchers). Provide a
+    (per-key versus session expiry, whether expiry reaches watchers, whether it sends
+    compare-and-swaps together). Provide a
     ``partitioned_store_factory`` fixture (clients behind a link the test can cut, such as
     :mod:`spate_testing.blackhole`'s proxy) to run the partition test too.
     """

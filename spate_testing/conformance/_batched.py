@@ -1,0 +1,133 @@
+"""Conformance: compare-and-swaps sent together (:class:`spate.store.BatchedSwaps`, optional).
+
+A store that offers ``update_many`` promises that each swap of a group lands or loses exactly
+as its own ``update`` would, whatever the others do; the runtime's group commit relies on it
+for every commit it sends in a group. Stores without it skip these tests, naming why.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from spate.errors import StoreError, ValueTooLarge
+from spate.store import BatchedSwaps, Delete, Entry, Keyspace, Lost, Put, Store, Swap, Won
+from spate_testing.conformance._support import (
+    NAMESPACE,
+    StoreFactory,
+    expect_won,
+    next_event,
+    unique_prefix,
+)
+
+__all__ = ["BatchedConformance"]
+
+D = Keyspace.DURABLE
+
+
+def _batched(store: Store) -> BatchedSwaps:
+    if not isinstance(store, BatchedSwaps):
+        pytest.skip(
+            f"{store.capabilities.system} does not offer update_many (BatchedSwaps): its "
+            "compare-and-swaps are sent one by one"
+        )
+    assert store.max_batch >= 1, f"max_batch is {store.max_batch}; it must be at least 1"
+    return store
+
+
+class BatchedConformance:
+    """Swaps sent together are independent compare-and-swaps of the durable keyspace."""
+
+    async def test_each_swap_of_a_group_lands_or_loses_on_its_own(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """Current revisions win, stale and missing ones lose, in one call, result for result."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
+            other = expect_won(await store.create(D, prefix + "b", b"b1"), "create b")
+            moved = expect_won(await store.update(D, prefix + "b", b"b2", other.revision), "b")
+            results = await batched.update_many(
+                [
+                    Swap(prefix + "a", b"a2", first.revision),  # current: wins
+                    Swap(prefix + "b", b"stale", other.revision),  # moved on: loses
+                    Swap(prefix + "missing", b"m", first.revision),  # absent: loses, not created
+                ]
+            )
+            assert len(results) == 3, f"three swaps gave {len(results)} results"
+            won = results[0]
+            assert isinstance(won, Won), f"the swap at the current revision got {won!r}"
+            assert won.revision > first.revision, "a won swap did not increase the revision"
+            assert isinstance(results[1], Lost), f"a stale swap got {results[1]!r}"
+            assert isinstance(results[2], Lost), f"a swap of a missing key got {results[2]!r}"
+            assert await store.get(D, prefix + "a") == Entry(prefix + "a", b"a2", won.revision)
+            assert await store.get(D, prefix + "b") == Entry(prefix + "b", b"b2", moved.revision)
+            assert await store.get(D, prefix + "missing") is None, "a swap created a key"
+
+    async def test_a_full_group_lands_and_reaches_watchers(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """``max_batch`` swaps in one call all land, and a watcher hears each as a Put."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            count = min(batched.max_batch, 64)
+            keys = [f"{prefix}k{n:03d}" for n in range(count)]
+            revisions = {}
+            for key in keys:
+                revisions[key] = expect_won(await store.create(D, key, b"v1"), "create").revision
+            async with store.watch(D, prefix) as events:
+                for _ in keys:
+                    await next_event(events, "the snapshot")
+                await next_event(events, "SnapshotDone")
+                results = await batched.update_many(
+                    [Swap(key, key.encode(), revisions[key]) for key in keys]
+                )
+                for key, result in zip(keys, results, strict=True):
+                    assert isinstance(result, Won), f"swap of {key} got {result!r}"
+                    assert result.revision > revisions[key]
+                    assert await store.get(D, key) == Entry(key, key.encode(), result.revision)
+                heard = {}
+                for _ in keys:
+                    event = await next_event(events, "a Put for each swap")
+                    assert isinstance(event, Put | Delete)
+                    assert isinstance(event, Put), f"a swap was heard as {event!r}"
+                    heard[event.entry.key] = event.entry
+                won = {k: r for k, r in zip(keys, results, strict=True) if isinstance(r, Won)}
+                assert heard == {k: Entry(k, k.encode(), won[k].revision) for k in keys}
+
+    async def test_a_refused_swap_leaves_the_others_alone(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """An oversize value or a bad key is refused (its result is the error); others land."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
+            big = expect_won(await store.create(D, prefix + "big", b"small"), "create big")
+            too_big = b"x" * (store.capabilities.max_value_size + 1)
+            results = await batched.update_many(
+                [
+                    Swap(prefix + "big", too_big, big.revision),
+                    Swap(prefix + "a", b"a2", first.revision),
+                    Swap("not a key!", b"v", first.revision),
+                ]
+            )
+            assert isinstance(results[0], ValueTooLarge), f"an oversize value got {results[0]!r}"
+            assert isinstance(results[1], Won), f"the valid swap got {results[1]!r}"
+            assert isinstance(results[2], StoreError), f"an invalid key got {results[2]!r}"
+            assert await store.get(D, prefix + "big") == Entry(
+                prefix + "big", b"small", big.revision
+            )
+            assert await store.get(D, prefix + "a") == Entry(
+                prefix + "a", b"a2", results[1].revision
+            )
+
+    async def test_an_empty_group_writes_nothing(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """No swaps, no results (and no error)."""
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            assert list(await batched.update_many([])) == []
