@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,18 +14,20 @@ import trio
 
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
-from spate.errors import Fenced
+from spate.errors import Fenced, StoreError
 from spate.events import Gained, Lost, RevokeRequested
 from spate.metrics import MetricsHooks
 from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import KeyKind, Keys
 from spate.store import (
+    BatchedSwaps,
     Capabilities,
     Entry,
     Keyspace,
     Revision,
     Session,
     Store,
+    Swap,
     WatchEvent,
     Won,
     WriteResult,
@@ -286,6 +288,18 @@ class RecordingStore:
     ) -> WriteResult:
         self._count("create", keyspace, key)
         return await self.inner.create(keyspace, key, value, session=session)
+
+    @property
+    def max_batch(self) -> int:
+        """The inner store's (1, so nothing is grouped, when it cannot send swaps together)."""
+        return self.inner.max_batch if isinstance(self.inner, BatchedSwaps) else 1
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        """Swaps sent together, each counted as an update."""
+        assert isinstance(self.inner, BatchedSwaps)
+        for swap in swaps:
+            self._count("update", Keyspace.DURABLE, swap.key)
+        return await self.inner.update_many(swaps)
 
     async def update(
         self,

@@ -41,8 +41,9 @@ The faults, and the real-world event each one stands for:
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -51,6 +52,7 @@ import trio
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import (
+    BatchedSwaps,
     Capabilities,
     Delete,
     Entry,
@@ -60,6 +62,7 @@ from spate.store import (
     Session,
     SnapshotDone,
     Store,
+    Swap,
     WatchEvent,
     Won,
     WriteResult,
@@ -292,6 +295,40 @@ class FaultyStore:
         return await self._write(
             "delete", keyspace, key, lambda _: self.inner.delete(keyspace, key, expected), None
         )
+
+    @property
+    def max_batch(self) -> int:
+        """The inner store's (1 when it cannot send swaps together: nothing is grouped)."""
+        return self.inner.max_batch if isinstance(self.inner, BatchedSwaps) else 1
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        """Delegate after the gate, as one write: the group may land late, or lose its reply."""
+        if not isinstance(self.inner, BatchedSwaps):
+            raise StoreError(f"{self.inner!r} cannot send compare-and-swaps together")
+        inner = self.inner
+        waited = await self._gate("update_many")
+        if self._nursery is not None and self._roll(self.rates.late_rate):
+            self.injected["late_landing"] += 1
+            self._nursery.start_soon(self._land_late_group, inner, swaps)
+            raise StoreUnavailable(
+                f"{self!r}: injected timeout during update_many (the group lands "
+                f"{self.rates.late_delay:g} s later)"
+            )
+        if waited:
+            with trio.CancelScope(shield=True):
+                results = await inner.update_many(swaps)
+        else:
+            results = await inner.update_many(swaps)
+        for result in results:
+            if isinstance(result, Won | Lost):
+                self._late(waited, result)
+        self._maybe_lose_reply("update_many")
+        return results
+
+    async def _land_late_group(self, inner: BatchedSwaps, swaps: Sequence[Swap]) -> None:
+        await trio.sleep(self.rates.late_delay)
+        with contextlib.suppress(StoreError):  # the store closed before the group arrived
+            await inner.update_many(swaps)
 
     async def _write(
         self,

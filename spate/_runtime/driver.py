@@ -24,6 +24,7 @@ import trio
 from spate._core.flow_engine import FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime import fenced
+from spate._runtime.group_commit import GroupCommit, grouping
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import Delete, Entry, Keyspace, Put, Store, WriteResult
 from spate.telemetry._context import Context, attached
@@ -68,6 +69,13 @@ class Driver(FlowEngine[_Running]):
         redeliver: Callable[[Keyspace, Put | Delete], None] = lambda keyspace, event: None,
     ) -> None:
         self._store = store
+        self._writer: fenced.Writer = store
+        self.group: GroupCommit | None = None
+        """The group commit in front of a store that takes compare-and-swaps in groups."""
+        if grouping(store):
+            self.group = GroupCommit(store, store, timeout=op_timeout)  # type: ignore[arg-type]
+            nursery.start_soon(self.group.run, name="spate group commit")
+            self._writer = self.group
         self._redeliver = redeliver
         self._held_back: dict[Key, list[Put | Delete]] = {}
         self._scope = scope
@@ -335,7 +343,7 @@ class Driver(FlowEngine[_Running]):
         if op.kind == "list":
             return await self._store.list(op.keyspace, op.key)
         return await fenced.write(
-            self._store,
+            self._writer,
             self._scope,
             op.operation or op.kind,
             op.kind,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Literal, Protocol
 
 import attrs
 import trio
@@ -27,15 +27,43 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.metrics import MetricsHooks
-from spate.store import Keyspace, Lost, Session, Store, Won, WriteResult
+from spate.store import Keyspace, Lost, Session, Won, WriteResult
 from spate.telemetry._provider import tracing
 
-__all__ = ["Scope", "WriteKind", "span", "tracing", "write"]
+__all__ = ["Scope", "WriteKind", "Writer", "span", "tracing", "write"]
 
 WriteKind = Literal["create", "update", "delete"]
 """The three guarded store writes."""
 
 _tracer = trace.get_tracer("spate")
+
+
+class Writer(Protocol):
+    """What a fenced write is performed on: a store, or the runtime's group commit before one."""
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
+        """As :meth:`spate.store.Store.create`."""
+        ...
+
+    async def update(
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: int,
+        *,
+        session: Session | None = None,
+    ) -> WriteResult:
+        """As :meth:`spate.store.Store.update`."""
+        ...
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: int | None = None
+    ) -> WriteResult:
+        """As :meth:`spate.store.Store.delete`."""
+        ...
 
 
 @attrs.frozen
@@ -75,7 +103,7 @@ def span(
 
 
 async def write(
-    store: Store,
+    store: Writer,
     scope: Scope,
     operation: str,
     kind: WriteKind,
@@ -138,7 +166,7 @@ async def write(
 
 
 async def _perform(
-    store: Store,
+    store: Writer,
     kind: WriteKind,
     keyspace: Keyspace,
     key: str,

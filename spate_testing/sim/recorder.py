@@ -18,17 +18,18 @@ fleet.
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from spate.errors import Fenced
+from spate.errors import Fenced, StoreError
 from spate.events import AllComplete, Stalled
 from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate.store import (
+    BatchedSwaps,
     Capabilities,
     Entry,
     Keyspace,
@@ -36,6 +37,7 @@ from spate.store import (
     Revision,
     Session,
     Store,
+    Swap,
     Won,
     WriteResult,
 )
@@ -163,6 +165,31 @@ class RecordingStore:
         return await self._write(
             "delete", keyspace, key, expected, None, self.inner.delete(keyspace, key, expected)
         )
+
+    @property
+    def max_batch(self) -> int:
+        """The inner store's (1 when it cannot send swaps together: nothing is grouped)."""
+        return self.inner.max_batch if isinstance(self.inner, BatchedSwaps) else 1
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        """Delegate and record each swap as the durable update it is."""
+        if not isinstance(self.inner, BatchedSwaps):
+            raise StoreError(f"{self.inner!r} cannot send compare-and-swaps together")
+        d = Keyspace.DURABLE
+        try:
+            results = await self.inner.update_many(swaps)
+        except BaseException:
+            for swap in swaps:  # any of them may have landed
+                self._record("update", d, swap.key, swap.expected, "error", None, None)
+            raise
+        for swap, result in zip(swaps, results, strict=True):
+            if isinstance(result, Won):
+                self._record(
+                    "update", d, swap.key, swap.expected, "won", result.revision, swap.value
+                )
+            elif isinstance(result, Lost):
+                self._record("update", d, swap.key, swap.expected, "lost", None, None)
+        return results
 
     async def _write(
         self,

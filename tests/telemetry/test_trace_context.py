@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -9,8 +10,9 @@ import trio.testing
 from opentelemetry import trace
 
 from spate.config import Config
+from spate.errors import StoreError
 from spate.plan import Plan, PlanContext, SplitSpec
-from spate.store import Keyspace, WriteResult
+from spate.store import Keyspace, Swap, WriteResult
 from spate.worker import SplitHandle, run_worker
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.memory import MemoryStore
@@ -45,6 +47,10 @@ class ClientSpans(MemoryStore):
         with client_span("memory", "update", server=server_endpoint("127.0.0.1", 1)):
             return await super().update(keyspace, key, value, expected, **named)
 
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        with client_span("memory", "update_many", server=server_endpoint("127.0.0.1", 1)):
+            return await super().update_many(swaps)
+
 
 async def handle(split: SplitHandle) -> None:
     for step in (1, 2):
@@ -71,12 +77,21 @@ async def test_commit_span_is_a_child_of_the_handler_span(
         parent = batches[commit.parent.span_id]
         assert commit.context.trace_id == parent.context.trace_id
         assert commit.attributes["spate.split"] == parent.attributes["split"]  # type: ignore[index]
-    # The store's client span sits beneath the commit, in the same trace.
+    # The store's client span sits beneath the commit, in the same trace; or, for commits sent
+    # together, beneath the group's span, a child of the first commit's linking them all.
     commit_ids = {c.context.span_id for c in commits}
-    under_commits = [
-        s for s in spans.named("update memory") if s.parent and s.parent.span_id in commit_ids
-    ]
-    assert len(under_commits) == 4
+    carried = {
+        s.parent.span_id
+        for s in spans.named("update memory")
+        if s.parent and s.parent.span_id in commit_ids
+    }
+    for group in spans.named("spate.group-commit"):
+        assert group.parent is not None
+        assert group.parent.span_id in {link.context.span_id for link in group.links}
+        if any(s.parent and s.parent.span_id == group.context.span_id
+               for s in spans.named("update_many memory")):  # fmt: skip
+            carried |= {link.context.span_id for link in group.links}
+    assert carried == commit_ids
 
 
 async def test_writes_nobody_asked_for_start_their_own_traces(

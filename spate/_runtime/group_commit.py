@@ -1,0 +1,240 @@
+"""Group commit: durable compare-and-swaps that queue while others are in flight go out together.
+
+A store that can carry several compare-and-swaps in one round trip
+(:class:`~spate.store.BatchedSwaps`) pays its cost per request (a round trip, a consensus
+entry, an HTTP exchange) once per group instead of once per write. The rule:
+
+* A write that finds nothing in flight and nothing queued goes out at once, on its own: a
+  lone committer never waits for company.
+* Otherwise it joins the queue, and one sender task takes everything queued (up to the
+  store's ``max_batch``) in one call. The sender runs only once the tasks made runnable with
+  it have had their turn, so a burst (every split handed back at once) leaves as one group
+  behind the write that went first, about one round trip in all.
+
+Each write keeps its own outcome: Won, Lost, or the store's refusal of it alone. A group whose
+outcome is unknown (the store could not be reached, or the call ran out of time) reports that
+to every member, each of which then treats its write as it treats any unknown outcome. A
+member cancelled while still queued leaves the queue, unwritten; one cancelled while its group
+is in flight may have landed, as any write cancelled in flight.
+
+Only durable updates are grouped: ephemeral writes name a session, and renewals must never
+wait behind commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+import attrs
+import outcome
+import trio
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
+
+from spate.errors import StoreError, StoreUnavailable
+from spate.store import BatchedSwaps, Keyspace, Revision, Session, Store, Swap, WriteResult
+from spate.telemetry._provider import tracing
+
+_tracer = trace.get_tracer("spate")
+
+__all__ = ["GroupCommit", "grouping"]
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    swap: Swap
+    span: SpanContext | None = None
+    """The member's write span (its fenced write's), when tracing: the group links to it."""
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: outcome.Outcome[WriteResult] | None = None
+
+
+class GroupCommit:
+    """The writes of one coordinator's runtime: durable updates grouped, the rest passed on.
+
+    ``store`` is both the store and its batched form; ``timeout`` bounds each group's call
+    (a member's own deadline may end its wait sooner). Call :meth:`run` in a task of the
+    coordinator's nursery: it is the sender.
+    """
+
+    def __init__(self, store: BatchedSwaps, plain: Store, *, timeout: float) -> None:
+        self._batched = store
+        self._store = plain
+        self._timeout = timeout
+        self._limit = max(1, store.max_batch)
+        self._queue: list[_Waiter] = []
+        self._in_flight = 0
+        self._wake = trio.Event()
+        self._stopped = False
+        self.groups = 0
+        """Groups sent so far (each one call of ``update_many``)."""
+        self.grouped = 0
+        """Writes sent in those groups."""
+
+    # -- the writes fenced.write performs -----------------------------------------------------
+
+    async def create(
+        self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
+    ) -> WriteResult:
+        """Passed on: creates are not grouped."""
+        if session is None:
+            return await self._store.create(keyspace, key, value)
+        return await self._store.create(keyspace, key, value, session=session)
+
+    async def delete(
+        self, keyspace: Keyspace, key: str, expected: Revision | None = None
+    ) -> WriteResult:
+        """Passed on: deletes are not grouped."""
+        return await self._store.delete(keyspace, key, expected)
+
+    async def update(
+        self,
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
+    ) -> WriteResult:
+        """A compare-and-swap: a durable one is grouped with others queued, or goes at once."""
+        if keyspace is not Keyspace.DURABLE or session is not None:
+            if session is None:
+                return await self._store.update(keyspace, key, value, expected)
+            return await self._store.update(keyspace, key, value, expected, session=session)
+        if self._stopped or (not self._queue and not self._in_flight):
+            self._in_flight += 1
+            try:
+                return await self._store.update(keyspace, key, value, expected)
+            finally:
+                self._in_flight -= 1
+        waiter = _Waiter(Swap(key, value, expected))
+        if tracing():
+            waiter.span = trace.get_current_span().get_span_context()
+        self._queue.append(waiter)
+        self._wake.set()
+        try:
+            await waiter.done.wait()
+        except BaseException:
+            if waiter.result is None and waiter in self._queue:
+                self._queue.remove(waiter)  # never sent: nothing was written
+            raise
+        assert waiter.result is not None
+        return waiter.result.unwrap()
+
+    # -- the sender ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Send the queued groups, one at a time, until cancelled.
+
+        A group in flight is shielded from the cancellation, as a write in its caller's own
+        task is (each call is bounded by the timeout): its outcome always reaches its
+        members. Once cancelled, the sender still sends what is queued, and later writes go
+        out on their own.
+        """
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                # The tasks made runnable with this one (a burst of hand-backs) queue first.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                with trio.CancelScope(shield=True):
+                    await self._drain()
+        finally:
+            self._stopped = True
+            with trio.CancelScope(shield=True):
+                await self._drain()
+
+    async def _drain(self) -> None:
+        while self._queue:
+            group = self._queue[: self._limit]
+            del self._queue[: self._limit]
+            await self._send(group)
+
+    async def _send(self, group: list[_Waiter]) -> None:
+        self._in_flight += 1
+        try:
+            results = await self._call(group)
+        except (StoreUnavailable, StoreError) as exc:
+            self._fail(group, exc)  # each member raises it
+            return
+        except BaseException as exc:
+            self._fail(group, StoreUnavailable(f"the write was interrupted in flight ({exc!r})"))
+            raise
+        finally:
+            self._in_flight -= 1
+        for waiter, result in zip(group, results, strict=True):
+            if isinstance(result, StoreError):
+                waiter.result = outcome.Error(result)
+            else:
+                waiter.result = outcome.Value(result)
+            waiter.done.set()
+
+    async def _call(self, group: list[_Waiter]) -> Sequence[WriteResult | StoreError]:
+        with trio.move_on_after(self._timeout) as scope:
+            if len(group) == 1:
+                waiter = group[0]
+                swap = waiter.swap
+                try:
+                    with _within(waiter.span):
+                        won = await self._store.update(
+                            Keyspace.DURABLE, swap.key, swap.value, swap.expected
+                        )
+                except StoreError as exc:
+                    return [exc]
+                return [won]
+            self.groups += 1
+            self.grouped += len(group)
+            if tracing():
+                with self._span(group):
+                    results = await self._batched.update_many([w.swap for w in group])
+            else:
+                results = await self._batched.update_many([w.swap for w in group])
+            if len(results) != len(group):
+                raise StoreError(
+                    f"the store answered {len(results)} results to {len(group)} "
+                    "compare-and-swaps sent together; its update_many is broken"
+                )
+            return results
+        assert scope.cancelled_caught
+        raise StoreUnavailable(
+            f"{len(group)} compare-and-swaps sent together got no answer within "
+            f"{self._timeout:g} s; any of them may have landed"
+        )
+
+    @staticmethod
+    def _span(group: list[_Waiter]) -> AbstractContextManager[trace.Span]:
+        # The group's call serves many writes but can have one parent: it is a child of the
+        # first member's write span, and links to every member's, so a trace viewer leads
+        # from each commit to the round trip that carried it.
+        members = [w.span for w in group if w.span is not None and w.span.is_valid]
+        parent = trace.set_span_in_context(NonRecordingSpan(members[0])) if members else None
+        return _tracer.start_as_current_span(
+            "spate.group-commit",
+            context=parent,
+            links=[Link(member) for member in members],
+            attributes={"spate.group.size": len(group)},
+        )
+
+    @staticmethod
+    def _fail(group: list[_Waiter], exc: StoreUnavailable | StoreError) -> None:
+        for waiter in group:
+            if waiter.result is None:
+                # An exception object each: one raised in several tasks would pile their
+                # tracebacks onto each other.
+                waiter.result = outcome.Error(copy.copy(exc))
+                waiter.done.set()
+
+
+def grouping(store: Store) -> bool:
+    """Whether ``store`` can carry durable compare-and-swaps in groups."""
+    return isinstance(store, BatchedSwaps) and store.max_batch > 1
+
+
+def _within(span: SpanContext | None) -> AbstractContextManager[object]:
+    """The store call of a write queued alone runs in its writer's span, as if in its task."""
+    if span is None or not span.is_valid:
+        return contextlib.nullcontext()
+    return trace.use_span(NonRecordingSpan(span), end_on_exit=False)

@@ -1,0 +1,256 @@
+"""Group commit: durable compare-and-swaps queued behind one in flight go out together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import trio
+import trio.testing
+
+from spate._runtime.group_commit import GroupCommit, grouping
+from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate.store import Keyspace, Lost, Swap, Won, WriteResult
+from spate_stores.memory import MemoryStore
+
+D = Keyspace.DURABLE
+E = Keyspace.EPHEMERAL
+RTT = 0.01
+
+
+class Slow:
+    """A memory store whose writes take a round trip, and which counts its calls."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.updates: list[str] = []
+        self.groups: list[list[str]] = []
+        self.fail_groups: BaseException | None = None
+        self.hang = False
+
+    @property
+    def capabilities(self):  # type: ignore[no-untyped-def]
+        return self.inner.capabilities
+
+    @property
+    def max_batch(self) -> int:
+        return 8
+
+    async def create(self, keyspace, key, value, *, session=None):  # type: ignore[no-untyped-def]
+        return await self.inner.create(keyspace, key, value, session=session)
+
+    async def delete(self, keyspace, key, expected=None):  # type: ignore[no-untyped-def]
+        return await self.inner.delete(keyspace, key, expected)
+
+    async def update(self, keyspace, key, value, expected, *, session=None):  # type: ignore[no-untyped-def]
+        self.updates.append(key)
+        await trio.sleep(RTT)
+        return await self.inner.update(keyspace, key, value, expected, session=session)
+
+    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        self.groups.append([s.key for s in swaps])
+        await trio.sleep(RTT)
+        if self.hang:
+            await trio.sleep_forever()
+        if self.fail_groups is not None:
+            raise self.fail_groups
+        return await self.inner.update_many(swaps)
+
+
+async def _keys(store: MemoryStore, count: int) -> dict[str, int]:
+    revisions = {}
+    for n in range(count):
+        won = await store.create(D, f"k{n}", b"v0")
+        assert isinstance(won, Won)
+        revisions[f"k{n}"] = won.revision
+    return revisions
+
+
+async def _group(
+    count: int, *, op_timeout: float = 5.0
+) -> tuple[MemoryStore, Slow, GroupCommit, dict[str, int]]:
+    inner = MemoryStore(namespace="gc")
+    await inner.__aenter__()
+    slow = Slow(inner)
+    return inner, slow, GroupCommit(slow, slow, timeout=op_timeout), await _keys(inner, count)  # type: ignore[arg-type]
+
+
+async def test_a_lone_write_goes_at_once_on_its_own(autojump_clock: trio.testing.MockClock) -> None:
+    _inner, slow, group, revs = await _group(1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        began = trio.current_time()
+        result = await group.update(D, "k0", b"v1", revs["k0"])
+        assert isinstance(result, Won)
+        assert trio.current_time() - began == pytest.approx(RTT)  # no waiting for company
+        assert slow.updates == ["k0"]
+        assert slow.groups == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_writes_queued_behind_one_in_flight_go_out_as_one_group(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    inner, slow, group, revs = await _group(6)
+    results: dict[str, WriteResult] = {}
+
+    async def write(key: str) -> None:
+        results[key] = await group.update(D, key, b"v1", revs[key])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        began = trio.current_time()
+        async with trio.open_nursery() as writers:
+            for key in revs:
+                writers.start_soon(write, key)
+        # The first went alone, the other five together, at the same time: one round trip.
+        assert trio.current_time() - began == pytest.approx(RTT)
+        assert len(slow.updates) == 1
+        assert [sorted(g) for g in slow.groups] == [sorted(set(revs) - set(slow.updates))]
+        assert group.groups == 1
+        assert group.grouped == 5
+        for key, result in results.items():
+            assert isinstance(result, Won), key
+            entry = await inner.get(D, key)
+            assert entry is not None
+            assert entry.revision == result.revision
+        nursery.cancel_scope.cancel()
+
+
+async def test_each_member_keeps_its_own_outcome(autojump_clock: trio.testing.MockClock) -> None:
+    inner, slow, group, revs = await _group(4)
+    outcomes: dict[str, object] = {}
+    too_big = b"x" * (inner.capabilities.max_value_size + 1)
+    swaps = {
+        "k0": (b"first", revs["k0"]),  # goes alone
+        "k1": (b"v1", revs["k1"]),
+        "k2": (b"stale", revs["k2"] - 1),
+        "k3": (too_big, revs["k3"]),
+    }
+
+    async def write(key: str) -> None:
+        value, expected = swaps[key]
+        try:
+            outcomes[key] = await group.update(D, key, value, expected)
+        except StoreError as exc:
+            outcomes[key] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            for key in swaps:
+                writers.start_soon(write, key)
+        assert len(slow.groups) == 1
+        assert len(slow.groups[0]) == 3
+        assert isinstance(outcomes["k0"], Won)
+        assert isinstance(outcomes["k1"], Won)
+        assert isinstance(outcomes["k2"], Lost)
+        assert isinstance(outcomes["k3"], ValueTooLarge)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("how", ["unavailable", "timeout"])
+async def test_a_group_of_unknown_outcome_tells_every_member(
+    autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    _inner, slow, group, revs = await _group(4, op_timeout=1.0)
+    if how == "unavailable":
+        slow.fail_groups = StoreUnavailable("the store went away")
+    else:
+        slow.hang = True
+    raised: dict[str, BaseException] = {}
+
+    async def write(key: str) -> None:
+        try:
+            await group.update(D, key, b"v1", revs[key])
+        except StoreUnavailable as exc:
+            raised[key] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            for key in revs:
+                writers.start_soon(write, key)
+        grouped = set(slow.groups[0])
+        assert set(raised) == grouped
+        assert len(grouped) == 3
+        if how == "timeout":
+            assert all("may have landed" in str(exc) for exc in raised.values())
+        # One exception object each: raised in several tasks, one would pile up tracebacks.
+        assert len({id(exc) for exc in raised.values()}) == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_member_cancelled_while_queued_is_never_sent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    inner, slow, group, revs = await _group(3)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            writers.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # in flight alone
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.CancelScope() as scope:
+                scope.cancel()  # cancelled before it could be sent: it leaves the queue
+                writers.start_soon(group.update, D, "k2", b"v1", revs["k2"])
+                await group.update(D, "k1", b"v1", revs["k1"])
+        assert all("k1" not in g for g in slow.groups)
+        assert "k1" not in slow.updates
+        entry = await inner.get(D, "k1")
+        assert entry is not None
+        assert entry.revision == revs["k1"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_once_its_sender_stops_queued_writes_still_land_and_later_ones_go_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    _inner, slow, group, revs = await _group(5)
+    results: dict[str, WriteResult] = {}
+
+    async def write(key: str) -> None:
+        results[key] = await group.update(D, key, b"v1", revs[key])
+
+    with trio.fail_after(1):  # a write left in the queue would wait for ever
+        async with trio.open_nursery() as writers:
+            for key in ("k0", "k1", "k2"):  # one goes alone, two queue
+                writers.start_soon(write, key)
+            await trio.testing.wait_all_tasks_blocked()
+            async with trio.open_nursery() as sender:
+                sender.start_soon(group.run)
+                sender.cancel_scope.cancel()  # the coordinator stops before the sender ran
+        assert len(slow.updates) == 1  # one went alone (tasks start in any order)
+        assert len(slow.groups) == 1  # the two queued were sent on the way out
+        assert sorted(slow.updates + slow.groups[0]) == ["k0", "k1", "k2"]
+        async with trio.open_nursery() as writers:
+            for key in ("k3", "k4"):  # with one in flight, the other goes alone too: no sender
+                writers.start_soon(write, key)
+    assert all(isinstance(results[k], Won) for k in revs)
+    assert sorted(slow.updates[1:]) == ["k3", "k4"]
+
+
+async def test_ephemeral_updates_are_never_grouped(autojump_clock: trio.testing.MockClock) -> None:
+    inner, slow, group, revs = await _group(1)
+    async with inner.session() as session:
+        lease = await inner.create(E, "lease", b"x", session=session)
+        assert isinstance(lease, Won)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(group.run)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # keeps one in flight
+            await trio.testing.wait_all_tasks_blocked()
+            renewed = await group.update(E, "lease", b"y", lease.revision, session=session)
+            assert isinstance(renewed, Won)
+            assert slow.groups == []
+            assert slow.updates == ["k0", "lease"]
+            nursery.cancel_scope.cancel()
+
+
+def test_only_stores_that_send_swaps_together_are_grouped() -> None:
+    memory = MemoryStore(namespace="gc")
+    assert grouping(memory)
+    assert not grouping(object())  # type: ignore[arg-type]
