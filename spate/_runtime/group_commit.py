@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
@@ -38,6 +39,7 @@ from spate.errors import StoreError, StoreUnavailable
 from spate.store import BatchedSwaps, Keyspace, Revision, Session, Store, Swap, WriteResult
 from spate.telemetry._provider import tracing
 
+logger = logging.getLogger("spate.group_commit")
 _tracer = trace.get_tracer("spate")
 
 __all__ = ["GroupCommit", "grouping"]
@@ -149,22 +151,58 @@ class GroupCommit:
 
     async def _drain(self) -> None:
         while self._queue:
-            group = self._queue[: self._limit]
-            del self._queue[: self._limit]
-            await self._send(group)
+            await self._send(self._take())
+
+    def _take(self) -> list[_Waiter]:
+        """The next group: the oldest queued writes, at most one per key.
+
+        The runtime writes a key from one flow at a time, but a write outside the driver (an
+        operator's requeue) could queue beside one of the same key; a store may refuse a
+        call naming a key twice (etcd does), so the second waits for the next group.
+        """
+        group: list[_Waiter] = []
+        keys: set[str] = set()
+        rest: list[_Waiter] = []
+        for waiter in self._queue:
+            if len(group) < self._limit and waiter.swap.key not in keys:
+                keys.add(waiter.swap.key)
+                group.append(waiter)
+            else:
+                rest.append(waiter)
+        self._queue = rest
+        return group
 
     async def _send(self, group: list[_Waiter]) -> None:
+        refused: StoreError | None = None
         self._in_flight += 1
         try:
             results = await self._call(group)
-        except (StoreUnavailable, StoreError) as exc:
+        except StoreUnavailable as exc:
             self._fail(group, exc)  # each member raises it
             return
+        except StoreError as exc:
+            refused = exc
         except BaseException as exc:
             self._fail(group, StoreUnavailable(f"the write was interrupted in flight ({exc!r})"))
             raise
         finally:
             self._in_flight -= 1
+        if refused is not None:
+            if len(group) == 1:
+                self._fail(group, refused)
+                return
+            # Refused as a whole (a server whose txn limit is lower than ours, say), so
+            # nothing was written: each goes again on its own, and so does every later write.
+            logger.warning(
+                "the store refused %d compare-and-swaps sent together (%s); sending each "
+                "on its own from now on",
+                len(group),
+                refused,
+            )
+            self._limit = 1
+            for waiter in group:
+                await self._send([waiter])
+            return
         for waiter, result in zip(group, results, strict=True):
             if isinstance(result, StoreError):
                 waiter.result = outcome.Error(result)
@@ -193,9 +231,11 @@ class GroupCommit:
             else:
                 results = await self._batched.update_many([w.swap for w in group])
             if len(results) != len(group):
-                raise StoreError(
+                self._limit = 1  # never trusted with a group again
+                raise StoreUnavailable(
                     f"the store answered {len(results)} results to {len(group)} "
-                    "compare-and-swaps sent together; its update_many is broken"
+                    "compare-and-swaps sent together (its update_many is broken), so any of "
+                    "them may have landed; each later write is sent on its own"
                 )
             return results
         assert scope.cancelled_caught

@@ -250,6 +250,73 @@ async def test_ephemeral_updates_are_never_grouped(autojump_clock: trio.testing.
             nursery.cancel_scope.cancel()
 
 
+async def test_two_writes_of_one_key_never_share_a_group(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    _inner, slow, group, revs = await _group(3)
+    outcomes: list[object] = []
+
+    async def write(key: str, value: bytes) -> None:
+        outcomes.append(await group.update(D, key, value, revs[key]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(write, "k0", b"alone")
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            for key, value in (("k1", b"a"), ("k1", b"b"), ("k2", b"c")):
+                writers.start_soon(write, key, value)
+        assert all(len(set(g)) == len(g) for g in slow.groups)
+        sent = slow.updates[1:] + [k for g in slow.groups for k in g]  # (a group of one
+        assert sorted(sent) == ["k1", "k1", "k2"]  # goes by plain update)
+        assert sorted(type(o).__name__ for o in outcomes) == ["Lost", "Won", "Won", "Won"]
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("broken", ["refused", "miscounted"])
+async def test_a_store_whose_groups_fail_as_a_whole_gets_each_write_alone(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, broken: str
+) -> None:
+    _inner, slow, group, revs = await _group(6)
+    real = slow.update_many
+
+    async def update_many(swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        if broken == "refused":  # refused whole, nothing written (a txn limit, say)
+            slow.groups.append([s.key for s in swaps])
+            raise StoreError("too many operations in txn request")
+        return list(await real(swaps))[:-1]  # one result short: nobody knows what landed
+
+    slow.update_many = update_many  # type: ignore[method-assign]
+    outcomes: dict[str, object] = {}
+
+    async def write(key: str) -> None:
+        try:
+            outcomes[key] = await group.update(D, key, b"v1", revs[key])
+        except StoreUnavailable as exc:
+            outcomes[key] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            for key in ("k0", "k1", "k2"):
+                writers.start_soon(write, key)
+        if broken == "refused":
+            # Sent again one by one: every write landed, none was lost to the refusal.
+            assert all(isinstance(o, Won) for o in outcomes.values())
+            assert "sending each on its own" in caplog.text
+        else:
+            assert sum(isinstance(o, StoreUnavailable) for o in outcomes.values()) == 2
+        groups_before = len(slow.groups)
+        async with trio.open_nursery() as writers:
+            for key in ("k3", "k4", "k5"):
+                writers.start_soon(write, key)
+        assert len(slow.groups) == groups_before  # never grouped again
+        assert all(isinstance(outcomes[k], Won) for k in ("k3", "k4", "k5"))
+        nursery.cancel_scope.cancel()
+
+
 def test_only_stores_that_send_swaps_together_are_grouped() -> None:
     memory = MemoryStore(namespace="gc")
     assert grouping(memory)
