@@ -3,6 +3,7 @@ another server, its watches carry on, and commits survive a killed stream leader
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator
 
@@ -10,7 +11,7 @@ import pytest
 import trio
 
 from spate.errors import StoreUnavailable
-from spate.store import Entry, Keyspace, Put, SnapshotDone, WatchEvent
+from spate.store import Entry, Keyspace, Put, SnapshotDone, Store, WatchEvent
 from spate_stores import open_store
 from spate_stores.nats import NatsStore
 from spate_stores.nats._keys import bucket_name
@@ -30,7 +31,8 @@ async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
         # timeout past JetStream's 4-9 s elections: the watch's consumer is re-created on
         # another server once the killed one's groups have new leaders.
         url = f"nats://127.0.0.1:{first.port}/{ns}?replicas=3&ttl=5&timeout=12"
-        async with open_store(url) as store:
+        async with contextlib.AsyncExitStack() as stack:
+            store = await _opened(stack, url)
             assert isinstance(store, NatsStore)
             conn = store.connection
             # The handshake's INFO may predate a route; later INFO updates complete the list.
@@ -75,6 +77,23 @@ async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
             assert isinstance(event, Put)
             assert event.entry.key == "k2"
             await cluster.restart(first)
+
+
+async def _opened(stack: contextlib.AsyncExitStack, url: str) -> Store:
+    """The store, opened; tried again if creating its R3 buckets got no answer.
+
+    A cluster just formed may move its JetStream meta leadership once more right after the
+    first election, and a stream create made meanwhile can go unanswered for longer than the
+    request timeout (seen once in about a dozen runs on a busy 2-core machine). That is not
+    what this test is about, and the store says so plainly (StoreUnavailable).
+    """
+    for attempt in range(3):
+        try:
+            return await stack.enter_async_context(open_store(url))
+        except StoreUnavailable:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _snapshot(events: AsyncIterator[WatchEvent]) -> AsyncIterator[Put]:
