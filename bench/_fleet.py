@@ -20,7 +20,6 @@ from spate.metrics import MetricsHooks
 from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import KeyKind, Keys
 from spate.store import (
-    BatchedSwaps,
     Capabilities,
     Entry,
     Keyspace,
@@ -31,6 +30,8 @@ from spate.store import (
     WatchEvent,
     Won,
     WriteResult,
+    batched,
+    max_batch_of,
 )
 from spate.worker import SplitHandle
 
@@ -292,14 +293,13 @@ class RecordingStore:
     @property
     def max_batch(self) -> int:
         """The inner store's (1, so nothing is grouped, when it cannot send swaps together)."""
-        return self.inner.max_batch if isinstance(self.inner, BatchedSwaps) else 1
+        return max_batch_of(self.inner)
 
     async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
         """Swaps sent together, each counted as an update."""
-        assert isinstance(self.inner, BatchedSwaps)
         for swap in swaps:
             self._count("update", Keyspace.DURABLE, swap.key)
-        return await self.inner.update_many(swaps)
+        return await batched(self.inner).update_many(swaps)
 
     async def update(
         self,

@@ -75,7 +75,9 @@ __all__ = [
     "WatchEvent",
     "Won",
     "WriteResult",
+    "batched",
     "check_session",
+    "max_batch_of",
     "validate_key",
 ]
 
@@ -428,3 +430,21 @@ class BatchedSwaps(Protocol):
         may have landed.
         """
         ...
+
+
+def max_batch_of(store: object) -> int:
+    """How many compare-and-swaps ``store`` sends together: its ``max_batch``, else 1.
+
+    What a wrapper of a store reports as its own ``max_batch`` (1: nothing is grouped).
+    """
+    return store.max_batch if isinstance(store, BatchedSwaps) else 1
+
+
+def batched(store: object) -> BatchedSwaps:
+    """``store`` as a :class:`BatchedSwaps`; StoreError if it cannot send swaps together.
+
+    What a wrapper's ``update_many`` calls on the store it wraps.
+    """
+    if not isinstance(store, BatchedSwaps):
+        raise StoreError(f"{store!r} cannot send compare-and-swaps together (no update_many)")
+    return store

@@ -66,6 +66,8 @@ from spate.store import (
     WatchEvent,
     Won,
     WriteResult,
+    batched,
+    max_batch_of,
 )
 
 __all__ = ["FaultRates", "FaultyStore"]
@@ -299,13 +301,11 @@ class FaultyStore:
     @property
     def max_batch(self) -> int:
         """The inner store's (1 when it cannot send swaps together: nothing is grouped)."""
-        return self.inner.max_batch if isinstance(self.inner, BatchedSwaps) else 1
+        return max_batch_of(self.inner)
 
     async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
         """Delegate after the gate, as one write: the group may land late, or lose its reply."""
-        if not isinstance(self.inner, BatchedSwaps):
-            raise StoreError(f"{self.inner!r} cannot send compare-and-swaps together")
-        inner = self.inner
+        inner = batched(self.inner)
         waited = await self._gate("update_many")
         if self._nursery is not None and self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1

@@ -36,7 +36,16 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 
 from spate.errors import StoreError, StoreUnavailable
-from spate.store import BatchedSwaps, Keyspace, Revision, Session, Store, Swap, WriteResult
+from spate.store import (
+    BatchedSwaps,
+    Keyspace,
+    Revision,
+    Session,
+    Store,
+    Swap,
+    WriteResult,
+    max_batch_of,
+)
 from spate.telemetry._provider import tracing
 
 logger = logging.getLogger("spate.group_commit")
@@ -270,7 +279,7 @@ class GroupCommit:
 
 def grouping(store: Store) -> bool:
     """Whether ``store`` can carry durable compare-and-swaps in groups."""
-    return isinstance(store, BatchedSwaps) and store.max_batch > 1
+    return max_batch_of(store) > 1
 
 
 def _within(span: SpanContext | None) -> AbstractContextManager[object]:

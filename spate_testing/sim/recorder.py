@@ -29,7 +29,6 @@ from spate.events import AllComplete, Stalled
 from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate.store import (
-    BatchedSwaps,
     Capabilities,
     Entry,
     Keyspace,
@@ -40,6 +39,8 @@ from spate.store import (
     Swap,
     Won,
     WriteResult,
+    batched,
+    max_batch_of,
 )
 from spate_testing.sim.history import (
     Acked,
@@ -169,15 +170,13 @@ class RecordingStore:
     @property
     def max_batch(self) -> int:
         """The inner store's (1 when it cannot send swaps together: nothing is grouped)."""
-        return self.inner.max_batch if isinstance(self.inner, BatchedSwaps) else 1
+        return max_batch_of(self.inner)
 
     async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
         """Delegate and record each swap as the durable update it is."""
-        if not isinstance(self.inner, BatchedSwaps):
-            raise StoreError(f"{self.inner!r} cannot send compare-and-swaps together")
         d = Keyspace.DURABLE
         try:
-            results = await self.inner.update_many(swaps)
+            results = await batched(self.inner).update_many(swaps)
         except BaseException:
             for swap in swaps:  # any of them may have landed
                 self._record("update", d, swap.key, swap.expected, "error", None, None)
