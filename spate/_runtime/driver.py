@@ -26,7 +26,7 @@ from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime import fenced
 from spate._runtime.group_commit import GroupCommit, grouping
 from spate.errors import StoreError, StoreUnavailable
-from spate.store import Delete, Entry, Keyspace, Put, Store, WriteResult
+from spate.store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched
 from spate.telemetry._context import Context, attached
 
 __all__ = ["Driver"]
@@ -73,7 +73,7 @@ class Driver(FlowEngine[_Running]):
         self.group: GroupCommit | None = None
         """The group commit in front of a store that takes compare-and-swaps in groups."""
         if grouping(store):
-            self.group = GroupCommit(store, store, timeout=op_timeout)  # type: ignore[arg-type]
+            self.group = GroupCommit(batched(store), store, timeout=op_timeout)
             nursery.start_soon(self.group.run, name="spate group commit")
             self._writer = self.group
         self._redeliver = redeliver

@@ -61,6 +61,8 @@ class _Waiter:
     """The member's write span (its fenced write's), when tracing: the group links to it."""
     done: trio.Event = attrs.field(factory=trio.Event)
     result: outcome.Outcome[WriteResult] | None = None
+    abandoned: bool = False
+    """Its caller stopped waiting (cancelled, or out of time) while its group was in flight."""
 
 
 class GroupCommit:
@@ -129,8 +131,11 @@ class GroupCommit:
         try:
             await waiter.done.wait()
         except BaseException:
-            if waiter.result is None and waiter in self._queue:
-                self._queue.remove(waiter)  # never sent: nothing was written
+            if waiter.result is None:
+                if waiter in self._queue:
+                    self._queue.remove(waiter)  # never sent: nothing was written
+                else:
+                    waiter.abandoned = True  # in flight: never sent again on its behalf
             raise
         assert waiter.result is not None
         return waiter.result.unwrap()
@@ -210,7 +215,8 @@ class GroupCommit:
             )
             self._limit = 1
             for waiter in group:
-                await self._send([waiter])
+                if not waiter.abandoned:
+                    await self._send([waiter])
             return
         for waiter, result in zip(group, results, strict=True):
             if isinstance(result, StoreError):

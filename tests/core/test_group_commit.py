@@ -317,6 +317,36 @@ async def test_a_store_whose_groups_fail_as_a_whole_gets_each_write_alone(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_refused_group_is_not_sent_again_for_a_member_that_gave_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    _inner, slow, group, revs = await _group(3)
+
+    async def refuse(swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+        slow.groups.append([s.key for s in swaps])
+        await trio.sleep(RTT)
+        raise StoreError("too many operations in txn request")
+
+    slow.update_many = refuse  # type: ignore[method-assign]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # goes alone
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            writers.start_soon(group.update, D, "k1", b"v1", revs["k1"])
+
+            async def impatient() -> None:
+                with trio.move_on_after(RTT / 2):  # gives up while its group is in flight
+                    await group.update(D, "k2", b"v1", revs["k2"])
+
+            writers.start_soon(impatient)
+        assert [sorted(g) for g in slow.groups] == [["k1", "k2"]]
+        assert sorted(slow.updates) == ["k0", "k1"]  # k2's write is not sent again
+        nursery.cancel_scope.cancel()
+
+
 def test_only_stores_that_send_swaps_together_are_grouped() -> None:
     memory = MemoryStore(namespace="gc")
     assert grouping(memory)
