@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 
-from spate.errors import FatalCoordinationError
+import trio
+
+from spate.errors import FatalCoordinationError, StoreUnavailable
 from spate.store import Keyspace, Lost, Session, Store, Won
 
 __all__ = ["probe_store"]
@@ -37,34 +39,46 @@ async def probe_store(
     unless ``scratch`` is given (a coordinator derives it from its process nonce, so a
     replayed run writes the same keys); the ephemeral one goes under ``session`` when given. Raises
     :class:`~spate.errors.FatalCoordinationError` naming the first broken rule;
-    :class:`~spate.errors.StoreUnavailable` passes through (the caller retries).
+    :class:`~spate.errors.StoreUnavailable` passes through (the caller retries). An ephemeral
+    check that fails after the probe was held up for a whole TTL (a paused process) proves
+    nothing, since the scratch key may simply have expired: that raises StoreUnavailable too.
     """
     for keyspace in (Keyspace.DURABLE, Keyspace.EPHEMERAL):
         key = f"{key_prefix}.{secrets.token_hex(8) if scratch is None else scratch}"
         named: dict[str, Session] = {}
         if session is not None and keyspace is Keyspace.EPHEMERAL:
             named["session"] = session
+        started = trio.current_time()
+
+        def refuse(what: str, keyspace: Keyspace = keyspace, started: float = started) -> Exception:
+            held_up = trio.current_time() - started
+            if keyspace is Keyspace.EPHEMERAL and held_up >= store.ephemeral_ttl:
+                return StoreUnavailable(
+                    f"the startup probe was held up for {held_up:.1f} s, at least the "
+                    f"{store.ephemeral_ttl:g} s TTL, so its ephemeral scratch key may have "
+                    f"expired before the check that failed ({what}); probing again"
+                )
+            return _refuse(keyspace, what)
+
         first = await store.create(keyspace, key, b"probe-1", **named)
         if not isinstance(first, Won):
             raise _refuse(keyspace, f"creating a fresh key {key!r} did not win")
         try:
             if not isinstance(await store.create(keyspace, key, b"probe-2", **named), Lost):
-                raise _refuse(keyspace, "a second create of the same key won")
+                raise refuse("a second create of the same key won")
             second = await store.update(keyspace, key, b"probe-3", first.revision, **named)
             if not isinstance(second, Won) or second.revision <= first.revision:
-                raise _refuse(
-                    keyspace, "an update at the current revision did not win with a larger revision"
-                )
+                raise refuse("an update at the current revision did not win with a larger revision")
             stale = await store.update(keyspace, key, b"probe-4", first.revision, **named)
             if not isinstance(stale, Lost):
-                raise _refuse(keyspace, "an update at a stale revision won")
+                raise refuse("an update at a stale revision won")
             if not isinstance(await store.delete(keyspace, key, first.revision), Lost):
-                raise _refuse(keyspace, "a delete guarded by a stale revision won")
+                raise refuse("a delete guarded by a stale revision won")
             entry = await store.get(keyspace, key)
             if entry is None or entry.value != b"probe-3" or entry.revision != second.revision:
-                raise _refuse(keyspace, "a read did not return the last won write")
+                raise refuse("a read did not return the last won write")
             if not isinstance(await store.delete(keyspace, key, second.revision), Won):
-                raise _refuse(keyspace, "a delete guarded by the current revision did not win")
+                raise refuse("a delete guarded by the current revision did not win")
         finally:
             # Best effort: leave no scratch key behind even when refusing the store.
             with contextlib.suppress(Exception):

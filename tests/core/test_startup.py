@@ -11,6 +11,7 @@ from spate.config import Config
 from spate.coordinator import open_coordinator
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate.events import Progress
+from spate.probe import probe_store
 from spate.store import Keyspace, Lost, Revision, Won, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
 
@@ -43,6 +44,37 @@ async def test_probe_refuses_a_broken_store(autojump_clock: trio.abc.Clock) -> N
     # Refused before joining: nothing of the job was written.
     assert await inner.list(Keyspace.DURABLE, "") == []
     assert await inner.list(Keyspace.EPHEMERAL, "") == []
+
+
+class PausesBeforeTheSecondCreate(HookStore):
+    """A healthy store, but the process is held up for longer than the TTL mid-probe."""
+
+    creates = 0
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        if keyspace is Keyspace.EPHEMERAL and key.startswith(KEYS.probe_prefix):
+            self.creates += 1
+            if self.creates == 2:
+                await trio.sleep(TTL + 1)  # the scratch key the first create wrote expires
+        return await self.inner.create(keyspace, key, value, **named)
+
+
+async def test_a_probe_held_up_past_the_ttl_is_tried_again_not_refused(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The second create of the scratch key wins because the first one's key expired, not
+    # because the store's compare-and-swap is broken: the probe is inconclusive, and tried
+    # again (with a fresh key), and the worker starts.
+    inner = MemoryStore(ephemeral_ttl=TTL)
+    store = PausesBeforeTheSecondCreate(inner)
+    with pytest.raises(StoreUnavailable, match="held up for"):
+        await probe_store(store, key_prefix=KEYS.probe_prefix)
+    store.creates = 0
+    async with open_coordinator(
+        store, job=JOB, instance="w1", planner=planner_of(1), config=config()
+    ) as coordinator:
+        assert coordinator.instance == "w1"
+    assert store.creates > 2  # the first try was inconclusive; a later one passed
 
 
 async def test_fingerprint_mismatch_refused(autojump_clock: trio.abc.Clock) -> None:
