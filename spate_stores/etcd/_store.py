@@ -394,8 +394,8 @@ class EtcdStore:
     async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
         """Durable compare-and-swaps in one txn of nested txns, each landing on its own.
 
-        They land at one revision. Swaps whose values together exceed the server's request
-        limit go in several txns, sent at once.
+        They land at one revision. More than ``max_batch`` swaps, or swaps whose values
+        together exceed the server's request limit, go in several txns, sent at once.
         """
         self._check_open(Keyspace.DURABLE)
         results: list[WriteResult | StoreError] = [Lost()] * len(swaps)
@@ -412,7 +412,7 @@ class EtcdStore:
                 continue  # Lost: no key is at a revision <= 0
             raw = self._layout.key(Keyspace.DURABLE, swap.key)
             cost = len(data) + 2 * len(raw) + TXN_OVERHEAD
-            if not chunks or cost > room:
+            if not chunks or cost > room or len(chunks[-1]) == MAX_BATCH:
                 chunks.append([])
                 room = self._config.max_request_bytes
             chunks[-1].append((i, txn_put_if(raw, data, swap.expected)))

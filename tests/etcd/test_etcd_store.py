@@ -19,7 +19,7 @@ import trio
 
 from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
 from spate.probe import probe_store
-from spate.store import Delete, Entry, Keyspace, Lost, Put, SnapshotDone, WatchEvent, Won
+from spate.store import Delete, Entry, Keyspace, Lost, Put, SnapshotDone, Swap, WatchEvent, Won
 from spate_stores import open_store
 from spate_stores.etcd import EtcdStore
 from spate_stores.etcd import _watch as watch_module
@@ -436,3 +436,30 @@ async def test_a_store_shared_by_many_tasks_keeps_cas_exact(
         final = await client.get(DURABLE, "counter")
         assert final is not None
         assert int(final.value) == len(wins) == len(set(wins))
+
+
+# -- compare-and-swaps sent together ----------------------------------------------------------
+
+
+async def test_more_swaps_than_one_txn_carries_go_in_several(
+    etcd_session_server: EtcdServer, namespace: str
+) -> None:
+    # etcd refuses a txn of more than --max-txn-ops (128) operations: 130 swaps, one of them
+    # with the largest value the store takes, go in txns of at most max_batch, and all land.
+    async with store(etcd_session_server, namespace) as client:
+        revisions = {}
+        for n in range(130):
+            won = await client.create(DURABLE, f"k{n:03d}", b"v0")
+            assert isinstance(won, Won)
+            revisions[f"k{n:03d}"] = won.revision
+        big = b"x" * client.capabilities.max_value_size
+        swaps = [Swap(key, big if key == "k000" else b"v1", rev) for key, rev in revisions.items()]
+        results = await client.update_many(swaps)
+        assert all(isinstance(r, Won) for r in results), [
+            r for r in results if not isinstance(r, Won)
+        ]
+        # One revision per txn: at least three (130 swaps, at most 64 a txn).
+        assert len({r.revision for r in results if isinstance(r, Won)}) >= 3
+        entry = await client.get(DURABLE, "k129")
+        assert entry is not None
+        assert entry.value == b"v1"
