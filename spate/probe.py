@@ -39,9 +39,10 @@ async def probe_store(
     unless ``scratch`` is given (a coordinator derives it from its process nonce, so a
     replayed run writes the same keys); the ephemeral one goes under ``session`` when given. Raises
     :class:`~spate.errors.FatalCoordinationError` naming the first broken rule;
-    :class:`~spate.errors.StoreUnavailable` passes through (the caller retries). An ephemeral
-    check that fails after the probe was held up for a whole TTL (a paused process) proves
-    nothing, since the scratch key may simply have expired: that raises StoreUnavailable too.
+    :class:`~spate.errors.StoreUnavailable` passes through (the caller retries). Two checks
+    prove nothing when they fail, and raise StoreUnavailable too: an ephemeral check after the
+    probe was held up for a whole TTL (a paused process: the scratch key may simply have
+    expired), and the read-back of the last write (a replica that lags may serve it).
     """
     for keyspace in (Keyspace.DURABLE, Keyspace.EPHEMERAL):
         key = f"{key_prefix}.{secrets.token_hex(8) if scratch is None else scratch}"
@@ -76,7 +77,15 @@ async def probe_store(
                 raise refuse("a delete guarded by a stale revision won")
             entry = await store.get(keyspace, key)
             if entry is None or entry.value != b"probe-3" or entry.revision != second.revision:
-                raise refuse("a read did not return the last won write")
+                # Not a verdict on the fences: a read may be served by a replica that lags (a
+                # NATS cluster's direct gets), and the protocol decides on CAS outcomes, never
+                # on a read. Inconclusive, so tried again; a store whose reads stay wrong is
+                # refused when the startup runs out of attempts.
+                raise StoreUnavailable(
+                    f"the startup probe's read of {key!r} in the {keyspace.value} keyspace did "
+                    "not return its last won write (a replica that lags, or a store that loses "
+                    "writes); probing again"
+                )
             if not isinstance(await store.delete(keyspace, key, second.revision), Won):
                 raise refuse("a delete guarded by the current revision did not win")
         finally:

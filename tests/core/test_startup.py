@@ -77,6 +77,54 @@ async def test_a_probe_held_up_past_the_ttl_is_tried_again_not_refused(
     assert store.creates > 2  # the first try was inconclusive; a later one passed
 
 
+class StaleReads(HookStore):
+    """Reads of the probe's keys return the entry before the last write, ``stale`` times."""
+
+    def __init__(self, inner: MemoryStore, stale: int) -> None:
+        super().__init__(inner)
+        self.stale = stale
+        self.previous: dict[str, Any] = {}
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        result = await self.inner.create(keyspace, key, value, **named)
+        if isinstance(result, Won):
+            self.previous[key] = await self.inner.get(keyspace, key)
+        return result
+
+    async def get(self, keyspace: Keyspace, key: str) -> Any:
+        if key.startswith(KEYS.probe_prefix) and self.stale > 0 and key in self.previous:
+            self.stale -= 1
+            return self.previous[key]  # what a lagging replica answers
+        return await self.inner.get(keyspace, key)
+
+
+async def test_a_stale_read_in_the_probe_is_tried_again_not_refused(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A replica that lags (a NATS cluster's direct gets) may answer the probe's read-back
+    # with the write before the last: that says nothing of the fences, so the probe runs
+    # again and the worker starts.
+    store = StaleReads(MemoryStore(ephemeral_ttl=TTL), stale=1)
+    with pytest.raises(StoreUnavailable, match="did not return its last won write"):
+        await probe_store(store, key_prefix=KEYS.probe_prefix)
+    store.stale = 1
+    async with open_coordinator(
+        store, job=JOB, instance="w1", planner=planner_of(1), config=config()
+    ) as coordinator:
+        assert coordinator.instance == "w1"
+
+
+async def test_a_store_whose_reads_stay_wrong_is_refused_when_the_startup_gives_up(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = StaleReads(MemoryStore(ephemeral_ttl=TTL), stale=10**6)
+    with pytest.raises(FatalCoordinationError, match="last won write"):
+        async with open_coordinator(
+            store, job=JOB, instance="w1", planner=planner_of(1), config=config()
+        ):
+            pytest.fail("a store whose reads never return the last write must be refused")
+
+
 async def test_fingerprint_mismatch_refused(autojump_clock: trio.abc.Clock) -> None:
     server = MemoryServer()
     async with trio.open_nursery() as nursery:
