@@ -18,7 +18,7 @@ import enum
 import hashlib
 import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Protocol, TypeAlias, TypeVar
+from typing import Protocol, TypeAlias
 
 import attrs
 
@@ -51,14 +51,12 @@ pass ends on its own; this bound only caps pathological inputs)."""
 
 _MASK64 = (1 << 64) - 1
 
-_T = TypeVar("_T", tuple[int, str], tuple[int, int, str])
-
 INSORT_AT_MOST = 64
 """Entries added to a sorted list since its last read that :func:`merge_sorted` inserts one by
 one; more are appended and the list sorted once."""
 
 
-def merge_sorted(run: list[_T], new: list[_T]) -> None:
+def merge_sorted(run: list[tuple[int, str]], new: list[tuple[int, str]]) -> None:
     """Put the entries of ``new`` into the sorted list ``run``, in place.
 
     Both ways are linear in ``len(run)`` per read, with very different constants: an insort

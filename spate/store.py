@@ -425,7 +425,8 @@ class BatchedSwaps(Protocol):
         Each swap lands or loses on its own, exactly as :meth:`Store.update` of its key in the
         durable keyspace would: result ``i`` is swap ``i``'s Won (its new revision), Lost, or
         the :class:`~spate.errors.StoreError` that refused it (an invalid key, a value too
-        large), which leaves the other swaps unaffected. The keys are distinct. Raises
+        large), which leaves the other swaps unaffected. A call naming a key twice is refused
+        whole (:class:`~spate.errors.StoreError`, nothing written). Raises
         :class:`~spate.errors.StoreUnavailable` when the outcome is unknown: any of the swaps
         may have landed.
         """

@@ -402,6 +402,14 @@ class MemoryStore:
 
     async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
         """Durable compare-and-swaps applied together, each on its own (see BatchedSwaps)."""
+        keys = [swap.key for swap in swaps]
+        if len(set(keys)) != len(keys):
+            # Refused whole, as etcd refuses a txn naming a key twice: which of two swaps of
+            # one key should land would otherwise depend on their order.
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            raise StoreError(
+                f"update_many names the key(s) {twice} more than once; nothing written"
+            )
         table = await self._enter(Keyspace.DURABLE)
         now = trio.current_time()
         results: list[WriteResult | StoreError] = []

@@ -41,18 +41,16 @@ The faults, and the real-world event each one stands for:
 from __future__ import annotations
 
 import collections
-import contextlib
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import (
-    BatchedSwaps,
     Capabilities,
     Delete,
     Entry,
@@ -71,6 +69,8 @@ from spate.store import (
 )
 
 __all__ = ["FaultRates", "FaultyStore"]
+
+_R = TypeVar("_R")
 
 
 @attrs.frozen
@@ -306,29 +306,13 @@ class FaultyStore:
     async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
         """Delegate after the gate, as one write: the group may land late, or lose its reply."""
         inner = batched(self.inner)
-        waited = await self._gate("update_many")
-        if self._nursery is not None and self._roll(self.rates.late_rate):
-            self.injected["late_landing"] += 1
-            self._nursery.start_soon(self._land_late_group, inner, swaps)
-            raise StoreUnavailable(
-                f"{self!r}: injected timeout during update_many (the group lands "
-                f"{self.rates.late_delay:g} s later)"
-            )
-        if waited:
-            with trio.CancelScope(shield=True):
-                results = await inner.update_many(swaps)
-        else:
-            results = await inner.update_many(swaps)
-        for result in results:
-            if isinstance(result, Won | Lost):
-                self._late(waited, result)
-        self._maybe_lose_reply("update_many")
-        return results
 
-    async def _land_late_group(self, inner: BatchedSwaps, swaps: Sequence[Swap]) -> None:
-        await trio.sleep(self.rates.late_delay)
-        with contextlib.suppress(StoreError):  # the store closed before the group arrived
-            await inner.update_many(swaps)
+        def settle(results: Sequence[WriteResult | StoreError], waited: bool) -> None:
+            for result in results:
+                if isinstance(result, Won | Lost):
+                    self._late(waited, result)
+
+        return await self._faulty("update_many", lambda _: inner.update_many(swaps), None, settle)
 
     async def _write(
         self,
@@ -338,16 +322,29 @@ class FaultyStore:
         named: Callable[[Session | None], Awaitable[WriteResult]],
         session: Session | None,
     ) -> WriteResult:
+        def settle(result: WriteResult, waited: bool) -> None:
+            self._note_delete(what, keyspace, key, result)
+            self._late(waited, result)
+
+        return await self._faulty(what, named, session, settle)
+
+    async def _faulty(
+        self,
+        what: str,
+        named: Callable[[Session | None], Awaitable[_R]],
+        session: Session | None,
+        settle: Callable[[_R, bool], None],
+    ) -> _R:
+        """One write (or group) through the faults; ``settle`` gets its result and a flag.
+
+        The flag says whether the call waited out a freeze; a late landing settles as not.
+        """
         waited = await self._gate(what)
-
-        def call() -> Awaitable[WriteResult]:
-            return named(session)
-
         if self._nursery is not None and self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1
             # The request left the process while its session was open; it lands whenever
             # it arrives, even after that session ended (a per-key store cannot tell).
-            self._nursery.start_soon(self._land_late, what, keyspace, key, lambda: named(None))
+            self._nursery.start_soon(self._land_late, lambda: named(None), settle)
             raise StoreUnavailable(
                 f"{self!r}: injected timeout during {what} (the write lands "
                 f"{self.rates.late_delay:g} s later)"
@@ -355,27 +352,22 @@ class FaultyStore:
         if waited:
             # The request left before the stop; the caller's deadline cannot recall it.
             with trio.CancelScope(shield=True):
-                result = await call()
+                result = await named(session)
         else:
-            result = await call()
-        self._note_delete(what, keyspace, key, result)
-        self._late(waited, result)
+            result = await named(session)
+        settle(result, waited)
         self._maybe_lose_reply(what)
         return result
 
     async def _land_late(
-        self,
-        what: str,
-        keyspace: Keyspace,
-        key: str,
-        call: Callable[[], Awaitable[WriteResult]],
+        self, call: Callable[[], Awaitable[_R]], settle: Callable[[_R, bool], None]
     ) -> None:
         await trio.sleep(self.rates.late_delay)
         try:
             result = await call()
         except StoreError:
             return  # the store closed (or failed) before the late write arrived
-        self._note_delete(what, keyspace, key, result)
+        settle(result, False)
 
     def _note_delete(self, what: str, keyspace: Keyspace, key: str, result: WriteResult) -> None:
         if what == "delete" and keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):

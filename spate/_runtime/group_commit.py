@@ -93,8 +93,6 @@ class GroupCommit:
         self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
     ) -> WriteResult:
         """Passed on: creates are not grouped."""
-        if session is None:
-            return await self._store.create(keyspace, key, value)
         return await self._store.create(keyspace, key, value, session=session)
 
     async def delete(
@@ -114,8 +112,6 @@ class GroupCommit:
     ) -> WriteResult:
         """A compare-and-swap: a durable one is grouped with others queued, or goes at once."""
         if keyspace is not Keyspace.DURABLE or session is not None:
-            if session is None:
-                return await self._store.update(keyspace, key, value, expected)
             return await self._store.update(keyspace, key, value, expected, session=session)
         if self._stopped or (not self._queue and not self._in_flight):
             self._in_flight += 1

@@ -225,6 +225,20 @@ class EtcdStore:
         if not isinstance(keyspace, Keyspace):
             raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
 
+    def _swap(
+        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
+    ) -> tuple[bytes, bytes] | None:
+        """The raw key and value of a compare-and-swap (StoreError if refused), or None.
+
+        None means it can only lose: no key is at a revision <= 0 (and etcd's MOD == 0 would
+        match a missing key).
+        """
+        validate_key(key)
+        data = self._value(key, value)
+        if not isinstance(expected, int) or expected <= 0:
+            return None
+        return self._layout.key(keyspace, key), data
+
     def _value(self, key: str, value: bytes) -> bytes:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
@@ -373,12 +387,11 @@ class EtcdStore:
         session: Session | None = None,
     ) -> WriteResult:
         """Compare-and-swap on the key's mod_revision."""
-        validate_key(key)
-        data = self._value(key, value)
+        swap = self._swap(keyspace, key, value, expected)
         self._check_open(keyspace)
-        if not isinstance(expected, int) or expected <= 0:
-            return Lost()  # no key is at a revision <= 0 (and MOD == 0 matches a missing key)
-        raw = self._layout.key(keyspace, key)
+        if swap is None:
+            return Lost()
+        raw, data = swap
         return await self._put_txn(
             keyspace,
             lambda lease: txn_put_if(raw, data, expected, lease=lease),
@@ -403,14 +416,13 @@ class EtcdStore:
         room = 0
         for i, swap in enumerate(swaps):
             try:
-                validate_key(swap.key)
-                data = self._value(swap.key, swap.value)
+                prepared = self._swap(Keyspace.DURABLE, swap.key, swap.value, swap.expected)
             except StoreError as exc:
                 results[i] = exc
                 continue
-            if not isinstance(swap.expected, int) or swap.expected <= 0:
-                continue  # Lost: no key is at a revision <= 0
-            raw = self._layout.key(Keyspace.DURABLE, swap.key)
+            if prepared is None:
+                continue  # Lost
+            raw, data = prepared
             cost = len(data) + 2 * len(raw) + TXN_OVERHEAD
             if not chunks or cost > room or len(chunks[-1]) == MAX_BATCH:
                 chunks.append([])

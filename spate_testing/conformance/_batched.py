@@ -124,6 +124,26 @@ class BatchedConformance:
                 prefix + "a", b"a2", results[1].revision
             )
 
+    async def test_a_call_naming_a_key_twice_is_refused_whole(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """Two swaps of one key in one call: StoreError, and neither is written."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
+            other = expect_won(await store.create(D, prefix + "b", b"b1"), "create b")
+            with pytest.raises(StoreError):
+                await batched.update_many(
+                    [
+                        Swap(prefix + "a", b"x", first.revision),
+                        Swap(prefix + "b", b"y", other.revision),
+                        Swap(prefix + "a", b"z", first.revision),
+                    ]
+                )
+            assert await store.get(D, prefix + "a") == Entry(prefix + "a", b"a1", first.revision)
+            assert await store.get(D, prefix + "b") == Entry(prefix + "b", b"b1", other.revision)
+
     async def test_an_empty_group_writes_nothing(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
     ) -> None:
