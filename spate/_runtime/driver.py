@@ -179,36 +179,39 @@ class Driver(FlowEngine[_Running]):
         exception propagates.
         """
         running = _Running(flow, _ignore, inline=True)
-        result: outcome.Outcome[Any] = outcome.Value(None)
+        # The flow is resumed directly (send, or throw a store error into it): this loop runs
+        # for every commit, and wrapping each step's result in an Outcome cost a tenth of it.
+        sent: Any = None
+        error: StoreUnavailable | StoreError | None = None
         try:
             while True:
                 try:
-                    request = result.send(flow)
+                    if error is None:
+                        request = flow.send(sent)
+                    else:
+                        request, error = flow.throw(error), None
                 except StopIteration as stop:
                     value: T = stop.value
                     return value
-                if isinstance(request, Hold | Op) and (
-                    isinstance(request, Hold) or request.is_write
-                ):
-                    key = (request.keyspace, request.key)
-                    if running.held != key:
-                        await self._acquire_inline(running, key)
-                    if isinstance(request, Hold):
-                        result = outcome.Value(None)
-                        continue
-                if isinstance(request, Fork):
+                sent = None
+                if type(request) is Op:
+                    if request.is_write and running.held != (request.keyspace, request.key):
+                        await self._acquire_inline(running, (request.keyspace, request.key))
+                    # Already in the caller's trace context: nothing to attach.
+                    try:
+                        sent = await self._call(request, None, inline=True)
+                    except (StoreUnavailable, StoreError) as exc:
+                        error = exc
+                elif type(request) is Hold:
+                    if running.held != (request.keyspace, request.key):
+                        await self._acquire_inline(running, (request.keyspace, request.key))
+                elif type(request) is Fork:
                     # The sub-flows run side by side, each in a task of this call's own
                     # nursery; the parent gives up its key first (a sub-flow may need it).
                     self._release_inline(running)
-                    result = outcome.Value(await self._fork_inline(request))
-                    continue
-                if not isinstance(request, Op):
+                    sent = await self._fork_inline(request)
+                else:
                     raise TypeError(f"an inline flow cannot yield {request!r}")
-                # Already in the caller's trace context: nothing to attach.
-                try:
-                    result = outcome.Value(await self._call(request, None, inline=True))
-                except (StoreUnavailable, StoreError) as exc:
-                    result = outcome.Error(exc)
         finally:
             self._release_inline(running)
             flow.close()  # a flow left mid-way (its caller cancelled) runs its clean-ups now
