@@ -338,14 +338,15 @@ class Driver(FlowEngine[_Running]):
         assert scope.cancelled_caught
         raise _timed_out(op, timeout)
 
-    async def _store_call(
+    def _store_call(
         self, op: Op, *, traced: bool | None = None
-    ) -> Entry | list[Entry] | WriteResult | None:
+    ) -> Awaitable[Entry | list[Entry] | WriteResult | None]:
+        # Returns the awaitable of the call itself (one coroutine frame less per store call).
         if op.kind == "get":
-            return await self._store.get(op.keyspace, op.key)
+            return self._store.get(op.keyspace, op.key)
         if op.kind == "list":
-            return await self._store.list(op.keyspace, op.key)
-        return await fenced.write(
+            return self._store.list(op.keyspace, op.key)
+        return fenced.write(
             self._writer,
             self._scope,
             op.operation or op.kind,
