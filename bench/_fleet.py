@@ -21,14 +21,17 @@ from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import KeyKind, Keys
 from spate.store import (
     Capabilities,
+    Create,
     Entry,
     Keyspace,
+    Remove,
     Revision,
     Session,
     Store,
     Swap,
     WatchEvent,
     Won,
+    Write,
     WriteResult,
     batched,
     max_batch_of,
@@ -292,14 +295,17 @@ class RecordingStore:
 
     @property
     def max_batch(self) -> int:
-        """The inner store's (1, so nothing is grouped, when it cannot send swaps together)."""
+        """The inner store's (1, so nothing is grouped, when it cannot send writes together)."""
         return max_batch_of(self.inner)
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        """Swaps sent together, each counted as an update."""
-        for swap in swaps:
-            self._count("update", Keyspace.DURABLE, swap.key)
-        return await batched(self.inner).update_many(swaps)
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        """Writes sent together, each counted as the create, update or delete it is."""
+        for write in writes:
+            op = {Create: "create", Swap: "update", Remove: "delete"}[type(write)]
+            self._count(op, write.keyspace, write.key)
+        return await batched(self.inner).write_many(writes, session=session)
 
     async def update(
         self,

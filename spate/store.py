@@ -58,8 +58,9 @@ import attrs
 from spate.errors import StoreError
 
 __all__ = [
-    "BatchedSwaps",
+    "BatchedWrites",
     "Capabilities",
+    "Create",
     "Delete",
     "Entry",
     "EphemeralSemantics",
@@ -67,6 +68,7 @@ __all__ = [
     "Keyspace",
     "Lost",
     "Put",
+    "Remove",
     "Revision",
     "Session",
     "SnapshotDone",
@@ -74,9 +76,11 @@ __all__ = [
     "Swap",
     "WatchEvent",
     "Won",
+    "Write",
     "WriteResult",
     "batched",
     "check_session",
+    "keys_named_twice",
     "max_batch_of",
     "validate_key",
 ]
@@ -395,57 +399,97 @@ class Store(Protocol):
 
 
 @attrs.frozen
+class Create:
+    """A write of a group: create ``key`` if it does not exist (as :meth:`Store.create`)."""
+
+    key: str
+    value: bytes
+    keyspace: Keyspace = Keyspace.DURABLE
+
+
+@attrs.frozen
 class Swap:
-    """One compare-and-swap of a group: ``value`` for durable ``key`` if it is at ``expected``."""
+    """A write of a group: ``value`` for ``key`` if at ``expected`` (as :meth:`Store.update`)."""
 
     key: str
     value: bytes
     expected: Revision
+    keyspace: Keyspace = Keyspace.DURABLE
+
+
+@attrs.frozen
+class Remove:
+    """A write of a group: delete ``key``, at ``expected`` if given (as :meth:`Store.delete`)."""
+
+    key: str
+    expected: Revision | None = None
+    keyspace: Keyspace = Keyspace.DURABLE
+
+
+Write: TypeAlias = Create | Swap | Remove
+"""One conditional write of a :meth:`BatchedWrites.write_many` call."""
 
 
 @runtime_checkable
-class BatchedSwaps(Protocol):
-    """A store that can carry several durable compare-and-swaps in one round trip (optional).
+class BatchedWrites(Protocol):
+    """A store that can carry several conditional writes in one round trip (optional).
 
-    When the store offers it, the coordinator's runtime groups the durable compare-and-swaps
-    (commits, claims, hand-backs) that queue up while one is in flight into one call: a
-    *group commit*. The store's own cost per request (a round trip, a consensus entry, an
-    HTTP exchange) is then paid once per group instead of once per write. Stores without it
-    get every write on its own, as before.
+    When the store offers it, the coordinator's runtime groups the writes that queue up while
+    one is in flight (commits, claims and their leases, hand-backs and their lease deletes)
+    into one call: a *group commit*. The store's own cost per request (a round trip, a
+    consensus entry, an HTTP exchange) is then paid once per group instead of once per
+    write. Stores without it get every write on its own, as before.
     """
 
     @property
     def max_batch(self) -> int:
-        """The most swaps one :meth:`update_many` call may carry."""
+        """The most writes one :meth:`write_many` call may carry."""
         ...
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        """Independent durable compare-and-swaps, sent together.
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        """Independent conditional writes, sent together.
 
-        Each swap lands or loses on its own, exactly as :meth:`Store.update` of its key in the
-        durable keyspace would: result ``i`` is swap ``i``'s Won (its new revision), Lost, or
-        the :class:`~spate.errors.StoreError` that refused it (an invalid key, a value too
-        large), which leaves the other swaps unaffected. A call naming a key twice is refused
-        whole (:class:`~spate.errors.StoreError`, nothing written). Raises
-        :class:`~spate.errors.StoreUnavailable` when the outcome is unknown: any of the swaps
-        may have landed.
+        Each write lands or loses on its own, exactly as its own :meth:`Store.create`,
+        :meth:`Store.update` or :meth:`Store.delete` would (an ephemeral create or swap
+        naming ``session``): result ``i`` is write ``i``'s Won, Lost, or the
+        :class:`~spate.errors.StoreError` that refused it alone (an invalid key, a value too
+        large), which leaves the other writes unaffected. A call naming one key of one
+        keyspace twice is refused whole (:class:`~spate.errors.StoreError`, nothing written),
+        and so is a call whose ``session`` is refused (ended, another client's:
+        :class:`~spate.errors.StoreError`; lost: :class:`~spate.errors.SessionLost`).
+        Raises :class:`~spate.errors.StoreUnavailable` when the outcome is unknown: any of
+        the writes may have landed.
         """
         ...
 
 
 def max_batch_of(store: object) -> int:
-    """How many compare-and-swaps ``store`` sends together: its ``max_batch``, else 1.
+    """How many writes ``store`` sends together: its ``max_batch``, else 1.
 
     What a wrapper of a store reports as its own ``max_batch`` (1: nothing is grouped).
     """
-    return store.max_batch if isinstance(store, BatchedSwaps) else 1
+    return store.max_batch if isinstance(store, BatchedWrites) else 1
 
 
-def batched(store: object) -> BatchedSwaps:
-    """``store`` as a :class:`BatchedSwaps`; StoreError if it cannot send swaps together.
+def batched(store: object) -> BatchedWrites:
+    """``store`` as a :class:`BatchedWrites`; StoreError if it cannot send writes together.
 
-    What a wrapper's ``update_many`` calls on the store it wraps.
+    What a wrapper's ``write_many`` calls on the store it wraps.
     """
-    if not isinstance(store, BatchedSwaps):
-        raise StoreError(f"{store!r} cannot send compare-and-swaps together (no update_many)")
+    if not isinstance(store, BatchedWrites):
+        raise StoreError(f"{store!r} cannot send writes together (no write_many)")
     return store
+
+
+def keys_named_twice(writes: Sequence[Write]) -> list[str]:
+    """The keys that ``writes`` name more than once in one keyspace, sorted (a refused call)."""
+    seen: set[tuple[Keyspace, str]] = set()
+    twice: set[str] = set()
+    for write in writes:
+        named = (write.keyspace, write.key)
+        if named in seen:
+            twice.add(write.key)
+        seen.add(named)
+    return sorted(twice)

@@ -29,6 +29,7 @@ import trio
 from spate.errors import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import (
     Capabilities,
+    Create,
     Delete,
     Entry,
     EphemeralSemantics,
@@ -36,14 +37,16 @@ from spate.store import (
     Keyspace,
     Lost,
     Put,
+    Remove,
     Revision,
     Session,
     SnapshotDone,
-    Swap,
     WatchEvent,
     Won,
+    Write,
     WriteResult,
     check_session,
+    keys_named_twice,
     validate_key,
     validate_prefix,
 )
@@ -62,7 +65,7 @@ DEFAULT_MAX_VALUE_SIZE = 1024 * 1024
 """Default value size limit, matching etcd's default request limit."""
 
 MAX_BATCH = 64
-"""The most compare-and-swaps one ``update_many`` call carries (a group commit's size)."""
+"""The most writes one ``write_many`` call carries (a group commit's size)."""
 
 
 @attrs.define
@@ -280,7 +283,7 @@ class MemoryStore:
 
     @property
     def max_batch(self) -> int:
-        """The most compare-and-swaps one :meth:`update_many` carries."""
+        """The most writes one :meth:`write_many` carries."""
         return MAX_BATCH
 
     @property
@@ -327,6 +330,9 @@ class MemoryStore:
         # A checkpoint before touching state: the call can be cancelled before it applies
         # (never after), and other tasks get to run as they would around real I/O.
         await trio.lowlevel.checkpoint()
+        return self._table(keyspace)
+
+    def _table(self, keyspace: Keyspace) -> _Table:
         if self._closed:
             raise StoreError(f"{self!r} is closed; open a new store to keep working.")
         if not isinstance(keyspace, Keyspace):
@@ -400,32 +406,46 @@ class MemoryStore:
             return Lost()
         return Won(table.put(key, bytes(value), trio.current_time()))
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        """Durable compare-and-swaps applied together, each on its own (see BatchedSwaps)."""
-        keys = [swap.key for swap in swaps]
-        if len(set(keys)) != len(keys):
-            # Refused whole, as etcd refuses a txn naming a key twice: which of two swaps of
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        """Writes applied together, each on its own (see :class:`~spate.store.BatchedWrites`)."""
+        twice = keys_named_twice(writes)
+        if twice:
+            # Refused whole, as etcd refuses a txn naming a key twice: which of two writes of
             # one key should land would otherwise depend on their order.
-            twice = sorted({k for k in keys if keys.count(k) > 1})
-            raise StoreError(
-                f"update_many names the key(s) {twice} more than once; nothing written"
-            )
-        table = await self._enter(Keyspace.DURABLE)
-        now = trio.current_time()
+            raise StoreError(f"write_many names the key(s) {twice} more than once; nothing written")
+        if any(write.keyspace is Keyspace.EPHEMERAL for write in writes):
+            check_session(session, self)  # a refused session refuses the whole call
+        await trio.lowlevel.checkpoint()
         results: list[WriteResult | StoreError] = []
-        for swap in swaps:
+        for write in writes:
             try:
-                validate_key(swap.key)
-                self._check_value(swap.key, swap.value)
+                results.append(self._apply(write))
             except StoreError as exc:
                 results.append(exc)
-                continue
-            current = table.entries.get(swap.key)
-            if current is None or current.revision != swap.expected:
-                results.append(Lost())
-            else:
-                results.append(Won(table.put(swap.key, bytes(swap.value), now)))
         return results
+
+    def _apply(self, write: Write) -> WriteResult:
+        """One write of a group, with no checkpoint: as its own create/update/delete."""
+        validate_key(write.key)
+        if isinstance(write, Remove):
+            table = self._table(write.keyspace)
+            current = table.entries.get(write.key)
+            if current is None or (
+                write.expected is not None and current.revision != write.expected
+            ):
+                return Lost()
+            return Won(table.remove(write.key))
+        self._check_value(write.key, write.value)
+        table = self._table(write.keyspace)
+        current = table.entries.get(write.key)
+        if isinstance(write, Create):
+            if current is not None:
+                return Lost()
+        elif current is None or current.revision != write.expected:
+            return Lost()
+        return Won(table.put(write.key, bytes(write.value), trio.current_time()))
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None

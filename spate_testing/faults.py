@@ -56,13 +56,14 @@ from spate.store import (
     Entry,
     Keyspace,
     Lost,
+    Remove,
     Revision,
     Session,
     SnapshotDone,
     Store,
-    Swap,
     WatchEvent,
     Won,
+    Write,
     WriteResult,
     batched,
     max_batch_of,
@@ -300,19 +301,25 @@ class FaultyStore:
 
     @property
     def max_batch(self) -> int:
-        """The inner store's (1 when it cannot send swaps together: nothing is grouped)."""
+        """The inner store's (1 when it cannot send writes together: nothing is grouped)."""
         return max_batch_of(self.inner)
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
         """Delegate after the gate, as one write: the group may land late, or lose its reply."""
         inner = batched(self.inner)
 
         def settle(results: Sequence[WriteResult | StoreError], waited: bool) -> None:
-            for result in results:
+            for write, result in zip(writes, results, strict=True):
                 if isinstance(result, Won | Lost):
+                    if isinstance(write, Remove):
+                        self._note_delete("delete", write.keyspace, write.key, result)
                     self._late(waited, result)
 
-        return await self._faulty("update_many", lambda _: inner.update_many(swaps), None, settle)
+        return await self._faulty(
+            "write_many", lambda named: inner.write_many(writes, session=named), session, settle
+        )
 
     async def _write(
         self,

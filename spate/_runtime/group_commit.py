@@ -1,7 +1,7 @@
-"""Group commit: durable compare-and-swaps that queue while others are in flight go out together.
+"""Group commit: writes that queue while others are in flight go out together.
 
-A store that can carry several compare-and-swaps in one round trip
-(:class:`~spate.store.BatchedSwaps`) pays its cost per request (a round trip, a consensus
+A store that can carry several conditional writes in one round trip
+(:class:`~spate.store.BatchedWrites`) pays its cost per request (a round trip, a consensus
 entry, an HTTP exchange) once per group instead of once per write. The rule:
 
 * A write that finds nothing in flight and nothing queued goes out at once, on its own: a
@@ -17,8 +17,10 @@ to every member, each of which then treats its write as it treats any unknown ou
 member cancelled while still queued leaves the queue, unwritten; one cancelled while its group
 is in flight may have landed, as any write cancelled in flight.
 
-Only durable updates are grouped: ephemeral writes name a session, and renewals must never
-wait behind commits.
+Every write is grouped but the ephemeral updates: those are renewals, which must never wait
+behind other writes. So a hand-over's lease deletes go out together, and so do the lease
+creates of the claims that follow it. A group's ephemeral writes share one session (a
+coordinator has one at a time; a write naming a newer one waits for the next group).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AbstractContextManager
 
 import attrs
@@ -37,12 +39,15 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 
 from spate.errors import StoreError, StoreUnavailable
 from spate.store import (
-    BatchedSwaps,
+    BatchedWrites,
+    Create,
     Keyspace,
+    Remove,
     Revision,
     Session,
     Store,
     Swap,
+    Write,
     WriteResult,
     max_batch_of,
 )
@@ -56,7 +61,9 @@ __all__ = ["GroupCommit", "grouping"]
 
 @attrs.define(eq=False)
 class _Waiter:
-    swap: Swap
+    write: Write
+    session: Session | None
+    """The session its ephemeral write names (None: durable, or the client's own)."""
     span: SpanContext | None = None
     """The member's write span (its fenced write's), when tracing: the group links to it."""
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -66,14 +73,14 @@ class _Waiter:
 
 
 class GroupCommit:
-    """The writes of one coordinator's runtime: durable updates grouped, the rest passed on.
+    """The writes of one coordinator's runtime: grouped, but for renewals (passed on).
 
     ``store`` is both the store and its batched form; ``timeout`` bounds each group's call
     (a member's own deadline may end its wait sooner). Call :meth:`run` in a task of the
     coordinator's nursery: it is the sender.
     """
 
-    def __init__(self, store: BatchedSwaps, plain: Store, *, timeout: float) -> None:
+    def __init__(self, store: BatchedWrites, plain: Store, *, timeout: float) -> None:
         self._batched = store
         self._store = plain
         self._timeout = timeout
@@ -83,7 +90,7 @@ class GroupCommit:
         self._wake = trio.Event()
         self._stopped = False
         self.groups = 0
-        """Groups sent so far (each one call of ``update_many``)."""
+        """Groups sent so far (each one call of ``write_many``)."""
         self.grouped = 0
         """Writes sent in those groups."""
 
@@ -92,14 +99,18 @@ class GroupCommit:
     async def create(
         self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
     ) -> WriteResult:
-        """Passed on: creates are not grouped."""
-        return await self._store.create(keyspace, key, value, session=session)
+        """A create: grouped with others queued, or sent at once."""
+        if self._alone():
+            return await self._direct(self._store.create(keyspace, key, value, session=session))
+        return await self._queued(Create(key, value, keyspace), session)
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None
     ) -> WriteResult:
-        """Passed on: deletes are not grouped."""
-        return await self._store.delete(keyspace, key, expected)
+        """A delete: grouped with others queued, or sent at once."""
+        if self._alone():
+            return await self._direct(self._store.delete(keyspace, key, expected))
+        return await self._queued(Remove(key, expected, keyspace), None)
 
     async def update(
         self,
@@ -110,16 +121,34 @@ class GroupCommit:
         *,
         session: Session | None = None,
     ) -> WriteResult:
-        """A compare-and-swap: a durable one is grouped with others queued, or goes at once."""
-        if keyspace is not Keyspace.DURABLE or session is not None:
+        """A compare-and-swap: a durable one is grouped with others queued, or goes at once.
+
+        An ephemeral one (a renewal) is always passed on at once.
+        """
+        if keyspace is not Keyspace.DURABLE:
             return await self._store.update(keyspace, key, value, expected, session=session)
-        if self._stopped or (not self._queue and not self._in_flight):
+        if self._alone():
+            # Written out rather than through _direct: every commit comes this way.
             self._in_flight += 1
             try:
                 return await self._store.update(keyspace, key, value, expected)
             finally:
                 self._in_flight -= 1
-        waiter = _Waiter(Swap(key, value, expected))
+        return await self._queued(Swap(key, value, expected), None)
+
+    def _alone(self) -> bool:
+        """Whether a write goes at once, on its own: nothing in flight or queued (or stopped)."""
+        return self._stopped or (not self._queue and not self._in_flight)
+
+    async def _direct(self, call: Awaitable[WriteResult]) -> WriteResult:
+        self._in_flight += 1
+        try:
+            return await call
+        finally:
+            self._in_flight -= 1
+
+    async def _queued(self, write: Write, session: Session | None) -> WriteResult:
+        waiter = _Waiter(write, session if write.keyspace is Keyspace.EPHEMERAL else None)
         if tracing():
             waiter.span = trace.get_current_span().get_span_context()
         self._queue.append(waiter)
@@ -164,19 +193,25 @@ class GroupCommit:
             await self._send(self._take())
 
     def _take(self) -> list[_Waiter]:
-        """The next group: the oldest queued writes, at most one per key.
+        """The next group: the oldest queued writes, at most one per key, one session.
 
         The runtime writes a key from one flow at a time, but a write outside the driver (an
         operator's requeue) could queue beside one of the same key; a store may refuse a
-        call naming a key twice (etcd does), so the second waits for the next group.
+        call naming a key twice (etcd does), so the second waits for the next group. So does
+        an ephemeral write naming another session than the group's (a session replaced
+        while writes of the old one were queued).
         """
         group: list[_Waiter] = []
-        keys: set[str] = set()
+        keys: set[tuple[Keyspace, str]] = set()
+        session: Session | None = None
         rest: list[_Waiter] = []
         for waiter in self._queue:
-            if len(group) < self._limit and waiter.swap.key not in keys:
-                keys.add(waiter.swap.key)
+            named = (waiter.write.keyspace, waiter.write.key)
+            fits = waiter.session is None or session is None or waiter.session is session
+            if len(group) < self._limit and named not in keys and fits:
+                keys.add(named)
                 group.append(waiter)
+                session = session or waiter.session
             else:
                 rest.append(waiter)
         self._queue = rest
@@ -204,8 +239,8 @@ class GroupCommit:
             # Refused as a whole (a server whose txn limit is lower than ours, say), so
             # nothing was written: each goes again on its own, and so does every later write.
             logger.warning(
-                "the store refused %d compare-and-swaps sent together (%s); sending each "
-                "on its own from now on",
+                "the store refused %d writes sent together (%s); sending each on its own "
+                "from now on",
                 len(group),
                 refused,
             )
@@ -225,35 +260,41 @@ class GroupCommit:
         with trio.move_on_after(self._timeout) as scope:
             if len(group) == 1:
                 waiter = group[0]
-                swap = waiter.swap
                 try:
                     with _within(waiter.span):
-                        won = await self._store.update(
-                            Keyspace.DURABLE, swap.key, swap.value, swap.expected
-                        )
+                        return [await self._one(waiter.write, waiter.session)]
                 except StoreError as exc:
                     return [exc]
-                return [won]
             self.groups += 1
             self.grouped += len(group)
+            writes = [w.write for w in group]
+            session = next((w.session for w in group if w.session is not None), None)
             if tracing():
                 with self._span(group):
-                    results = await self._batched.update_many([w.swap for w in group])
+                    results = await self._batched.write_many(writes, session=session)
             else:
-                results = await self._batched.update_many([w.swap for w in group])
+                results = await self._batched.write_many(writes, session=session)
             if len(results) != len(group):
                 self._limit = 1  # never trusted with a group again
                 raise StoreUnavailable(
-                    f"the store answered {len(results)} results to {len(group)} "
-                    "compare-and-swaps sent together (its update_many is broken), so any of "
-                    "them may have landed; each later write is sent on its own"
+                    f"the store answered {len(results)} results to {len(group)} writes sent "
+                    "together (its write_many is broken), so any of them may have landed; "
+                    "each later write is sent on its own"
                 )
             return results
         assert scope.cancelled_caught
         raise StoreUnavailable(
-            f"{len(group)} compare-and-swaps sent together got no answer within "
-            f"{self._timeout:g} s; any of them may have landed"
+            f"{len(group)} writes sent together got no answer within {self._timeout:g} s; "
+            "any of them may have landed"
         )
+
+    def _one(self, write: Write, session: Session | None) -> Awaitable[WriteResult]:
+        """The store's own call for one write (a group of one, or one resent alone)."""
+        if isinstance(write, Swap):
+            return self._store.update(write.keyspace, write.key, write.value, write.expected)
+        if isinstance(write, Create):
+            return self._store.create(write.keyspace, write.key, write.value, session=session)
+        return self._store.delete(write.keyspace, write.key, write.expected)
 
     @staticmethod
     def _span(group: list[_Waiter]) -> AbstractContextManager[trace.Span]:
@@ -280,7 +321,7 @@ class GroupCommit:
 
 
 def grouping(store: Store) -> bool:
-    """Whether ``store`` can carry durable compare-and-swaps in groups."""
+    """Whether ``store`` can carry writes in groups."""
     return max_batch_of(store) > 1
 
 

@@ -14,16 +14,19 @@ import trio
 from spate.errors import StoreError
 from spate.store import (
     Capabilities,
+    Create,
     Entry,
     EphemeralSemantics,
     Keyspace,
     Lost,
+    Remove,
     Revision,
     Session,
-    Swap,
     WatchEvent,
     Won,
+    Write,
     WriteResult,
+    keys_named_twice,
     validate_key,
     validate_prefix,
 )
@@ -34,7 +37,6 @@ from spate_stores.etcd._session import LeaseSession
 from spate_stores.etcd._watch import WatchIterator, open_watch_stream
 from spate_stores.etcd._wire import (
     ErrorKind,
-    Json,
     Kv,
     delete_range,
     deleted_count,
@@ -45,6 +47,7 @@ from spate_stores.etcd._wire import (
     range_request,
     txn_create,
     txn_delete,
+    txn_delete_existing,
     txn_each,
     txn_put_if,
     txn_succeeded,
@@ -61,7 +64,7 @@ etcd checks for expired leases every 500 ms and deletes their keys in one raft p
 """
 _PAGE = 500
 MAX_BATCH = 64
-"""The most compare-and-swaps one ``update_many`` txn carries (etcd's ``--max-txn-ops``, 128 by
+"""The most writes one ``write_many`` txn carries (etcd's ``--max-txn-ops``, 128 by
 default, bounds the nested txns of one txn)."""
 _LIST_ATTEMPTS = 3
 
@@ -225,20 +228,6 @@ class EtcdStore:
         if not isinstance(keyspace, Keyspace):
             raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
 
-    def _swap(
-        self, keyspace: Keyspace, key: str, value: bytes, expected: Revision
-    ) -> tuple[bytes, bytes] | None:
-        """The raw key and value of a compare-and-swap (StoreError if refused), or None.
-
-        None means it can only lose: no key is at a revision <= 0 (and etcd's MOD == 0 would
-        match a missing key).
-        """
-        validate_key(key)
-        data = self._value(key, value)
-        if not isinstance(expected, int) or expected <= 0:
-            return None
-        return self._layout.key(keyspace, key), data
-
     def _value(self, key: str, value: bytes) -> bytes:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise StoreError(f"value for key {key!r} must be bytes, not {type(value).__name__}")
@@ -322,23 +311,28 @@ class EtcdStore:
         return session
 
     async def _put_txn(
+        self, lease_session: LeaseSession | None, build: _TxnBuilder, doing: str
+    ) -> dict[str, Any]:
+        """Send the txn ``build`` makes for the session's lease (0 and no session: durable)."""
+        if lease_session is None:
+            return await self._call_txn(build(0), doing)
+        for attempt in range(2):
+            lease = await lease_session.lease()
+            try:
+                return await self._call_txn(build(lease), doing)
+            except ReplyError as exc:
+                if exc.error.kind is not ErrorKind.LEASE_NOT_FOUND or attempt == 1:
+                    raise self._unexpected(exc, doing) from None
+                # Refused for its lease, so not applied: safe to retry on a new lease
+                # (the default session grants one; a coordinator's raises SessionLost).
+                lease_session.invalidate(lease, "etcd refused a write naming it")
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _leased_write(
         self, keyspace: Keyspace, build: _TxnBuilder, doing: str, session: Session | None
     ) -> WriteResult:
-        if keyspace is Keyspace.DURABLE:
-            reply = await self._call_txn(build(0), doing)
-        else:
-            lease_session = self._lease_session(session)
-            for attempt in range(2):
-                lease = await lease_session.lease()
-                try:
-                    reply = await self._call_txn(build(lease), doing)
-                    break
-                except ReplyError as exc:
-                    if exc.error.kind is not ErrorKind.LEASE_NOT_FOUND or attempt == 1:
-                        raise self._unexpected(exc, doing) from None
-                    # Refused for its lease, so not applied: safe to retry on a new lease
-                    # (the default session grants one; a coordinator's raises SessionLost).
-                    lease_session.invalidate(lease, "etcd refused a write naming it")
+        lease_session = None if keyspace is Keyspace.DURABLE else self._lease_session(session)
+        reply = await self._put_txn(lease_session, build, doing)
         if txn_succeeded(reply):
             return Won(header_revision(reply))
         return Lost()
@@ -370,7 +364,7 @@ class EtcdStore:
         data = self._value(key, value)
         self._check_open(keyspace)
         raw = self._layout.key(keyspace, key)
-        return await self._put_txn(
+        return await self._leased_write(
             keyspace,
             lambda lease: txn_create(raw, data, lease=lease),
             f"creating {key!r}",
@@ -387,12 +381,13 @@ class EtcdStore:
         session: Session | None = None,
     ) -> WriteResult:
         """Compare-and-swap on the key's mod_revision."""
-        swap = self._swap(keyspace, key, value, expected)
+        validate_key(key)
+        data = self._value(key, value)
         self._check_open(keyspace)
-        if swap is None:
-            return Lost()
-        raw, data = swap
-        return await self._put_txn(
+        if not isinstance(expected, int) or expected <= 0:
+            return Lost()  # no key is at such a revision (and etcd's MOD == 0 matches none)
+        raw = self._layout.key(keyspace, key)
+        return await self._leased_write(
             keyspace,
             lambda lease: txn_put_if(raw, data, expected, lease=lease),
             f"updating {key!r}",
@@ -401,38 +396,50 @@ class EtcdStore:
 
     @property
     def max_batch(self) -> int:
-        """The most compare-and-swaps one :meth:`update_many` carries."""
+        """The most writes one :meth:`write_many` txn carries."""
         return MAX_BATCH
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        """Durable compare-and-swaps in one txn of nested txns, each landing on its own.
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        """Conditional writes in one txn of nested txns, each landing or losing on its own.
 
-        They land at one revision. More than ``max_batch`` swaps, or swaps whose values
-        together exceed the server's request limit, go in several txns, sent at once.
+        They land at one revision; the ephemeral ones on ``session``'s lease. More than
+        ``max_batch`` writes, or writes whose values together exceed the server's request
+        limit, go in several txns, sent at once.
         """
         self._check_open(Keyspace.DURABLE)
-        results: list[WriteResult | StoreError] = [Lost()] * len(swaps)
-        chunks: list[list[tuple[int, Json]]] = []
+        twice = keys_named_twice(writes)
+        if twice:
+            # etcd itself refuses a txn that names a key twice ("duplicate key given").
+            raise StoreError(f"write_many names the key(s) {twice} more than once; nothing written")
+        lease_session = (
+            self._lease_session(session)
+            if any(write.keyspace is Keyspace.EPHEMERAL for write in writes)
+            else None
+        )
+        results: list[WriteResult | StoreError] = [Lost()] * len(writes)
+        chunks: list[list[tuple[int, _TxnBuilder]]] = []
         room = 0
-        for i, swap in enumerate(swaps):
+        for i, write in enumerate(writes):
             try:
-                prepared = self._swap(Keyspace.DURABLE, swap.key, swap.value, swap.expected)
+                prepared = self._prepare(write)
             except StoreError as exc:
                 results[i] = exc
                 continue
             if prepared is None:
-                continue  # Lost
-            raw, data = prepared
-            cost = len(data) + 2 * len(raw) + TXN_OVERHEAD
+                continue  # it can only lose
+            build, cost = prepared
             if not chunks or cost > room or len(chunks[-1]) == MAX_BATCH:
                 chunks.append([])
                 room = self._config.max_request_bytes
-            chunks[-1].append((i, txn_put_if(raw, data, swap.expected)))
+            chunks[-1].append((i, build))
             room -= cost
 
-        async def send(chunk: list[tuple[int, Json]]) -> None:
-            reply = await self._call_txn(
-                txn_each([txn for _, txn in chunk]), f"updating {len(chunk)} keys together"
+        async def send(chunk: list[tuple[int, _TxnBuilder]]) -> None:
+            doing = f"writing {len(chunk)} keys together"
+            reply = await self._put_txn(
+                lease_session, lambda lease: txn_each([build(lease) for _, build in chunk]), doing
             )
             held = each_succeeded(reply, len(chunk))
             if held is None:
@@ -451,6 +458,32 @@ class EtcdStore:
                 for chunk in chunks:
                     nursery.start_soon(send, chunk)
         return results
+
+    def _prepare(self, write: Write) -> tuple[_TxnBuilder, int] | None:
+        """One write of a group as a nested txn (given the lease) and its size, or None.
+
+        None: it can only lose (a revision <= 0). StoreError: refused on its own.
+        """
+        validate_key(write.key)
+        if not isinstance(write.keyspace, Keyspace):
+            raise StoreError(f"unknown keyspace {write.keyspace!r}; use spate.store.Keyspace")
+        raw = self._layout.key(write.keyspace, write.key)
+        leased = write.keyspace is Keyspace.EPHEMERAL
+        if isinstance(write, Remove):
+            if write.expected is None:
+                return (lambda lease: txn_delete_existing(raw)), 2 * len(raw) + TXN_OVERHEAD
+            if not isinstance(write.expected, int) or write.expected <= 0:
+                return None
+            expected = write.expected
+            return (lambda lease: txn_delete(raw, expected)), 2 * len(raw) + TXN_OVERHEAD
+        data = self._value(write.key, write.value)
+        cost = len(data) + 2 * len(raw) + TXN_OVERHEAD
+        if isinstance(write, Create):
+            return (lambda lease: txn_create(raw, data, lease=lease if leased else 0)), cost
+        if not isinstance(write.expected, int) or write.expected <= 0:
+            return None
+        revision = write.expected
+        return (lambda lease: txn_put_if(raw, data, revision, lease=lease if leased else 0)), cost
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None

@@ -151,6 +151,16 @@ def txn_delete(key: bytes, expected: int) -> Json:
     }
 
 
+def txn_delete_existing(key: bytes) -> Json:
+    """A ``/v3/kv/txn`` body: delete ``key`` if it exists (succeeded tells whether it did)."""
+    return {
+        "compare": [
+            {"key": b64(key), "target": "CREATE", "result": "GREATER", "create_revision": "0"}
+        ],
+        "success": [{"request_delete_range": {"key": b64(key)}}],
+    }
+
+
 def delete_range(key: bytes) -> Json:
     """A ``/v3/kv/deleterange`` body for one key."""
     return {"key": b64(key)}

@@ -1,8 +1,9 @@
-"""Conformance: compare-and-swaps sent together (:class:`spate.store.BatchedSwaps`, optional).
+"""Conformance: writes sent together (:class:`spate.store.BatchedWrites`, optional).
 
-A store that offers ``update_many`` promises that each swap of a group lands or loses exactly
-as its own ``update`` would, whatever the others do; the runtime's group commit relies on it
-for every commit it sends in a group. Stores without it skip these tests, naming why.
+A store that offers ``write_many`` promises that each write of a group lands or loses exactly
+as its own ``create``, ``update`` or ``delete`` would, whatever the others do; the runtime's
+group commit relies on it for every write it sends in a group. Stores without it skip these
+tests, naming why.
 """
 
 from __future__ import annotations
@@ -11,10 +12,23 @@ import pytest
 import trio
 
 from spate.errors import StoreError, ValueTooLarge
-from spate.store import BatchedSwaps, Delete, Entry, Keyspace, Lost, Put, Store, Swap, Won
+from spate.store import (
+    BatchedWrites,
+    Create,
+    Delete,
+    Entry,
+    Keyspace,
+    Lost,
+    Put,
+    Remove,
+    Store,
+    Swap,
+    Won,
+)
 from spate_testing.conformance._support import (
     NAMESPACE,
     StoreFactory,
+    Timing,
     expect_won,
     next_event,
     unique_prefix,
@@ -23,20 +37,21 @@ from spate_testing.conformance._support import (
 __all__ = ["BatchedConformance"]
 
 D = Keyspace.DURABLE
+E = Keyspace.EPHEMERAL
 
 
-def _batched(store: Store) -> BatchedSwaps:
-    if not isinstance(store, BatchedSwaps):
+def _batched(store: Store) -> BatchedWrites:
+    if not isinstance(store, BatchedWrites):
         pytest.skip(
-            f"{store.capabilities.system} does not offer update_many (BatchedSwaps): its "
-            "compare-and-swaps are sent one by one"
+            f"{store.capabilities.system} does not offer write_many (BatchedWrites): its "
+            "writes are sent one by one"
         )
     assert store.max_batch >= 1, f"max_batch is {store.max_batch}; it must be at least 1"
     return store
 
 
 class BatchedConformance:
-    """Swaps sent together are independent compare-and-swaps of the durable keyspace."""
+    """Writes sent together are independent conditional writes, each as if sent alone."""
 
     async def test_each_swap_of_a_group_lands_or_loses_on_its_own(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
@@ -48,7 +63,7 @@ class BatchedConformance:
             first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
             other = expect_won(await store.create(D, prefix + "b", b"b1"), "create b")
             moved = expect_won(await store.update(D, prefix + "b", b"b2", other.revision), "b")
-            results = await batched.update_many(
+            results = await batched.write_many(
                 [
                     Swap(prefix + "a", b"a2", first.revision),  # current: wins
                     Swap(prefix + "b", b"stale", other.revision),  # moved on: loses
@@ -81,7 +96,7 @@ class BatchedConformance:
                 for _ in keys:
                     await next_event(events, "the snapshot")
                 await next_event(events, "SnapshotDone")
-                results = await batched.update_many(
+                results = await batched.write_many(
                     [Swap(key, key.encode(), revisions[key]) for key in keys]
                 )
                 for key, result in zip(keys, results, strict=True):
@@ -107,7 +122,7 @@ class BatchedConformance:
             first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
             big = expect_won(await store.create(D, prefix + "big", b"small"), "create big")
             too_big = b"x" * (store.capabilities.max_value_size + 1)
-            results = await batched.update_many(
+            results = await batched.write_many(
                 [
                     Swap(prefix + "big", too_big, big.revision),
                     Swap(prefix + "a", b"a2", first.revision),
@@ -134,7 +149,7 @@ class BatchedConformance:
             first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
             other = expect_won(await store.create(D, prefix + "b", b"b1"), "create b")
             with pytest.raises(StoreError):
-                await batched.update_many(
+                await batched.write_many(
                     [
                         Swap(prefix + "a", b"x", first.revision),
                         Swap(prefix + "b", b"y", other.revision),
@@ -147,7 +162,94 @@ class BatchedConformance:
     async def test_an_empty_group_writes_nothing(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
     ) -> None:
-        """No swaps, no results (and no error)."""
+        """No writes, no results (and no error)."""
         async with store_factory(NAMESPACE) as store:
             batched = _batched(store)
-            assert list(await batched.update_many([])) == []
+            assert list(await batched.write_many([])) == []
+
+    async def test_creates_and_deletes_of_a_group_land_or_lose_on_their_own(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """Creates win once, deletes as guarded; result for result, in one call."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            held = expect_won(await store.create(D, prefix + "held", b"h"), "create held")
+            stale = expect_won(await store.create(D, prefix + "stale", b"s1"), "create stale")
+            moved = expect_won(await store.update(D, prefix + "stale", b"s2", stale.revision), "")
+            gone = expect_won(await store.create(D, prefix + "gone", b"g"), "create gone")
+            taken = expect_won(await store.create(D, prefix + "taken", b"t"), "create taken")
+            results = await batched.write_many(
+                [
+                    Create(prefix + "new", b"n"),  # absent: wins
+                    Create(prefix + "taken", b"again"),  # exists: loses, unchanged
+                    Remove(prefix + "held", held.revision),  # at its revision: wins
+                    Remove(prefix + "stale", stale.revision),  # moved on: loses, kept
+                    Remove(prefix + "gone"),  # unguarded, exists: wins
+                    Remove(prefix + "never"),  # unguarded, absent: loses
+                ]
+            )
+            assert len(results) == 6, f"six writes gave {len(results)} results"
+            created = results[0]
+            assert isinstance(created, Won), f"a create of a new key got {created!r}"
+            assert isinstance(results[1], Lost), f"a create of an existing key got {results[1]!r}"
+            assert isinstance(results[2], Won), f"a delete at the revision got {results[2]!r}"
+            assert isinstance(results[3], Lost), f"a stale guarded delete got {results[3]!r}"
+            assert isinstance(results[4], Won), f"an unguarded delete of a key got {results[4]!r}"
+            assert isinstance(results[5], Lost), f"a delete of a missing key got {results[5]!r}"
+            assert created.revision > gone.revision, "a create's revision did not move on"
+            assert await store.get(D, prefix + "new") == Entry(
+                prefix + "new", b"n", created.revision
+            )
+            assert await store.get(D, prefix + "taken") == Entry(
+                prefix + "taken", b"t", taken.revision
+            )
+            assert await store.get(D, prefix + "held") is None, "a won delete left its key"
+            assert await store.get(D, prefix + "stale") == Entry(
+                prefix + "stale", b"s2", moved.revision
+            )
+            assert await store.get(D, prefix + "gone") is None, "a won delete left its key"
+
+    async def test_ephemeral_writes_of_a_group_belong_to_its_session(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """A group's ephemeral writes name its session: they live and end with it."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            timing = Timing.of(store)
+            async with store.session() as session:
+                lease = expect_won(await store.create(E, prefix + "old", b"o", session=session), "")
+                results = await batched.write_many(
+                    [
+                        Create(prefix + "lease", b"l", E),
+                        Create(prefix + "record", b"r"),  # durable: outlives the session
+                        Remove(prefix + "old", lease.revision, E),
+                    ],
+                    session=session,
+                )
+                created = results[0]
+                assert isinstance(created, Won), f"an ephemeral create got {created!r}"
+                assert isinstance(results[1], Won), f"a durable create got {results[1]!r}"
+                assert isinstance(results[2], Won), f"an ephemeral delete got {results[2]!r}"
+                assert await store.get(E, prefix + "lease") == Entry(
+                    prefix + "lease", b"l", created.revision
+                )
+                assert await store.get(E, prefix + "old") is None, "a won delete left its key"
+            ended = trio.current_time()
+            with pytest.raises(StoreError):
+                # A group naming an ended session is refused whole: nothing of it is written.
+                await batched.write_many(
+                    [Create(prefix + "late", b"x", E), Create(prefix + "late-record", b"x")],
+                    session=session,
+                )
+            assert await store.get(D, prefix + "late-record") is None, (
+                "a group naming an ended session wrote its durable member"
+            )
+            await trio.sleep_until(timing.gone_by(ended))
+            assert await store.get(E, prefix + "lease") is None, (
+                "an ephemeral entry written in a group outlived its ended session by more "
+                "than TTL + slack"
+            )
+            assert await store.get(E, prefix + "late") is None, "a refused group was applied"
+            assert await store.get(D, prefix + "record") is not None, "a durable entry expired"

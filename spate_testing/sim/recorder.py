@@ -30,6 +30,7 @@ from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, Revoc
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate.store import (
     Capabilities,
+    Create,
     Entry,
     Keyspace,
     Lost,
@@ -38,6 +39,7 @@ from spate.store import (
     Store,
     Swap,
     Won,
+    Write,
     WriteResult,
     batched,
     max_batch_of,
@@ -172,22 +174,24 @@ class RecordingStore:
         """The inner store's (1 when it cannot send swaps together: nothing is grouped)."""
         return max_batch_of(self.inner)
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        """Delegate and record each swap as the durable update it is."""
-        d = Keyspace.DURABLE
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        """Delegate and record each write as the create, update or delete it is."""
+        named = {} if session is None else {"session": session}
         try:
-            results = await batched(self.inner).update_many(swaps)
+            results = await batched(self.inner).write_many(writes, **named)
         except BaseException:
-            for swap in swaps:  # any of them may have landed
-                self._record("update", d, swap.key, swap.expected, "error", None, None)
+            for write in writes:  # any of them may have landed
+                op, expected, _ = _described(write)
+                self._record(op, write.keyspace, write.key, expected, "error", None, None)
             raise
-        for swap, result in zip(swaps, results, strict=True):
+        for write, result in zip(writes, results, strict=True):
+            op, expected, value = _described(write)
             if isinstance(result, Won):
-                self._record(
-                    "update", d, swap.key, swap.expected, "won", result.revision, swap.value
-                )
+                self._record(op, write.keyspace, write.key, expected, "won", result.revision, value)
             elif isinstance(result, Lost):
-                self._record("update", d, swap.key, swap.expected, "lost", None, None)
+                self._record(op, write.keyspace, write.key, expected, "lost", None, None)
         return results
 
     async def _write(
@@ -465,3 +469,12 @@ class Recorder:
                 quarantined=None if stalled is None else stalled.quarantined,
             )
         )
+
+
+def _described(write: Write) -> tuple[WriteOp, Revision | None, bytes | None]:
+    """A write of a group as the single write it stands for: (op, expected, value)."""
+    if isinstance(write, Create):
+        return "create", None, write.value
+    if isinstance(write, Swap):
+        return "update", write.expected, write.value
+    return "delete", write.expected, None

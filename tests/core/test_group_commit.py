@@ -1,16 +1,16 @@
-"""Group commit: durable compare-and-swaps queued behind one in flight go out together."""
+"""Group commit: writes queued behind one in flight go out together (renewals never wait)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 import trio
 import trio.testing
 
 from spate._runtime.group_commit import GroupCommit, grouping
-from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
-from spate.store import Keyspace, Lost, Swap, Won, WriteResult
+from spate.errors import SessionLost, StoreError, StoreUnavailable, ValueTooLarge
+from spate.store import Create, Keyspace, Lost, Remove, Session, Swap, Won, Write, WriteResult
 from spate_stores.memory import MemoryStore
 
 D = Keyspace.DURABLE
@@ -24,7 +24,10 @@ class Slow:
     def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
         self.updates: list[str] = []
+        self.alone: list[str] = []
+        """Creates and deletes sent on their own ("create k", "delete k")."""
         self.groups: list[list[str]] = []
+        self.sessions: list[Session | None] = []
         self.fail_groups: BaseException | None = None
         self.hang = False
 
@@ -37,9 +40,13 @@ class Slow:
         return 8
 
     async def create(self, keyspace, key, value, *, session=None):  # type: ignore[no-untyped-def]
+        self.alone.append(f"create {key}")
+        await trio.sleep(RTT)
         return await self.inner.create(keyspace, key, value, session=session)
 
     async def delete(self, keyspace, key, expected=None):  # type: ignore[no-untyped-def]
+        self.alone.append(f"delete {key}")
+        await trio.sleep(RTT)
         return await self.inner.delete(keyspace, key, expected)
 
     async def update(self, keyspace, key, value, expected, *, session=None):  # type: ignore[no-untyped-def]
@@ -47,14 +54,17 @@ class Slow:
         await trio.sleep(RTT)
         return await self.inner.update(keyspace, key, value, expected, session=session)
 
-    async def update_many(self, swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        self.groups.append([s.key for s in swaps])
+    async def write_many(
+        self, writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        self.groups.append([w.key for w in writes])
+        self.sessions.append(session)
         await trio.sleep(RTT)
         if self.hang:
             await trio.sleep_forever()
         if self.fail_groups is not None:
             raise self.fail_groups
-        return await self.inner.update_many(swaps)
+        return await self.inner.write_many(writes, session=session)
 
 
 async def _keys(store: MemoryStore, count: int) -> dict[str, int]:
@@ -151,13 +161,15 @@ async def test_each_member_keeps_its_own_outcome(autojump_clock: trio.testing.Mo
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("how", ["unavailable", "timeout"])
+@pytest.mark.parametrize("how", ["unavailable", "session lost", "timeout"])
 async def test_a_group_of_unknown_outcome_tells_every_member(
     autojump_clock: trio.testing.MockClock, how: str
 ) -> None:
     _inner, slow, group, revs = await _group(4, op_timeout=1.0)
     if how == "unavailable":
         slow.fail_groups = StoreUnavailable("the store went away")
+    elif how == "session lost":
+        slow.fail_groups = SessionLost("the store gave the session up")
     else:
         slow.hang = True
     raised: dict[str, BaseException] = {}
@@ -179,6 +191,9 @@ async def test_a_group_of_unknown_outcome_tells_every_member(
         assert len(grouped) == 3
         if how == "timeout":
             assert all("may have landed" in str(exc) for exc in raised.values())
+        # Each member raises what its own write would have: a lost session stays one.
+        expected = SessionLost if how == "session lost" else StoreUnavailable
+        assert all(type(exc) is expected for exc in raised.values())
         # One exception object each: raised in several tasks, one would pile up tracebacks.
         assert len({id(exc) for exc in raised.values()}) == 3
         nursery.cancel_scope.cancel()
@@ -279,15 +294,17 @@ async def test_a_store_whose_groups_fail_as_a_whole_gets_each_write_alone(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, broken: str
 ) -> None:
     _inner, slow, group, revs = await _group(6)
-    real = slow.update_many
+    real = slow.write_many
 
-    async def update_many(swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
+    async def write_many(
+        writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
         if broken == "refused":  # refused whole, nothing written (a txn limit, say)
-            slow.groups.append([s.key for s in swaps])
+            slow.groups.append([w.key for w in writes])
             raise StoreError("too many operations in txn request")
-        return list(await real(swaps))[:-1]  # one result short: nobody knows what landed
+        return list(await real(writes, session=session))[:-1]  # one short: what landed?
 
-    slow.update_many = update_many  # type: ignore[method-assign]
+    slow.write_many = write_many  # type: ignore[method-assign]
     outcomes: dict[str, object] = {}
 
     async def write(key: str) -> None:
@@ -322,12 +339,14 @@ async def test_a_refused_group_is_not_sent_again_for_a_member_that_gave_up(
 ) -> None:
     _inner, slow, group, revs = await _group(3)
 
-    async def refuse(swaps: Sequence[Swap]) -> Sequence[WriteResult | StoreError]:
-        slow.groups.append([s.key for s in swaps])
+    async def refuse(
+        writes: Sequence[Write], *, session: Session | None = None
+    ) -> Sequence[WriteResult | StoreError]:
+        slow.groups.append([w.key for w in writes])
         await trio.sleep(RTT)
         raise StoreError("too many operations in txn request")
 
-    slow.update_many = refuse  # type: ignore[method-assign]
+    slow.write_many = refuse  # type: ignore[method-assign]
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group.run)
@@ -347,7 +366,105 @@ async def test_a_refused_group_is_not_sent_again_for_a_member_that_gave_up(
         nursery.cancel_scope.cancel()
 
 
-def test_only_stores_that_send_swaps_together_are_grouped() -> None:
+async def test_creates_and_deletes_queued_behind_a_write_go_out_in_one_group(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A hand-over's lease deletes and a claim's lease creates are grouped like commits."""
+    inner, slow, group, revs = await _group(2)
+    async with inner.session() as session:
+        old = await inner.create(E, "old-lease", b"o", session=session)
+        assert isinstance(old, Won)
+        outcomes: dict[str, object] = {}
+
+        async def create(key: str) -> None:
+            outcomes[key] = await group.create(E, key, b"mine", session=session)
+
+        async def delete(key: str, expected: int | None) -> None:
+            outcomes[key] = await group.delete(E, key, expected)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(group.run)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # goes alone
+            await trio.testing.wait_all_tasks_blocked()
+            began = trio.current_time()
+            async with trio.open_nursery() as writers:
+                writers.start_soon(create, "lease-a")
+                writers.start_soon(create, "lease-b")
+                writers.start_soon(delete, "old-lease", old.revision)
+                writers.start_soon(delete, "never", None)
+            # Queued behind the commit in flight, and sent together: one round trip.
+            assert trio.current_time() - began == pytest.approx(RTT)
+            assert slow.alone == []
+            assert [sorted(g) for g in slow.groups] == [
+                ["lease-a", "lease-b", "never", "old-lease"]
+            ]
+            assert slow.sessions == [session]  # the group's ephemeral writes name it
+            assert isinstance(outcomes["lease-a"], Won)
+            assert isinstance(outcomes["lease-b"], Won)
+            assert isinstance(outcomes["old-lease"], Won)
+            assert isinstance(outcomes["never"], Lost)
+            assert await inner.get(E, "old-lease") is None
+            entry = await inner.get(E, "lease-a")
+            assert entry is not None
+            assert entry.value == b"mine"
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_lone_create_or_delete_goes_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    _inner, slow, group, _revs = await _group(0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        created = await group.create(D, "fresh", b"v")
+        assert isinstance(created, Won)
+        assert isinstance(await group.delete(D, "fresh", created.revision), Won)
+        assert slow.alone == ["create fresh", "delete fresh"]
+        assert slow.groups == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_group_names_one_session(autojump_clock: trio.testing.MockClock) -> None:
+    """Ephemeral writes of two sessions (one replaced the other) go in separate groups."""
+    inner, slow, group, revs = await _group(1)
+    async with (
+        inner.session() as first,
+        inner.session() as second,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # goes alone
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as writers:
+            writers.start_soon(partial_create(group, "a1", first))
+            writers.start_soon(partial_create(group, "b1", second))
+            writers.start_soon(partial_create(group, "a2", first))
+            writers.start_soon(partial_create(group, "b2", second))
+            writers.start_soon(group.create, D, "durable", b"v")
+        by_session = {
+            id(session): sorted(keys)
+            for keys, session in zip(slow.groups, slow.sessions, strict=True)
+        }
+        assert by_session == {id(first): ["a1", "a2", "durable"], id(second): ["b1", "b2"]}
+        nursery.cancel_scope.cancel()
+
+
+def partial_create(group: GroupCommit, key: str, session: Session) -> Callable[[], Awaitable[None]]:
+    async def create() -> None:
+        assert isinstance(await group.create(E, key, b"v", session=session), Won)
+
+    return create
+
+
+def test_grouped_writes_stand_for_their_single_calls() -> None:
+    """The three kinds of grouped write default to the durable keyspace, as the store's calls."""
+    assert Create("k", b"v").keyspace is D
+    assert Swap("k", b"v", 3).keyspace is D
+    assert Remove("k").keyspace is D
+    assert Remove("k").expected is None
+
+
+def test_only_stores_that_send_writes_together_are_grouped() -> None:
     memory = MemoryStore(namespace="gc")
     assert grouping(memory)
     assert not grouping(object())  # type: ignore[arg-type]

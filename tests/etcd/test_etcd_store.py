@@ -454,7 +454,7 @@ async def test_more_swaps_than_one_txn_carries_go_in_several(
             revisions[f"k{n:03d}"] = won.revision
         big = b"x" * client.capabilities.max_value_size
         swaps = [Swap(key, big if key == "k000" else b"v1", rev) for key, rev in revisions.items()]
-        results = await client.update_many(swaps)
+        results = await client.write_many(swaps)
         assert all(isinstance(r, Won) for r in results), [
             r for r in results if not isinstance(r, Won)
         ]

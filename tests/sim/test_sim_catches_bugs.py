@@ -44,6 +44,9 @@ class _Delegate:
         self.inner = inner
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("write_many", "max_batch"):
+            # No writes sent together: every write must meet the broken single call.
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     async def __aenter__(self) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,7 +21,7 @@ from spate.config import Config
 from spate.coordinator import open_coordinator
 from spate.errors import StoreError, StoreUnavailable
 from spate.records import AssignmentRecord, ProgressRecord, Status, decode, encode
-from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, WriteResult
+from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, Write, WriteResult
 from spate.worker import run_worker
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
@@ -368,6 +368,11 @@ class _RewriteBehindTheView(FaultyStore):
     async def delete(self, keyspace: Keyspace, key: str, expected: int | None = None) -> Any:
         await self._interfere(keyspace, key)
         return await super().delete(keyspace, key, expected)
+
+    async def write_many(self, writes: Sequence[Write], **named: Any) -> Any:
+        for write in writes:  # writes sent together (the group commit's) interfere the same
+            await self._interfere(write.keyspace, write.key)
+        return await super().write_many(writes, **named)
 
     def watch(self, keyspace: Keyspace, prefix: str) -> Any:
         return self._hiding(keyspace, prefix)
