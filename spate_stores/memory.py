@@ -332,9 +332,12 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         return self._table(keyspace)
 
-    def _table(self, keyspace: Keyspace) -> _Table:
+    def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"{self!r} is closed; open a new store to keep working.")
+
+    def _table(self, keyspace: Keyspace) -> _Table:
+        self._check_open()
         if not isinstance(keyspace, Keyspace):
             raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
         table = self._connected_server()._table(self._namespace, keyspace)
@@ -418,6 +421,7 @@ class MemoryStore:
         if any(write.keyspace is Keyspace.EPHEMERAL for write in writes):
             check_session(session, self)  # a refused session refuses the whole call
         await trio.lowlevel.checkpoint()
+        self._check_open()  # a closed store refuses the call, not each write
         results: list[WriteResult | StoreError] = []
         for write in writes:
             try:

@@ -211,7 +211,8 @@ class GroupCommit:
             if len(group) < self._limit and named not in keys and fits:
                 keys.add(named)
                 group.append(waiter)
-                session = session or waiter.session
+                if session is None:
+                    session = waiter.session
             else:
                 rest.append(waiter)
         self._queue = rest

@@ -385,7 +385,8 @@ class EtcdStore:
         data = self._value(key, value)
         self._check_open(keyspace)
         if not isinstance(expected, int) or expected <= 0:
-            return Lost()  # no key is at such a revision (and etcd's MOD == 0 matches none)
+            # No key is at such a revision (and etcd's MOD == 0 would match a missing key).
+            return Lost()
         raw = self._layout.key(keyspace, key)
         return await self._leased_write(
             keyspace,

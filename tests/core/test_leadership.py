@@ -18,7 +18,7 @@ from spate.errors import PlanError
 from spate.events import Lost, RevokeRequested
 from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import AssignmentRecord, Finality, LeaderRecord, PlanRecord, decode, encode
-from spate.store import Keyspace, Won
+from spate.store import Keyspace, Put, Won
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultyStore
 
@@ -118,11 +118,30 @@ async def test_deposed_leaders_plan_publish_is_fenced(autojump_clock: trio.abc.C
         assert isinstance(
             await store.update(Keyspace.DURABLE, KEYS.plan, encode(moved), revision), Won
         )
+        landed: list[PlanRecord] = []
+
+        async def record_plans(*, task_status: trio.TaskStatus[None]) -> None:
+            async with store.watch(Keyspace.DURABLE, KEYS.plan) as events:
+                task_status.started()  # watching (from the moved record) before the release
+                async for event in events:
+                    if isinstance(event, Put) and event.entry.key == KEYS.plan:
+                        landed.append(decode(PlanRecord, event.entry.key, event.entry.value))
+
+        await nursery.start(record_plans)
         release.set()
-        await a.until(lambda: not a.c.is_leader, within=TTL)
-        published, _ = await plan_record(store)
-        assert published == moved  # the fenced publish wrote nothing
-        assert [w for w in a.metrics.writes if w[1] == "plan-publish" and w[2] == "lost"]
+
+        def stepped_down() -> bool:
+            # The publish lost its compare-and-swap, then the leader gave its key back. (The
+            # only worker, it may be elected again at once, so "not leading" can last no
+            # time at all: the writes say what happened.)
+            done = [(op, outcome) for _, op, outcome in a.metrics.writes]
+            lost = ("plan-publish", "lost")
+            return lost in done and ("resign", "won") in done[done.index(lost) :]
+
+        await a.until(stepped_down, within=TTL)
+        # The fenced publish wrote nothing: no plan of the deposed generation moved past the
+        # record the other writer left (a new election's own records come at generation 2).
+        assert [p for p in landed if p.generation == moved.generation] == [moved]
         nursery.cancel_scope.cancel()
 
 

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from spate.errors import ConfigError, StoreError, StoreUnavailable
-from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone, Won
+from spate.store import Create, Delete, Entry, Keyspace, Put, SnapshotDone, Swap, Won
 from spate_stores.memory import MemoryServer, MemoryStore
 
 DURABLE = Keyspace.DURABLE
@@ -46,6 +46,7 @@ async def test_closed_store_refuses_every_call() -> None:
         store.create(DURABLE, "k2", b"v"),
         store.update(DURABLE, "k", b"v", 1),
         store.delete(DURABLE, "k"),
+        store.write_many([Create("k3", b"v"), Swap("k", b"v", 1)]),
     ):
         with pytest.raises(StoreError, match="is closed; open a new store"):
             await call
