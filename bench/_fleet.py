@@ -21,14 +21,11 @@ from spate.plan import Plan, PlanContext, SplitSpec
 from spate.records import KeyKind, Keys
 from spate.store import (
     Capabilities,
-    Create,
     Entry,
     Keyspace,
-    Remove,
     Revision,
     Session,
     Store,
-    Swap,
     WatchEvent,
     Won,
     Write,
@@ -303,8 +300,7 @@ class RecordingStore:
     ) -> Sequence[WriteResult | StoreError]:
         """Writes sent together, each counted as the create, update or delete it is."""
         for write in writes:
-            op = {Create: "create", Swap: "update", Remove: "delete"}[type(write)]
-            self._count(op, write.keyspace, write.key)
+            self._count(write.kind, write.keyspace, write.key)
         return await batched(self.inner).write_many(writes, session=session)
 
     async def update(

@@ -51,7 +51,7 @@ import enum
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import ClassVar, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -80,7 +80,7 @@ __all__ = [
     "WriteResult",
     "batched",
     "check_session",
-    "keys_named_twice",
+    "check_writes",
     "max_batch_of",
     "validate_key",
 ]
@@ -402,6 +402,8 @@ class Store(Protocol):
 class Create:
     """A write of a group: create ``key`` if it does not exist (as :meth:`Store.create`)."""
 
+    kind: ClassVar[Literal["create"]] = "create"
+    """The single call this write stands for."""
     key: str
     value: bytes
     keyspace: Keyspace = Keyspace.DURABLE
@@ -411,6 +413,8 @@ class Create:
 class Swap:
     """A write of a group: ``value`` for ``key`` if at ``expected`` (as :meth:`Store.update`)."""
 
+    kind: ClassVar[Literal["update"]] = "update"
+    """The single call this write stands for."""
     key: str
     value: bytes
     expected: Revision
@@ -421,6 +425,8 @@ class Swap:
 class Remove:
     """A write of a group: delete ``key``, at ``expected`` if given (as :meth:`Store.delete`)."""
 
+    kind: ClassVar[Literal["delete"]] = "delete"
+    """The single call this write stands for."""
     key: str
     expected: Revision | None = None
     keyspace: Keyspace = Keyspace.DURABLE
@@ -483,13 +489,26 @@ def batched(store: object) -> BatchedWrites:
     return store
 
 
-def keys_named_twice(writes: Sequence[Write]) -> list[str]:
-    """The keys that ``writes`` name more than once in one keyspace, sorted (a refused call)."""
+def check_writes(writes: Sequence[object]) -> None:
+    """Refuse a :meth:`BatchedWrites.write_many` call whole (StoreError), before anything is sent.
+
+    Refused: an element that is not a :data:`Write`, and a key named twice in one keyspace
+    (which of two writes of one key should land would depend on their order; etcd refuses
+    such a txn itself).
+    """
     seen: set[tuple[Keyspace, str]] = set()
     twice: set[str] = set()
     for write in writes:
+        if not isinstance(write, Create | Swap | Remove):
+            raise StoreError(
+                f"write_many takes spate.store.Create, Swap or Remove writes, not {write!r}; "
+                "nothing was written"
+            )
         named = (write.keyspace, write.key)
         if named in seen:
             twice.add(write.key)
         seen.add(named)
-    return sorted(twice)
+    if twice:
+        raise StoreError(
+            f"write_many names the key(s) {sorted(twice)} more than once; nothing was written"
+        )

@@ -46,7 +46,7 @@ from spate.store import (
     Write,
     WriteResult,
     check_session,
-    keys_named_twice,
+    check_writes,
     validate_key,
     validate_prefix,
 )
@@ -413,11 +413,7 @@ class MemoryStore:
         self, writes: Sequence[Write], *, session: Session | None = None
     ) -> Sequence[WriteResult | StoreError]:
         """Writes applied together, each on its own (see :class:`~spate.store.BatchedWrites`)."""
-        twice = keys_named_twice(writes)
-        if twice:
-            # Refused whole, as etcd refuses a txn naming a key twice: which of two writes of
-            # one key should land would otherwise depend on their order.
-            raise StoreError(f"write_many names the key(s) {twice} more than once; nothing written")
+        check_writes(writes)
         if any(write.keyspace is Keyspace.EPHEMERAL for write in writes):
             check_session(session, self)  # a refused session refuses the whole call
         await trio.lowlevel.checkpoint()

@@ -292,7 +292,9 @@ class GroupCommit:
     def _one(self, write: Write, session: Session | None) -> Awaitable[WriteResult]:
         """The store's own call for one write (a group of one, or one resent alone)."""
         if isinstance(write, Swap):
-            return self._store.update(write.keyspace, write.key, write.value, write.expected)
+            return self._store.update(
+                write.keyspace, write.key, write.value, write.expected, session=session
+            )
         if isinstance(write, Create):
             return self._store.create(write.keyspace, write.key, write.value, session=session)
         return self._store.delete(write.keyspace, write.key, write.expected)

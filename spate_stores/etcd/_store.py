@@ -26,7 +26,7 @@ from spate.store import (
     Won,
     Write,
     WriteResult,
-    keys_named_twice,
+    check_writes,
     validate_key,
     validate_prefix,
 )
@@ -410,10 +410,7 @@ class EtcdStore:
         limit, go in several txns, sent at once.
         """
         self._check_open(Keyspace.DURABLE)
-        twice = keys_named_twice(writes)
-        if twice:
-            # etcd itself refuses a txn that names a key twice ("duplicate key given").
-            raise StoreError(f"write_many names the key(s) {twice} more than once; nothing written")
+        check_writes(writes)
         lease_session = (
             self._lease_session(session)
             if any(write.keyspace is Keyspace.EPHEMERAL for write in writes)

@@ -44,6 +44,7 @@ __all__ = [
     "range_request",
     "txn_create",
     "txn_delete",
+    "txn_delete_existing",
     "txn_each",
     "txn_put_if",
     "txn_succeeded",

@@ -159,6 +159,19 @@ class BatchedConformance:
             assert await store.get(D, prefix + "a") == Entry(prefix + "a", b"a1", first.revision)
             assert await store.get(D, prefix + "b") == Entry(prefix + "b", b"b1", other.revision)
 
+    async def test_a_call_holding_something_not_a_write_is_refused_whole(
+        self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
+    ) -> None:
+        """A call with an element that is not a Create, Swap or Remove: StoreError, nothing."""
+        prefix = unique_prefix()
+        async with store_factory(NAMESPACE) as store:
+            batched = _batched(store)
+            with pytest.raises(StoreError, match="Create, Swap or Remove"):
+                await batched.write_many(
+                    [Create(prefix + "a", b"v"), (prefix + "b", b"v")]  # type: ignore[list-item]
+                )
+            assert await store.get(D, prefix + "a") is None, "a refused call wrote a member"
+
     async def test_an_empty_group_writes_nothing(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
     ) -> None:

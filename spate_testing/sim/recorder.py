@@ -30,10 +30,10 @@ from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, Revoc
 from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate.store import (
     Capabilities,
-    Create,
     Entry,
     Keyspace,
     Lost,
+    Remove,
     Revision,
     Session,
     Store,
@@ -473,8 +473,6 @@ class Recorder:
 
 def _described(write: Write) -> tuple[WriteOp, Revision | None, bytes | None]:
     """A write of a group as the single write it stands for: (op, expected, value)."""
-    if isinstance(write, Create):
-        return "create", None, write.value
-    if isinstance(write, Swap):
-        return "update", write.expected, write.value
-    return "delete", write.expected, None
+    if isinstance(write, Remove):
+        return write.kind, write.expected, None
+    return write.kind, write.expected if isinstance(write, Swap) else None, write.value
