@@ -34,12 +34,13 @@ The rules, each with the race it prevents:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import attrs
 import outcome
 
 from spate._core.deadlines import Deadlines
-from spate._core.flows import Flow, Hold, Op
+from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.view import (
     AssignmentChanged,
@@ -697,14 +698,60 @@ class Claims:
 
     def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
         """Hand ``split`` back cleanly: clear the owner (no attempt consumed), drop the lease."""
+        outcome, lease = yield from self._hand_back(split)
+        if lease is not None:
+            yield from self._drop_lease_of(split, lease)
+        return outcome
+
+    def hand_back_all_flow(
+        self,
+        splits: list[str],
+        beside: Callable[[list[ReleaseOutcome]], Flow[None] | None],
+    ) -> Flow[list[ReleaseOutcome]]:
+        """Hand every one of ``splits`` back at once, then drop all their leases at once.
+
+        ``beside`` is shown the hand-backs' outcomes and may name one more flow to run with
+        the lease drops: a departure's presence delete. So the others learn of the departure
+        in the same step as the freed leases, not one write later, and still only once the
+        working set is empty (every owner cleared). Each split stays busy from its hand-back
+        to the end of its lease drop, as in :meth:`release_flow`.
+        """
+        try:
+            handed = yield Fork(tuple(self._hand_back(split) for split in splits))
+            # An exception out of a hand-back is fatal (it ends the coordinator).
+            results: list[tuple[ReleaseOutcome, Owned | None]] = [o.unwrap() for o in handed]
+            outcomes = [outcome for outcome, _ in results]
+            drops = tuple(
+                self._drop_lease_of(split, lease)
+                for split, (_, lease) in zip(splits, results, strict=True)
+                if lease is not None
+            )
+            extra = beside(outcomes)
+            ends = yield Fork(drops if extra is None else (*drops, extra))
+        finally:
+            # A hand-back whose lease drop never ran (the departure was abandoned half-way)
+            # must not leave its split busy: the stray lease of a busy split is never given
+            # back, and on a session store this process would keep it alive for ever.
+            self.busy.difference_update(splits)
+        for end in ends:
+            end.unwrap()
+        return outcomes
+
+    def _hand_back(self, split: str) -> Flow[tuple[ReleaseOutcome, Owned | None]]:
+        """Clear ``split``'s owner (no attempt consumed): the first half of a release.
+
+        Returns the outcome and, when its lease is to be dropped, the tenancy whose lease it
+        is; the split then stays busy, and the caller must drop that lease next.
+        """
         core = self.core
         key = core.keys.split(split)
         yield Hold(D, key)
         held = self.owned.get(split)
         state = core.view.splits.get(split)
         if held is None or state is None:
-            return "missing"
+            return "missing", None
         self.busy.add(split)
+        lease: Owned | None = None
         try:
             record = attrs.evolve(
                 state.progress, owner=None, owner_nonce="", written_at_ms=self.core.wall_ms()
@@ -720,19 +767,20 @@ class Claims:
                 if not core.parting:
                     # (A departing worker's session ends next and takes the lease with it: a
                     # second write to an unreachable store would only delay the leave.)
-                    yield from self._drop_lease_of(split, held)
-                return "failed"
+                    lease = held
+                return "failed", lease
             if not isinstance(result, Won):
                 self.drop(split, "fenced")
-                return "fenced"
+                return "fenced", None
             self.owned.pop(split, None)
             core.fold(core.view.put_progress(split, record, result.revision))
             # The tail is committed and the owner cleared: the next owner replays nothing.
             self._ended(split, "drained")
-            yield from self._drop_lease_of(split, held)
-            return "released"
+            lease = held
+            return "released", lease
         finally:
-            self.busy.discard(split)
+            if lease is None:
+                self.busy.discard(split)
 
 
 def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) -> ProgressRecord:
