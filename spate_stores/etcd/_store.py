@@ -463,8 +463,7 @@ class EtcdStore:
         None: it can only lose (a revision <= 0). StoreError: refused on its own.
         """
         validate_key(write.key)
-        if not isinstance(write.keyspace, Keyspace):
-            raise StoreError(f"unknown keyspace {write.keyspace!r}; use spate.store.Keyspace")
+        self._check_open(write.keyspace)
         raw = self._layout.key(write.keyspace, write.key)
         leased = write.keyspace is Keyspace.EPHEMERAL
         if isinstance(write, Remove):

@@ -178,9 +178,8 @@ class RecordingStore:
         self, writes: Sequence[Write], *, session: Session | None = None
     ) -> Sequence[WriteResult | StoreError]:
         """Delegate and record each write as the create, update or delete it is."""
-        named = {} if session is None else {"session": session}
         try:
-            results = await batched(self.inner).write_many(writes, **named)
+            results = await batched(self.inner).write_many(writes, session=session)
         except BaseException:
             for write in writes:  # any of them may have landed
                 op, expected, _ = _described(write)

@@ -110,6 +110,39 @@ async def test_a_departing_follower_hands_back_at_once_and_the_leader_reassigns_
         nursery.cancel_scope.cancel()
 
 
+async def test_a_departure_deletes_its_presence_once_its_hand_backs_landed_beside_its_leases(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The working set is emptied first (every owner cleared), so the leader never meets a
+    # departed worker's split still owned; the presence then goes with the lease drops, not a
+    # write after them.
+    server = MemoryServer()
+    store = HookStore(client(server))
+    cfg = config(max_in_flight=4)
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, store, "a", planner=planner_of(4), cfg=cfg)
+        await a.until(lambda: len(a.c.owned) == 4)
+        started: dict[tuple[str, str], float] = {}
+        landed: dict[tuple[str, str], float] = {}
+
+        async def before(kind: str, keyspace: Keyspace, key: str) -> None:
+            started[(kind, key)] = trio.current_time()
+            await trio.sleep(LATENCY)
+
+        async def after(kind: str, keyspace: Keyspace, key: str, result: object) -> None:
+            landed[(kind, key)] = trio.current_time()
+
+        store.before, store.after = before, after
+        await a.c.depart()
+        splits = [KEYS.split(f"s0{n}") for n in range(4)]
+        hand_backs = [landed[("update", key)] for key in splits]
+        lease_drops = [started[("delete", key)] for key in splits]
+        presence = started[("delete", KEYS.worker("a"))]
+        assert presence >= max(hand_backs), "the presence went before the working set was empty"
+        assert presence == min(lease_drops), "the presence waited for the lease drops"
+        nursery.cancel_scope.cancel()
+
+
 class _SlowHandBacks(SessionMemoryStore):
     """A session store whose progress-record writes take LATENCY once ``slow`` is set."""
 
