@@ -166,6 +166,20 @@ class Coordinator:
         if error is not None:
             raise error
 
+    async def wait_handed_over(self, splits: Iterable[str]) -> None:
+        """After :meth:`depart`, return once ``splits`` have moved on.
+
+        That is, once each split is owned by another worker or finished, or once no other
+        worker is present to take them (then nobody will). A leaving process that waits
+        for this before it exits leaves no window in which its released work sits unowned.
+        Nothing is read from the store for it: the coordinator keeps watching after a
+        departure, and the wait is answered from what it sees. It never gives up on its own
+        (bound it with a cancel scope), and returns at once if the coordinator has stopped.
+        """
+        wanted = [_check_split(split) for split in splits]
+        machine = self._machine
+        await self._core.wait_until(lambda: machine.view.handed_over(machine.instance, wanted))
+
     def _check_running(self) -> None:
         stopped = self._core.stopped
         if stopped is not None:

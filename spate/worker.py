@@ -21,7 +21,6 @@ import trio
 
 from spate._core.backoff import Backoff
 from spate._groups import single_error
-from spate._runtime.handover import wait_until_held_elsewhere
 from spate.config import Config
 from spate.coordinator import Coordinator, open_coordinator
 from spate.errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
@@ -379,15 +378,13 @@ async def _run_shielded(
                 # Shielded only once open: a cancellation during startup simply aborts it
                 # (nothing is held yet), while one after it becomes a graceful leave.
                 work.shield = True
-                verdict = await _work_until_verdict_or_leave(
-                    store, coord, handler, leave, leave_deadline
-                )
+                verdict = await _work_until_verdict_or_leave(coord, handler, leave, leave_deadline)
         outer.cancel_scope.cancel()
     return verdict
 
 
 async def _work_until_verdict_or_leave(
-    store: Store, coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
+    coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
 ) -> Verdict | None:
     runner = _Runner(coord, handler)
     verdict: Verdict | None = None
@@ -426,7 +423,7 @@ async def _work_until_verdict_or_leave(
             # out the whole deadline: give up now. The keys expire with the session.
             logger.warning("%s left without handing back its splits: %s", coord.instance, exc)
             return None
-        await wait_until_held_elsewhere(store, coord.job, coord.instance, held)
+        await coord.wait_handed_over(held)
     if scope.cancelled_caught:
         logger.warning(
             "graceful leave of %s did not finish within %.1f s; the remaining splits move "

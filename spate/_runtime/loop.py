@@ -113,6 +113,7 @@ class Runtime:
         self._loop_task: trio.lowlevel.Task | None = None
         self._step_requested = False
         self._bulk = Deferral()
+        self._waiters: dict[trio.Event, Callable[[], bool]] = {}
         self.driver: Driver
         self.nursery: trio.Nursery
 
@@ -281,6 +282,8 @@ class Runtime:
                 if changed and self.ready.is_set():
                     self._step_requested = False
                     self._guarded(machine.step)
+                if self._waiters:
+                    self._wake_waiters()
                 self._bulk.hold(machine.bulk_records)
         except BaseException as exc:
             self.stop(exc)
@@ -325,11 +328,39 @@ class Runtime:
             self.post(_raiser(exc))
             raise
 
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Return once ``condition`` holds, or once the loop has stopped.
+
+        ``condition`` reads the machine's state: it is checked now and after every batch of
+        inputs the loop runs (a watch event folded is one), so waiting costs no store call
+        and no task of its own. It must not raise.
+        """
+        if self.stopped is not None or condition():
+            return
+        done = trio.Event()
+        self._waiters[done] = condition
+        try:
+            await done.wait()
+        finally:
+            self._waiters.pop(done, None)
+
+    def _wake_waiters(self) -> None:
+        for done, condition in list(self._waiters.items()):
+            if condition():
+                del self._waiters[done]
+                done.set()
+
     def stop(self, exc: BaseException) -> None:
-        """Record why the coordinator stopped (later API calls raise it) and close the channels."""
+        """Record why the coordinator stopped (later API calls raise it) and close the channels.
+
+        Every :meth:`wait_until` returns: nothing it waits for can change any more.
+        """
         self.stopped = exc
         self._send.close()
         self.events_send.close()
+        for done in self._waiters:
+            done.set()
+        self._waiters.clear()
 
 
 def stopped_error(cause: BaseException) -> BaseException:

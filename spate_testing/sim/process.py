@@ -44,11 +44,7 @@ from spate.events import AllComplete, Event, Stalled
 from spate.plan import PlanContext, Planner
 from spate.protocol import jitter
 from spate.records import (
-    KeyKind,
-    ProgressRecord,
-    Status,
     UnreadableRecord,
-    decode,
 )
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
@@ -65,9 +61,6 @@ from spate_testing.sim.workload import Workload
 __all__ = ["SimWorker", "WorkerState"]
 
 WorkerState = Literal["starting", "running", "leaving", "killed", "verdict", "left", "crashed"]
-
-HANDOVER_POLL = 0.2
-"""Seconds between looks at whether a leaving worker's splits are held elsewhere."""
 
 
 _Step = Callable[[Callable[[outcome.Outcome[Any]], None]], Callable[[], None]]
@@ -144,6 +137,8 @@ class SimWorker:
         self.ready = False
         self._alarm: Timer | None = None
         self._step_soon = False
+        self._leaving: tuple[list[str], Timer] | None = None
+        """While leaving: the splits handed back, and the leave deadline's timer."""
         self.handlers = Handlers(
             scheduler=scheduler,
             history=history,
@@ -245,6 +240,8 @@ class SimWorker:
             self.handlers.dispatch_pending()
         if changed and self.ready:
             machine.step()
+        if self._leaving is not None:
+            self._check_handed_over()
 
     # -- startup -------------------------------------------------------------------------------
 
@@ -424,28 +421,20 @@ class SimWorker:
         self.flows.start(self.machine.depart_flow(), done)
 
     def _await_new_owners(self, held: list[str], deadline: Timer) -> None:
-        model = self.link.model
-        keys = self.machine.keys
-        # As wait_until_held_elsewhere: done once every split is owned by another worker or
-        # finished, or once nobody else is alive to take them.
-        others = False
-        for e in model.list(Keyspace.EPHEMERAL, keys.prefix):
-            kind = keys.classify(e.key)
-            if kind is not None and kind[0] is KeyKind.WORKER and kind[1] != self.instance:
-                others = True
-        pending = []
-        for split in held:
-            entry = model.get(Keyspace.DURABLE, keys.split(split))
-            if entry is None:
-                continue
-            record = decode(ProgressRecord, entry.key, entry.value, split=split)
-            settled = record.status is not Status.RUNNABLE or record.completed
-            if not settled and not (record.owner is not None and record.owner != self.instance):
-                pending.append(split)
-        if not pending or not others:
+        # As Coordinator.wait_handed_over: answered from this worker's own view, looked at
+        # after every input (the runtime's loop looks after every batch of them), done once
+        # every split is owned by another worker or finished, or nobody else is present.
+        self._leaving = (held, deadline)
+        self._check_handed_over()
+
+    def _check_handed_over(self) -> None:
+        if self._leaving is None:
+            return
+        held, deadline = self._leaving
+        if self.machine.view.handed_over(self.instance, held):
+            self._leaving = None
             deadline.cancel()
-            return self._left()
-        self.later(HANDOVER_POLL, lambda: self._await_new_owners(pending, deadline))
+            self._left()
 
     def _left(self) -> None:
         if not self.stopped:

@@ -6,8 +6,10 @@ import pytest
 import trio
 import trio.testing
 
+from spate.errors import FatalCoordinationError
 from spate.events import Progress
-from spate.store import Keyspace
+from spate.records import PresenceRecord, encode
+from spate.store import Keyspace, Won
 from spate_stores.memory import MemoryServer
 
 from .harness import KEYS, TTL, HookStore, client, config, planner_of, spawn
@@ -186,3 +188,34 @@ async def test_a_departure_abandoned_with_its_hand_backs_in_flight_strands_no_le
                 await trio.sleep(0.1)
         assert not store.sessions[-1].ended  # the session lives: the rule gave them back
         nursery.cancel_scope.cancel()
+
+
+async def test_waiting_for_new_owners_ends_when_the_coordinator_stops(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, client(server), "a", planner=planner_of(2), expect_error=True)
+        await a.until(lambda: len(a.c.owned) == 2)
+        # A peer that is present but never claims: the handed-back splits stay unowned.
+        ghost = client(server)
+        presence = encode(PresenceRecord(nonce="ghost", max_in_flight=4))
+        assert isinstance(await ghost.create(E, KEYS.worker("ghost"), presence), Won)
+        await a.c.depart()
+        waited = trio.Event()
+
+        async def wait() -> None:
+            await a.c.wait_handed_over(["s00", "s01"])
+            waited.set()
+
+        nursery.start_soon(wait)
+        await trio.sleep(5.0)
+        assert not waited.is_set()  # nobody took them
+        # An unreadable progress record stops the coordinator: the wait is over with it.
+        entry = await ghost.get(Keyspace.DURABLE, KEYS.split("s00"))
+        assert entry is not None
+        await ghost.update(Keyspace.DURABLE, KEYS.split("s00"), b"not a record", entry.revision)
+        with trio.fail_after(5.0):
+            await waited.wait()
+        await a.until(lambda: a.error is not None)
+    assert isinstance(a.error, FatalCoordinationError)

@@ -10,6 +10,7 @@ from spate.records import (
     AssignmentRecord,
     Keys,
     LeaseRecord,
+    PresenceRecord,
     ProgressRecord,
     SpecRecord,
     Status,
@@ -195,3 +196,50 @@ def test_notices_report_progress_and_lease_changes() -> None:
     assert notices[0].previous is None
     notices = view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 1))
     assert isinstance(notices[0], LeaseChanged)
+
+
+def test_a_departed_worker_is_handed_over_once_every_split_moved_on_or_nobody_is_left() -> None:
+    view = new_view()
+    for worker in ("me", "peer"):
+        record = encode(PresenceRecord(nonce=worker, max_in_flight=4))
+        view.apply_put(E, Entry(KEYS.worker(worker), record, 1))
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a", owner="me", epoch=1), 2))
+    view.apply_put(D, Entry(KEYS.split("b"), progress("b"), 3))
+    # still its own, and handed back but not yet claimed: both are waited for
+    assert not view.handed_over("me", ["a"])
+    assert not view.handed_over("me", ["b"])
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a", owner="peer", epoch=2), 4))
+    assert view.handed_over("me", ["a"])
+    assert not view.handed_over("me", ["a", "b"])
+    # a split finished, or quarantined, is not waited for; nor one the view never heard of
+    view.apply_put(D, Entry(KEYS.split("b"), progress("b", Status.COMPLETED, completed=True), 5))
+    assert view.handed_over("me", ["a", "b", "unknown"])
+    view.apply_put(D, Entry(KEYS.split("c"), progress("c", Status.QUARANTINED, attempts=4), 6))
+    assert view.handed_over("me", ["c"])
+    # nobody else is present: nobody would take them, so there is nothing to wait for
+    view.apply_put(D, Entry(KEYS.split("d"), progress("d", owner="me", epoch=1), 7))
+    assert not view.handed_over("me", ["d"])
+    view.apply_delete(E, KEYS.worker("peer"), 8)
+    assert view.handed_over("me", ["d"])
+
+
+def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() -> None:
+    # More splits than the fleet has lanes: a released split goes back to the pool, and
+    # nobody takes it until a lane frees up. Waiting for it would only wait out the deadline.
+    view = new_view()
+    for worker in ("me", "peer"):
+        record = encode(PresenceRecord(nonce=worker, max_in_flight=2))
+        view.apply_put(E, Entry(KEYS.worker(worker), record, 1))
+    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 2))  # handed back by "me"
+    assert not view.handed_over("me", ["a"])  # the peer's share is not known yet
+
+    def assign(*splits: str, revision: int) -> None:
+        record = encode(AssignmentRecord(generation=1, splits=splits))
+        view.apply_put(D, Entry(KEYS.assign("peer"), record, revision))
+
+    assign("x", revision=3)
+    assert not view.handed_over("me", ["a"])  # a free lane: the leader may give it "a"
+    assign("x", "a", revision=4)
+    assert not view.handed_over("me", ["a"])  # given to the peer: it claims "a" next
+    assign("x", "y", revision=5)
+    assert view.handed_over("me", ["a"])  # the peer's lanes are full, and "a" is not its

@@ -11,7 +11,7 @@ import trio.testing
 
 import spate
 from spate.records import Keys, ProgressRecord, decode
-from spate.store import Keyspace, Store
+from spate.store import Entry, Keyspace, Store
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultyStore
 
@@ -285,6 +285,177 @@ async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_e
     observer = client(server)
     for split in holders:
         assert (await progress_of(observer, split)).attempts == 0
+
+
+class _CountingReads(MemoryStore):
+    """A memory store client that notes every watch it opens and every listing it makes."""
+
+    def __init__(self, server: MemoryServer) -> None:
+        super().__init__(server=server, ephemeral_ttl=TTL)
+        self.reads: list[str] = []
+
+    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+        self.reads.append(f"watch {keyspace.value} {prefix}")
+        return super().watch(keyspace, prefix)
+
+    async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        self.reads.append(f"list {keyspace.value} {prefix}")
+        return await super().list(keyspace, prefix)
+
+
+async def test_a_leaving_worker_waits_for_new_owners_from_its_own_watches(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The wait after a departure is answered from the view the coordinator already keeps: it
+    # used to open two watches of its own, each listing the job's keys again (all of them,
+    # however large the job).
+    server = MemoryServer()
+    holders: dict[str, str] = {}
+    leaving_store = _CountingReads(server)
+    quiet = config(reconcile_interval=3600.0)
+
+    def make_handler(name: str) -> Handler:
+        async def handle(split: spate.SplitHandle) -> None:
+            holders[split.id] = name
+            await trio.sleep_forever()
+
+        return handle
+
+    leave = trio.CancelScope()
+    owners_when_left: dict[str, str | None] = {}
+
+    async def leaving_worker() -> None:
+        with leave:
+            await spate.run_worker(
+                leaving_store,
+                job=JOB,
+                instance="a",
+                planner=planner(6),
+                handler=make_handler("a"),
+                config=quiet,
+                leave_deadline=60.0,
+            )
+        observer = client(server)
+        for n in range(6):
+            owners_when_left[f"s{n:02d}"] = (await progress_of(observer, f"s{n:02d}")).owner
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leaving_worker)
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="b",
+                planner=planner(6),
+                handler=make_handler("b"),
+                config=quiet,
+            )
+        )
+        await wait_until(lambda: len(holders) == 6 and set(holders.values()) == {"a", "b"})
+        reads_before = len(leaving_store.reads)
+        left_at = trio.current_time()
+        leave.cancel()
+        await wait_until(lambda: bool(owners_when_left))
+        took = trio.current_time() - left_at
+        nursery.cancel_scope.cancel()
+    assert leaving_store.reads[reads_before:] == []
+    # it returned only once every split it had was owned by the other worker
+    assert owners_when_left == {f"s{n:02d}": "b" for n in range(6)}
+    assert took < 10.0  # long before its leave deadline
+
+
+async def test_a_worker_leaving_alone_returns_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Nobody else is present to take its splits: there is nothing to wait for.
+    server = MemoryServer()
+    held: list[str] = []
+
+    async def handle(split: spate.SplitHandle) -> None:
+        held.append(split.id)
+        await trio.sleep_forever()
+
+    leave = trio.CancelScope()
+    took: list[float] = []
+
+    async def worker() -> None:
+        with leave:
+            await spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="a",
+                planner=planner(3),
+                handler=handle,
+                config=config(),
+                leave_deadline=60.0,
+            )
+        took.append(trio.current_time() - started)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker)
+        await wait_until(lambda: len(held) == 3)
+        started = trio.current_time()
+        leave.cancel()
+        await wait_until(lambda: bool(took))
+    assert took[0] < 5.0  # not its 60 s leave deadline
+
+
+async def test_a_worker_leaving_a_job_larger_than_the_fleet_does_not_wait_out_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 12 splits, 2 workers of 3 lanes: the splits handed back go back to the pool, and the
+    # other worker, its lanes full, will not take them. Nothing to wait for.
+    server = MemoryServer()
+    holders: dict[str, str] = {}
+    lanes = config(max_in_flight=3)
+
+    def make_handler(name: str) -> Handler:
+        async def handle(split: spate.SplitHandle) -> None:
+            holders[split.id] = name
+            try:
+                await trio.sleep_forever()
+            finally:
+                holders.pop(split.id, None)
+
+        return handle
+
+    leave = trio.CancelScope()
+    took: list[float] = []
+
+    async def leaving_worker() -> None:
+        with leave:
+            await spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="a",
+                planner=planner(12),
+                handler=make_handler("a"),
+                config=lanes,
+                leave_deadline=60.0,
+            )
+        took.append(trio.current_time() - started)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leaving_worker)
+        nursery.start_soon(
+            lambda: spate.run_worker(
+                client(server),
+                job=JOB,
+                instance="b",
+                planner=planner(12),
+                handler=make_handler("b"),
+                config=lanes,
+            )
+        )
+        await wait_until(lambda: sorted(holders.values()) == ["a"] * 3 + ["b"] * 3)
+        await trio.sleep(2)
+        started = trio.current_time()
+        leave.cancel()
+        await wait_until(lambda: bool(took))
+        after = sorted(holders.values())
+        nursery.cancel_scope.cancel()
+    assert took[0] < 5.0  # not its 60 s leave deadline
+    assert after == ["b"] * 3
 
 
 async def test_handlers_finish_after_their_final_commit_before_run_worker_returns(
