@@ -169,9 +169,11 @@ class Coordinator:
     async def wait_handed_over(self, splits: Iterable[str]) -> None:
         """After :meth:`depart`, return once ``splits`` have moved on.
 
-        That is, once each split is owned by another worker or finished, or once no other
-        worker is present to take them (then nobody will). A leaving process that waits
-        for this before it exits leaves no window in which its released work sits unowned.
+        That is, once each split is owned by another worker or finished, or once nobody is
+        going to take the rest: no other worker is present, or every other worker's
+        assignment fills its lanes and names none of them (a job with more splits than the
+        fleet has lanes). A leaving process that waits for this before it exits leaves no
+        window in which its released work sits unowned while someone could take it.
         Nothing is read from the store for it: the coordinator keeps watching after a
         departure, and the wait is answered from what it sees. It never gives up on its own
         (bound it with a cancel scope), and returns at once if the coordinator has stopped.
