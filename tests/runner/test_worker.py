@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -231,33 +232,66 @@ async def test_a_raising_handler_fails_its_split_and_the_worker_keeps_going(
     assert any("s01" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
-async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_expiry(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    server = MemoryServer()
-    holders: dict[str, str] = {}
+@attrs.frozen
+class Leave:
+    """What one graceful leave looked like, beside a worker that stays."""
+
+    handed_over: float | None
+    """Seconds from the cancellation until the other worker's handlers held every split."""
+    left: float
+    """Seconds from the cancellation until the leaving ``run_worker`` returned."""
+    owners_when_left: dict[str, str | None]
+    """Each split's progress-record owner the moment it returned."""
+    running_when_left: dict[str, str]
+    """Which worker's handler was running each split the moment it returned."""
+
+
+async def leave_beside_another(
+    server: MemoryServer,
+    splits: int,
+    cfg: spate.Config,
+    *,
+    leaving_store: Store | None = None,
+    before_leaving: Callable[[], object] = lambda: None,
+) -> Leave:
+    """Workers "a" and "b" share a job of ``splits``; "a" leaves (its run_worker cancelled).
+
+    "a" leaves once both run handlers and two seconds passed; ``before_leaving`` runs just
+    before. Returns once its ``run_worker`` returned (its leave deadline is 60 s).
+    """
+    ids = [f"s{n:02d}" for n in range(splits)]
+    started_by: dict[str, str] = {}  # the worker whose handler started on each split last
+    running: dict[str, str] = {}
 
     def make_handler(name: str) -> Handler:
         async def handle(split: spate.SplitHandle) -> None:
-            holders[split.id] = name
-            await trio.sleep_forever()
+            started_by[split.id] = running[split.id] = name
+            try:
+                await trio.sleep_forever()
+            finally:
+                if running.get(split.id) == name:
+                    del running[split.id]
 
         return handle
 
     leave = trio.CancelScope()
-    left_at: list[float] = []
+    seen: dict[str, Any] = {}
 
     async def leaving_worker() -> None:
         with leave:
             await spate.run_worker(
-                client(server),
+                leaving_store or client(server),
                 job=JOB,
                 instance="a",
-                planner=planner(6),
+                planner=planner(splits),
                 handler=make_handler("a"),
-                config=config(),
+                config=cfg,
+                leave_deadline=60.0,
             )
-        left_at.append(trio.current_time())
+        seen["left"] = trio.current_time()
+        seen["running"] = dict(running)
+        observer = client(server)
+        seen["owners"] = {split: (await progress_of(observer, split)).owner for split in ids}
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(leaving_worker)
@@ -266,25 +300,41 @@ async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_e
                 client(server),
                 job=JOB,
                 instance="b",
-                planner=planner(6),
+                planner=planner(splits),
                 handler=make_handler("b"),
-                config=config(),
+                config=cfg,
             )
         )
-        await wait_until(lambda: len(holders) == 6 and set(holders.values()) == {"a", "b"})
+        await wait_until(lambda: set(running.values()) == {"a", "b"})
         await trio.sleep(2)
+        before_leaving()
         started = trio.current_time()
         leave.cancel()
-        await wait_until(lambda: set(holders.values()) == {"b"})
-        handed_over = trio.current_time() - started
-        await wait_until(lambda: bool(left_at))
+        handed_over = None
+        with trio.fail_after(120):
+            while True:  # polled: it also notes when "b" held them all
+                if handed_over is None and all(started_by.get(i) == "b" for i in ids):
+                    handed_over = trio.current_time() - started
+                if "owners" in seen:
+                    break
+                await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
-    assert handed_over < TTL / 3  # well before any lease could have expired
+    return Leave(handed_over, seen["left"] - started, seen["owners"], seen["running"])
+
+
+async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_expiry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    leave = await leave_beside_another(server, 6, config())
+    assert leave.handed_over is not None
+    assert leave.handed_over < TTL / 3  # well before any lease could have expired
     # run_worker returned only once the splits were held elsewhere
-    assert left_at[0] - started >= handed_over - 0.1
+    assert leave.left >= leave.handed_over - 0.1
+    assert leave.owners_when_left == {f"s{n:02d}": "b" for n in range(6)}
     observer = client(server)
-    for split in holders:
-        assert (await progress_of(observer, split)).attempts == 0
+    for n in range(6):
+        assert (await progress_of(observer, f"s{n:02d}")).attempts == 0
 
 
 class _CountingReads(MemoryStore):
@@ -310,58 +360,29 @@ async def test_a_leaving_worker_waits_for_new_owners_from_its_own_watches(
     # used to open two watches of its own, each listing the job's keys again (all of them,
     # however large the job).
     server = MemoryServer()
-    holders: dict[str, str] = {}
-    leaving_store = _CountingReads(server)
-    quiet = config(reconcile_interval=3600.0)
-
-    def make_handler(name: str) -> Handler:
-        async def handle(split: spate.SplitHandle) -> None:
-            holders[split.id] = name
-            await trio.sleep_forever()
-
-        return handle
-
-    leave = trio.CancelScope()
-    owners_when_left: dict[str, str | None] = {}
-
-    async def leaving_worker() -> None:
-        with leave:
-            await spate.run_worker(
-                leaving_store,
-                job=JOB,
-                instance="a",
-                planner=planner(6),
-                handler=make_handler("a"),
-                config=quiet,
-                leave_deadline=60.0,
-            )
-        observer = client(server)
-        for n in range(6):
-            owners_when_left[f"s{n:02d}"] = (await progress_of(observer, f"s{n:02d}")).owner
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(leaving_worker)
-        nursery.start_soon(
-            lambda: spate.run_worker(
-                client(server),
-                job=JOB,
-                instance="b",
-                planner=planner(6),
-                handler=make_handler("b"),
-                config=quiet,
-            )
-        )
-        await wait_until(lambda: len(holders) == 6 and set(holders.values()) == {"a", "b"})
-        reads_before = len(leaving_store.reads)
-        left_at = trio.current_time()
-        leave.cancel()
-        await wait_until(lambda: bool(owners_when_left))
-        took = trio.current_time() - left_at
-        nursery.cancel_scope.cancel()
-    assert leaving_store.reads[reads_before:] == []
+    store = _CountingReads(server)
+    reads_before: list[int] = []
+    leave = await leave_beside_another(
+        server,
+        6,
+        config(reconcile_interval=3600.0),
+        leaving_store=store,
+        before_leaving=lambda: reads_before.append(len(store.reads)),
+    )
+    assert store.reads[reads_before[0] :] == []
     # it returned only once every split it had was owned by the other worker
-    assert owners_when_left == {f"s{n:02d}": "b" for n in range(6)}
-    assert took < 10.0  # long before its leave deadline
+    assert leave.owners_when_left == {f"s{n:02d}": "b" for n in range(6)}
+    assert leave.left < 10.0  # long before its leave deadline
+
+
+async def test_a_worker_leaving_a_job_larger_than_the_fleet_does_not_wait_out_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 12 splits, 2 workers of 3 lanes: the splits handed back go back to the pool, and the
+    # other worker, its lanes full, will not take them. Nothing to wait for.
+    leave = await leave_beside_another(MemoryServer(), 12, config(max_in_flight=3))
+    assert leave.left < 5.0  # not its 60 s leave deadline
+    assert sorted(leave.running_when_left.values()) == ["b"] * 3
 
 
 async def test_a_worker_leaving_alone_returns_at_once(
@@ -398,64 +419,6 @@ async def test_a_worker_leaving_alone_returns_at_once(
         leave.cancel()
         await wait_until(lambda: bool(took))
     assert took[0] < 5.0  # not its 60 s leave deadline
-
-
-async def test_a_worker_leaving_a_job_larger_than_the_fleet_does_not_wait_out_its_deadline(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    # 12 splits, 2 workers of 3 lanes: the splits handed back go back to the pool, and the
-    # other worker, its lanes full, will not take them. Nothing to wait for.
-    server = MemoryServer()
-    holders: dict[str, str] = {}
-    lanes = config(max_in_flight=3)
-
-    def make_handler(name: str) -> Handler:
-        async def handle(split: spate.SplitHandle) -> None:
-            holders[split.id] = name
-            try:
-                await trio.sleep_forever()
-            finally:
-                holders.pop(split.id, None)
-
-        return handle
-
-    leave = trio.CancelScope()
-    took: list[float] = []
-
-    async def leaving_worker() -> None:
-        with leave:
-            await spate.run_worker(
-                client(server),
-                job=JOB,
-                instance="a",
-                planner=planner(12),
-                handler=make_handler("a"),
-                config=lanes,
-                leave_deadline=60.0,
-            )
-        took.append(trio.current_time() - started)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(leaving_worker)
-        nursery.start_soon(
-            lambda: spate.run_worker(
-                client(server),
-                job=JOB,
-                instance="b",
-                planner=planner(12),
-                handler=make_handler("b"),
-                config=lanes,
-            )
-        )
-        await wait_until(lambda: sorted(holders.values()) == ["a"] * 3 + ["b"] * 3)
-        await trio.sleep(2)
-        started = trio.current_time()
-        leave.cancel()
-        await wait_until(lambda: bool(took))
-        after = sorted(holders.values())
-        nursery.cancel_scope.cancel()
-    assert took[0] < 5.0  # not its 60 s leave deadline
-    assert after == ["b"] * 3
 
 
 async def test_handlers_finish_after_their_final_commit_before_run_worker_returns(
