@@ -43,9 +43,7 @@ from spate.errors import FatalCoordinationError, StoreUnavailable
 from spate.events import AllComplete, Event, Stalled
 from spate.plan import PlanContext, Planner
 from spate.protocol import jitter
-from spate.records import (
-    UnreadableRecord,
-)
+from spate.records import UnreadableRecord
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
 from spate.worker import RETRY_BACKOFF
@@ -423,7 +421,7 @@ class SimWorker:
     def _await_new_owners(self, held: list[str], deadline: Timer) -> None:
         # As Coordinator.wait_handed_over: answered from this worker's own view, looked at
         # after every input (the runtime's loop looks after every batch of them), done once
-        # every split is owned by another worker or finished, or nobody else is present.
+        # every split is owned by another worker or finished, or nobody is going to take them.
         self._leaving = (held, deadline)
         self._check_handed_over()
 
