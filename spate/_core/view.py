@@ -586,8 +586,10 @@ class View:
             return True
         for name in others:
             presence, assigned = self.presence[name], self.assignments.get(name)
-            if presence is None or assigned is None:
-                return False  # its budget or its share is not known yet: it may take them
+            if presence is None or presence.max_in_flight <= 0 or assigned is None:
+                # Its budget (<= 0 is the leader's default) or its share is not known here:
+                # it may take them.
+                return False
             share = assigned[0].splits
             if len(share) < presence.max_in_flight or any(s in share for s in waiting):
                 return False

@@ -243,3 +243,7 @@ def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() ->
     assert not view.handed_over("me", ["a"])  # given to the peer: it claims "a" next
     assign("x", "y", revision=5)
     assert view.handed_over("me", ["a"])  # the peer's lanes are full, and "a" is not its
+    # a budget of 0 means the leader's default, which this view does not know: wait
+    default = encode(PresenceRecord(nonce="peer", max_in_flight=0))
+    view.apply_put(E, Entry(KEYS.worker("peer"), default, 6))
+    assert not view.handed_over("me", ["a"])
