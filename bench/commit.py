@@ -296,7 +296,7 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             nursery.cancel_scope.cancel()
 
     ratio = median(ratios)
-    floor = THROUGHPUT_TARGETS.get(backend.name, THROUGHPUT_TARGETS["nats"])
+    floor = THROUGHPUT_TARGETS[backend.name]
     healthy = (
         not lost
         and still_held == SPLITS

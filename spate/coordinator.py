@@ -127,7 +127,7 @@ class Coordinator:
 
         Raises :class:`~spate.errors.Fenced`, writing nothing, if any of them is not held.
         """
-        ids = [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
+        ids = _split_ids(splits)
         machine = self._machine
         self._check_running()
         for split in ids:
@@ -178,7 +178,7 @@ class Coordinator:
         departure, and the wait is answered from what it sees. It never gives up on its own
         (bound it with a cancel scope), and returns at once if the coordinator has stopped.
         """
-        wanted = [_check_split(split) for split in splits]
+        wanted = _split_ids(splits)
         machine = self._machine
         await self._core.wait_until(lambda: machine.view.handed_over(machine.instance, wanted))
 
@@ -192,6 +192,11 @@ def _check_split(split: object) -> str:
     if not isinstance(split, str):
         raise ConfigError(f"a split id is a str, not {type(split).__name__}")
     return split
+
+
+def _split_ids(splits: Iterable[str]) -> list[str]:
+    # One id passed bare is one split, not the characters of its name.
+    return [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
 
 
 # -- opening ---------------------------------------------------------------------------------

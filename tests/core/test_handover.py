@@ -6,11 +6,11 @@ import pytest
 import trio
 import trio.testing
 
-from spate.errors import FatalCoordinationError
+from spate.errors import ConfigError, FatalCoordinationError
 from spate.events import Progress
 from spate.records import PresenceRecord, encode
 from spate.store import Keyspace, Won
-from spate_stores.memory import MemoryServer
+from spate_stores.memory import MemoryServer, MemoryStore
 
 from .harness import KEYS, TTL, HookStore, client, config, planner_of, spawn
 from .session_store import SessionMemoryStore
@@ -190,6 +190,14 @@ async def test_a_departure_abandoned_with_its_hand_backs_in_flight_strands_no_le
         nursery.cancel_scope.cancel()
 
 
+async def _idle_peer(server: MemoryServer) -> MemoryStore:
+    """A peer that is present but never claims: handed-back splits stay unowned."""
+    ghost = client(server)
+    presence = encode(PresenceRecord(nonce="ghost", max_in_flight=4))
+    assert isinstance(await ghost.create(E, KEYS.worker("ghost"), presence), Won)
+    return ghost
+
+
 async def test_waiting_for_new_owners_ends_when_the_coordinator_stops(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -197,10 +205,7 @@ async def test_waiting_for_new_owners_ends_when_the_coordinator_stops(
     async with trio.open_nursery() as nursery:
         a = await spawn(nursery, client(server), "a", planner=planner_of(2), expect_error=True)
         await a.until(lambda: len(a.c.owned) == 2)
-        # A peer that is present but never claims: the handed-back splits stay unowned.
-        ghost = client(server)
-        presence = encode(PresenceRecord(nonce="ghost", max_in_flight=4))
-        assert isinstance(await ghost.create(E, KEYS.worker("ghost"), presence), Won)
+        ghost = await _idle_peer(server)
         await a.c.depart()
         waited = trio.Event()
 
@@ -219,3 +224,21 @@ async def test_waiting_for_new_owners_ends_when_the_coordinator_stops(
             await waited.wait()
         await a.until(lambda: a.error is not None)
     assert isinstance(a.error, FatalCoordinationError)
+
+
+async def test_waiting_for_new_owners_takes_a_bare_split_id_as_one_split(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, client(server), "a", planner=planner_of(1))
+        await a.until(lambda: len(a.c.owned) == 1)
+        await _idle_peer(server)
+        await a.c.depart()
+        # "s00", not the splits "s", "0" and "0" (unknown, so not waited for)
+        with trio.move_on_after(5.0) as waited:
+            await a.c.wait_handed_over("s00")
+        assert waited.cancelled_caught  # still unowned: it is waited for
+        with pytest.raises(ConfigError, match="a split id is a str"):
+            await a.c.wait_handed_over([7])  # type: ignore[list-item]
+        nursery.cancel_scope.cancel()
