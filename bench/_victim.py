@@ -17,9 +17,7 @@ import sys
 import trio
 
 from bench._fleet import JOB, failover_config, planner_of
-from spate.coordinator import open_coordinator
-from spate.errors import Fenced
-from spate.events import Gained, Lost, RevokeRequested
+from spate import Fenced, Gained, Lost, RevokeRequested, open_coordinator
 from spate_stores import open_store
 
 

@@ -24,10 +24,8 @@ import trio
 from bench._fleet import JOB, planner_of
 from bench._harness import Backend, Options, Row, _url_backend, fmt_seconds, median, namespace
 from bench.commit import commit_latency
-from spate.config import Config
-from spate.errors import Fenced, StoreError, StoreUnavailable
+from spate import Config, Fenced, SplitHandle, StoreError, StoreUnavailable, run_worker
 from spate.store import Keyspace
-from spate.worker import SplitHandle, run_worker
 from spate_stores.nats._keys import bucket_name
 
 STALL_TTL = 15.0

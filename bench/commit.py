@@ -39,12 +39,9 @@ from bench._harness import (
     namespace,
     percentile,
 )
-from spate.config import Config
-from spate.errors import Fenced, StoreUnavailable
-from spate.events import Progress
-from spate.records import Keys
+from spate import Config, Fenced, Progress, SplitHandle, StoreUnavailable, run_worker
+from spate._core.records import Keys
 from spate.store import EphemeralSemantics, Store, Won
-from spate.worker import SplitHandle, run_worker
 
 LATENCY_TTL = 10.0
 THROUGHPUT_TTL = 6.0

@@ -54,9 +54,8 @@ from bench._harness import (
     namespace,
     raw_cas_latencies,
 )
-from spate.config import Config
+from spate import Config, SplitHandle, run_worker
 from spate.store import Store
-from spate.worker import SplitHandle, run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
 

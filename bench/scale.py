@@ -13,11 +13,11 @@ For each job size N (memory store, real clock):
 * **memory per split** — a third worker joins with ``tracemalloc`` on; the memory it keeps
   (its folded view of the job) divided by N, against the bytes of the records it folded.
 
-Then :func:`spate.protocol.desired_assignment` over 100,000 splits and 100 workers: placing a
+Then :func:`spate._core.protocol.desired_assignment` over 100,000 splits and 100 workers: placing a
 fresh job, re-placing a balanced one (a fixpoint), and re-placing after a worker left —
 timed against one ``sorted()`` of the same splits.
 
-Then :func:`spate.placement.place` over 100,000 splits and 100 workers in 10 zones: a fresh
+Then :func:`spate._core.placement.place` over 100,000 splits and 100 workers in 10 zones: a fresh
 job, a fixpoint, a whole zone lost, and the batch cost per ownership change (one split
 completes and the whole job is placed again: what the leader paid per change before it kept
 an index).
@@ -53,11 +53,11 @@ from bench._harness import (
     fmt_seconds,
     median,
 )
+from spate import Config
+from spate._core.placement import Member, place, placement_report
 from spate._core.placement_index import PlacementIndex
-from spate.config import Config
-from spate.placement import Member, place, placement_report
-from spate.protocol import Placement, desired_assignment, fingerprint_hash
-from spate.records import Keys, ProgressRecord, decode, encode
+from spate._core.protocol import Placement, desired_assignment, fingerprint_hash
+from spate._core.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won
 from spate_stores.memory import MemoryServer, MemoryStore
 

@@ -24,9 +24,8 @@ import trio.testing
 
 from bench._fleet import JOB, RecordingStore, planner_of
 from bench._harness import Backend, Options, Row, backends, fmt_rate, memory_backend, namespace
-from spate.config import Config
+from spate import Config, SplitHandle, run_worker
 from spate.store import EphemeralSemantics
-from spate.worker import SplitHandle, run_worker
 
 WORKERS = 4
 SPLITS = 64

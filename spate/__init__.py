@@ -1,13 +1,13 @@
 """spate: share one job's work safely across a fleet of Trio workers.
 
 This module is the table of contents of the public API; everything here is re-exported
-from the private modules behind it.
+from the private modules behind it. The other public modules are :mod:`spate.store` (the
+contract a store adapter implements), :mod:`spate.telemetry` (tracing and metrics wiring) and
+:mod:`spate.ops` (operator actions: status, requeue); every module with an underscore is private.
 """
 
-from spate._version import __version__
-from spate.config import Config
-from spate.coordinator import Coordinator, open_coordinator
-from spate.errors import (
+from spate._config import Config
+from spate._errors import (
     ConfigError,
     FatalCoordinationError,
     Fenced,
@@ -17,7 +17,7 @@ from spate.errors import (
     StoreUnavailable,
     ValueTooLarge,
 )
-from spate.events import (
+from spate._events import (
     AllComplete,
     Event,
     Gained,
@@ -27,10 +27,11 @@ from spate.events import (
     RevokeRequested,
     Stalled,
 )
-from spate.metrics import Gauges, MetricsHooks
-from spate.plan import Plan, PlanContext, SplitSpec
-from spate.store import Keyspace, Store
-from spate.worker import Handler, Planner, SplitHandle, Verdict, run_worker
+from spate._metrics import Gauges, MetricsHooks
+from spate._plan import Plan, PlanContext, SplitSpec
+from spate._runtime.coordinator import Coordinator, open_coordinator
+from spate._runtime.worker import Handler, Planner, SplitHandle, Verdict, run_worker
+from spate._version import __version__
 
 __all__ = [
     "AllComplete",
@@ -43,7 +44,6 @@ __all__ = [
     "Gained",
     "Gauges",
     "Handler",
-    "Keyspace",
     "Lost",
     "MetricsHooks",
     "Plan",
@@ -57,7 +57,6 @@ __all__ = [
     "SplitHandle",
     "SplitSpec",
     "Stalled",
-    "Store",
     "StoreError",
     "StoreUnavailable",
     "ValueTooLarge",

@@ -2,6 +2,6 @@
 
 import sys
 
-from spate.cli import main
+from spate._cli.main import main
 
 sys.exit(main())

@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 from typing import cast
 from urllib.parse import urlsplit
 
-from spate.errors import ConfigError, StoreError
+from spate import ConfigError, StoreError
 from spate.store import Store
 
 __all__ = ["SUPPORTED_SCHEMES", "open_store", "redact_url", "store_from_url"]
@@ -68,8 +68,8 @@ def redact_url(url: str) -> str:
 def store_from_url(url: str) -> Store:
     """The (not yet opened) store a URL names; enter it to connect.
 
-    Raises :class:`~spate.errors.ConfigError` for an unknown scheme (naming the supported
-    ones) or a malformed URL, and :class:`~spate.errors.StoreError` when the scheme's extra
+    Raises :class:`~spate.ConfigError` for an unknown scheme (naming the supported
+    ones) or a malformed URL, and :class:`~spate.StoreError` when the scheme's extra
     is not installed (naming the extra to install). Credentials never appear in messages.
     """
     try:
@@ -102,7 +102,7 @@ async def open_store(url: str) -> AsyncIterator[Store]:
     """Open the store a URL names, yield it, and close it on exit.
 
     Raises what :func:`store_from_url` raises, and whatever entering the store raises
-    (:class:`~spate.errors.StoreUnavailable` when the server cannot be reached).
+    (:class:`~spate.StoreUnavailable` when the server cannot be reached).
     """
     store = store_from_url(url)
     async with store:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from spate.errors import ConfigError
+from spate import ConfigError
 
 __all__ = ["parse_host_list"]
 
@@ -40,7 +40,7 @@ def parse_host_list(hosts: str, default_port: int, kind: str) -> tuple[tuple[str
     """``h1:2379,h2,[::1]:2380`` as ``(host, port)`` pairs (IPv6 hosts keep their brackets).
 
     ``hosts`` is the part of a URL's authority after any credentials. Raises
-    :class:`~spate.errors.ConfigError` naming the malformed entry (never credentials): an
+    :class:`~spate.ConfigError` naming the malformed entry (never credentials): an
     empty entry, a bad host, a bad port, or the same endpoint twice.
     """
     if not hosts:

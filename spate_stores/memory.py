@@ -26,16 +26,16 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
-from spate.errors import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
+from spate import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import (
     Capabilities,
+    Conflict,
     Create,
     Delete,
     Entry,
     EphemeralSemantics,
     KeySession,
     Keyspace,
-    Lost,
     Put,
     Remove,
     Revision,
@@ -182,8 +182,8 @@ class MemoryStore:
     clients (each client a "process"), and ``namespace=`` to isolate tenants on it.
     :meth:`process_shared` (what ``memory://`` URLs open) joins the process-wide server.
 
-    Raises :class:`~spate.errors.ConfigError` for a non-positive or infinite TTL or a size
-    limit under one byte, and :class:`~spate.errors.StoreError` when ``namespace`` is already
+    Raises :class:`~spate.ConfigError` for a non-positive or infinite TTL or a size
+    limit under one byte, and :class:`~spate.StoreError` when ``namespace`` is already
     bound to another TTL on ``server``.
     """
 
@@ -387,7 +387,7 @@ class MemoryStore:
         self._check_session(keyspace, session)
         table = await self._enter(keyspace)
         if key in table.entries:
-            return Lost()
+            return Conflict()
         return Won(table.put(key, bytes(value), trio.current_time()))
 
     async def update(
@@ -406,7 +406,7 @@ class MemoryStore:
         table = await self._enter(keyspace)
         current = table.entries.get(key)
         if current is None or current.revision != expected:
-            return Lost()
+            return Conflict()
         return Won(table.put(key, bytes(value), trio.current_time()))
 
     async def write_many(
@@ -435,16 +435,16 @@ class MemoryStore:
             if current is None or (
                 write.expected is not None and current.revision != write.expected
             ):
-                return Lost()
+                return Conflict()
             return Won(table.remove(write.key))
         self._check_value(write.key, write.value)
         table = self._table(write.keyspace)
         current = table.entries.get(write.key)
         if isinstance(write, Create):
             if current is not None:
-                return Lost()
+                return Conflict()
         elif current is None or current.revision != write.expected:
-            return Lost()
+            return Conflict()
         return Won(table.put(write.key, bytes(write.value), trio.current_time()))
 
     async def delete(
@@ -455,7 +455,7 @@ class MemoryStore:
         table = await self._enter(keyspace)
         current = table.entries.get(key)
         if current is None or (expected is not None and current.revision != expected):
-            return Lost()
+            return Conflict()
         return Won(table.remove(key))
 
     def watch(self, keyspace: Keyspace, prefix: str) -> Any:
@@ -572,7 +572,7 @@ def store_from_url(url: str) -> MemoryStore:
 
     ``memory://[namespace][?namespace=...&ttl=SECONDS&max_value_size=BYTES]``: the query's
     namespace wins over the one in the URL's host and path. Raises
-    :class:`~spate.errors.ConfigError` for unknown or malformed parameters.
+    :class:`~spate.ConfigError` for unknown or malformed parameters.
     """
     parts = urlsplit(url)
     try:

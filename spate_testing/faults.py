@@ -49,13 +49,13 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate.store import (
     Capabilities,
+    Conflict,
     Delete,
     Entry,
     Keyspace,
-    Lost,
     Remove,
     Revision,
     Session,
@@ -237,7 +237,7 @@ class FaultyStore:
 
     def _late(self, waited: bool, result: WriteResult) -> None:
         if waited:
-            self.late_writes["refused" if isinstance(result, Lost) else "landed"] += 1
+            self.late_writes["refused" if isinstance(result, Conflict) else "landed"] += 1
 
     def _maybe_lose_reply(self, what: str) -> None:
         if self._roll(self.rates.maybe_landed_rate):
@@ -312,7 +312,7 @@ class FaultyStore:
 
         def settle(results: Sequence[WriteResult | StoreError], waited: bool) -> None:
             for write, result in zip(writes, results, strict=True):
-                if isinstance(result, Won | Lost):
+                if isinstance(result, Won | Conflict):
                     if isinstance(write, Remove):
                         self._note_delete("delete", write.keyspace, write.key, result)
                     self._late(waited, result)

@@ -42,6 +42,8 @@ import outcome
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
+from spate._core.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
+from spate._core.records import LeaseRecord, ProgressRecord, Status, decode, encode
 from spate._core.view import (
     AssignmentChanged,
     AssignmentGone,
@@ -49,12 +51,10 @@ from spate._core.view import (
     LeaseGone,
     ProgressChanged,
 )
-from spate.errors import FatalCoordinationError, Fenced, StoreUnavailable
-from spate.events import Gained, Lost, Progress, Quarantined
-from spate.metrics import AcquireReason, LossReason, RevocationOutcome
-from spate.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
-from spate.records import LeaseRecord, ProgressRecord, Status, decode, encode
-from spate.store import Entry, Keyspace, Won
+from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
+from spate._events import Gained, Lost, Progress, Quarantined
+from spate._metrics import AcquireReason, LossReason, RevocationOutcome
+from spate._store import Entry, Keyspace, Won
 
 __all__ = ["Claims", "Owned", "ReleaseOutcome"]
 

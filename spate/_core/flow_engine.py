@@ -21,7 +21,7 @@ import attrs
 import outcome
 
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
-from spate.store import Keyspace
+from spate._store import Keyspace
 
 __all__ = ["FlowEngine", "FlowRun", "Key"]
 

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import attrs
 
-from spate.store import Keyspace
+from spate._store import Keyspace
 
 __all__ = ["Batch", "Flow", "Fork", "Hold", "Op", "OpsOf", "Request"]
 

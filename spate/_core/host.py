@@ -17,15 +17,15 @@ from typing import Any, Literal, Protocol
 
 import outcome
 
+from spate._config import Config
 from spate._core.flows import Flow
+from spate._core.records import Keys
 from spate._core.view import Notice, View
-from spate.config import Config
-from spate.errors import FatalCoordinationError
-from spate.events import Event
-from spate.metrics import MetricsHooks, RevocationOutcome
-from spate.plan import PlanContext, Planner
-from spate.records import Keys
-from spate.store import Keyspace
+from spate._errors import FatalCoordinationError
+from spate._events import Event
+from spate._metrics import MetricsHooks, RevocationOutcome
+from spate._plan import PlanContext, Planner
+from spate._store import Keyspace
 from spate.telemetry._context import Context
 
 __all__ = ["Drains", "Holdings", "Host", "PlannerRun", "ReleaseOutcome", "SessionFacts"]

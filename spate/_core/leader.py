@@ -17,8 +17,8 @@ The rules, each with the race it prevents:
   written (an invalid plan is a ``PlanError``); then spec records, then progress records (so
   a progress record implies its spec), then the plan record (planned count recounted from a
   listing, finality). A planner that raises is logged and retried with backoff.
-- **Assignment** is what the pure :func:`~spate.placement.place` answers (spread across the
-  workers' failure domains, then balanced; :func:`~spate.protocol.desired_assignment` when no
+- **Assignment** is what the pure :func:`~spate._core.placement.place` answers (spread across the
+  workers' failure domains, then balanced; :func:`~spate._core.protocol.desired_assignment` when no
   worker has a locality), kept by a :class:`~spate._core.placement_index.PlacementIndex` fed only
   the splits the view names as changed, so one ownership change costs the splits in flight,
   not the job. It is published only to the members whose assignment changed (a steady fleet
@@ -41,13 +41,10 @@ import outcome
 from spate._core.backoff import Backoff
 from spate._core.flows import Batch, Flow, Hold, Op, OpsOf
 from spate._core.host import Host, PlannerRun
+from spate._core.placement import Member, report_from_totals
 from spate._core.placement_index import PlacementIndex
-from spate._core.view import LeaderChanged, LeaderGone, Notice, PlanChanged
-from spate.errors import FatalCoordinationError, PlanError, StoreUnavailable
-from spate.placement import Member, report_from_totals
-from spate.plan import Plan, PlanContext, Planner, validate_plan
-from spate.protocol import Placement
-from spate.records import (
+from spate._core.protocol import Placement
+from spate._core.records import (
     AssignmentRecord,
     Finality,
     LeaderRecord,
@@ -57,7 +54,10 @@ from spate.records import (
     Status,
     encode,
 )
-from spate.store import Keyspace, Won
+from spate._core.view import LeaderChanged, LeaderGone, Notice, PlanChanged
+from spate._errors import FatalCoordinationError, PlanError, StoreUnavailable
+from spate._plan import Plan, PlanContext, Planner, validate_plan
+from spate._store import Keyspace, Won
 
 __all__ = ["Leadership"]
 

@@ -32,10 +32,13 @@ from typing import Any, Protocol
 
 import outcome
 
+from spate._config import Config
 from spate._core.claims import Claims
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
+from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
+from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
 from spate._core.revocation import Revocations
 from spate._core.terminal import Terminal
 from spate._core.view import (
@@ -52,14 +55,11 @@ from spate._core.view import (
     ProgressChanged,
     View,
 )
-from spate.config import Config
-from spate.errors import FatalCoordinationError, StoreUnavailable
-from spate.events import Event
-from spate.metrics import Gauges, MetricsHooks
-from spate.plan import PlanContext, Planner
-from spate.protocol import fingerprint_hash, live_workers, stable_hash_str
-from spate.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
-from spate.store import Entry, Keyspace, Lost, Won
+from spate._errors import FatalCoordinationError, StoreUnavailable
+from spate._events import Event
+from spate._metrics import Gauges, MetricsHooks
+from spate._plan import PlanContext, Planner
+from spate._store import Conflict, Entry, Keyspace, Won
 from spate.telemetry._context import Context
 
 __all__ = ["Effects", "Machine"]
@@ -507,7 +507,7 @@ class Machine:
             return
         if isinstance(result, Won):
             self.fold(self.view.forget_own(Keyspace.EPHEMERAL, key, self.presence_rev))
-        elif isinstance(result, Lost):
+        elif isinstance(result, Conflict):
             logger.debug("presence key already gone or rewritten")
 
 

@@ -1,7 +1,8 @@
 """The leader's placement kept up to date one split at a time: cost proportional to the change.
 
-:func:`spate.placement.place` (and :func:`spate.protocol.desired_assignment`, its path when no
-worker has a locality) is the oracle: a :class:`PlacementIndex` fed the same members and
+:func:`spate._core.placement.place` (and :func:`spate._core.protocol.desired_assignment`, its
+path when no worker has a locality) is the oracle: a :class:`PlacementIndex` fed the same
+members and
 splits always answers exactly what the batch function answers. It gets there without
 re-placing the whole job:
 
@@ -33,8 +34,8 @@ import bisect
 import heapq
 from collections.abc import Iterable, Mapping
 
-from spate.placement import Member, affinity_matches, domain_of, place
-from spate.protocol import (
+from spate._core.placement import Member, affinity_matches, domain_of, place
+from spate._core.protocol import (
     MAX_IMPROVING_MOVES,
     Placement,
     WeightBins,

@@ -32,8 +32,8 @@ import attrs
 
 from spate._core.flows import Flow
 from spate._core.host import Holdings, Host
-from spate.events import Lost, RevokeRequested
-from spate.metrics import RevocationOutcome
+from spate._events import Lost, RevokeRequested
+from spate._metrics import RevocationOutcome
 
 __all__ = ["Revocations", "Revoking"]
 

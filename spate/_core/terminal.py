@@ -20,10 +20,10 @@ import math
 
 from spate._core.flows import Flow, Op
 from spate._core.host import Host
-from spate.errors import StoreUnavailable
-from spate.events import AllComplete, Stalled
-from spate.records import Finality
-from spate.store import Entry, Keyspace
+from spate._core.records import Finality
+from spate._errors import StoreUnavailable
+from spate._events import AllComplete, Stalled
+from spate._store import Entry, Keyspace
 
 __all__ = ["Terminal"]
 

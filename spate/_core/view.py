@@ -29,7 +29,7 @@ from typing import TypeAlias
 
 import attrs
 
-from spate.records import (
+from spate._core.records import (
     AssignmentRecord,
     KeyKind,
     Keys,
@@ -43,7 +43,7 @@ from spate.records import (
     UnreadableRecord,
     decode,
 )
-from spate.store import Entry, Keyspace
+from spate._store import Entry, Keyspace
 
 __all__ = [
     "AssignmentChanged",
@@ -259,7 +259,7 @@ class View:
     def apply_put(self, keyspace: Keyspace, entry: Entry) -> list[Notice]:
         """Fold one stored entry (watch put, listing entry, or own write read back).
 
-        Raises :class:`~spate.records.UnreadableRecord` for an unreadable record that carries
+        Raises :class:`~spate._core.records.UnreadableRecord` for an unreadable record that carries
         ownership (plan, spec, progress, lease, leader); presence and assignment records that
         cannot be read are logged and skipped.
         """

@@ -23,10 +23,10 @@ import trio
 
 from spate._core.flow_engine import FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
+from spate._errors import StoreError, StoreUnavailable
 from spate._runtime import fenced
 from spate._runtime.group_commit import GroupCommit, grouping
-from spate.errors import StoreError, StoreUnavailable
-from spate.store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched
+from spate._store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched
 from spate.telemetry._context import Context, attached
 
 __all__ = ["Driver"]

@@ -8,7 +8,7 @@ and spec seeding, assignment publishing and clean-up, presence: each is one call
   instance, split, epoch, keyspace, expected and new revision, the outcome
   (``won``/``lost``/``error``) and ``db.system``; a lost compare-and-swap or an error sets the
   span's status and adds an event;
-- reports the outcome and its duration to the :class:`~spate.metrics.MetricsHooks`.
+- reports the outcome and its duration to the :class:`~spate.MetricsHooks`.
 
 Keeping this the only place that calls ``create``/``update``/``delete`` on a store is what
 lets a test prove that no write escapes telemetry. Store adapters add client spans beneath.
@@ -25,9 +25,9 @@ import trio
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from spate.errors import StoreError, StoreUnavailable
-from spate.metrics import MetricsHooks
-from spate.store import Keyspace, Lost, Session, Won, WriteResult
+from spate._errors import StoreError, StoreUnavailable
+from spate._metrics import MetricsHooks
+from spate._store import Conflict, Keyspace, Session, Won, WriteResult
 from spate.telemetry._provider import tracing
 
 __all__ = ["Scope", "WriteKind", "Writer", "span", "tracing", "write"]
@@ -157,7 +157,7 @@ async def write(
             current.set_attribute("spate.outcome", "won")
             scope.metrics.write(operation, "won", trio.current_time() - started)
         else:
-            assert isinstance(result, Lost)
+            assert isinstance(result, Conflict)
             current.set_attribute("spate.outcome", "lost")
             current.set_status(Status(StatusCode.ERROR, "condition did not hold"))
             current.add_event("spate.cas_lost", {"spate.key": key})

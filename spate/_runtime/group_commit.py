@@ -37,8 +37,8 @@ import trio
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 
-from spate.errors import StoreError, StoreUnavailable
-from spate.store import (
+from spate._errors import StoreError, StoreUnavailable
+from spate._store import (
     BatchedWrites,
     Create,
     Keyspace,

@@ -29,19 +29,19 @@ import attrs
 import outcome
 import trio
 
+from spate._config import Config
 from spate._core.flows import Flow
 from spate._core.machine import Machine
+from spate._core.records import UnreadableRecord, now_ms
+from spate._errors import FatalCoordinationError
+from spate._events import Event
+from spate._metrics import MetricsHooks
+from spate._plan import Plan, PlanContext, Planner
 from spate._runtime import fenced
 from spate._runtime.bulk import Deferral, collector_paused
 from spate._runtime.driver import Driver
 from spate._runtime.session import SessionSlot
-from spate.config import Config
-from spate.errors import FatalCoordinationError
-from spate.events import Event
-from spate.metrics import MetricsHooks
-from spate.plan import Plan, PlanContext, Planner
-from spate.records import UnreadableRecord, now_ms
-from spate.store import Delete, Keyspace, Put, Store
+from spate._store import Delete, Keyspace, Put, Store
 from spate.telemetry._context import Context
 
 __all__ = ["Runtime"]

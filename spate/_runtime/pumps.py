@@ -18,11 +18,11 @@ import trio
 
 from spate._core.backoff import Backoff
 from spate._core.machine import Machine
+from spate._core.protocol import jitter
+from spate._errors import StoreUnavailable
 from spate._runtime.bulk import collector_paused
 from spate._runtime.loop import Runtime
-from spate.errors import StoreUnavailable
-from spate.protocol import jitter
-from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone
+from spate._store import Delete, Entry, Keyspace, Put, SnapshotDone
 
 __all__ = ["heartbeat_ticker", "interval_ticker", "watch_pump"]
 

@@ -22,8 +22,8 @@ from contextlib import AsyncExitStack
 import trio
 
 from spate._core.backoff import Backoff
-from spate.errors import StoreError, StoreUnavailable
-from spate.store import EphemeralSemantics, Session, Store
+from spate._errors import StoreError, StoreUnavailable
+from spate._store import EphemeralSemantics, Session, Store
 
 __all__ = ["SessionSlot"]
 

@@ -2,7 +2,7 @@
 
 spate depends on the OpenTelemetry API only. Every guarded store write the protocol makes
 runs inside a ``spate.<operation>`` span (:mod:`spate._runtime.fenced`), and every outcome the
-coordinator counts goes to a :class:`~spate.metrics.MetricsHooks`; :class:`OTelMetrics`
+coordinator counts goes to a :class:`~spate.MetricsHooks`; :class:`OTelMetrics`
 records them on OpenTelemetry instruments. Until an SDK is installed all of it is the API's
 no-op, so an application that does not export telemetry pays next to nothing.
 
@@ -20,8 +20,6 @@ handler's own task. :func:`capture` and :func:`attached` carry a context to anot
 coordinator uses them for its background writes).
 """
 
-from __future__ import annotations
-
 from spate.telemetry._configure import Telemetry, configure
 from spate.telemetry._context import attached, capture
 from spate.telemetry._metrics import (
@@ -29,6 +27,7 @@ from spate.telemetry._metrics import (
     Instruments,
     OTelMetrics,
     instruments,
+    metrics_for,
 )
 
 __all__ = [
@@ -42,12 +41,3 @@ __all__ = [
     "instruments",
     "metrics_for",
 ]
-
-
-def metrics_for(job: str, instance: str) -> OTelMetrics:
-    """Metrics hooks for one coordinator on the global meter provider's instruments.
-
-    What a coordinator uses when it is given no hooks of its own: cheap no-ops until an SDK
-    meter provider is installed, then real series labelled with ``job`` and ``instance``.
-    """
-    return instruments().hooks(job, instance)

@@ -25,7 +25,7 @@ import trio
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
-from spate.errors import ConfigError
+from spate._errors import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -156,7 +156,7 @@ def configure(
 
     Call it once per process, before the coordinators start, and await
     :meth:`Telemetry.ashutdown` at the end so the last batch is exported. Raises
-    :class:`~spate.errors.ConfigError` if the ``otel`` extra is not installed, if the
+    :class:`~spate.ConfigError` if the ``otel`` extra is not installed, if the
     endpoint is not an http(s) URL, if another OTLP protocol than ``http/protobuf`` is
     requested, if the Prometheus port cannot be bound, or if OpenTelemetry is already
     configured in this process.

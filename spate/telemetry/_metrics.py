@@ -2,12 +2,12 @@
 
 :class:`Instruments` creates spate's instruments once on one meter;
 :meth:`Instruments.hooks` gives each coordinator its own :class:`OTelMetrics` (a
-:class:`~spate.metrics.MetricsHooks`), whose series carry ``spate.job`` and
+:class:`~spate.MetricsHooks`), whose series carry ``spate.job`` and
 ``spate.instance`` so the workers of an in-process fleet stay apart.
 
 Levels (splits owned, live workers, leader...) are observable instruments: the coordinator
 reports them after every step, which can be thousands of times a second, so a report only
-stores the latest :class:`~spate.metrics.Gauges` and the SDK reads it when it collects.
+stores the latest :class:`~spate.Gauges` and the SDK reads it when it collects.
 Levels whose sum across the fleet means something (splits owned, draining, leaders, idle
 workers) are up-down counters; the ones every worker reports for the whole job (completed,
 quarantined, live workers) are gauges, since adding them up would multiply them.
@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
-from spate._version import __version__
-from spate.metrics import (
+from spate._metrics import (
     AcquireReason,
     Gauges,
     LossReason,
@@ -36,9 +35,10 @@ from spate.metrics import (
     RevocationOutcome,
     WriteOutcome,
 )
+from spate._version import __version__
 
 if TYPE_CHECKING:
-    from spate.placement import DomainShare, PlacementReport
+    from spate._core.placement import DomainShare, PlacementReport
 
 __all__ = ["SECONDS_BUCKETS", "Instruments", "OTelMetrics", "instruments"]
 
@@ -352,3 +352,12 @@ def instruments(meter_provider: MeterProvider | None = None) -> Instruments:
         if found is None:
             found = _by_provider[meter_provider] = Instruments(meter_provider)
         return found
+
+
+def metrics_for(job: str, instance: str) -> OTelMetrics:
+    """Metrics hooks for one coordinator on the global meter provider's instruments.
+
+    What a coordinator uses when it is given no hooks of its own: cheap no-ops until an SDK
+    meter provider is installed, then real series labelled with ``job`` and ``instance``.
+    """
+    return instruments().hooks(job, instance)

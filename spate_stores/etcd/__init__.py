@@ -44,7 +44,7 @@ __all__ = [
 def store_from_url(url: str) -> EtcdStore:
     """An unopened :class:`EtcdStore` for an ``etcd://`` / ``etcd+http(s)://`` URL.
 
-    Raises :class:`~spate.errors.ConfigError` for a malformed URL. Connecting happens when
+    Raises :class:`~spate.ConfigError` for a malformed URL. Connecting happens when
     the store is entered.
     """
     return EtcdStore.from_url(url)

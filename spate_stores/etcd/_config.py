@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from spate.errors import ConfigError
+from spate import ConfigError
 from spate.store import MAX_KEY_LENGTH, Keyspace
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._endpoints import parse_host_list
@@ -163,7 +163,7 @@ class EtcdConfig:
     def from_url(cls, url: str) -> EtcdConfig:
         """Parse an ``etcd://``, ``etcd+http://`` or ``etcd+https://`` URL.
 
-        Raises :class:`~spate.errors.ConfigError` naming what is wrong (credentials are
+        Raises :class:`~spate.ConfigError` naming what is wrong (credentials are
         never echoed).
         """
         try:
@@ -228,7 +228,7 @@ class EtcdConfig:
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for an https endpoint (None for http).
 
-        Raises :class:`~spate.errors.StoreError` when a certificate file cannot be loaded.
+        Raises :class:`~spate.StoreError` when a certificate file cannot be loaded.
         """
         if not self.tls:
             return None

@@ -10,7 +10,7 @@ have reached a member is never resent, because it may have landed.
 
 from __future__ import annotations
 
-from spate.errors import ConfigError
+from spate import ConfigError
 from spate_stores._hosts import parse_host_list
 
 __all__ = ["EndpointSet", "parse_host_list"]

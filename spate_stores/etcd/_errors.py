@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 import httpx
 
-from spate.errors import SessionLost, SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate import SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate.store import SessionLost
 from spate_stores.etcd._wire import ErrorKind, GatewayError
 
 __all__ = [

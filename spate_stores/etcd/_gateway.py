@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import EtcdConfig

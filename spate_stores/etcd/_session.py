@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._wire import (

@@ -11,14 +11,14 @@ from typing import Any
 import attrs
 import trio
 
-from spate.errors import StoreError
+from spate import StoreError
 from spate.store import (
     Capabilities,
+    Conflict,
     Create,
     Entry,
     EphemeralSemantics,
     Keyspace,
-    Lost,
     Remove,
     Revision,
     Session,
@@ -335,7 +335,7 @@ class EtcdStore:
         reply = await self._put_txn(lease_session, build, doing)
         if txn_succeeded(reply):
             return Won(header_revision(reply))
-        return Lost()
+        return Conflict()
 
     async def _call_txn(self, body: dict[str, Any], doing: str) -> dict[str, Any]:
         return await self._gateway.call("/v3/kv/txn", body, doing=doing)
@@ -386,7 +386,7 @@ class EtcdStore:
         self._check_open(keyspace)
         if not isinstance(expected, int) or expected <= 0:
             # No key is at such a revision (and etcd's MOD == 0 would match a missing key).
-            return Lost()
+            return Conflict()
         raw = self._layout.key(keyspace, key)
         return await self._leased_write(
             keyspace,
@@ -416,7 +416,7 @@ class EtcdStore:
             if any(write.keyspace is Keyspace.EPHEMERAL for write in writes)
             else None
         )
-        results: list[WriteResult | StoreError] = [Lost()] * len(writes)
+        results: list[WriteResult | StoreError] = [Conflict()] * len(writes)
         chunks: list[list[tuple[int, _TxnBuilder]]] = []
         room = 0
         for i, write in enumerate(writes):
@@ -447,7 +447,7 @@ class EtcdStore:
                 )
             revision = header_revision(reply)
             for (i, _), won in zip(chunk, held, strict=True):
-                results[i] = Won(revision) if won else Lost()
+                results[i] = Won(revision) if won else Conflict()
 
         if len(chunks) == 1:
             await send(chunks[0])
@@ -492,11 +492,11 @@ class EtcdStore:
         doing = f"deleting {key!r}"
         if expected is None:
             reply = await self._gateway.call("/v3/kv/deleterange", delete_range(raw), doing=doing)
-            return Won(header_revision(reply)) if deleted_count(reply) else Lost()
+            return Won(header_revision(reply)) if deleted_count(reply) else Conflict()
         if not isinstance(expected, int) or expected <= 0:
-            return Lost()
+            return Conflict()
         reply = await self._call_txn(txn_delete(raw, expected), doing)
-        return Won(header_revision(reply)) if txn_succeeded(reply) else Lost()
+        return Won(header_revision(reply)) if txn_succeeded(reply) else Conflict()
 
     def watch(
         self, keyspace: Keyspace, prefix: str

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import httpx
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate.store import Delete, Entry, Keyspace, Put, SnapshotDone, WatchEvent
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import KeyLayout

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway
 from spate_stores.etcd._wire import WatchMessage, parse_watch_message, watch_create, watch_progress

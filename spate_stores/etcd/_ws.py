@@ -20,7 +20,7 @@ from typing import Any
 import trio
 import trio_websocket
 
-from spate.errors import StoreUnavailable
+from spate import StoreUnavailable
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway
 

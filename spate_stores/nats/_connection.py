@@ -6,7 +6,7 @@ it (reader, pinger, WebSocket internals) in one nursery, opened by ``__aenter__`
 re-subscribes, and carries on. Exactly what happens to work in flight:
 
 * a request whose bytes may have reached the server fails with
-  :class:`~spate.errors.StoreUnavailable` ("may or may not have landed") and is never resent:
+  :class:`~spate.StoreUnavailable` ("may or may not have landed") and is never resent:
   resending a write that landed could apply it twice;
 * a request not yet sent waits for the connection to come back (up to its timeout), then goes
   out on the new connection;
@@ -33,8 +33,8 @@ from typing import Any
 import attrs
 import trio
 
+from spate import StoreError
 from spate._version import __version__
-from spate.errors import StoreError
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._errors import ServerError, TlsVerificationFailed
 from spate_stores.nats._options import ConnectOptions

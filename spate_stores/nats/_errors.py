@@ -2,9 +2,9 @@
 
 The boundary rule: nothing from the socket, TLS, WebSocket or protocol layers reaches a caller,
 and the NATS adapter's other modules never word an error themselves; they call a function here.
-Transient trouble is :class:`~spate.errors.StoreUnavailable` (connection down or broken, a
+Transient trouble is :class:`~spate.StoreUnavailable` (connection down or broken, a
 timeout, no JetStream responder, a 5xx refusal, a reply that cannot be read, a stream leader
-still replicating); permanent trouble is :class:`~spate.errors.StoreError` saying what to fix
+still replicating); permanent trouble is :class:`~spate.StoreError` saying what to fix
 (credentials, TLS trust, permissions, JetStream disabled, a bucket that does not fit, a 4xx
 refusal). Messages name the server URL (which never carries credentials, see ``_options.py``)
 and never quote a password or token.
@@ -19,7 +19,7 @@ The JetStream API refusals that mean something to the contract are classified he
 * anything else is :meth:`ApiError.translate`: 5xx transient, 4xx permanent.
 
 Oversized values never reach the server: the store refuses them with
-:class:`~spate.errors.ValueTooLarge` against the ``max_payload`` the server announced (a server
+:class:`~spate.ValueTooLarge` against the ``max_payload`` the server announced (a server
 that enforced less would end the connection with ``-ERR 'Maximum Payload Violation'``, which,
 like any fatal ``-ERR`` other than an authorization one, is a broken connection).
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spate.errors import StoreError, StoreUnavailable, ValueTooLarge
+from spate import StoreError, StoreUnavailable, ValueTooLarge
 from spate_stores.nats._protocol import ProtocolError
 from spate_stores.nats._servers import ServerPool
 from spate_stores.nats._transport import TransportError

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._connection import NatsConnection

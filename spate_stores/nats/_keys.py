@@ -15,7 +15,7 @@ subject suffix, readable as-is in ``nats kv`` output.
 
 from __future__ import annotations
 
-from spate.errors import StoreError
+from spate import StoreError
 from spate.store import Keyspace
 
 __all__ = [

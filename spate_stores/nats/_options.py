@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from spate.errors import ConfigError
+from spate import ConfigError
 from spate_stores._hosts import parse_host_list
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]

@@ -3,7 +3,7 @@
 :class:`Parser` turns whatever the server sent, split into chunks however the transport pleases
 (TCP segments, WebSocket frames), into :data:`Event` objects. The ``encode_*`` functions turn
 commands into the exact bytes to send. Nothing here touches a socket or a clock, so every rule
-is tested byte for byte (see ``tests/nats/test_protocol.py``).
+is tested byte for byte (see ``tests/stores/nats/test_nats_protocol.py``).
 
 Wire facts this follows (checked against nats-server 2.9, 2.11 and 2.15):
 

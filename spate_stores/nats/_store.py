@@ -22,14 +22,14 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 
 import attrs
 
-from spate.errors import ConfigError, StoreError
+from spate import ConfigError, StoreError
 from spate.store import (
     Capabilities,
+    Conflict,
     Entry,
     EphemeralSemantics,
     KeySession,
     Keyspace,
-    Lost,
     Revision,
     Session,
     WatchEvent,
@@ -279,7 +279,7 @@ class NatsStore:
             except WrongLastSequence:
                 current = await self._last(bucket, key)
                 if current is not None and not current.tombstone:
-                    return Lost()
+                    return Conflict()
                 # Absent (its tombstone aged out meanwhile) or a tombstone: expect exactly
                 # that, so a concurrent create still makes this one lose.
                 expected = 0 if current is None else current.sequence
@@ -302,11 +302,11 @@ class NatsStore:
         bucket = self._bucket(keyspace)
         self._check_session(keyspace, session)
         if not isinstance(expected, int) or expected < 1:
-            return Lost()
+            return Conflict()
         try:
             sequence = await self._write(bucket, key, value, expect_sequence(expected))
         except WrongLastSequence:
-            return Lost()
+            return Conflict()
         return Won(sequence)
 
     async def delete(
@@ -320,7 +320,7 @@ class NatsStore:
         for _ in range(_MAX_ATTEMPTS):
             current = await self._last(bucket, key)
             if current is None or current.tombstone:
-                return Lost()
+                return Conflict()
             result = await self._delete_at(bucket, key, current.sequence)
             if isinstance(result, Won):
                 return result
@@ -328,11 +328,11 @@ class NatsStore:
 
     async def _delete_at(self, bucket: Bucket, key: str, expected: Revision) -> WriteResult:
         if not isinstance(expected, int) or expected < 1:
-            return Lost()
+            return Conflict()
         try:
             return Won(await self._write(bucket, key, b"", expect_sequence(expected, delete=True)))
         except WrongLastSequence:
-            return Lost()
+            return Conflict()
 
     def watch(
         self, keyspace: Keyspace, prefix: str

@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from spate.errors import StoreError, StoreUnavailable
+from spate import StoreError, StoreUnavailable
 from spate.store import Delete, Entry, Put, SnapshotDone, WatchEvent
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._bucket import Bucket

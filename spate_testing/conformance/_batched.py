@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from spate.errors import StoreError, ValueTooLarge
+from spate import StoreError, ValueTooLarge
 from spate.store import (
     BatchedWrites,
+    Conflict,
     Create,
     Delete,
     Entry,
     Keyspace,
-    Lost,
     Put,
     Remove,
     Store,
@@ -74,8 +74,8 @@ class BatchedConformance:
             won = results[0]
             assert isinstance(won, Won), f"the swap at the current revision got {won!r}"
             assert won.revision > first.revision, "a won swap did not increase the revision"
-            assert isinstance(results[1], Lost), f"a stale swap got {results[1]!r}"
-            assert isinstance(results[2], Lost), f"a swap of a missing key got {results[2]!r}"
+            assert isinstance(results[1], Conflict), f"a stale swap got {results[1]!r}"
+            assert isinstance(results[2], Conflict), f"a swap of a missing key got {results[2]!r}"
             assert await store.get(D, prefix + "a") == Entry(prefix + "a", b"a2", won.revision)
             assert await store.get(D, prefix + "b") == Entry(prefix + "b", b"b2", moved.revision)
             assert await store.get(D, prefix + "missing") is None, "a swap created a key"
@@ -205,11 +205,13 @@ class BatchedConformance:
             assert len(results) == 6, f"six writes gave {len(results)} results"
             created = results[0]
             assert isinstance(created, Won), f"a create of a new key got {created!r}"
-            assert isinstance(results[1], Lost), f"a create of an existing key got {results[1]!r}"
+            assert isinstance(results[1], Conflict), (
+                f"a create of an existing key got {results[1]!r}"
+            )
             assert isinstance(results[2], Won), f"a delete at the revision got {results[2]!r}"
-            assert isinstance(results[3], Lost), f"a stale guarded delete got {results[3]!r}"
+            assert isinstance(results[3], Conflict), f"a stale guarded delete got {results[3]!r}"
             assert isinstance(results[4], Won), f"an unguarded delete of a key got {results[4]!r}"
-            assert isinstance(results[5], Lost), f"a delete of a missing key got {results[5]!r}"
+            assert isinstance(results[5], Conflict), f"a delete of a missing key got {results[5]!r}"
             assert created.revision > gone.revision, "a create's revision did not move on"
             assert await store.get(D, prefix + "new") == Entry(
                 prefix + "new", b"n", created.revision

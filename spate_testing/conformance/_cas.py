@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import trio
 
-from spate.probe import probe_store
+from spate._runtime.probe import probe_store
 from spate.store import Entry, Keyspace
 from spate_testing.conformance._support import (
     KEYSPACES,
@@ -180,6 +180,6 @@ class CasConformance:
     async def test_startup_probe_passes(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
     ) -> None:
-        """The coordinator's startup CAS probe (spate.probe.probe_store) accepts the store."""
+        """The coordinator's startup CAS probe accepts the store."""
         async with store_factory(NAMESPACE) as store:
             await probe_store(store, key_prefix=unique_prefix() + "probe")

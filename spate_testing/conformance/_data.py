@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from spate.errors import StoreError, ValueTooLarge
+from spate import StoreError, ValueTooLarge
 from spate.store import Entry, Keyspace
 from spate_testing.conformance._support import (
     KEYSPACES,

@@ -93,7 +93,7 @@ def run_conformance(url: str, pytest_args: Sequence[str] = ()) -> int:
     servers a short TTL (``?ttl=2``) so the expiry tests finish in seconds; ``memory://`` runs
     on a virtual clock. ``pytest_args`` are passed through (``["-x", "-k", "watch"]``, say).
 
-    Raises :class:`~spate.errors.ConfigError` or :class:`~spate.errors.StoreError` before
+    Raises :class:`~spate.ConfigError` or :class:`~spate.StoreError` before
     running anything when the URL cannot name a store (unknown scheme, missing extra).
     """
     from spate_stores import store_from_url

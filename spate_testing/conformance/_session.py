@@ -18,8 +18,8 @@ from typing import Protocol
 import pytest
 import trio
 
-from spate.errors import SessionLost, StoreError, StoreUnavailable
-from spate.store import Entry, EphemeralSemantics, Keyspace, Store
+from spate import StoreError, StoreUnavailable
+from spate.store import Entry, EphemeralSemantics, Keyspace, SessionLost, Store
 from spate_testing.conformance._support import (
     NAMESPACE,
     StoreFactory,

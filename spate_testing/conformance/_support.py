@@ -12,9 +12,9 @@ import trio
 
 from spate.store import (
     Capabilities,
+    Conflict,
     EphemeralSemantics,
     Keyspace,
-    Lost,
     Store,
     WatchEvent,
     Won,
@@ -148,5 +148,5 @@ def expect_won(result: WriteResult, what: str) -> Won:
 
 
 def expect_lost(result: WriteResult, what: str) -> None:
-    """Fail unless ``result`` is Lost, saying which write should have lost."""
-    assert isinstance(result, Lost), f"{what}: expected Lost, got {result!r}"
+    """Fail unless ``result`` is Conflict, saying which write should have lost."""
+    assert isinstance(result, Conflict), f"{what}: expected Conflict, got {result!r}"

@@ -48,8 +48,8 @@ from typing import Any
 import attrs
 import trio
 
-from spate.demo.process import CRASH_EXIT
-from spate.demo.workload import Dataset
+from spate._cli.demo.process import CRASH_EXIT
+from spate._cli.demo.workload import Dataset
 from spate_testing.sim.checker import Violation, check
 from spate_testing.sim.history import Acked, Action, History, Verdict
 from spate_testing.sim.recorder import final_listing

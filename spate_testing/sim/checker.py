@@ -37,7 +37,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from spate.records import KeyKind, Keys, ProgressRecord, Status, UnreadableRecord, decode
+from spate._core.records import KeyKind, Keys, ProgressRecord, Status, UnreadableRecord, decode
 from spate_testing.sim.history import (
     Acked,
     Final,

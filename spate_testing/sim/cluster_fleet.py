@@ -24,11 +24,18 @@ from contextlib import AsyncExitStack
 import attrs
 import trio
 
-from spate.config import Config
-from spate.errors import Fenced, StoreError, StoreUnavailable
-from spate.plan import Plan, PlanContext, SplitSpec
+from spate import (
+    Config,
+    Fenced,
+    Plan,
+    PlanContext,
+    SplitHandle,
+    SplitSpec,
+    StoreError,
+    StoreUnavailable,
+    run_worker,
+)
 from spate.store import Store
-from spate.worker import SplitHandle, run_worker
 from spate_stores import open_store, store_from_url
 from spate_testing.sim.recorder import final_listing
 

@@ -28,9 +28,8 @@ from typing import Literal
 import attrs
 import trio
 
-from spate.errors import FatalCoordinationError
+from spate import FatalCoordinationError, run_worker
 from spate.store import Store
-from spate.worker import run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.actions import FleetActions

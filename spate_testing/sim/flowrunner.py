@@ -22,8 +22,7 @@ import outcome
 from spate._core.flow_engine import FlowEngine, FlowRun
 from spate._core.flows import Batch, Flow, Fork, Op
 from spate._runtime.driver import BATCH_CONCURRENCY
-from spate.errors import SessionLost
-from spate.store import Keyspace
+from spate.store import Keyspace, SessionLost
 from spate_testing.sim.model import Link
 
 __all__ = ["FlowRunner"]

@@ -1,12 +1,12 @@
 """The machine engine's handlers: the workload's work per gained split, as run_worker runs it.
 
 :class:`Handlers` turns a worker's events into handlers the way
-:func:`spate.worker.run_worker` does: a :class:`~spate.events.Gained` split gets a handler
+:func:`spate.run_worker` does: a :class:`~spate.Gained` split gets a handler
 doing :meth:`Workload.handle <spate_testing.sim.workload.Workload.handle>`'s steps (one commit
 each, retried with the runtime's backoff while the store is unavailable); a revocation makes it
 return at the next step, and the split is handed back (a stubborn split's handler declines the
 revocation instead, which forces it); a poison split fails halfway, and the
-failure is reported; a :class:`~spate.events.Lost` split's handler is cancelled at once. Gains,
+failure is reported; a :class:`~spate.Lost` split's handler is cancelled at once. Gains,
 acknowledged commits and endings go to the history exactly as the Trio engine's recorder
 writes them.
 """
@@ -21,13 +21,22 @@ from typing import Any, Literal
 import attrs
 import outcome
 
+from spate import (
+    AllComplete,
+    Event,
+    Fenced,
+    Gained,
+    Lost,
+    Progress,
+    RevokeRequested,
+    Stalled,
+    StoreUnavailable,
+)
 from spate._core.backoff import Backoff
 from spate._core.flow_engine import FlowRun
 from spate._core.flows import Flow
 from spate._core.machine import Machine
-from spate.errors import Fenced, StoreUnavailable
-from spate.events import AllComplete, Event, Gained, Lost, Progress, RevokeRequested, Stalled
-from spate.worker import RETRY_BACKOFF
+from spate._runtime.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.flowrunner import FlowRunner

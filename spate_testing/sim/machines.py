@@ -20,8 +20,8 @@ from functools import partial
 
 import attrs
 
-from spate.errors import FatalCoordinationError
-from spate.records import Keys
+from spate import FatalCoordinationError
+from spate._core.records import Keys
 from spate.store import EphemeralSemantics, Keyspace
 from spate_testing.faults import FaultRates
 from spate_testing.sim.actions import FleetActions

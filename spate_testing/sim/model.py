@@ -30,16 +30,17 @@ from typing import Any, Protocol
 import attrs
 import outcome
 
+from spate import StoreUnavailable
 from spate._core.flows import Op
 from spate._runtime.driver import LIST_TIMEOUT_FACTOR
-from spate.errors import SessionLost, StoreUnavailable
 from spate.store import (
+    Conflict,
     Delete,
     Entry,
     EphemeralSemantics,
     Keyspace,
-    Lost,
     Put,
+    SessionLost,
     WatchEvent,
     Won,
     WriteResult,
@@ -173,7 +174,7 @@ class ModelStore:
         else:
             ok = current is not None and (op.expected is None or current.revision == op.expected)
         if not ok:
-            result = Lost()
+            result = Conflict()
         elif op.kind == "delete":
             result = Won(self._remove(table, op.key))
         else:

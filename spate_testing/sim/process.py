@@ -1,7 +1,7 @@
 """One simulated worker process: a coordination machine, driven by callbacks instead of tasks.
 
 :class:`SimWorker` does for a :class:`~spate._core.machine.Machine` what the Trio runtime
-(:mod:`spate._runtime`) and :func:`~spate.worker.run_worker` do for it in production, with
+(:mod:`spate._runtime`) and :func:`~spate.run_worker` do for it in production, with
 every wait turned into a callback on the simulation's
 :class:`~spate_testing.sim.clockwork.Scheduler`:
 
@@ -33,20 +33,26 @@ from typing import Any, Literal
 
 import outcome
 
+from spate import (
+    AllComplete,
+    Config,
+    Event,
+    FatalCoordinationError,
+    PlanContext,
+    Planner,
+    Stalled,
+    StoreUnavailable,
+)
 from spate._core.backoff import Backoff
 from spate._core.flows import Flow
 from spate._core.machine import Machine
+from spate._core.protocol import jitter
+from spate._core.records import UnreadableRecord
+from spate._runtime.coordinator import STARTUP_BACKOFF
 from spate._runtime.pumps import REWATCH_BACKOFF
-from spate.config import Config
-from spate.coordinator import STARTUP_BACKOFF
-from spate.errors import FatalCoordinationError, StoreUnavailable
-from spate.events import AllComplete, Event, Stalled
-from spate.plan import PlanContext, Planner
-from spate.protocol import jitter
-from spate.records import UnreadableRecord
+from spate._runtime.worker import RETRY_BACKOFF
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
-from spate.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.flowrunner import FlowRunner

@@ -7,7 +7,7 @@ Three taps, one per side of the protocol:
   reply is lost still shows as landed, and a frozen worker's write shows when it really lands.
 - :func:`recorded_handler` wraps a ``run_worker`` handler and records what the worker was
   told: the gain (split and epoch), every acknowledged commit, and how the handler ended.
-- :class:`RecordingMetrics` is a :class:`~spate.metrics.MetricsHooks` that counts what the
+- :class:`RecordingMetrics` is a :class:`~spate.MetricsHooks` that counts what the
   coordinator reports (revocation outcomes, acquisitions, losses), for the checker's
   revocation identity.
 
@@ -24,15 +24,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from spate.errors import Fenced, StoreError
-from spate.events import AllComplete, Stalled
-from spate.metrics import AcquireReason, Gauges, LossReason, MetricsHooks, RevocationOutcome
-from spate.records import Finality, Keys, PlanRecord, ProgressRecord, decode
+from spate import AllComplete, Fenced, Gauges, MetricsHooks, Stalled, StoreError
+from spate._core.records import Finality, Keys, PlanRecord, ProgressRecord, decode
+from spate._metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.store import (
     Capabilities,
+    Conflict,
     Entry,
     Keyspace,
-    Lost,
     Remove,
     Revision,
     Session,
@@ -60,7 +59,7 @@ from spate_testing.sim.history import (
 )
 
 if TYPE_CHECKING:
-    from spate.worker import SplitHandle
+    from spate._runtime.worker import SplitHandle
 
 __all__ = [
     "RecordedSplit",
@@ -189,7 +188,7 @@ class RecordingStore:
             op, expected, value = _described(write)
             if isinstance(result, Won):
                 self._record(op, write.keyspace, write.key, expected, "won", result.revision, value)
-            elif isinstance(result, Lost):
+            elif isinstance(result, Conflict):
                 self._record(op, write.keyspace, write.key, expected, "lost", None, None)
         return results
 
@@ -212,7 +211,7 @@ class RecordingStore:
         if isinstance(result, Won):
             self._record(op, keyspace, key, expected, "won", result.revision, value)
         else:
-            assert isinstance(result, Lost)
+            assert isinstance(result, Conflict)
             self._record(op, keyspace, key, expected, "lost", None, None)
         return result
 
@@ -303,7 +302,7 @@ class RecordingMetrics(MetricsHooks):
 class RecordedSplit:
     """A split handle that records acknowledged commits; everything else is the real handle's.
 
-    The handler receives this in place of the :class:`~spate.worker.SplitHandle` (attribute
+    The handler receives this in place of the :class:`~spate.SplitHandle` (attribute
     access is forwarded, so ``split.id``, ``split.progress``, ``split.revoke_requested``...
     behave as usual).
     """

@@ -20,7 +20,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from spate.config import Config
+from spate import Config
 from spate_testing.faults import FaultRates
 from spate_testing.sim.workload import Workload
 

@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from spate.plan import Plan, PlanContext, SplitSpec
-from spate.worker import SplitHandle
+from spate import Plan, PlanContext, SplitHandle, SplitSpec
 
 __all__ = ["PoisonedSplit", "Workload"]
 

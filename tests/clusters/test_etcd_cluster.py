@@ -8,8 +8,8 @@ import secrets
 import pytest
 import trio
 
-from spate.errors import StoreUnavailable
-from spate.records import Keys, ProgressRecord, decode
+from spate import StoreUnavailable
+from spate._core.records import Keys, ProgressRecord, decode
 from spate.store import Keyspace, Put, SnapshotDone
 from spate_stores import open_store
 from spate_stores.etcd import EtcdStore

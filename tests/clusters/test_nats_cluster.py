@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from spate.errors import StoreUnavailable
+from spate import StoreUnavailable
 from spate.store import Entry, Keyspace, Put, SnapshotDone, Store, WatchEvent
 from spate_stores import open_store
 from spate_stores.nats import NatsStore

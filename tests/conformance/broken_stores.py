@@ -16,10 +16,10 @@ import trio
 
 from spate.store import (
     Capabilities,
+    Conflict,
     Delete,
     Entry,
     Keyspace,
-    Lost,
     Put,
     Revision,
     SnapshotDone,
@@ -119,7 +119,7 @@ class DuplicateCreateWins(Wrapper):
     async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         result = await self.inner.create(keyspace, key, value, **named)
         current = await self.inner.get(keyspace, key)
-        if isinstance(result, Lost) and current is not None:
+        if isinstance(result, Conflict) and current is not None:
             return await self.inner.update(keyspace, key, value, current.revision)
         return result
 
@@ -132,7 +132,7 @@ class StaleUpdateWins(Wrapper):
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None:
-            return Lost()
+            return Conflict()
         return await self.inner.update(keyspace, key, value, current.revision)
 
 
@@ -174,7 +174,7 @@ class RevisionNeverIncreases(Wrapper):
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None or expected != 1:
-            return Lost()
+            return Conflict()
         return _flatten(await self.inner.update(keyspace, key, value, current.revision))
 
     async def delete(
@@ -182,7 +182,7 @@ class RevisionNeverIncreases(Wrapper):
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None or expected not in (None, 1):
-            return Lost()
+            return Conflict()
         return _flatten(await self.inner.delete(keyspace, key, current.revision))
 
     async def events(
@@ -369,7 +369,7 @@ class CreateNotAtomic(Wrapper):
 
     async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         if await self.inner.get(keyspace, key) is not None:
-            return Lost()
+            return Conflict()
         await trio.lowlevel.checkpoint()
         return _blind_put(self.inner, keyspace, key, value)
 
@@ -382,7 +382,7 @@ class UpdateNotAtomic(Wrapper):
     ) -> WriteResult:
         current = await self.inner.get(keyspace, key)
         if current is None or current.revision != expected:
-            return Lost()
+            return Conflict()
         await trio.lowlevel.checkpoint()
         return _blind_put(self.inner, keyspace, key, value)
 

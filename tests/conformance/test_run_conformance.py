@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spate.errors import ConfigError
+from spate import ConfigError
 from spate_testing.conformance import run_conformance
 from spate_testing.conformance._runner import with_namespace
 

@@ -13,14 +13,21 @@ from typing import Any
 import attrs
 import outcome
 
+from spate import (
+    Config,
+    Event,
+    Gained,
+    MetricsHooks,
+    Plan,
+    PlanContext,
+    Planner,
+    Progress,
+    SplitSpec,
+)
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._core.machine import Machine
-from spate.config import Config
-from spate.events import Event, Gained, Progress
-from spate.metrics import MetricsHooks
-from spate.plan import Plan, PlanContext, Planner, SplitSpec
-from spate.records import PlanRecord, ProgressRecord, decode, encode
-from spate.store import Entry, Keyspace, Lost, Won
+from spate._core.records import PlanRecord, ProgressRecord, decode, encode
+from spate.store import Conflict, Entry, Keyspace, Won
 
 D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
@@ -110,13 +117,13 @@ class SyncWorld:
         if op.kind == "list":
             return self.listing(op.keyspace, op.key)
         if op.kind == "create" and current is not None:
-            return Lost()
+            return Conflict()
         if (
             op.kind in ("update", "delete")
             and op.expected is not None
             and (current is None or current.revision != op.expected)
         ):
-            return Lost()
+            return Conflict()
         self.revision += 1
         if op.kind == "delete":
             self.table.pop(key, None)

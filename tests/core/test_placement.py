@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spate.errors import ConfigError
-from spate.placement import (
+from spate import ConfigError
+from spate._core.placement import (
     Member,
     affinity_matches,
     domain_of,
@@ -17,7 +17,7 @@ from spate.placement import (
     placement_report,
     validate_locality,
 )
-from spate.protocol import Placement, desired_assignment
+from spate._core.protocol import Placement, desired_assignment
 
 DEFAULT_CAP = 4
 LOCALITIES = ["", "a", "a/r1", "a/r2", "b", "b/r1", "c/r1/h1", "c/r2"]

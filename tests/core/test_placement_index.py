@@ -14,12 +14,11 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from spate._core.placement import Member, place
 from spate._core.placement_index import PlacementIndex
-from spate.placement import Member, place
-from spate.protocol import Placement
+from spate._core.protocol import Placement
 from spate_stores.memory import MemoryServer
-
-from .harness import TTL, client, cooperative, planner_of, spawn
+from tests.runtime.harness import TTL, client, cooperative, planner_of, spawn
 
 SEED = 1234
 DEFAULT_CAP = 3

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spate.protocol import (
+from spate._core.protocol import (
     INSORT_AT_MOST,
     Candidate,
     ClaimKind,
@@ -24,7 +24,7 @@ from spate.protocol import (
     stable_hash,
     stable_hash_str,
 )
-from spate.records import Status
+from spate._core.records import Status
 
 # -- desired_assignment -----------------------------------------------------------------------
 

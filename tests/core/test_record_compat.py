@@ -7,7 +7,7 @@ import json
 import attrs
 import pytest
 
-from spate.records import (
+from spate._core.records import (
     PresenceRecord,
     ProgressRecord,
     SpecRecord,

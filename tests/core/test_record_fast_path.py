@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spate import records
-from spate.records import ProgressRecord, SpecRecord, Status, UnreadableRecord, decode, encode
+from spate._core import records
+from spate._core.records import ProgressRecord, SpecRecord, Status, UnreadableRecord, decode, encode
 
 texts = st.text(max_size=12)  # any code point: escapes, non-ASCII, surrogates
 ints = st.integers(min_value=-(2**70), max_value=2**70)

@@ -9,7 +9,7 @@ once its store model kept keys by session (seeds 166 and 2719, 1704, 3294).
 
 from __future__ import annotations
 
-from spate.records import LeaderRecord, LeaseRecord, encode
+from spate._core.records import LeaderRecord, LeaseRecord, encode
 from spate.store import Entry
 
 from .test_machine import D, E, started_world

@@ -12,12 +12,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import cast
 
+from spate import Plan, PlanContext
 from spate._core.host import Host
 from spate._core.leader import Leadership
-from spate._core.view import View
-from spate.plan import Plan, PlanContext
-from spate.protocol import Placement
-from spate.records import (
+from spate._core.protocol import Placement
+from spate._core.records import (
     AssignmentRecord,
     Keys,
     LeaseRecord,
@@ -25,8 +24,8 @@ from spate.records import (
     ProgressRecord,
     SpecRecord,
 )
-
-from .harness import JOB
+from spate._core.view import View
+from tests.runtime.harness import JOB
 
 GENERATION = 2
 
@@ -125,7 +124,7 @@ def test_a_write_in_flight_anchors_before_its_record_lands() -> None:
 def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
     """The leader's index re-reads, on a change of members, only the splits naming one of
     them as assignee; every input it then holds is what a fresh read of the view gives."""
-    from spate.config import Config
+    from spate._config import Config
     from spate.store import Keyspace
 
     fleet = _Fleet("a", "b", "c")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spate._core.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
-from spate.records import (
+from spate._core.records import (
     AssignmentRecord,
     Keys,
     LeaseRecord,
@@ -16,6 +15,7 @@ from spate.records import (
     Status,
     encode,
 )
+from spate._core.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
 from spate.store import Entry, Keyspace
 
 KEYS = Keys("job")

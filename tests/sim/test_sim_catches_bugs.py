@@ -10,8 +10,8 @@ from typing import Any
 import attrs
 import pytest
 
+from spate import Config
 from spate._core.flows import Op
-from spate.config import Config
 from spate.store import Keyspace, Revision, Store, Won, WriteResult
 from spate_testing.faults import FaultRates
 from spate_testing.sim.checker import check

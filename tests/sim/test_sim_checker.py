@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from spate.records import ProgressRecord, Status, encode
+from spate._core.records import ProgressRecord, Status, encode
 from spate_testing.sim.checker import INVARIANTS, check
 from spate_testing.sim.history import (
     Acked,

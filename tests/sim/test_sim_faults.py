@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from spate.errors import StoreUnavailable
+from spate import StoreUnavailable
 from spate.store import Keyspace, Put, SnapshotDone
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore

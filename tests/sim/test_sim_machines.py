@@ -9,11 +9,10 @@ import attrs
 import outcome
 import pytest
 
+from spate import Config, StoreUnavailable
 from spate._core.flows import Op
-from spate.config import Config
-from spate.errors import StoreUnavailable
-from spate.records import Keys, PresenceRecord, decode
-from spate.store import Delete, Entry, Keyspace, Lost, Put, WatchEvent, Won
+from spate._core.records import Keys, PresenceRecord, decode
+from spate.store import Conflict, Delete, Entry, Keyspace, Put, WatchEvent, Won
 from spate_testing.faults import FaultRates
 from spate_testing.sim.checker import check
 from spate_testing.sim.clockwork import Scheduler
@@ -88,13 +87,13 @@ def test_writes_are_compare_and_swap_on_the_revision_and_recorded() -> None:
     _, store, history = model()
     created = write(store, "create", D, "k", value=b"1")
     assert isinstance(created, Won)
-    assert isinstance(write(store, "create", D, "k", value=b"2"), Lost)
+    assert isinstance(write(store, "create", D, "k", value=b"2"), Conflict)
     stale = created.revision + 5
-    assert isinstance(write(store, "update", D, "k", value=b"2", expected=stale), Lost)
+    assert isinstance(write(store, "update", D, "k", value=b"2", expected=stale), Conflict)
     updated = write(store, "update", D, "k", value=b"2", expected=created.revision)
     assert isinstance(updated, Won)
     assert store.get(D, "k") == Entry("k", b"2", updated.revision)
-    assert isinstance(write(store, "delete", D, "k", expected=created.revision), Lost)
+    assert isinstance(write(store, "delete", D, "k", expected=created.revision), Conflict)
     assert isinstance(write(store, "delete", D, "k", expected=updated.revision), Won)
     assert store.get(D, "k") is None
     outcomes = [(w.op, w.outcome) for w in history.of(StoreWrite)]
@@ -350,7 +349,7 @@ def test_a_stubborn_handler_declines_its_revocation_and_the_split_moves_anyway(
 
 
 def test_a_session_store_keeps_keys_by_lease_and_refuses_a_lease_that_is_gone() -> None:
-    from spate.errors import SessionLost
+    from spate._errors import SessionLost
     from spate.store import EphemeralSemantics
 
     scheduler = Scheduler()

@@ -17,12 +17,9 @@ import attrs
 import trio
 import trio.testing
 
-from spate.config import Config
-from spate.coordinator import open_coordinator
-from spate.errors import StoreError, StoreUnavailable
-from spate.records import AssignmentRecord, ProgressRecord, Status, decode, encode
+from spate import Config, StoreError, StoreUnavailable, open_coordinator, run_worker
+from spate._core.records import AssignmentRecord, ProgressRecord, Status, decode, encode
 from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, Write, WriteResult
-from spate.worker import run_worker
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.runner import SeedResult, run_checked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spate.errors import ConfigError, StoreUnavailable
+from spate import ConfigError, StoreUnavailable
 from spate_stores import open_store
 from spate_stores.etcd import EtcdConfig
 from spate_stores.etcd._endpoints import EndpointSet

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from spate.errors import ConfigError
+from spate import ConfigError
 from spate.telemetry import configure
 from spate.telemetry._configure import _normalize_endpoint
 

@@ -19,14 +19,20 @@ import pytest
 import trio
 import trio.testing
 
+from spate import (
+    AllComplete,
+    Config,
+    Plan,
+    PlanContext,
+    SplitHandle,
+    SplitSpec,
+    Stalled,
+    run_worker,
+)
+from spate._core.records import Keys
 from spate._runtime import fenced
-from spate.config import Config
-from spate.events import AllComplete, Stalled
 from spate.ops import requeue
-from spate.plan import Plan, PlanContext, SplitSpec
-from spate.records import Keys
 from spate.store import Keyspace, Store, Won, WriteResult
-from spate.worker import SplitHandle, run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultyStore
 

@@ -12,12 +12,13 @@ import trio
 import trio.testing
 from opentelemetry.trace import StatusCode
 
+from spate import MetricsHooks, StoreUnavailable
+from spate._core.records import Keys, ProgressRecord, Status, encode
+from spate._metrics import WriteOutcome
+from spate._ops import OPERATOR
 from spate._runtime import fenced
-from spate.errors import StoreUnavailable
-from spate.metrics import MetricsHooks, WriteOutcome
-from spate.ops import OPERATOR, requeue
-from spate.records import Keys, ProgressRecord, Status, encode
-from spate.store import Keyspace, Lost, Won, WriteResult
+from spate.ops import requeue
+from spate.store import Conflict, Keyspace, Won, WriteResult
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultyStore
 
@@ -117,7 +118,7 @@ async def test_lost_cas_is_an_error_status_with_an_event(spans: Spans) -> None:
             split="s-1",
             epoch=1,
         )
-    assert isinstance(result, Lost)
+    assert isinstance(result, Conflict)
     span = spans.one("spate.commit")
     attributes = span.attributes or {}
     assert attributes["spate.outcome"] == "lost"
@@ -133,14 +134,14 @@ async def test_lost_create_and_guarded_delete(spans: Spans) -> None:
         won = await fenced.write(store, scope(), "elect", "create", Keyspace.EPHEMERAL, key, b"a")
         lost = await fenced.write(store, scope(), "elect", "create", Keyspace.EPHEMERAL, key, b"b")
         assert isinstance(won, Won)
-        assert isinstance(lost, Lost)
+        assert isinstance(lost, Conflict)
         stale = await fenced.write(
             store, scope(), "resign", "delete", Keyspace.EPHEMERAL, key, expected=won.revision + 99
         )
         gone = await fenced.write(
             store, scope(), "resign", "delete", Keyspace.EPHEMERAL, key, expected=won.revision
         )
-    assert isinstance(stale, Lost)
+    assert isinstance(stale, Conflict)
     assert isinstance(gone, Won)
     assert [s.attributes["spate.outcome"] for s in spans.named("spate.elect")] == ["won", "lost"]  # type: ignore[index]
     resign = spans.named("spate.resign")

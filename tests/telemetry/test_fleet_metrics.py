@@ -14,10 +14,7 @@ import random
 import trio
 import trio.testing
 
-from spate.config import Config
-from spate.events import AllComplete
-from spate.plan import Plan, PlanContext, SplitSpec
-from spate.worker import SplitHandle, run_worker
+from spate import AllComplete, Config, Plan, PlanContext, SplitHandle, SplitSpec, run_worker
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultyStore
 

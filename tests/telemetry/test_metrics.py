@@ -7,8 +7,8 @@ import gc
 import pytest
 from opentelemetry.sdk.metrics.export import HistogramDataPoint
 
+from spate import Gauges
 from spate._runtime import fenced
-from spate.metrics import Gauges
 from spate.store import Keyspace
 from spate.telemetry import SECONDS_BUCKETS, OTelMetrics, instruments, metrics_for
 from spate_stores.memory import MemoryStore

@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.trace import SpanKind
 
 from spate._runtime import fenced
-from spate.store import Keyspace, Lost, Won
+from spate.store import Conflict, Keyspace, Won
 from spate_stores import open_store
 from spate_testing.servers.nats import nats_server
 
@@ -32,7 +32,7 @@ async def test_jetstream_requests_are_client_spans_without_secrets(spans: Spans)
                 split="a", epoch=1,
             )  # fmt: skip
     assert isinstance(won, Won)
-    assert isinstance(lost, Lost)
+    assert isinstance(lost, Conflict)
     claims = spans.named("spate.claim")
     assert [c.attributes["spate.outcome"] for c in claims] == ["won", "lost"]  # type: ignore[index]
     assert all(c.attributes["db.system"] == "nats" for c in claims)  # type: ignore[index]

@@ -9,11 +9,8 @@ import trio
 import trio.testing
 from opentelemetry import trace
 
-from spate.config import Config
-from spate.errors import StoreError
-from spate.plan import Plan, PlanContext, SplitSpec
+from spate import Config, Plan, PlanContext, SplitHandle, SplitSpec, StoreError, run_worker
 from spate.store import Keyspace, Session, Write, WriteResult
-from spate.worker import SplitHandle, run_worker
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.memory import MemoryStore
 

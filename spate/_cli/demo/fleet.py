@@ -1,0 +1,441 @@
+"""The demo's fleet: in-process workers, the trouble injected into them, and the final check.
+
+Each worker is one :func:`spate.run_worker` call with its own store client wrapped in a
+:class:`~spate_testing.faults.FaultyStore`, standing in for a separate process: freezing that
+client is a stopped process, partitioning it is a crash the store only learns of when the
+worker's leases expire. The chaos schedule runs against the same clock as the workers, so a
+run under ``MockClock`` is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+import attrs
+import trio
+
+from spate._cli.demo.workload import Dataset, DemoStats, Fold, make_handler, make_planner
+from spate._config import Config
+from spate._errors import ConfigError, SpateError
+from spate._events import AllComplete, Stalled
+from spate._groups import single_error
+from spate._ops import read_status, requeue
+from spate._runtime.worker import run_worker
+from spate._store import Store
+from spate_testing.faults import FaultyStore
+
+__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "View", "run_demo"]
+
+JOB = "spate-demo"
+"""The job name every demo worker (in-process or `spate worker`) joins."""
+ZONES = ("zone-a", "zone-b", "zone-c")
+"""The failure domains the demo's workers are spread over (round robin by start order)."""
+
+
+@attrs.frozen
+class DemoOptions:
+    """What `spate demo` was asked to do."""
+
+    store_url: str = "memory://"
+    workers: int = 4
+    splits: int = 64
+    seed: int = 1
+    chaos: bool = True
+    duration: float = 20.0
+    max_in_flight: int = 4
+    lease_duration: float = 3.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.workers < 2 and self.chaos:
+            raise ConfigError("--workers must be at least 2 with chaos (someone must take over)")
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be at least 1, not {self.workers}")
+        if not 1 <= self.splits <= 10_000:
+            raise ConfigError(f"--splits must be between 1 and 10000, not {self.splits}")
+        if not (self.duration > 0 and math.isfinite(self.duration)):
+            raise ConfigError(
+                f"--duration must be a positive number of seconds, not {self.duration}"
+            )
+
+
+class View(Protocol):
+    """Something that shows the fleet while it runs."""
+
+    def event(self, message: str) -> None:
+        """Show one event as it happens."""
+
+    async def run(self, fleet: Fleet) -> None:
+        """Refresh until cancelled."""
+
+
+@attrs.define(eq=False)
+class DemoWorker:
+    """One in-process worker of the demo fleet."""
+
+    name: str
+    store: FaultyStore
+    locality: str = ""
+    state: str = "starting"
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    verdict: AllComplete | Stalled | None = None
+    handover_seconds: float | None = None
+    error: str | None = None
+    finished: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.define
+class DemoResult:
+    """How the demo went: the verdict, the check, and the figures."""
+
+    verdict: AllComplete | Stalled | None
+    ok: bool
+    problems: list[str]
+    seconds: float
+    stats: DemoStats
+    splits_checked: int
+    handover_seconds: list[float]
+    resumed: int
+    replayed: int
+    requeued: list[str]
+    faults: dict[str, int]
+    late_writes: dict[str, int]
+    blast_radius: tuple[float, float | None] | None = None
+    """The largest share of the job one zone held before a whole zone was lost, and after
+    (None when the job ended before the lost zone's splits were held again)."""
+
+
+def demo_config(options: DemoOptions) -> Config:
+    """Short timings so that failover and rebalancing show within a short demo."""
+    lease = options.lease_duration
+    return Config(
+        lease_duration=lease,
+        max_in_flight=options.max_in_flight,
+        rebalance_delay=lease / 2,
+        drain_deadline=lease,
+        reconcile_interval=lease,
+        replan_interval=max(60.0, lease),
+    )
+
+
+class Fleet:
+    """Starts, troubles and watches the demo's workers."""
+
+    def __init__(
+        self,
+        options: DemoOptions,
+        open_client: Callable[[], AbstractAsyncContextManager[Store]],
+        stats: DemoStats,
+    ) -> None:
+        self.options = options
+        self.stats = stats
+        self.dataset = Dataset(seed=options.seed, splits=options.splits)
+        self.rng = random.Random(options.seed)
+        self.config = demo_config(options)
+        self.workers: dict[str, DemoWorker] = {}
+        self.poisoned: set[str] = set()
+        if options.chaos:
+            self.poisoned.add(self.dataset.split_id(self.rng.randrange(options.splits)))
+        self._open_client = open_client
+        total_steps = sum(
+            math.ceil((end - start) / 50) for _, start, end, _ in self.dataset.ranges()
+        )
+        concurrency = min(options.splits, options.workers * options.max_in_flight)
+        # Pace the work so the job takes about 70% of --duration, leaving room for chaos.
+        self.batch_seconds = options.duration * 0.7 / max(1.0, total_steps / concurrency)
+        self.started_at = 0.0
+        self.observer: Store | None = None
+        self.blast_radius: tuple[float, float | None] | None = None
+
+    def current_store(self) -> Store:
+        """A store client of the fleet's own that only reads (for views and checks)."""
+        if self.observer is None:
+            raise RuntimeError("the fleet has no observer client yet")
+        return self.observer
+
+    async def all_finished(self) -> None:
+        """Wait until every worker, including ones added meanwhile, has stopped."""
+        while True:
+            running = [w for w in self.workers.values() if not w.finished.is_set()]
+            if not running:
+                return
+            await running[0].finished.wait()
+
+    def elapsed(self) -> float:
+        """Seconds since the fleet started."""
+        return trio.current_time() - self.started_at
+
+    async def run_one(self, worker: DemoWorker) -> None:
+        """Run one worker until its verdict, its departure, or its death."""
+        handler = make_handler(
+            self.dataset,
+            self.stats,
+            worker.name,
+            batch_seconds=self.batch_seconds,
+            poison=lambda split: split in self.poisoned,
+        )
+        async with self._open_client() as client:
+            worker.store = FaultyStore(
+                client, rng=random.Random(self.rng.random()), name=worker.name
+            )
+            worker.state = "running"
+            try:
+                with worker.scope:
+                    worker.verdict = await run_worker(
+                        worker.store,
+                        job=JOB,
+                        instance=worker.name,
+                        planner=make_planner(self.dataset),
+                        handler=handler,
+                        config=self.config,
+                        fingerprint=f"demo-seed-{self.options.seed}",
+                        leave_deadline=self.options.lease_duration * 3,
+                        locality=worker.locality,
+                    )
+                    worker.state = "done"
+            except SpateError as exc:
+                if worker.state not in ("killed", "leaving"):
+                    worker.state = "failed"
+                    worker.error = str(exc)
+                    self.stats.log(f"{worker.name} stopped: {exc}")
+            finally:
+                worker.finished.set()
+
+    def add(self, nursery: trio.Nursery, name: str) -> DemoWorker:
+        """Start a new worker named ``name``."""
+        zone = ZONES[len(self.workers) % len(ZONES)]
+        worker = DemoWorker(name=name, store=None, locality=f"{zone}/{name}")  # type: ignore[arg-type]
+        self.workers[name] = worker
+        nursery.start_soon(self.run_one, worker, name=f"demo worker {name}")
+        return worker
+
+    async def kill(self, worker: DemoWorker) -> None:
+        """A crash: the store stops hearing from the worker and nothing is handed back."""
+        if worker.state != "running":
+            return
+        worker.state = "killed"
+        worker.store.partition()
+        worker.scope.cancel()
+        self.stats.log(f"{worker.name} killed without warning (its leases must expire)")
+
+    async def lose_zone(self, zone: str, nursery: trio.Nursery) -> None:
+        """A whole zone goes dark at once; the blast radius is reported before and after."""
+        status = await read_status(self.current_store(), JOB)
+        with trio.move_on_after(self.options.lease_duration):
+            while not any(share.splits for share in status.placement().domains):
+                # Nothing held at this instant (a rebalance in flight): measure a moment later.
+                await trio.sleep(0.1)
+                status = await read_status(self.current_store(), JOB)
+        before = status.placement().blast_radius
+        lost = [w for w in self.workers.values() if w.locality.startswith(zone + "/")]
+        held = {s.id for s in status.splits.values() if s.lease_owner in {w.name for w in lost}}
+        self.blast_radius = (before, None)
+        self.stats.log(
+            f"{zone} lost at once ({', '.join(w.name for w in lost)}); blast radius before: "
+            f"{before:.0%} of the job in one zone"
+        )
+        for worker in lost:
+            await self.kill(worker)
+        nursery.start_soon(self._blast_radius_after, zone, before, held)
+
+    async def _blast_radius_after(self, zone: str, before: float, held: set[str]) -> None:
+        """Once the lost zone's unfinished splits are held elsewhere, report the blast radius."""
+        # Its leases expire first, then its splits wait out the rebalance delay.
+        await trio.sleep(self.options.lease_duration + self.config.rebalance_delay)
+        while True:
+            status = await read_status(self.current_store(), JOB)
+            waiting = [
+                s
+                for s in held
+                if s in status.splits
+                and status.splits[s].status == "runnable"
+                and status.splits[s].lease_owner is None
+            ]
+            if not waiting:
+                break
+            await trio.sleep(0.25)
+        report = status.placement()
+        if not any(share.splits for share in report.domains):
+            return  # the job ended first: nothing is held to measure
+        self.blast_radius = (before, report.blast_radius)
+        self.stats.log(
+            f"{zone}'s splits are held in the other zones; blast radius now "
+            f"{report.blast_radius:.0%}"
+        )
+
+    async def freeze(self, worker: DemoWorker, seconds: float) -> None:
+        """A stopped process: nothing it sends reaches the store until it wakes."""
+        if worker.state != "running":
+            return
+        worker.state = "frozen"
+        worker.store.freeze()
+        self.stats.log(
+            f"{worker.name} frozen for {seconds:.1f} s "
+            f"(past its {self.options.lease_duration:.1f} s lease)"
+        )
+        await trio.sleep(seconds)
+        worker.store.thaw()
+        if worker.state == "frozen":
+            worker.state = "running"
+        self.stats.log(f"{worker.name} wakes up as a zombie; its stale writes must be fenced")
+
+    async def leave(self, worker: DemoWorker) -> None:
+        """A graceful scale-down; measures how long the hand-over takes."""
+        if worker.state != "running":
+            return
+        worker.state = "leaving"
+        self.stats.log(f"{worker.name} leaves gracefully (scale-down)")
+        started = trio.current_time()
+        worker.scope.cancel()
+        await worker.finished.wait()
+        worker.handover_seconds = trio.current_time() - started
+        worker.state = "left"
+        self.stats.log(
+            f"{worker.name} left; its splits were held elsewhere {worker.handover_seconds:.2f} s "
+            "after it began handing them back"
+        )
+
+    async def chaos(self, nursery: trio.Nursery) -> None:
+        """The trouble schedule, as fractions of --duration."""
+        duration = self.options.duration
+        names = list(self.workers)
+        victim, zombie = names[1], names[2 % len(names)]
+        leaver = names[0]
+        await trio.sleep(duration * 0.15)
+        joiner = f"w{len(names) + 1}"
+        self.stats.log(f"{joiner} joins the fleet")
+        self.add(nursery, joiner)
+        await trio.sleep(duration * 0.1)
+        # The victim's whole zone fails at once (the joiner shares it), and a replacement
+        # worker starts in another zone.
+        await self.lose_zone(self.workers[victim].locality.split("/")[0], nursery)
+        self.add(nursery, f"w{len(names) + 2}")
+        await trio.sleep(duration * 0.1)
+        if zombie != victim:
+            nursery.start_soon(self.freeze, self.workers[zombie], self.options.lease_duration * 2.5)
+        await trio.sleep(duration * 0.1)
+        if len(names) > 3:
+            await self.leave(self.workers[leaver])
+
+
+@asynccontextmanager
+async def _clients(
+    options: DemoOptions,
+) -> AsyncIterator[Callable[[], AbstractAsyncContextManager[Store]]]:
+    """A factory of per-worker store clients for ``options.store_url``."""
+    from spate_stores import open_store
+    from spate_stores.memory import MemoryServer, MemoryStore
+
+    if options.store_url.startswith("memory:"):
+        server = MemoryServer()
+
+        def memory_client() -> AbstractAsyncContextManager[Store]:
+            return MemoryStore(
+                server=server, namespace="demo", ephemeral_ttl=options.lease_duration
+            )
+
+        yield memory_client
+    else:
+        url = options.store_url
+        if "ttl=" not in url:
+            url = f"{url}{'&' if '?' in url else '?'}ttl={options.lease_duration}"
+        yield lambda: open_store(url)
+
+
+async def run_demo(options: DemoOptions, view: View | None = None) -> DemoResult:
+    """Run the whole demo: the fleet, the chaos, the operator's requeue, the final check."""
+    stats = DemoStats(on_event=view.event if view is not None else None)
+    async with _clients(options) as open_client, open_client() as observer:
+        fleet = Fleet(options, open_client, stats)
+        fleet.observer = observer
+        fleet.started_at = trio.current_time()
+        with single_error():
+            async with trio.open_nursery() as nursery:
+                if view is not None:
+                    nursery.start_soon(view.run, fleet)
+                for i in range(options.workers):
+                    fleet.add(nursery, f"w{i + 1}")
+                if options.chaos:
+                    nursery.start_soon(fleet.chaos, nursery)
+                # A demo must finish by itself: bound the run generously.
+                with trio.move_on_after(options.duration * 6 + 30) as guard:
+                    await fleet.all_finished()
+                if guard.cancelled_caught:
+                    stats.log("the demo ran past its time limit; stopping the fleet")
+                verdicts = [w.verdict for w in fleet.workers.values() if w.verdict is not None]
+                verdict = verdicts[0] if verdicts else None
+                requeued: list[str] = []
+                if isinstance(verdict, Stalled) and fleet.poisoned and not guard.cancelled_caught:
+                    verdict, requeued = await _operator_fixes_poison(fleet, nursery)
+                nursery.cancel_scope.cancel()
+        problems, checked = await _check(fleet, observer, verdict)
+        faults: dict[str, int] = {}
+        late: dict[str, int] = {}
+        for worker in fleet.workers.values():
+            if worker.store is not None:
+                for kind, count in worker.store.injected.items():
+                    faults[kind] = faults.get(kind, 0) + count
+                for kind, count in worker.store.late_writes.items():
+                    late[kind] = late.get(kind, 0) + count
+        for worker in fleet.workers.values():
+            if worker.state == "failed":
+                problems.append(f"{worker.name} failed: {worker.error}")
+        return DemoResult(
+            verdict=verdict,
+            ok=not problems,
+            problems=problems,
+            seconds=fleet.elapsed(),
+            stats=stats,
+            splits_checked=checked,
+            handover_seconds=[
+                w.handover_seconds for w in fleet.workers.values() if w.handover_seconds is not None
+            ],
+            resumed=stats.resumed,
+            replayed=stats.replayed,
+            requeued=requeued,
+            faults=faults,
+            late_writes=late,
+            blast_radius=fleet.blast_radius,
+        )
+
+
+async def _operator_fixes_poison(
+    fleet: Fleet, nursery: trio.Nursery
+) -> tuple[AllComplete | Stalled | None, list[str]]:
+    """The operator fixes the bad data and requeues the split; a fresh worker finishes it."""
+    stats = fleet.stats
+    poisoned = sorted(fleet.poisoned)
+    stats.log(f"operator: the job stalled on {', '.join(poisoned)}; fixing the data, requeueing")
+    fleet.poisoned.clear()
+    await requeue(fleet.current_store(), JOB, poisoned)
+    worker = fleet.add(nursery, "w-fix")
+    await worker.finished.wait()
+    return worker.verdict, poisoned
+
+
+async def _check(
+    fleet: Fleet, store: Store, verdict: AllComplete | Stalled | None
+) -> tuple[list[str], int]:
+    """Compare every split's final committed state with a single pass over its range."""
+    problems = []
+    if not isinstance(verdict, AllComplete):
+        problems.append(f"the job ended with {verdict!r}, not AllComplete")
+    status = await read_status(store, JOB)
+    expected = fleet.dataset.single_pass()
+    checked = 0
+    for split_id, fold in expected.items():
+        split = status.splits.get(split_id)
+        if split is None:
+            problems.append(f"{split_id}: no progress record in the store")
+            continue
+        if not split.completed:
+            problems.append(f"{split_id}: not completed (status {split.status})")
+            continue
+        got = Fold.decode(split.state)
+        if got != fold:
+            problems.append(f"{split_id}: checksum {got} differs from the single-pass {fold}")
+        checked += 1
+    return problems, checked

@@ -1,0 +1,346 @@
+"""The ``spate`` command line (also ``python -m spate``).
+
+Commands: ``demo`` (the main job on the embedded memory store), ``worker`` (one real worker
+process of the demo job), ``status`` and ``requeue`` (operator tools), ``conformance`` (the
+store conformance suite against a deployed store). Ctrl-C leaves gracefully: splits are
+handed back and the process waits, bounded, until they are held elsewhere; a second Ctrl-C
+leaves at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from spate._errors import ConfigError, SpateError
+from spate._groups import single_error
+from spate._version import __version__
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STALLED = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``spate`` command."""
+    parser = argparse.ArgumentParser(
+        prog="spate",
+        description="Share one job's work safely across a fleet of Trio workers.",
+    )
+    parser.add_argument("--version", action="version", version=f"spate {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a checkable backfill on an in-process fleet, with injected trouble",
+        description="Run the demo job: a fleet of in-process workers backfills a synthetic "
+        "dataset while workers are killed, frozen, scaled down and added, and one split is "
+        "poisoned; the result is checked against a single-pass computation.",
+    )
+    demo.add_argument("--store", default="memory://", help="store URL (default: memory://)")
+    demo.add_argument("--workers", type=int, default=4, help="workers at the start (default 4)")
+    demo.add_argument("--splits", type=int, default=64, help="splits in the job (default 64)")
+    demo.add_argument("--seed", type=int, default=1, help="makes a run repeatable (default 1)")
+    demo.add_argument("--no-chaos", action="store_true", help="inject no trouble")
+    demo.add_argument(
+        "--duration", type=float, default=20.0, help="target length in seconds (default 20)"
+    )
+    demo.add_argument(
+        "--plain", action="store_true", help="plain progress lines even on a terminal"
+    )
+    demo.add_argument("--otlp-endpoint", help="export traces and metrics over OTLP/HTTP here")
+
+    worker = commands.add_parser(
+        "worker",
+        help="run one worker process of the demo job against a real store",
+        description="One worker of the demo job; start several (in terminals or under a "
+        "supervisor) against etcd or NATS to run a real fleet.",
+    )
+    worker.add_argument("--store", required=True, help="store URL, e.g. etcd://127.0.0.1:2379")
+    worker.add_argument("--job", default="spate-demo", help="job name (default spate-demo)")
+    worker.add_argument("--instance", help="instance id (default: the host name)")
+    worker.add_argument("--splits", type=int, default=64)
+    worker.add_argument("--seed", type=int, default=1)
+    worker.add_argument(
+        "--batch-seconds", type=float, default=0.05, help="pretend work time per 50 records"
+    )
+    worker.add_argument("--max-in-flight", type=int, default=4)
+    worker.add_argument(
+        "--locality",
+        default="",
+        help="this worker's failure domain, coarsest tier first (e.g. zone-a/rack-3/host-7)",
+    )
+    worker.add_argument(
+        "--crash-on",
+        action="append",
+        default=[],
+        metavar="SPLIT",
+        help="testing: exit at once (status 70) on gaining this split, before any commit",
+    )
+    worker.add_argument(
+        "--history", help="append one JSON line per acknowledged commit to this file"
+    )
+    worker.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (HOST: all interfaces if "
+        "omitted; PORT 0 picks a free one); needs the otel extra",
+    )
+
+    status = commands.add_parser("status", help="show a job as an operator needs it")
+    status.add_argument("--store", required=True, help="store URL")
+    status.add_argument("--job", required=True, help="job name")
+    status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    status.add_argument("--interval", type=float, default=1.0, help="--watch refresh seconds")
+    status.add_argument(
+        "--isolation-tier",
+        type=int,
+        default=0,
+        help="locality tier whose failure domains to show (default 0, the coarsest)",
+    )
+
+    requeue = commands.add_parser("requeue", help="return quarantined splits to the queue")
+    requeue.add_argument("--store", required=True, help="store URL")
+    requeue.add_argument("--job", required=True, help="job name")
+    requeue.add_argument("splits", nargs="+", metavar="SPLIT", help="quarantined split ids")
+
+    conformance = commands.add_parser(
+        "conformance", help="run the store conformance suite against a deployed store"
+    )
+    conformance.add_argument("--store", required=True, help="store URL (use a scratch namespace)")
+    conformance.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
+    return parser
+
+
+def _run_with_ctrl_c(work: Callable[[], Awaitable[int]]) -> int:
+    """Run ``work`` under Trio; the first Ctrl-C cancels it gracefully, the second at once."""
+
+    async def main() -> int:
+        outcome: list[int] = []
+        with single_error():
+            await run_until_signalled(outcome)
+        return outcome[0] if outcome else 130
+
+    async def run_until_signalled(outcome: list[int]) -> None:
+        async with trio.open_nursery() as nursery:
+            graceful = trio.CancelScope()
+
+            async def run() -> None:
+                with graceful:
+                    outcome.append(await work())
+                nursery.cancel_scope.cancel()
+
+            async def signals() -> None:
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+                    async for _ in received:
+                        if graceful.cancel_called:
+                            nursery.cancel_scope.cancel()
+                            return
+                        print(
+                            "leaving gracefully (handing splits back); Ctrl-C again to leave "
+                            "at once",
+                            file=sys.stderr,
+                        )
+                        graceful.cancel()
+
+            nursery.start_soon(signals)
+            nursery.start_soon(run)
+
+    return trio.run(main)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+
+    # The demo narrates what matters itself; the library's own warnings (a killed worker's
+    # failed re-watches, say) are expected here and would drown the story.
+    library_logger = logging.getLogger("spate")
+    level = library_logger.level
+    library_logger.setLevel(logging.CRITICAL)
+    try:
+        return _demo(args)
+    finally:
+        library_logger.setLevel(level)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from spate._cli.demo.fleet import DemoOptions, run_demo
+    from spate._cli.demo.view import LiveView, PlainView, View, print_result
+
+    options = DemoOptions(
+        store_url=args.store,
+        workers=args.workers,
+        splits=args.splits,
+        seed=args.seed,
+        chaos=not args.no_chaos,
+        duration=args.duration,
+    )
+    console: Any = None
+    view: View
+    if sys.stdout.isatty() and not args.plain:
+        from rich.console import Console
+
+        console = Console()
+        view = LiveView(console)
+    else:
+        view = PlainView(lambda line: print(line, flush=True))
+    print(
+        f"spate demo: {options.workers} workers, {options.splits} splits, seed {options.seed}, "
+        f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}",
+        flush=True,
+    )
+    telemetry = None
+    if args.otlp_endpoint:
+        from spate import telemetry as telemetry_module
+
+        telemetry = telemetry_module.configure(
+            service_name="spate-demo", endpoint=args.otlp_endpoint
+        )
+
+    async def work() -> int:
+        try:
+            result = await run_demo(options, view)
+        finally:
+            if telemetry is not None:
+                await telemetry.ashutdown()
+        print_result(result, lambda line: print(line, flush=True))
+        return EXIT_OK if result.ok else EXIT_FAILED
+
+    return _run_with_ctrl_c(work)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from spate._cli.demo.process import run_demo_worker
+    from spate._events import AllComplete
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    telemetry = None
+    if args.metrics_port is not None:
+        from spate import telemetry as telemetry_module
+
+        host, port = _host_port(args.metrics_port)
+        telemetry = telemetry_module.configure(
+            service_name="spate-worker", traces=False, prometheus_port=port, prometheus_host=host
+        )
+        print(f"metrics: {telemetry.prometheus_url}", flush=True)
+
+    async def work() -> int:
+        verdict = await run_demo_worker(
+            store_url=args.store,
+            job=args.job,
+            instance=args.instance,
+            splits=args.splits,
+            seed=args.seed,
+            batch_seconds=args.batch_seconds,
+            max_in_flight=args.max_in_flight,
+            history=args.history,
+            locality=args.locality,
+            crash_on=frozenset(args.crash_on),
+        )
+        print(f"verdict: {verdict!r}", flush=True)
+        return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
+
+    try:
+        return _run_with_ctrl_c(work)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()  # the Trio run is over: blocking here stalls nothing
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` (``[::1]:9464`` for IPv6) as a host (all interfaces if omitted) and port."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        return host, int(port)
+    except ValueError:
+        raise ConfigError(
+            f"--metrics-port takes [HOST:]PORT, such as 9464 or 127.0.0.1:9464, not {value!r}"
+        ) from None
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from spate._cli.status_view import show_status
+
+    async def work() -> int:
+        return await show_status(
+            args.store,
+            args.job,
+            watch=args.watch,
+            as_json=args.json,
+            interval=args.interval,
+            isolation_tier=args.isolation_tier,
+        )
+
+    return _run_with_ctrl_c(work)
+
+
+def _cmd_requeue(args: argparse.Namespace) -> int:
+    from spate._ops import requeue
+    from spate_stores import open_store
+
+    async def work() -> int:
+        async with open_store(args.store) as store:
+            done = await requeue(store, args.job, args.splits)
+        print(f"requeued {len(done)} split(s): {', '.join(done)}")
+        return EXIT_OK
+
+    return trio.run(work)
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    missing = [name for name in ("pytest", "pytest_trio") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"the conformance suite runs under pytest with pytest-trio, and "
+            f"{' and '.join(n.replace('_', '-') for n in missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: run "
+            "`pip install 'spate[conformance]'` (plus the store's own extra, e.g. spate[etcd])"
+        )
+    from spate_testing.conformance import run_conformance
+
+    return run_conformance(args.store, args.pytest_args)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": _cmd_demo,
+    "worker": _cmd_worker,
+    "status": _cmd_status,
+    "requeue": _cmd_requeue,
+    "conformance": _cmd_conformance,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``spate`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_OK
+    try:
+        return _COMMANDS[args.command](args)
+    except SpateError as exc:
+        from spate._ops import RequeueRefused
+
+        print(f"spate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValueError | RequeueRefused) else EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

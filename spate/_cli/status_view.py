@@ -1,0 +1,157 @@
+"""``spate status``: a job as an operator needs it, as a table, live, or as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import trio
+
+from spate._ops import JobStatus, read_status
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = ["render_status", "show_status"]
+
+
+def _age(seconds: float | None) -> str:
+    # How long ago the progress record was last written: a stuck split's age keeps growing.
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole // 60 % 60:02d}m"
+
+
+def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
+    """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    if not status.exists:
+        return (
+            f"[yellow]job {status.job!r} has no plan record in this store "
+            "(not started yet, or another namespace?)[/yellow]"
+        )
+    counts = status.counts()
+    header = (
+        f"[bold]{status.job}[/bold]  plan generation {status.generation} · {status.finality} · "
+        f"{len(status.splits)} splits: {counts['completed']} completed, "
+        f"{counts['runnable']} runnable ({counts['owned']} owned), "
+        f"{counts['quarantined']} quarantined · leader: {status.leader or '[red]none[/red]'}"
+    )
+    workers = Table(title="live workers", title_justify="left")
+    for column in ("instance", "capacity", "holding", "leader"):
+        workers.add_column(column)
+    for worker in status.workers:
+        workers.add_row(
+            worker.instance,
+            str(worker.max_in_flight),
+            str(worker.holding),
+            "★" if worker.leader else "",
+        )
+    splits = Table(title="splits", title_justify="left")
+    for column in (
+        "split",
+        "status",
+        "owner",
+        "lease",
+        "epoch",
+        "attempts",
+        "watermark",
+        "age",
+    ):
+        splits.add_column(column)
+    ordered = status.ordered_splits()
+    for split in ordered[:limit]:
+        colour = {"quarantined": "red", "completed": "green"}.get(split.status, "white")
+        splits.add_row(
+            split.id,
+            f"[{colour}]{split.status}[/{colour}]",
+            split.owner or "-",
+            split.lease_owner or "-",
+            str(split.epoch),
+            str(split.attempts),
+            "-" if split.watermark is None else str(split.watermark),
+            _age(split.age(status.read_at_ms)),
+        )
+    parts: list[RenderableType] = [header, workers, *_domains(status), splits]
+    if len(ordered) > limit:
+        parts.append(f"… and {len(ordered) - limit} more (use --json for all)")
+    if status.unreadable:
+        parts.append(f"[red]unreadable records:[/red] {', '.join(status.unreadable)}")
+    return Group(*parts)
+
+
+def _domains(status: JobStatus) -> list[RenderableType]:
+    """The failure-domain table (only when some worker advertises a locality)."""
+    from rich.table import Table
+
+    if not any(w.locality for w in status.workers):
+        return []
+    report = status.placement()
+    table = Table(
+        title=f"failure domains (tier {status.isolation_tier}) · blast radius "
+        f"{report.blast_radius:.0%}",
+        title_justify="left",
+    )
+    for column in ("domain", "workers", "splits held", "weight", "share"):
+        table.add_column(column)
+    for share in report.domains:
+        table.add_row(
+            share.domain or "(unknown)",
+            str(share.workers),
+            str(share.splits),
+            str(share.weight),
+            f"{share.share:.0%}",
+        )
+    return [table]
+
+
+async def show_status(
+    url: str,
+    job: str,
+    *,
+    watch: bool = False,
+    as_json: bool = False,
+    interval: float = 1.0,
+    isolation_tier: int = 0,
+) -> int:
+    """Print the status of ``job`` in the store at ``url``.
+
+    With ``watch``, refresh every ``interval`` seconds until cancelled. ``isolation_tier``
+    picks the locality tier the failure-domain table groups workers by.
+    """
+    from spate_stores import open_store
+
+    async with open_store(url) as store:
+
+        async def read() -> JobStatus:
+            return await read_status(store, job, isolation_tier=isolation_tier)
+
+        if as_json:
+            while True:
+                print(
+                    json.dumps((await read()).to_json(), sort_keys=True),
+                    flush=True,
+                )
+                if not watch:
+                    return 0
+                await trio.sleep(interval)
+        from rich.console import Console
+
+        console = Console()
+        if not watch:
+            console.print(render_status(await read()))
+            return 0
+        from rich.live import Live
+
+        with Live(console=console, auto_refresh=False, screen=sys.stdout.isatty()) as live:
+            while True:
+                live.update(render_status(await read()), refresh=True)
+                await trio.sleep(interval)

@@ -1,0 +1,161 @@
+"""The coordinator's configuration: one frozen, self-validating value.
+
+Every field has a default that suits a production fleet; tests shorten the timings. An invalid
+value raises :class:`~spate.ConfigError` at construction, naming the field, the value
+and the rule. Rules that depend on the store (the lease equals the store's ephemeral TTL) are
+checked by :meth:`Config.resolve` when a coordinator opens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from spate._errors import ConfigError
+
+__all__ = ["Config"]
+
+DEFAULT_OP_TIMEOUT = 10.0
+"""Ceiling of the derived per-operation timeout, in seconds."""
+
+
+def _number(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"Config.{name} must be a finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"Config.{name} must be an int, not {value!r}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """How a coordinator behaves. All durations are seconds.
+
+    Attributes:
+        lease_duration: How long a silent worker keeps its splits. ``None`` (the default)
+            means the store's ephemeral TTL, which is where the lease is enforced; a value
+            that differs from the store's TTL is refused (open the store with
+            ``?ttl=<lease_duration>`` instead). Leases are renewed every third of it.
+        op_timeout: Bound on one store round trip. ``None`` means ``min(10, lease / 3)``;
+            a set value must be at most half the lease.
+        max_in_flight: Splits this worker holds at once (its lane budget, advertised to
+            the leader). At least 1.
+        max_attempts: Non-graceful ends (expiry takeovers, reclaims, explicit failures) after
+            which a split is quarantined. At least 1.
+        replan_interval: How often the leader calls the planner again while the plan is
+            open. Positive.
+        reconcile_interval: How often a full listing backs up the watches (catching any
+            missed event). Positive.
+        startup_max_attempts: Tries of each startup step (probe, join, announce) against an
+            unavailable store before giving up. At least 1.
+        rebalance_delay: How long the splits of a departed worker are withheld from others,
+            so a restarting worker reclaims its own. Zero reassigns at once.
+        drain_deadline: How long a revoked split may take to drain before it is taken away
+            (its uncommitted tail then replays). At least ``op_timeout``.
+        membership_debounce: Quiet period the leader waits after a membership change before
+            it rebalances (several workers joining at once cause one rebalance). Zero
+            rebalances at once.
+        isolation_tier: The tier of the workers' localities whose domains the leader spreads
+            the job across (0, the default, is the coarsest: ``zone-a`` of
+            ``zone-a/rack-3/host-7``). Zero or more. Only matters when workers have a locality.
+        planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
+            the clock: in a worker thread (so a slow plan never stalls renewals), except under
+            a ``trio.testing.MockClock``, where it runs inline on the event loop, because the
+            virtual clock runs ahead of a thread and a plan could come back after its
+            leader's lease expired. ``True`` always uses a thread, ``False`` always runs inline.
+    """
+
+    lease_duration: float | None = None
+    op_timeout: float | None = None
+    max_in_flight: int = 8
+    max_attempts: int = 4
+    replan_interval: float = 60.0
+    reconcile_interval: float = 30.0
+    startup_max_attempts: int = 8
+    rebalance_delay: float = 20.0
+    drain_deadline: float = 10.0
+    membership_debounce: float = 0.0
+    planner_thread: bool | None = None
+    isolation_tier: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("lease_duration", "op_timeout"):
+            value = getattr(self, name)
+            if value is not None and _number(value, name) <= 0:
+                raise ConfigError(f"Config.{name} must be positive, not {value!r}")
+        for name in ("replan_interval", "reconcile_interval", "drain_deadline"):
+            if _number(getattr(self, name), name) <= 0:
+                raise ConfigError(f"Config.{name} must be positive, not {getattr(self, name)!r}")
+        for name in ("rebalance_delay", "membership_debounce"):
+            if _number(getattr(self, name), name) < 0:
+                raise ConfigError(
+                    f"Config.{name} must be zero or positive, not {getattr(self, name)!r}"
+                )
+        for name in ("max_in_flight", "max_attempts", "startup_max_attempts"):
+            if _count(getattr(self, name), name) < 1:
+                raise ConfigError(f"Config.{name} must be at least 1, not {getattr(self, name)!r}")
+        if _count(self.isolation_tier, "isolation_tier") < 0:
+            raise ConfigError(
+                f"Config.isolation_tier must be zero or more (0 is the coarsest tier of a "
+                f"locality), not {self.isolation_tier!r}"
+            )
+        if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
+            raise ConfigError(
+                f"Config.planner_thread must be True, False or None (decide by the clock), not "
+                f"{self.planner_thread!r}"
+            )
+        if self.lease_duration is not None:
+            self._check_timings(self.lease_duration)
+
+    def _check_timings(self, lease: float) -> None:
+        timeout = (
+            self.op_timeout if self.op_timeout is not None else min(DEFAULT_OP_TIMEOUT, lease / 3)
+        )
+        if timeout > lease / 2:
+            raise ConfigError(
+                f"Config.op_timeout ({timeout} s) must be at most half the lease ({lease} s): "
+                "a worker must be able to retry a renewal before its lease runs out. Lower "
+                "op_timeout or lengthen the lease."
+            )
+        if self.drain_deadline < timeout:
+            raise ConfigError(
+                f"Config.drain_deadline ({self.drain_deadline} s) must be at least op_timeout "
+                f"({timeout} s): a drain needs time for at least one commit."
+            )
+
+    @property
+    def renew_interval(self) -> float:
+        """Seconds between lease renewals: a third of the lease (needs a resolved config)."""
+        if self.lease_duration is None:
+            raise ConfigError(
+                "this Config has no lease_duration yet; use the coordinator's resolved config "
+                "(coordinator.config) or Config.resolve(store.ephemeral_ttl)."
+            )
+        return self.lease_duration / 3
+
+    def resolve(self, ephemeral_ttl: float) -> Config:
+        """Return this config with ``lease_duration`` and ``op_timeout`` filled in for a store.
+
+        Raises :class:`~spate.ConfigError` when ``lease_duration`` is set and differs
+        from the store's ephemeral TTL (the store is what expires leases).
+        """
+        ttl = float(ephemeral_ttl)
+        if self.lease_duration is not None and not math.isclose(
+            self.lease_duration, ttl, rel_tol=1e-9, abs_tol=1e-9
+        ):
+            raise ConfigError(
+                f"Config.lease_duration is {self.lease_duration} s but the store's ephemeral TTL "
+                f"is {ttl} s; the store enforces the lease, so they must agree. Open the store "
+                f"with ?ttl={self.lease_duration} (or leave lease_duration unset to use the "
+                "store's TTL)."
+            )
+        self._check_timings(ttl)
+        timeout = (
+            self.op_timeout if self.op_timeout is not None else min(DEFAULT_OP_TIMEOUT, ttl / 3)
+        )
+        return attrs.evolve(self, lease_duration=ttl, op_timeout=timeout)

@@ -1,0 +1,309 @@
+"""Operator actions on a job, from outside the fleet (the implementation behind :mod:`spate.ops`).
+
+Both read the store directly with the job's key layout, so they work against a live fleet
+without joining it. :func:`requeue` is a fenced write like any other: it moves a quarantined
+split back to runnable with one compare-and-swap on its progress record (attempts reset,
+epoch bumped), so it can never race a worker into two owners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from spate._core.placement import PlacementReport, placement_report
+from spate._core.records import (
+    KeyKind,
+    Keys,
+    LeaderRecord,
+    LeaseRecord,
+    PlanRecord,
+    PresenceRecord,
+    ProgressRecord,
+    SpecRecord,
+    Status,
+    UnreadableRecord,
+    decode,
+    encode,
+    now_ms,
+)
+from spate._errors import ConfigError, StoreError
+from spate._plan import validate_job, validate_split_id
+from spate._runtime import fenced
+from spate._store import Conflict, Keyspace, Store
+
+__all__ = ["JobStatus", "RequeueRefused", "SplitStatus", "WorkerStatus", "read_status", "requeue"]
+
+
+@attrs.frozen
+class SplitStatus:
+    """One split as the store records it."""
+
+    id: str
+    status: str
+    owner: str | None
+    lease_owner: str | None
+    epoch: int
+    attempts: int
+    watermark: int | None
+    completed: bool
+    written_at_ms: int
+    weight: int
+    revision: int
+    state: bytes = attrs.field(repr=False, default=b"")
+
+    def age(self, now_ms: int) -> float | None:
+        """Seconds from the last write of the split's progress record to ``now_ms``.
+
+        Every commit writes it (so do a claim, a hand-back, a fail): a runnable, owned split
+        whose age keeps growing is stuck. None when the record carries no time.
+        """
+        if not self.written_at_ms:
+            return None
+        return max(0, now_ms - self.written_at_ms) / 1000
+
+
+@attrs.frozen
+class WorkerStatus:
+    """One live worker (its presence record)."""
+
+    instance: str
+    max_in_flight: int
+    leader: bool
+    holding: int
+    locality: str = ""
+
+
+@attrs.frozen
+class JobStatus:
+    """A job as an operator needs to see it, read from the store in one pass."""
+
+    job: str
+    exists: bool
+    fingerprint: str | None
+    generation: int | None
+    finality: str | None
+    planned: int
+    leader: str | None
+    workers: list[WorkerStatus]
+    splits: dict[str, SplitStatus]
+    unreadable: list[str]
+    isolation_tier: int = 0
+    """The locality tier whose domains :meth:`placement` groups the workers by."""
+    read_at_ms: int = 0
+    """Wall-clock milliseconds when the store was read (the reference of split ages)."""
+
+    def placement(self) -> PlacementReport:
+        """What each failure domain holds now (live leases, by weight) and the blast radius."""
+        held: dict[str, list[str]] = {}
+        for split in self.splits.values():
+            if split.status == "runnable" and split.lease_owner is not None:
+                held.setdefault(split.lease_owner, []).append(split.id)
+        return placement_report(
+            held,
+            {w.instance: w.locality for w in self.workers},
+            {s.id: s.weight for s in self.splits.values()},
+            self.isolation_tier,
+        )
+
+    def counts(self) -> dict[str, int]:
+        """How many splits are in each status (plus ``owned``: runnable with a live lease)."""
+        out = {"runnable": 0, "completed": 0, "quarantined": 0, "owned": 0}
+        for split in self.splits.values():
+            out[split.status] = out.get(split.status, 0) + 1
+            if split.status == "runnable" and split.lease_owner is not None:
+                out["owned"] += 1
+        return out
+
+    def ordered_splits(self) -> list[SplitStatus]:
+        """Quarantined splits first, then runnable, then completed; by id within each."""
+        rank = {"quarantined": 0, "runnable": 1, "completed": 2}
+        return sorted(self.splits.values(), key=lambda s: (rank.get(s.status, 3), s.id))
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict (``spate status --json``)."""
+        return {
+            "job": self.job,
+            "exists": self.exists,
+            "fingerprint": self.fingerprint,
+            "generation": self.generation,
+            "finality": self.finality,
+            "planned": self.planned,
+            "leader": self.leader,
+            "counts": self.counts(),
+            "workers": [attrs.asdict(w) for w in self.workers],
+            "splits": [
+                {k: v for k, v in attrs.asdict(s).items() if k != "state"}
+                | {"age_s": _rounded(s.age(self.read_at_ms))}
+                for s in self.ordered_splits()
+            ],
+            "unreadable": self.unreadable,
+            **_placement_json(self),
+        }
+
+
+def _placement_json(status: JobStatus) -> dict[str, object]:
+    report = status.placement()
+    return {
+        "isolation_tier": status.isolation_tier,
+        "blast_radius": report.blast_radius,
+        "domains": [attrs.asdict(share) for share in report.domains],
+    }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> JobStatus:
+    """Read everything the store holds about ``job`` (two listings, no writes).
+
+    ``isolation_tier`` is the locality tier whose failure domains the status groups by.
+    """
+    validate_job(job)
+    read_at_ms = now_ms()
+    keys = Keys(job)
+    durable = await store.list(Keyspace.DURABLE, keys.prefix)
+    ephemeral = await store.list(Keyspace.EPHEMERAL, keys.prefix)
+    unreadable: list[str] = []
+    plan: PlanRecord | None = None
+    progress: dict[str, tuple[ProgressRecord, int]] = {}
+    weights: dict[str, int] = {}
+    for entry in durable:
+        kind = keys.classify(entry.key)
+        try:
+            if kind == (KeyKind.PLAN, ""):
+                plan = decode(PlanRecord, entry.key, entry.value)
+            elif kind is not None and kind[0] is KeyKind.SPLIT:
+                record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
+                progress[kind[1]] = (record, entry.revision)
+            elif kind is not None and kind[0] is KeyKind.SPEC:
+                weights[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1]).weight
+        except UnreadableRecord:
+            unreadable.append(entry.key)
+    leader: str | None = None
+    presence: dict[str, PresenceRecord] = {}
+    leases: dict[str, str] = {}
+    for entry in ephemeral:
+        kind = keys.classify(entry.key)
+        try:
+            if kind == (KeyKind.LEADER, ""):
+                leader = decode(LeaderRecord, entry.key, entry.value).owner
+            elif kind is not None and kind[0] is KeyKind.WORKER:
+                presence[kind[1]] = decode(PresenceRecord, entry.key, entry.value)
+            elif kind is not None and kind[0] is KeyKind.SPLIT:
+                leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value).owner
+        except UnreadableRecord:
+            unreadable.append(entry.key)
+    splits = {
+        split_id: SplitStatus(
+            id=split_id,
+            status=record.status.value,
+            owner=record.owner,
+            lease_owner=leases.get(split_id),
+            epoch=record.epoch,
+            attempts=record.attempts,
+            watermark=record.watermark,
+            completed=record.completed,
+            written_at_ms=record.written_at_ms,
+            weight=weights.get(split_id, 1),
+            revision=revision,
+            state=record.state,
+        )
+        for split_id, (record, revision) in sorted(progress.items())
+    }
+    holding: dict[str, int] = {}
+    for owner in leases.values():
+        holding[owner] = holding.get(owner, 0) + 1
+    workers = [
+        WorkerStatus(
+            instance, p.max_in_flight, instance == leader, holding.get(instance, 0), p.locality
+        )
+        for instance, p in sorted(presence.items())
+    ]
+    return JobStatus(
+        job=job,
+        exists=plan is not None,
+        fingerprint=plan.fingerprint if plan else None,
+        generation=plan.generation if plan else None,
+        finality=plan.finality.value if plan else None,
+        planned=plan.planned if plan else 0,
+        leader=leader,
+        workers=workers,
+        splits=splits,
+        unreadable=unreadable,
+        isolation_tier=isolation_tier,
+        read_at_ms=read_at_ms,
+    )
+
+
+class RequeueRefused(StoreError):
+    """A split named for requeue is missing or not quarantined; nothing was changed for it."""
+
+
+_MAX_RACES = 8
+OPERATOR = "operator"
+"""The instance name operator writes carry in their spans."""
+
+
+async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
+    """Return quarantined splits to the queue: attempts reset, epoch bumped, owner cleared.
+
+    Each split is moved with a compare-and-swap on its progress record, re-read and retried
+    if a concurrent write moved it. Raises :class:`RequeueRefused` naming every split that
+    does not exist or is not quarantined (those are left untouched; the others are
+    requeued). Returns the ids requeued.
+    """
+    validate_job(job)
+    ids = [validate_split_id(s) for s in splits]
+    if not ids:
+        raise ConfigError("name at least one split to requeue")
+    keys = Keys(job)
+    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    done: list[str] = []
+    refused: list[str] = []
+    for split in ids:
+        key = keys.split(split)
+        for _ in range(_MAX_RACES):
+            entry = await store.get(Keyspace.DURABLE, key)
+            if entry is None:
+                refused.append(f"{split} (no such split in job {job!r})")
+                break
+            record = decode(ProgressRecord, key, entry.value, split=split)
+            if record.status is not Status.QUARANTINED:
+                refused.append(f"{split} (it is {record.status.value}, not quarantined)")
+                break
+            fresh = attrs.evolve(
+                record,
+                status=Status.RUNNABLE,
+                attempts=0,
+                owner=None,
+                owner_nonce="",
+                epoch=record.epoch + 1,
+                written_at_ms=now_ms(),
+            )
+            result = await fenced.write(
+                store,
+                scope,
+                "requeue",
+                "update",
+                Keyspace.DURABLE,
+                key,
+                encode(fresh),
+                expected=entry.revision,
+                split=split,
+                epoch=fresh.epoch,
+            )
+            if not isinstance(result, Conflict):
+                done.append(split)
+                break
+        else:
+            refused.append(f"{split} (it kept changing under concurrent writes; try again)")
+    if refused:
+        raise RequeueRefused(
+            f"refused to requeue {', '.join(refused)}"
+            + (f"; requeued {', '.join(done)}" if done else "")
+            + ". Only quarantined splits can be requeued (see `spate status`)."
+        )
+    return done

@@ -1,0 +1,398 @@
+"""The coordinator's public face: :func:`open_coordinator` and :class:`Coordinator`.
+
+``open_coordinator`` checks its arguments, runs the startup steps (refuse a store whose CAS
+is broken, join the job with a fingerprint check, announce presence — each retried with
+capped backoff against an unavailable store), starts the runtime's loop with its watches and
+timers in one nursery, and yields a :class:`Coordinator` once the first snapshots are in.
+Leaving the block stops every task. A fatal error comes out of the ``async with`` as itself
+(``FatalCoordinationError``, ``PlanError``, ``StoreError``), never wrapped in an
+ExceptionGroup, and so does an exception raised by the block's own body.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import trio
+
+from spate._config import Config
+from spate._core.placement import validate_locality
+from spate._core.records import UnreadableRecord
+from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
+from spate._events import Event, Progress
+from spate._groups import meaningful_leaf
+from spate._metrics import MetricsHooks
+from spate._plan import Planner, default_instance_id, validate_instance, validate_job
+from spate._runtime import fenced
+from spate._runtime.loop import Runtime, stopped_error
+from spate._runtime.probe import probe_store
+from spate._runtime.pumps import heartbeat_ticker, interval_ticker, watch_pump
+from spate._store import Keyspace, Store
+from spate.telemetry import metrics_for
+
+__all__ = ["Coordinator", "open_coordinator"]
+
+logger = logging.getLogger("spate.coordinator")
+
+T = TypeVar("T")
+STARTUP_BACKOFF = (0.2, 5.0)
+"""First and largest delay between tries of a startup step."""
+
+
+class Coordinator:
+    """One worker's membership in a job: the events of its splits, and the calls to act on them.
+
+    Get one from :func:`open_coordinator`. All methods are safe to call from any task of the
+    Trio run that opened it. Commands return once their write landed (or was refused).
+    """
+
+    def __init__(self, core: Runtime) -> None:
+        self._core = core
+        self._machine = core.machine
+        self._events_taken = False
+
+    @property
+    def job(self) -> str:
+        """The job this worker is part of."""
+        return self._machine.job
+
+    @property
+    def instance(self) -> str:
+        """This worker's instance id."""
+        return self._machine.instance
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force, resolved against the store (lease and op timeout set)."""
+        return self._core.config
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this worker currently leads the job (for live views)."""
+        return self._machine.leader.leading
+
+    @property
+    def owned(self) -> frozenset[str]:
+        """The splits this worker holds right now (for live views)."""
+        return frozenset(self._machine.claims.owned)
+
+    def events(self) -> AsyncIterator[Event]:
+        """The event stream (one consumer): Gained, Lost, RevokeRequested, Quarantined, verdicts.
+
+        The stream ends when the coordinator stops. Calling this twice raises RuntimeError:
+        events are a queue, and two consumers would each miss half of them.
+        """
+        if self._events_taken:
+            raise RuntimeError(
+                "Coordinator.events() has one consumer and was already called; share the "
+                "events from that one loop instead."
+            )
+        self._events_taken = True
+        return self._core.events_receive
+
+    async def commit(self, split: str, progress: Progress) -> None:
+        """Record ``progress`` for a held split with one fenced write; return once it landed.
+
+        Raises :class:`~spate.Fenced` (nothing written) if this worker does not hold
+        the split or lost it, :class:`~spate.StoreUnavailable` if the outcome is
+        unknown (retry the same commit), and :class:`~spate.FatalCoordinationError`
+        if the watermark would move backwards (the coordinator stops). A completed commit
+        also hands the split's lease back.
+        """
+        _check_split(split)
+        if not isinstance(progress, Progress):
+            raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
+        # The write runs in this task, inline, under the caller's trace context: the
+        # handler's own span and the commit's share one trace.
+        error = await self._core.call_inline(self._machine.claims.commit_flow(split, progress))
+        if error is not None:
+            raise error
+
+    async def fail(self, split: str, reason: str) -> None:
+        """Report that work on a held split failed: consumes an attempt and gives it back.
+
+        At ``max_attempts`` the split is quarantined (every worker then sees Quarantined).
+        Raises :class:`~spate.Fenced` if this worker does not hold it.
+        """
+        _check_split(split)
+        error = await self._core.call_inline(self._machine.claims.fail_flow(split, str(reason)))
+        if error is not None:
+            raise error
+
+    async def release(self, splits: Iterable[str]) -> None:
+        """Hand held splits back cleanly (no attempt consumed); return once done.
+
+        Raises :class:`~spate.Fenced`, writing nothing, if any of them is not held.
+        """
+        ids = _split_ids(splits)
+        machine = self._machine
+        self._check_running()
+        for split in ids:
+            if split not in machine.claims.owned:
+                raise Fenced(split, "this worker does not hold it; nothing was released")
+        # All at once, in this task: the hand-backs write different keys, so they overlap.
+        await self._core.call_inline(machine.release_all_flow(ids))
+
+    async def decline_revoke(self, split: str) -> None:
+        """Say the split cannot stop at a safe boundary: a revocation is then forced at once.
+
+        The split goes back the replaying way (Lost "revoked" follows); a revocation the
+        leader already took back simply ends.
+        """
+        _check_split(split)
+        self._check_running()
+        await trio.lowlevel.checkpoint()
+        # A synchronous call into the machine: atomic, since Trio runs one task at a time.
+        # (A forced revocation's flow it starts runs on the loop, see Runtime.start.)
+        self._machine.revocations.decline(split)
+        self._core.request_step()
+
+    async def depart(self) -> None:
+        """Leave the job gracefully and return when done.
+
+        Hands every held split back (no attempt consumed), stops claiming, resigns leadership
+        and deletes this worker's presence, so the others rebalance at once instead of after
+        a lease. The coordinator keeps watching (a bounded job's verdict still arrives).
+
+        Raises :class:`~spate.StoreUnavailable` (after about one operation timeout)
+        when a hand-back cannot reach the store: the worker then stops holding everything
+        without writing, and its splits move when its session's keys expire.
+        """
+        self._check_running()
+        error = await self._core.call_inline(self._machine.depart_flow())
+        if error is not None:
+            raise error
+
+    async def wait_handed_over(self, splits: Iterable[str]) -> None:
+        """After :meth:`depart`, return once ``splits`` have moved on.
+
+        That is, once each split is owned by another worker or finished, or once nobody is
+        going to take the rest: no other worker is present, or every other worker's
+        assignment fills its lanes and names none of them (a job with more splits than the
+        fleet has lanes). A leaving process that waits for this before it exits leaves no
+        window in which its released work sits unowned while someone could take it.
+        Nothing is read from the store for it: the coordinator keeps watching after a
+        departure, and the wait is answered from what it sees. It never gives up on its own
+        (bound it with a cancel scope), and returns at once if the coordinator has stopped.
+        """
+        wanted = _split_ids(splits)
+        machine = self._machine
+        await self._core.wait_until(lambda: machine.view.handed_over(machine.instance, wanted))
+
+    def _check_running(self) -> None:
+        stopped = self._core.stopped
+        if stopped is not None:
+            raise stopped_error(stopped)
+
+
+def _check_split(split: object) -> str:
+    if not isinstance(split, str):
+        raise ConfigError(f"a split id is a str, not {type(split).__name__}")
+    return split
+
+
+def _split_ids(splits: Iterable[str]) -> list[str]:
+    # One id passed bare is one split, not the characters of its name.
+    return [_check_split(s) for s in ([splits] if isinstance(splits, str) else splits)]
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_coordinator(
+    store: Store,
+    *,
+    job: str,
+    instance: str | None = None,
+    planner: Planner,
+    config: Config | None = None,
+    fingerprint: str = "",
+    metrics: MetricsHooks | None = None,
+    locality: str = "",
+    nonce: str | None = None,
+) -> AsyncIterator[Coordinator]:
+    """Join ``job`` on ``store`` as ``instance`` and coordinate until the block ends.
+
+    ``planner`` is called (on whichever worker leads) with a :class:`~spate.PlanContext`
+    and returns a :class:`~spate.Plan`; sync planners run in a thread, async ones as a
+    task. ``fingerprint`` must be equal across the fleet (a worker with another one is
+    refused). ``instance`` defaults to the host name. ``metrics`` receives every outcome;
+    by default they are recorded on OpenTelemetry instruments (:mod:`spate.telemetry`: no-ops
+    until an SDK meter provider is installed). ``locality`` is this worker's failure-domain
+    path, coarsest tier first (``"zone-a/rack-3/host-7"``; empty means unknown): the leader
+    spreads the job across the domains at ``config.isolation_tier`` (see
+    ``docs/placement.md``). ``nonce`` tells this process apart from any other under the same
+    instance id; it is drawn at random, and a caller passes one only to replay a run exactly
+    (the simulator derives it from its seed): two live processes must never share one.
+
+    Raises :class:`~spate.ConfigError` for invalid arguments,
+    :class:`~spate.FatalCoordinationError` when the store fails the startup probe, the
+    fingerprint differs, another live worker uses this instance id, or a watermark would
+    regress, and :class:`~spate.PlanError` (on the leader) for an invalid plan.
+    """
+    validate_job(job)
+    instance = validate_instance(default_instance_id() if instance is None else instance)
+    locality = validate_locality(locality)
+    if nonce is not None and not (
+        isinstance(nonce, str) and nonce.isascii() and nonce.isalnum() and len(nonce) <= 64
+    ):
+        raise ConfigError(
+            f"nonce must be 1 to 64 ASCII letters or digits (or None for a random one), not "
+            f"{nonce!r}"
+        )
+    if not callable(planner):
+        raise ConfigError(f"planner must be a function taking a PlanContext, not {planner!r}")
+    if config is None:
+        config = Config()
+    elif not isinstance(config, Config):
+        raise ConfigError(f"config must be a spate.Config, not {type(config).__name__}")
+    if not isinstance(fingerprint, str):
+        raise ConfigError(f"fingerprint must be a str, not {type(fingerprint).__name__}")
+    if not isinstance(store, Store):
+        raise ConfigError(
+            f"store must implement spate.store.Store (use spate_stores.open_store), not "
+            f"{type(store).__name__}"
+        )
+    hooks = None
+    if metrics is None:
+        metrics = hooks = metrics_for(job, instance)
+    core = Runtime(
+        store,
+        job=job,
+        instance=instance,
+        planner=planner,
+        config=config.resolve(store.ephemeral_ttl),
+        fingerprint=fingerprint,
+        metrics=metrics,
+        locality=locality,
+        nonce=nonce,
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            core.attach(nursery)
+            try:
+                await _startup(core)
+                nursery.start_soon(core.run)
+                nursery.start_soon(core.alarm_task)
+                for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
+                    nursery.start_soon(watch_pump, core, keyspace)
+                nursery.start_soon(heartbeat_ticker, core)
+                nursery.start_soon(
+                    interval_ticker,
+                    reconcile_every(core.config, store),
+                    lambda: core.post(core.machine.reconcile),
+                )
+                nursery.start_soon(
+                    interval_ticker,
+                    core.config.replan_interval,
+                    lambda: core.post(core.machine.leader.replan_tick),
+                )
+                await core.ready.wait()
+                yield Coordinator(core)
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        leaf = meaningful_leaf(group)
+        if leaf is None:
+            raise
+        context = leaf.__context__
+        try:
+            raise leaf
+        finally:
+            leaf.__context__ = context
+    finally:
+        # The session ends with the coordinator, whatever ended it (the block left, a fatal
+        # error, cancellation), even while the application keeps its store client open.
+        await core.session.close()
+        if core.stopped is None:
+            core.stop(_Closed())
+        if hooks is not None:
+            hooks.close()  # a stopped worker's levels (leader, owned) stop being reported
+
+
+def reconcile_every(config: Config, store: Store) -> float:
+    """The reconcile interval to use with ``store``.
+
+    When expiry does not reach watchers (NATS before 2.11), the reconcile listing is the only
+    way a dead worker's expired leases are noticed, so it runs at least once per lease:
+    otherwise failover would take ``reconcile_interval`` (30 s by default) instead of a lease.
+    """
+    interval = config.reconcile_interval
+    if not store.capabilities.expiry_reaches_watchers and config.lease_duration is not None:
+        interval = min(interval, config.lease_duration)
+    return interval
+
+
+class _Closed(Exception):
+    """Marks a coordinator stopped by leaving its block."""
+
+
+# -- startup ---------------------------------------------------------------------------------
+
+
+class _Retry(Exception):
+    """A startup step lost a benign race; try it again."""
+
+
+async def _startup(core: Runtime) -> None:
+    await _budgeted(core, "opening a store session", _open_session)
+    await _budgeted(core, "probing the store", _probe)
+    await _budgeted(core, "joining the job", _join)
+    await _budgeted(core, "announcing presence", _announce)
+
+
+async def _budgeted(core: Runtime, what: str, step: Callable[[Runtime], Awaitable[None]]) -> None:
+    """Try a startup step with capped backoff; give up (fatally) after the configured tries."""
+    low, high = STARTUP_BACKOFF
+    delay = low
+    attempts = core.config.startup_max_attempts
+    for attempt in range(1, attempts + 1):
+        try:
+            with trio.fail_after(core.op_timeout * 3):
+                await step(core)
+            return
+        except (StoreUnavailable, _Retry, trio.TooSlowError) as exc:
+            if attempt == attempts:
+                raise FatalCoordinationError(
+                    f"{what} did not succeed in {attempts} attempts (last: "
+                    f"{exc or type(exc).__name__}); "
+                    "check that the store is reachable, or raise Config.startup_max_attempts"
+                ) from exc
+            logger.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+        await trio.sleep(delay)
+        delay = min(high, delay * 2)
+
+
+async def _probe(core: Runtime) -> None:
+    with fenced.span(core.scope, "probe"):
+        # Each try writes keys of its own (a lost reply may have left the last try's behind).
+        core.probes += 1
+        await probe_store(
+            core.store,
+            key_prefix=core.machine.keys.probe_prefix,
+            session=core.session.current,
+            scratch=f"{core.machine.nonce[:16]}{core.probes}",
+        )
+
+
+async def _open_session(core: Runtime) -> None:
+    if core.session.current is None:
+        await core.session.open()
+
+
+async def _join(core: Runtime) -> None:
+    try:
+        joined = await core.driver.run_inline(core.machine.join_flow())
+    except UnreadableRecord as exc:
+        raise FatalCoordinationError(str(exc)) from exc
+    if not joined:
+        raise _Retry("another worker created the plan record first; reading it")
+
+
+async def _announce(core: Runtime) -> None:
+    if not await core.driver.run_inline(core.machine.announce_flow()):
+        raise _Retry("the presence key changed while this worker took it over; announcing again")

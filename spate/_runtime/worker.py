@@ -1,0 +1,434 @@
+"""The high-level runner: one handler task per owned split, graceful leave on cancellation.
+
+:func:`run_worker` is what most users call. It opens a coordinator, starts the user's
+handler for every split the worker gains (each in its own task under its own cancel scope),
+turns the coordinator's events into handler cancellations and revocation requests, and
+returns the verdict of a bounded job. Cancelling it leaves gracefully: every split is handed
+back without consuming an attempt, presence and leadership are given up, and it waits
+(bounded) until the splits are held elsewhere, so a rolling deploy loses no time to lease
+expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
+
+import attrs
+import trio
+
+from spate._config import Config
+from spate._core.backoff import Backoff
+from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
+from spate._events import (
+    AllComplete,
+    Gained,
+    Lost,
+    Progress,
+    Quarantined,
+    RevokeRequested,
+    Stalled,
+)
+from spate._groups import single_error
+from spate._metrics import MetricsHooks
+from spate._plan import Planner
+from spate._runtime.coordinator import Coordinator, open_coordinator
+from spate._store import Store
+
+__all__ = ["Handler", "Planner", "SplitHandle", "Verdict", "run_worker"]
+
+logger = logging.getLogger("spate.worker")
+
+Verdict: TypeAlias = AllComplete | Stalled
+"""What a bounded job ends with."""
+Handler: TypeAlias = Callable[["SplitHandle"], Awaitable[None]]
+"""The user's work function, called once per gained split."""
+
+DEFAULT_LEAVE_DEADLINE = 30.0
+"""Seconds a graceful leave may take (hand-back plus waiting for new owners)."""
+
+
+@attrs.define(eq=False, kw_only=True)
+class SplitHandle:
+    """One split this worker owns, as its handler sees it.
+
+    ``progress`` is the resume point (the last committed watermark and state) and moves
+    forward with every successful :meth:`commit`. ``revoke_requested`` is set when the leader
+    wants the split elsewhere: commit what you have and return, and the split is handed back
+    with nothing replayed. If the split is lost (another worker took it, or this worker could
+    not renew its lease) the handler is cancelled at once and any later commit raises
+    :class:`~spate.Fenced` without writing.
+    """
+
+    id: str
+    """The split id."""
+    descriptor: bytes
+    """What the planner said this split is (opaque to spate)."""
+    weight: int
+    """The split's relative size, used to balance the fleet."""
+    epoch: int
+    """This tenancy's fencing epoch: it increases every time the split changes hands."""
+    progress: Progress
+    """The last committed progress (the resume point when the split was gained)."""
+    _coordinator: Coordinator = attrs.field(repr=False, alias="_coordinator")
+    revoke_requested: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the leader asks for the split back; return soon after a commit."""
+    _lost: bool = attrs.field(default=False, alias="_lost")
+    _completed: bool = attrs.field(default=False, alias="_completed")
+
+    @property
+    def lost(self) -> bool:
+        """True once the split is no longer this worker's; commits will raise Fenced."""
+        return self._lost
+
+    @property
+    def completed(self) -> bool:
+        """True once a ``completed=True`` commit has landed."""
+        return self._completed
+
+    @property
+    def fence(self) -> int:
+        """The fencing token of this ownership: store it next to every output you write.
+
+        It strictly increases with every new ownership of the split (a claim, a reclaim after
+        a restart, a requeue all raise it), so of two owners the later one always holds the
+        larger fence. It is a plain non-negative ``int``: compare it, store it in an integer
+        column, send it anywhere. A sink that accepts a write only while the fence it holds
+        for the split is ``<=`` the writer's (in the same transaction as the output) refuses
+        a zombie's late writes: see the recipe in the docs (``docs/exactly-once.md``).
+        """
+        return self.epoch
+
+    async def decline_revoke(self) -> None:
+        """Say this split cannot stop at a safe boundary now: the revocation is forced at once.
+
+        Use it when ``revoke_requested`` is set but the handler cannot commit and return soon.
+        The split then moves the replaying way: the handler is cancelled (the split is lost,
+        its uncommitted work replays on the next owner) instead of running out the drain
+        deadline. Does nothing if no revocation is pending.
+        """
+        if self._lost:
+            return
+        await self._coordinator.decline_revoke(self.id)
+
+    async def commit(
+        self, watermark: int | None, *, state: bytes = b"", completed: bool = False
+    ) -> None:
+        """Record progress with one fenced compare-and-swap; return once it has landed.
+
+        ``watermark`` must never move backwards (a regression is treated as a bug in the
+        work source and stops the worker). ``completed=True`` finishes the split and
+        releases it. Raises :class:`~spate.Fenced` (nothing written) if the split is
+        no longer owned by this worker.
+        """
+        if self._lost:
+            raise Fenced(self.id, "it was lost earlier")
+        progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
+        try:
+            # An unknown outcome is retried with the same progress: a commit that did land is
+            # recognised by the coordinator and adopted, so retrying never double-applies. If
+            # the store stays away long enough the split is lost and this task is cancelled.
+            try:
+                await self._coordinator.commit(self.id, progress)
+            except StoreUnavailable as exc:  # the first attempt is the hot path: no wrapper
+                await _retry_unavailable(
+                    lambda: self._coordinator.commit(self.id, progress), failed=exc
+                )
+        except Fenced:
+            self._lost = True
+            raise
+        self.progress = progress
+        if completed:
+            self._completed = True
+
+
+RETRY_BACKOFF = (0.05, 2.0)
+"""First and largest delay before a handler's call to an unreachable store is tried again."""
+
+
+async def _retry_unavailable(
+    call: Callable[[], Awaitable[None]], *, failed: StoreUnavailable | None = None
+) -> None:
+    """Run ``call`` until it does not raise StoreUnavailable (capped exponential backoff).
+
+    ``failed``: the caller's own first attempt already failed so; back off before the next.
+    """
+    backoff: Backoff | None = None  # built on the first failure: commits are the hot path
+    while True:
+        if failed is not None:
+            backoff = backoff or Backoff.of(RETRY_BACKOFF)
+            delay = backoff.delay()
+            logger.debug("store unavailable (%s); retrying in %.2f s", failed, delay)
+            await trio.sleep(delay)
+        try:
+            await call()
+            return
+        except StoreUnavailable as exc:
+            failed = exc
+
+
+@attrs.define(eq=False)
+class _Running:
+    handle: SplitHandle
+    scope: trio.CancelScope
+
+
+class _Runner:
+    """Dispatches coordinator events to handler tasks; owned by one run_worker call."""
+
+    def __init__(self, coordinator: Coordinator, handler: Handler) -> None:
+        self._coord = coordinator
+        self._handler = handler
+        self._running: dict[str, _Running] = {}
+        self._changed = trio.Event()
+
+    async def dispatch(self, nursery: trio.Nursery) -> Verdict | None:
+        async for event in self._coord.events():
+            if isinstance(event, Gained):
+                self._start(nursery, event)
+            elif isinstance(event, Lost):
+                running = self._running.pop(event.split, None)
+                if running is not None:
+                    running.handle._lost = True
+                    running.scope.cancel()
+            elif isinstance(event, RevokeRequested):
+                running = self._running.get(event.split)
+                if running is not None:
+                    running.handle.revoke_requested.set()
+            elif isinstance(event, Quarantined):
+                logger.warning(
+                    "split %s quarantined after %d attempts; fix the cause, then run "
+                    "`spate requeue` to retry it",
+                    event.split,
+                    event.attempts,
+                )
+            elif isinstance(event, AllComplete | Stalled):
+                return event
+        # The stream ends only when the coordinator stops; its error (say, a duplicate
+        # instance id) comes out of open_coordinator, so report nothing of our own here.
+        return None
+
+    def _start(self, nursery: trio.Nursery, event: Gained) -> None:
+        previous = self._running.pop(event.split, None)
+        if previous is not None:
+            # A re-gain always follows a loss; never let two handlers run one split.
+            previous.handle._lost = True
+            previous.scope.cancel()
+        handle = SplitHandle(
+            id=event.split,
+            descriptor=event.descriptor,
+            weight=event.weight,
+            epoch=event.epoch,
+            progress=event.progress,
+            _coordinator=self._coord,
+        )
+        running = _Running(handle, trio.CancelScope())
+        self._running[event.split] = running
+        nursery.start_soon(self._run_handler, running, name=f"spate handler {event.split}")
+
+    async def _run_handler(self, running: _Running) -> None:
+        handle = running.handle
+        try:
+            with running.scope:
+                try:
+                    await self._handler(handle)
+                except Fenced:
+                    handle._lost = True
+                    return
+                except Exception as exc:
+                    if handle._lost:
+                        return
+                    logger.exception("handler for split %s raised; failing the split", handle.id)
+                    reason = f"{type(exc).__name__}: {exc}"
+                    await self._settle(lambda: self._coord.fail(handle.id, reason))
+                    return
+                if not handle._lost and not handle._completed:
+                    # Returning without completing hands the split back; nothing replays
+                    # because everything the handler did was committed.
+                    await self._settle(lambda: self._coord.release([handle.id]))
+        finally:
+            if self._running.get(handle.id) is running:
+                del self._running[handle.id]
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
+        # A fail or hand-back must land (or the split be lost): a split left held with no
+        # handler would sit idle until the worker leaves.
+        try:
+            await _retry_unavailable(call)
+        except Fenced:
+            pass  # lost in the meantime: its new owner resumes from the last commit
+
+    async def wait_idle(self) -> None:
+        """Return once no handler is running."""
+        while self._running:
+            await self._changed.wait()
+
+    @property
+    def handles(self) -> list[SplitHandle]:
+        """Handles of the splits whose handlers are running."""
+        return [r.handle for r in self._running.values()]
+
+
+async def run_worker(
+    store: Store,
+    *,
+    job: str,
+    instance: str | None = None,
+    planner: Planner,
+    handler: Handler,
+    config: Config | None = None,
+    fingerprint: str = "",
+    leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
+    locality: str = "",
+    metrics: MetricsHooks | None = None,
+    nonce: str | None = None,
+) -> Verdict:
+    """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
+
+    Returns the verdict of a bounded job (:class:`~spate.AllComplete` or
+    :class:`~spate.Stalled`); for an open plan it runs until cancelled. A handler
+    that returns without a completed commit hands its split back; one that raises fails
+    the split (consuming an attempt) while the worker keeps going.
+
+    Cancelling ``run_worker`` leaves gracefully, bounded by ``leave_deadline`` seconds:
+    handlers are cancelled, every split is handed back with no attempt consumed, presence
+    and leadership are given up, and it waits until the splits are held elsewhere. Then the
+    cancellation propagates as usual.
+
+    ``locality`` is this worker's failure-domain path (``"zone-a/rack-3/host-7"``), as for
+    :func:`~spate.open_coordinator`.
+
+    ``metrics`` receives every outcome the coordinator counts, as for
+    :func:`~spate.open_coordinator` (default: OpenTelemetry instruments).
+
+    ``nonce`` is the process nonce, random by default; pass one only to replay a run exactly
+    (as for :func:`~spate.open_coordinator`).
+    """
+    if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
+        raise ConfigError(
+            f"leave_deadline must be a finite number of seconds >= 0, not {leave_deadline!r}"
+        )
+    verdict: Verdict | None = None
+    with single_error():
+        verdict = await _run_shielded(
+            store,
+            job,
+            instance,
+            planner,
+            handler,
+            config,
+            fingerprint,
+            leave_deadline,
+            locality,
+            metrics,
+            nonce,
+        )
+    if verdict is None:
+        # We left because we were cancelled; let the cancellation continue outward.
+        await trio.lowlevel.checkpoint()
+        raise FatalCoordinationError(
+            f"the coordinator of {job!r} stopped without a verdict or an error; this is a bug "
+            "in spate, please report it with the worker's log"
+        )
+    return verdict
+
+
+async def _run_shielded(
+    store: Store,
+    job: str,
+    instance: str | None,
+    planner: Planner,
+    handler: Handler,
+    config: Config | None,
+    fingerprint: str,
+    leave_deadline: float,
+    locality: str,
+    metrics: MetricsHooks | None,
+    nonce: str | None,
+) -> Verdict | None:
+    leave = trio.Event()
+
+    async def notice_cancellation() -> None:
+        # Runs outside the shield below: the caller's cancellation lands here and asks the
+        # shielded part to leave gracefully instead of dying mid-protocol.
+        try:
+            await trio.sleep_forever()
+        finally:
+            leave.set()
+
+    verdict: Verdict | None = None
+    async with trio.open_nursery() as outer:
+        outer.start_soon(notice_cancellation, name="spate leave sentinel")
+        with trio.CancelScope() as work:
+            async with open_coordinator(
+                store,
+                job=job,
+                instance=instance,
+                planner=planner,
+                config=config,
+                fingerprint=fingerprint,
+                locality=locality,
+                metrics=metrics,
+                nonce=nonce,
+            ) as coord:
+                # Shielded only once open: a cancellation during startup simply aborts it
+                # (nothing is held yet), while one after it becomes a graceful leave.
+                work.shield = True
+                verdict = await _work_until_verdict_or_leave(coord, handler, leave, leave_deadline)
+        outer.cancel_scope.cancel()
+    return verdict
+
+
+async def _work_until_verdict_or_leave(
+    coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
+) -> Verdict | None:
+    runner = _Runner(coord, handler)
+    verdict: Verdict | None = None
+    stream_ended = False
+    async with trio.open_nursery() as nursery:
+
+        async def dispatch() -> None:
+            nonlocal verdict, stream_ended
+            verdict = await runner.dispatch(nursery)
+            stream_ended = verdict is None
+            if verdict is not None:
+                # Every split is finished, so a handler still running is one whose final
+                # commit just landed: let it return (and run its own clean-up) in peace.
+                with trio.move_on_after(coord.config.drain_deadline):
+                    await runner.wait_idle()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(dispatch, name="spate event dispatch")
+        await leave.wait()
+        nursery.cancel_scope.cancel()
+    if stream_ended:
+        return None  # the coordinator stopped; leaving its block raises why
+    if verdict is not None:
+        # The job is over: step down at once (leadership, presence) rather than leaving a
+        # leader key behind for a lease, so a worker started later (say, after a requeue)
+        # does not wait for it to expire.
+        with trio.move_on_after(leave_deadline):
+            await _retry_unavailable(coord.depart)
+        return verdict
+    held = sorted(coord.owned)
+    with trio.move_on_after(leave_deadline) as scope:
+        try:
+            await coord.depart()
+        except StoreUnavailable as exc:
+            # Nothing of the leave could land, and waiting for new owners would only wait
+            # out the whole deadline: give up now. The keys expire with the session.
+            logger.warning("%s left without handing back its splits: %s", coord.instance, exc)
+            return None
+        await coord.wait_handed_over(held)
+    if scope.cancelled_caught:
+        logger.warning(
+            "graceful leave of %s did not finish within %.1f s; the remaining splits move "
+            "when their leases expire",
+            coord.instance,
+            leave_deadline,
+        )
+    return None

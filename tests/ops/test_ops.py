@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spate import ConfigError
+from spate._core.records import (
+    Finality,
+    Keys,
+    LeaderRecord,
+    LeaseRecord,
+    PlanRecord,
+    PresenceRecord,
+    ProgressRecord,
+    SpecRecord,
+    Status,
+    decode,
+    encode,
+)
+from spate.ops import RequeueRefused, read_status, requeue
+from spate.store import Keyspace, Store
+from spate_stores.memory import MemoryStore
+
+JOB = "job-1"
+KEYS = Keys(JOB)
+
+
+async def seed_job(store: Store) -> None:
+    await store.create(
+        Keyspace.DURABLE,
+        KEYS.plan,
+        encode(PlanRecord(fingerprint="fp", generation=3, finality=Finality.FINAL, planned=3)),
+    )
+    for split, status, owner in [
+        ("a", Status.COMPLETED, "w1"),
+        ("b", Status.QUARANTINED, None),
+        ("c", Status.RUNNABLE, "w2"),
+    ]:
+        await store.create(
+            Keyspace.DURABLE, KEYS.spec(split), encode(SpecRecord(id=split, weight=2))
+        )
+        await store.create(
+            Keyspace.DURABLE,
+            KEYS.split(split),
+            encode(
+                ProgressRecord(
+                    id=split, epoch=4, status=status, owner=owner, attempts=4, watermark=10
+                )
+            ),
+        )
+    await store.create(
+        Keyspace.EPHEMERAL, KEYS.leader, encode(LeaderRecord(owner="w1", nonce="n", generation=3))
+    )
+    for worker in ("w1", "w2"):
+        await store.create(
+            Keyspace.EPHEMERAL,
+            KEYS.worker(worker),
+            encode(PresenceRecord(nonce="n", max_in_flight=4)),
+        )
+    await store.create(
+        Keyspace.EPHEMERAL, KEYS.split("c"), encode(LeaseRecord(owner="w2", nonce="n", epoch=4))
+    )
+
+
+async def test_status_reports_plan_leader_workers_and_splits_quarantined_first() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    await store.create(Keyspace.DURABLE, f"{JOB}.split.junk", b"not json")
+    status = await read_status(store, JOB)
+    assert status.exists
+    assert (status.generation, status.finality, status.leader) == (3, "final", "w1")
+    assert [w.instance for w in status.workers] == ["w1", "w2"]
+    assert [w.holding for w in status.workers] == [0, 1]
+    assert [s.id for s in status.ordered_splits()] == ["b", "c", "a"]
+    assert status.counts() == {"runnable": 1, "completed": 1, "quarantined": 1, "owned": 1}
+    assert status.splits["c"].lease_owner == "w2"
+    assert status.splits["a"].weight == 2
+    assert status.unreadable == [f"{JOB}.split.junk"]
+    document = json.loads(json.dumps(status.to_json()))
+    assert document["splits"][0]["id"] == "b"
+
+
+async def test_status_of_an_unknown_job_says_it_does_not_exist() -> None:
+    status = await read_status(MemoryStore(), "nothing-here")
+    assert not status.exists
+    assert status.splits == {}
+
+
+async def test_requeue_resets_attempts_bumps_the_epoch_and_clears_the_owner() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    assert await requeue(store, JOB, ["b"]) == ["b"]
+    entry = await store.get(Keyspace.DURABLE, KEYS.split("b"))
+    assert entry is not None
+    record = decode(ProgressRecord, entry.key, entry.value)
+    assert (record.status, record.attempts, record.epoch, record.owner) == (
+        Status.RUNNABLE,
+        0,
+        5,
+        None,
+    )
+    assert record.watermark == 10  # progress is kept: the retry resumes
+
+
+async def test_requeue_refuses_splits_that_are_not_quarantined_and_changes_nothing_for_them() -> (
+    None
+):
+    store = MemoryStore()
+    await seed_job(store)
+    before = await store.get(Keyspace.DURABLE, KEYS.split("a"))
+    with pytest.raises(RequeueRefused, match=r"a \(it is completed, not quarantined\).*requeued b"):
+        await requeue(store, JOB, ["a", "b"])
+    assert await store.get(Keyspace.DURABLE, KEYS.split("a")) == before
+
+
+async def test_requeue_refuses_an_unknown_split() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    with pytest.raises(RequeueRefused, match="no such split"):
+        await requeue(store, JOB, ["zzz"])
+
+
+async def test_requeue_rejects_bad_arguments() -> None:
+    store = MemoryStore()
+    with pytest.raises(ConfigError):
+        await requeue(store, JOB, [])
+    with pytest.raises(ConfigError):
+        await requeue(store, "bad.job", ["a"])
+
+
+async def test_requeue_retries_when_a_concurrent_write_moves_the_record() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    real_update = store.update
+    raced = False
+
+    async def racing_update(keyspace, key, value, expected):  # type: ignore[no-untyped-def]
+        nonlocal raced
+        if not raced:
+            raced = True
+            entry = await store.get(keyspace, key)
+            assert entry is not None
+            await real_update(keyspace, key, entry.value, entry.revision)  # someone else writes
+        return await real_update(keyspace, key, value, expected)
+
+    store.update = racing_update  # type: ignore[method-assign]
+    assert await requeue(store, JOB, ["b"]) == ["b"]
+    assert raced
+
+
+async def test_status_shows_each_splits_age_since_its_last_commit() -> None:
+    from rich.console import Console
+
+    from spate._cli.status_view import render_status
+    from spate._core.records import now_ms
+
+    store = MemoryStore()
+    await seed_job(store)  # its records carry no time: no age
+    written = now_ms() - 95_000  # a split whose owner stopped committing 95 s ago
+    await store.create(
+        Keyspace.DURABLE,
+        KEYS.split("stuck"),
+        encode(ProgressRecord(id="stuck", epoch=2, owner="w2", watermark=7, written_at_ms=written)),
+    )
+    status = await read_status(store, JOB)
+    age = status.splits["stuck"].age(status.read_at_ms)
+    assert age is not None
+    assert 95 <= age < 120
+    assert status.splits["a"].age(status.read_at_ms) is None
+    document = json.loads(json.dumps(status.to_json()))
+    ages = {s["id"]: s["age_s"] for s in document["splits"]}
+    assert ages["a"] is None
+    assert 95 <= ages["stuck"] < 120
+    console = Console(width=200, record=True)
+    console.print(render_status(status))
+    row = next(line for line in console.export_text().splitlines() if "stuck" in line)
+    assert "1m3" in row  # 1m35s, give or take the test's own time

@@ -1,0 +1,192 @@
+"""The public boundary, in the manner of trio's ``test_exports``.
+
+A module is public exactly when no component of its dotted name starts with an underscore.
+The public modules are a decision, listed here; each says what it offers in ``__all__``; and
+every public name has one home: it is exported by exactly one public module, it is defined in
+a private module behind it (so moving code never moves the API), and it has an entry in the API
+reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+import spate
+import spate_stores
+import spate_testing
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+# Adding a public module is a decision: add it here, to the API reference, and to the docs.
+PUBLIC_MODULES = {
+    "spate": {"spate", "spate.ops", "spate.store", "spate.telemetry"},
+    "spate_stores": {
+        "spate_stores",
+        "spate_stores.etcd",
+        "spate_stores.memory",
+        "spate_stores.nats",
+    },
+    # The test kit: the simulator's parts are importable one by one (docs/testing.md).
+    "spate_testing": {
+        "spate_testing",
+        "spate_testing.blackhole",
+        "spate_testing.conformance",
+        "spate_testing.faults",
+        "spate_testing.servers",
+        "spate_testing.servers.etcd",
+        "spate_testing.servers.etcd_cluster",
+        "spate_testing.servers.nats",
+        "spate_testing.servers.nats_cluster",
+        "spate_testing.sim",
+        "spate_testing.sim.actions",
+        "spate_testing.sim.chaos",
+        "spate_testing.sim.checker",
+        "spate_testing.sim.cli",
+        "spate_testing.sim.clockwork",
+        "spate_testing.sim.cluster_fleet",
+        "spate_testing.sim.fleet",
+        "spate_testing.sim.flowrunner",
+        "spate_testing.sim.handlers",
+        "spate_testing.sim.history",
+        "spate_testing.sim.machines",
+        "spate_testing.sim.model",
+        "spate_testing.sim.process",
+        "spate_testing.sim.recorder",
+        "spate_testing.sim.runner",
+        "spate_testing.sim.scenario",
+        "spate_testing.sim.session",
+        "spate_testing.sim.workload",
+    },
+}
+
+
+def _is_public(name: str) -> bool:
+    return not any(part.startswith("_") for part in name.split("."))
+
+
+def _all_modules(package: types.ModuleType) -> list[str]:
+    found = [package.__name__]
+    for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
+        found.append(info.name)
+    return found
+
+
+def _public_names(module: types.ModuleType) -> list[str]:
+    return [n for n in dir(module) if not n.startswith("_")]
+
+
+@pytest.mark.parametrize("package", [spate, spate_stores, spate_testing], ids=lambda p: p.__name__)
+def test_the_public_modules_are_exactly_the_listed_ones(package: types.ModuleType) -> None:
+    public = {m for m in _all_modules(package) if _is_public(m)}
+    assert public == PUBLIC_MODULES[package.__name__]
+
+
+def _spate_public() -> list[types.ModuleType]:
+    return [importlib.import_module(m) for m in sorted(PUBLIC_MODULES["spate"])]
+
+
+def test_every_public_module_of_spate_says_what_it_exports() -> None:
+    for module in _spate_public():
+        exported = module.__all__
+        assert len(exported) == len(set(exported)), module.__name__
+        for name in exported:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+        # Nothing public leaks in beside __all__ but the public submodules themselves.
+        submodules = {
+            n
+            for n in _public_names(module)
+            if isinstance(getattr(module, n), types.ModuleType)
+            and f"{module.__name__}.{n}" in PUBLIC_MODULES["spate"]
+        }
+        assert set(_public_names(module)) - submodules == set(exported) - {"__version__"}, (
+            module.__name__
+        )
+
+
+def _ours(obj: object) -> bool:
+    """A class or function spate defines (not a constant, nor an alias of a builtin type)."""
+    home = getattr(obj, "__module__", "") or ""
+    return (inspect.isclass(obj) or inspect.isfunction(obj)) and home.split(".")[0] == "spate"
+
+
+def test_every_public_name_is_exported_exactly_once() -> None:
+    homes: dict[int, list[str]] = {}
+    names: dict[str, list[str]] = {}
+    for module in _spate_public():
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if _ours(obj):
+                homes.setdefault(id(obj), []).append(f"{module.__name__}.{name}")
+            names.setdefault(name, []).append(module.__name__)
+    twice = [where for where in homes.values() if len(where) > 1]
+    assert not twice, f"exported more than once: {twice}"
+    clashes = {n: ms for n, ms in names.items() if len(ms) > 1}
+    assert not clashes, f"one name, two meanings: {clashes}"
+
+
+def test_every_public_name_is_defined_in_a_private_home() -> None:
+    for module in _spate_public():
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not _ours(obj):
+                continue  # constants and type aliases carry no home of their own
+            home = obj.__module__
+            assert not _is_public(home), (
+                f"{module.__name__}.{name} is defined in {home}: move it behind an underscore"
+            )
+
+
+def test_every_public_class_and_function_has_a_docstring() -> None:
+    for module in _spate_public():
+        assert inspect.getdoc(module), module.__name__
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                assert inspect.getdoc(obj), f"{module.__name__}.{name} has no docstring"
+
+
+def _documented() -> set[str]:
+    """What the docs render: each ``::: a.b`` entry, the ``members:`` listed beneath one, and,
+    for a whole-module entry with no ``members:`` list, every name of that module's ``__all__``.
+    """
+    found: set[str] = set()
+    for page in DOCS.rglob("*.md"):
+        current: str | None = None
+        members: list[str] | None = None
+        entries: list[tuple[str, list[str] | None]] = []
+        for line in [*page.read_text().splitlines(), ""]:
+            entry = re.match(r"^::: ([\w.]+)\s*$", line)
+            if entry or (line and not line.startswith(" ")) or not line:
+                if current is not None:
+                    entries.append((current, members))
+                current, members = (entry.group(1), None) if entry else (None, None)
+            elif current is not None and re.match(r"^\s+members:\s*$", line):
+                members = []
+            elif members is not None and (member := re.match(r"^\s+- (\w+)\s*$", line)):
+                members.append(member.group(1))
+        for name, listed in entries:
+            found.add(name)
+            if listed is not None:
+                found.update(f"{name}.{m}" for m in listed)
+            elif name in PUBLIC_MODULES["spate"]:
+                found.update(f"{name}.{m}" for m in importlib.import_module(name).__all__)
+    return found
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    documented = _documented()
+    missing = [
+        f"{module.__name__}.{name}"
+        for module in _spate_public()
+        for name in module.__all__
+        if name != "__version__" and f"{module.__name__}.{name}" not in documented
+    ]
+    assert missing == [], f"add these to the API reference (docs/reference/): {missing}"

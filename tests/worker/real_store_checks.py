@@ -1,0 +1,44 @@
+"""Checks the etcd and NATS suites both run against their real store: one body, two stores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from spate import AllComplete
+from spate._cli.demo.fleet import DemoOptions, run_demo
+from spate._cli.demo.view import PlainView
+from spate._cli.main import main
+from spate_stores import open_store
+from tests.ops.test_ops import JOB, seed_job
+
+
+async def demo_fleet_checks_out(url: str, *, chaos: bool) -> None:
+    """The demo fleet (kill, zombie, scale-down, join, poison split) finishes and checks out."""
+    lines: list[str] = []
+    result = await run_demo(
+        DemoOptions(store_url=url, workers=4, splits=16, seed=3, chaos=chaos, duration=8),
+        PlainView(lines.append),
+    )
+    assert result.ok, (result.problems, lines)
+    assert isinstance(result.verdict, AllComplete)
+    assert result.splits_checked == 16
+
+
+def status_and_requeue_work(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`spate status --json` shows a seeded job; `spate requeue` moves its quarantined split."""
+
+    async def seed() -> None:
+        async with open_store(url) as store:
+            await seed_job(store)
+
+    trio.run(seed)
+    assert main(["status", "--store", url, "--job", JOB, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["counts"]["quarantined"] == 1
+    assert [s["id"] for s in document["splits"]] == ["b", "c", "a"]  # quarantined first
+    assert main(["requeue", "--store", url, "--job", JOB, "b"]) == 0
+    assert main(["requeue", "--store", url, "--job", JOB, "b"]) == 2
+    assert "not quarantined" in capsys.readouterr().err
