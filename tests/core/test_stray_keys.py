@@ -10,104 +10,99 @@ once its store model kept keys by session (seeds 166 and 2719, 1704, 3294).
 from __future__ import annotations
 
 from spate._core.records import LeaderRecord, LeaseRecord, encode
-from spate.store import Entry
+from spate.store import Keyspace
 
-from .test_machine import D, E, started_world
+from .test_machine import lone_worker
+from .world import KEYS
+
+EPHEMERAL = Keyspace.EPHEMERAL
 
 
 def test_a_leader_key_of_this_process_it_does_not_lead_by_is_given_back() -> None:
-    world = started_world()
-    machine = world.machine
-    assert machine.leader.leading
+    world, w1 = lone_worker()
+    assert w1.leading
     # Leadership given up without its key (or an election that landed unseen): the key
     # stands under this process's nonce while the machine does not lead.
-    machine.leader.demote(resign=False)
-    key = machine.keys.leader
-    assert (E, key) in world.table
-    before = len(world.ops)
-    machine.heartbeat()
+    w1.step_down(resign=False)
+    assert world.get(EPHEMERAL, KEYS.leader) is not None
+    before = len(w1.ops)
+    w1.heartbeat()
     world.settle()
-    resigns = [op for op in world.ops[before:] if op.operation == "resign"]
-    assert [(op.kind, op.key) for op in resigns] == [("delete", key)]
+    resigns = [op for op in w1.ops[before:] if op.operation == "resign"]
+    assert [(op.kind, op.key) for op in resigns] == [("delete", KEYS.leader)]
     # With the key gone, an election can be won again.
-    assert machine.leader.leading
+    assert w1.leading
 
 
 def test_a_leader_key_written_unseen_is_given_back_and_the_election_runs_again() -> None:
-    world = started_world()
-    machine = world.machine
-    machine.leader.demote(resign=True)
+    world, w1 = lone_worker()
+    w1.step_down(resign=True)
     world.settle()
-    assert machine.leader.leading  # re-elected at once; now make the next attempt land unseen
-    machine.leader.demote(resign=True)
-    world.flows.clear()  # the resignation never ran: the key is still there, ours
-    current = world.table[(E, machine.keys.leader)]
-    record = LeaderRecord(owner="w1", nonce="n1", generation=99)
-    world.revision += 1
-    unseen = Entry(current.key, encode(record), world.revision)
-    world.table[(E, current.key)] = unseen
-    machine.watch_put(E, unseen)
-    machine.step()
-    assert not machine.leader.leading  # nobody elects while a leader key stands
-    machine.heartbeat()
+    assert w1.leading  # re-elected at once; now make the next attempt land unseen
+    w1.fail_next("delete", EPHEMERAL, KEYS.leader)  # the resignation never lands
+    w1.step_down(resign=True)
     world.settle()
-    assert machine.leader.leading
+    current = world.get(EPHEMERAL, KEYS.leader)
+    assert current is not None
+    record = LeaderRecord(owner="w1", nonce=w1.nonce, generation=99)
+    world.write("update", EPHEMERAL, KEYS.leader, encode(record), current.revision)
+    world.settle()
+    assert not w1.leading  # nobody elects while a leader key stands
+    w1.heartbeat()
+    world.settle()
+    assert w1.leading
 
 
 def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back() -> None:
-    world = started_world()
-    machine = world.machine
-    held = machine.claims.owned["a"]
+    world, w1 = lone_worker()
     # The tenancy ends without the lease key going (a loss noticed first; a hand-back whose
     # delete could not be written); and the worker claims nothing more (it is leaving), so
     # it will not simply hold the split again.
-    machine.claims.drop("a", "fenced")
-    machine._parting = True
-    lease_key = machine.keys.split("a")
-    assert (E, lease_key) in world.table
-    lease_rev = world.table[(E, lease_key)].revision
+    w1.drop_silently("a")
+    w1.stop_claiming()
+    lease = world.get(EPHEMERAL, KEYS.split("a"))
+    assert lease is not None
     # Not at once: a beat later (the key may be a claim's own write, not yet a holding).
-    before = len(world.ops)
-    machine.heartbeat()
+    before = len(w1.ops)
+    w1.heartbeat()
     world.settle()
-    assert not [op for op in world.ops[before:] if op.operation == "lease-release"]
-    world.now += machine.lease / 3
-    machine.heartbeat()
+    assert not [op for op in w1.ops[before:] if op.operation == "lease-release"]
+    world.run_for(w1.lease / 3)
+    w1.heartbeat()
     world.settle()
-    gave_back = [op for op in world.ops[before:] if op.operation == "lease-release"]
-    assert [(op.key, op.expected) for op in gave_back] == [(lease_key, lease_rev)]
-    assert (E, lease_key) not in world.table
-    assert held.epoch == 1
+    gave_back = [op for op in w1.ops[before:] if op.operation == "lease-release"]
+    assert [(op.key, op.expected) for op in gave_back] == [(lease.key, lease.revision)]
+    assert world.get(EPHEMERAL, KEYS.split("a")) is None
+    record, _ = world.record("a")
+    assert record.epoch == 1
 
 
 def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:
-    world = started_world()
-    machine = world.machine
-    machine.claims.drop("b", "fenced")
-    lease_key = machine.keys.split("b")
+    world, w1 = lone_worker()
+    w1.drop_silently("b")
+    # Leaving: otherwise the next step simply claims the split again, adopting the key.
+    w1.stop_claiming()
+    lease_key = KEYS.split("b")
+    current = world.get(EPHEMERAL, lease_key)
+    assert current is not None
+    world.run_for(w1.lease / 3)
     # Rewritten under this process's nonce behind the machine's back: the give-back's
     # delete, guarded by the revision it knew, loses; the next beat tries the new one.
-    current = world.table[(E, lease_key)]
-    lease = LeaseRecord(owner="w1", nonce="n1", epoch=1)
-    world.now += machine.lease / 3
-    world.revision += 1
-    moved = Entry(current.key, encode(lease), world.revision)
-    world.table[(E, lease_key)] = moved
-    machine.heartbeat()
+    w1.deafen(EPHEMERAL, lease_key)
+    lease = LeaseRecord(owner="w1", nonce=w1.nonce, epoch=1)
+    world.write("update", EPHEMERAL, lease_key, encode(lease), current.revision)
+    w1.heartbeat()
     world.settle()
-    machine.watch_put(E, moved)
-    world.now += machine.lease / 3
-    machine.heartbeat()
+    w1.hear(EPHEMERAL)
+    world.run_for(w1.lease / 3)
+    w1.heartbeat()
     world.settle()
-    deletes = [op for op in world.ops if op.operation == "lease-release" and op.key == lease_key]
+    deletes = [op for op in w1.ops if op.operation == "lease-release" and op.key == lease_key]
     assert [op.expected for op in deletes][:1] == [current.revision]
-    # The lost delete read the key again: this worker, still assigned the split, adopts the
-    # key it found and holds the split again (had it been leaving, the next beat would have
-    # given the key back under its new revision: see the test below). Either way nothing
-    # of this process's stands orphaned.
-    assert "b" in machine.claims.owned or (E, lease_key) not in world.table
-    assert not machine.claims._stray
-    assert D is not None
+    assert len(deletes) == 2
+    # Nothing of this process's stands orphaned.
+    assert world.get(EPHEMERAL, lease_key) is None
+    assert not w1.stray_leases
 
 
 def test_a_stray_lease_key_that_moved_unheard_is_read_again_and_given_back() -> None:
@@ -115,36 +110,39 @@ def test_a_stray_lease_key_that_moved_unheard_is_read_again_and_given_back() -> 
     lost with a broken watch): the key is read again, so the next beat's attempt is guarded
     by what the store holds. Guarded by the old revision for ever, it lost for ever: on an
     etcd cluster whose leader was killed, the worker held none of its splits again."""
-    world = started_world()
-    machine = world.machine
-    machine.claims.drop("b", "fenced")
-    machine._parting = True  # claims nothing more: the split cannot simply be held again
-    lease_key = machine.keys.split("b")
-    current = world.table[(E, lease_key)]
-    world.revision += 1
-    moved = Entry(current.key, current.value, world.revision)
-    world.table[(E, lease_key)] = moved  # no watch event: the view keeps the old revision
+    world, w1 = lone_worker()
+    w1.drop_silently("b")
+    w1.stop_claiming()  # claims nothing more: the split cannot simply be held again
+    lease_key = KEYS.split("b")
+    current = world.get(EPHEMERAL, lease_key)
+    assert current is not None
+    w1.deafen(EPHEMERAL, lease_key)  # no watch event: the view keeps the old revision
+    world.write("update", EPHEMERAL, lease_key, current.value, current.revision)
+    moved = world.get(EPHEMERAL, lease_key)
+    assert moved is not None
     for _ in range(3):
-        world.now += machine.lease / 3
-        machine.heartbeat()
+        world.run_for(w1.lease / 3)
+        w1.heartbeat()
         world.settle()
-    deletes = [op for op in world.ops if op.operation == "lease-release" and op.key == lease_key]
+    deletes = [op for op in w1.ops if op.operation == "lease-release" and op.key == lease_key]
     assert [op.expected for op in deletes][:2] == [current.revision, moved.revision]
-    assert (E, lease_key) not in world.table
+    assert world.get(EPHEMERAL, lease_key) is None
 
 
 def test_a_leader_key_that_moved_unheard_is_read_again_and_resigned() -> None:
-    world = started_world()
-    machine = world.machine
-    machine.leader.demote(resign=False)
-    key = machine.keys.leader
-    current = world.table[(E, key)]
-    world.revision += 1
-    moved = Entry(current.key, current.value, world.revision)
-    world.table[(E, key)] = moved  # no watch event: the view keeps the old revision
+    world, w1 = lone_worker()
+    w1.step_down(resign=False)
+    current = world.get(EPHEMERAL, KEYS.leader)
+    assert current is not None
+    w1.deafen(EPHEMERAL, KEYS.leader)  # no watch event: the view keeps the old revision
+    world.write("update", EPHEMERAL, KEYS.leader, current.value, current.revision)
+    moved = world.get(EPHEMERAL, KEYS.leader)
+    assert moved is not None
     for _ in range(2):
-        machine.heartbeat()
+        w1.heartbeat()
         world.settle()
-    resigns = [op for op in world.ops if op.operation == "resign"]
+    resigns = [op for op in w1.ops if op.operation == "resign"]
     assert [op.expected for op in resigns] == [current.revision, moved.revision]
-    assert machine.leader.leading  # the key gone, the election ran again
+    w1.hear(EPHEMERAL)
+    world.settle()
+    assert w1.leading  # the key gone, the election ran again
