@@ -42,7 +42,15 @@ import outcome
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
-from spate._core.protocol import Candidate, ClaimKind, SplitFacts, charges_attempt, claim_candidates
+from spate._core.protocol import (
+    FAIL,
+    Candidate,
+    ClaimKind,
+    SplitFacts,
+    attempts_after,
+    claim_candidates,
+    exhausts_attempts,
+)
 from spate._core.records import LeaseRecord, ProgressRecord, Status, decode, encode
 from spate._core.view import (
     AssignmentChanged,
@@ -357,8 +365,7 @@ class Claims:
                 epoch=epoch,
                 owner=core.instance,
                 owner_nonce=core.nonce,
-                attempts=state.progress.attempts
-                + int(charges_attempt(kind, state.progress.advanced)),
+                attempts=attempts_after(kind, state.progress.attempts, state.progress.advanced),
                 written_at_ms=self.core.wall_ms(),
                 advanced=False,
             )
@@ -492,7 +499,8 @@ class Claims:
         state = core.view.splits.get(split)
         if state is None or state.progress.status is not Status.RUNNABLE:
             return
-        if not charges_attempt(candidate.kind, state.progress.advanced):
+        attempts = attempts_after(candidate.kind, state.progress.attempts, state.progress.advanced)
+        if attempts == state.progress.attempts:
             return  # a late commit of the dead tenancy moved the split forward: no blame
         stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
         stale_epoch = state.lease.epoch if state.lease is not None else state.progress.epoch
@@ -502,7 +510,7 @@ class Claims:
             status=Status.QUARANTINED,
             owner=None,
             owner_nonce="",
-            attempts=state.progress.attempts + 1,
+            attempts=attempts,
             written_at_ms=self.core.wall_ms(),
         )
         try:
@@ -663,8 +671,11 @@ class Claims:
         if held is None:
             return Fenced(split, "it was lost before the failure could be written")
         state = core.view.splits[split]
-        attempts = state.progress.attempts + 1
-        quarantine = attempts >= core.config.max_attempts
+        progress = state.progress
+        attempts = attempts_after(FAIL, progress.attempts, progress.advanced)
+        quarantine = exhausts_attempts(
+            FAIL, progress.attempts, progress.advanced, core.config.max_attempts
+        )
         record = attrs.evolve(
             state.progress,
             attempts=attempts,

@@ -18,13 +18,14 @@ import enum
 import hashlib
 import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Protocol, TypeAlias
+from typing import Literal, Protocol, TypeAlias
 
 import attrs
 
 from spate._core.records import Status
 
 __all__ = [
+    "FAIL",
     "INSORT_AT_MOST",
     "MAX_IMPROVING_MOVES",
     "Candidate",
@@ -33,10 +34,11 @@ __all__ = [
     "SplitFacts",
     "Transfer",
     "WeightBins",
+    "attempts_after",
     "best_transfer",
-    "charges_attempt",
     "claim_candidates",
     "desired_assignment",
+    "exhausts_attempts",
     "fingerprint_hash",
     "jitter",
     "live_workers",
@@ -127,7 +129,7 @@ class ClaimKind(enum.Enum):
         """Whether this claim ends a tenancy non-gracefully.
 
         It then counts an attempt when that tenancy advanced nothing: see
-        :func:`charges_attempt`.
+        :func:`attempts_after`.
         """
         return self in (ClaimKind.RECLAIM, ClaimKind.EXPIRED)
 
@@ -147,17 +149,36 @@ class SplitFacts:
     """Whether the last tenancy moved the watermark (its death then charges no attempt)."""
 
 
-def charges_attempt(kind: ClaimKind, advanced: bool) -> bool:
-    """Whether a claim of ``kind`` consumes a delivery attempt (the fair-blame rule).
+FAIL: Literal["fail"] = "fail"
+"""The end of a tenancy by an explicit ``fail`` (not a claim): see :func:`attempts_after`."""
 
-    Only a takeover from a dead owner (an expiry, or a restarted predecessor reclaiming its
-    own lease) is a candidate, and only when that owner's tenancy moved the watermark not at
-    all: a crash-looping split dies before it commits, while a healthy split on a crashing
-    worker keeps moving forward and must never be quarantined for its hosts' deaths.
-    Graceful claims (never owned, handed back) never charge; an explicit ``fail`` always does
-    (it is not a claim and is charged where it is written).
+
+def attempts_after(end: ClaimKind | Literal["fail"], attempts: int, advanced: bool) -> int:
+    """A split's attempt count once the end of its tenancy is charged: the fair-blame rule.
+
+    ``end`` is how the tenancy ended, as the next claim finds it (a :class:`ClaimKind`), or
+    :data:`FAIL`; ``attempts`` and ``advanced`` are the freshest progress record's. An explicit
+    ``fail`` always charges one. Of the claims, only a takeover from a dead owner (an expiry,
+    or a restarted predecessor reclaiming its own lease) is a candidate, and only when that
+    owner's tenancy moved the watermark not at all: a crash-looping split dies before it
+    commits, while a healthy split on a crashing worker keeps moving forward and must never be
+    quarantined for its hosts' deaths. Graceful claims (never owned, handed back) never charge.
     """
-    return kind.consumes_attempt and not advanced
+    if not isinstance(end, ClaimKind):
+        return attempts + 1  # FAIL
+    return attempts + int(end.consumes_attempt and not advanced)
+
+
+def exhausts_attempts(
+    end: ClaimKind | Literal["fail"], attempts: int, advanced: bool, max_attempts: int
+) -> bool:
+    """Whether charging ``end`` (see :func:`attempts_after`) reaches ``max_attempts``.
+
+    The split is then quarantined instead. An end charged nothing never quarantines, even on a
+    record already at the cap: only a charged end is evidence of poison.
+    """
+    after = attempts_after(end, attempts, advanced)
+    return after > attempts and after >= max_attempts
 
 
 @attrs.frozen
@@ -194,7 +215,7 @@ def claim_candidates(
             kind = ClaimKind.CREATE if facts.epoch == 0 else ClaimKind.RELEASED
         else:
             kind = ClaimKind.EXPIRED
-        if charges_attempt(kind, facts.advanced) and facts.attempts + 1 >= max_attempts:
+        if exhausts_attempts(kind, facts.attempts, facts.advanced, max_attempts):
             # Quarantine writes only the progress record, so it needs no spec.
             out.append(Candidate(split, kind, quarantine=True))
         elif facts.has_spec:

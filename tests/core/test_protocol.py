@@ -9,14 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spate._core.protocol import (
+    FAIL,
     INSORT_AT_MOST,
     Candidate,
     ClaimKind,
     Placement,
     SplitFacts,
     WeightBins,
+    attempts_after,
     claim_candidates,
     desired_assignment,
+    exhausts_attempts,
     fingerprint_hash,
     jitter,
     live_workers,
@@ -217,6 +220,26 @@ def test_only_non_graceful_kinds_consume_attempts_and_quarantine_at_the_cap() ->
         Candidate("poison", ClaimKind.EXPIRED, True),
         Candidate("young", ClaimKind.EXPIRED, False),
     ]
+
+
+def test_the_attempt_rule_blames_fairly() -> None:
+    # A hand-back and a first claim never charge; a takeover charges only a tenancy that moved
+    # nothing; an explicit fail always charges.
+    for kind in (ClaimKind.CREATE, ClaimKind.RELEASED):
+        assert attempts_after(kind, 2, advanced=False) == 2
+    for kind in (ClaimKind.EXPIRED, ClaimKind.RECLAIM):
+        assert attempts_after(kind, 2, advanced=False) == 3
+        assert attempts_after(kind, 2, advanced=True) == 2
+    assert attempts_after(FAIL, 2, advanced=True) == 3
+
+
+def test_only_a_charged_end_exhausts_the_attempts() -> None:
+    assert exhausts_attempts(ClaimKind.EXPIRED, 2, False, max_attempts=3)
+    assert not exhausts_attempts(ClaimKind.EXPIRED, 1, False, max_attempts=3)
+    # Already at the cap, but charged nothing: no new evidence of poison.
+    assert not exhausts_attempts(ClaimKind.EXPIRED, 5, True, max_attempts=3)
+    assert not exhausts_attempts(ClaimKind.RELEASED, 5, False, max_attempts=3)
+    assert exhausts_attempts(FAIL, 2, True, max_attempts=3)
 
 
 def test_max_attempts_one_quarantines_the_first_takeover() -> None:
