@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Literal
 
 import attrs
 import outcome
@@ -58,6 +59,7 @@ from spate._core.view import (
     LeaseChanged,
     LeaseGone,
     ProgressChanged,
+    SplitView,
 )
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import Gained, Lost, Progress, Quarantined
@@ -293,115 +295,134 @@ class Claims:
             self.claiming -= 1
 
     def _claim_steps(self, split: str, kind: ClaimKind) -> Flow[None]:
-        core = self.core
-        key = core.keys.split(split)
+        """The two-key claim: lease first, then the progress-record CAS (one retry at most)."""
         if kind is ClaimKind.EXPIRED:
-            try:
-                entry = yield Op("get", D, key)
-            except StoreUnavailable:
-                entry = None
-            if entry is not None:
-                state = core.view.splits.get(split)
-                # Only a read at least as fresh as the view may downgrade: a lagging replica's
-                # old owner-less record must not make a real expiry takeover attempt-free.
-                fresh = state is None or entry.revision >= state.progress_rev
-                record = decode(ProgressRecord, key, entry.value, split=split)
-                core.fold(core.view.apply_put(D, entry))
-                if record.owner is None and fresh:
-                    kind = ClaimKind.RELEASED
-        state = core.view.splits.get(split)
+            kind = yield from self._settle_release_race(split)
+        state = self.core.view.splits.get(split)
         if state is None or state.progress.status is not Status.RUNNABLE or split in self.owned:
             return
         epoch = state.progress.epoch + 1
-        lease = LeaseRecord(owner=core.instance, nonce=core.nonce, epoch=epoch)
-        yield Hold(E, key)
-        try:
-            if kind is ClaimKind.RECLAIM and state.lease is not None:
-                result = yield Op(
-                    "update", E, key, encode(lease), expected=state.lease_rev,
-                    operation="claim-lease", split=split, epoch=epoch,
-                )  # fmt: skip
-            else:
-                result = yield Op(
-                    "create", E, key, encode(lease), operation="claim-lease", split=split,
-                    epoch=epoch,
-                )  # fmt: skip
-        except StoreUnavailable as exc:
-            logger.warning("split %s: lease write failed (%s); retrying later", split, exc)
-            self._retry_later(split)
+        lease_rev = yield from self._acquire_lease(split, kind, state, epoch)
+        if lease_rev is None:
             return
-        if not isinstance(result, Won):
-            # A peer won the lease (the watch brings its write), or our view of our own lease
-            # is stale (a lost reply, another process under our id). Retrying at once would
-            # meet the same refusal and spin against the store until the watch catches up.
-            self._retry_later(split)
-            return
-        lease_rev = result.revision
-        core.fold(core.view.put_lease(split, lease, lease_rev))
         for _ in range(2):
-            # Hold the key before reading the record the CAS is built from: a write of ours
-            # still in flight (a commit of the tenancy just lost) changes both the record and
-            # its revision, and a record read before the wait paired with the revision read
-            # after it would write old progress back under a fresh revision.
-            yield Hold(D, key)
-            state = core.view.splits.get(split)
-            if state is None or state.spec is None or core.parting:
-                break
-            progress = state.progress
-            if (
-                progress.status is not Status.RUNNABLE
-                or progress.completed
-                or progress.epoch >= epoch
-            ):
-                # The split moved on while the lease write was in flight (a freeze can hold it
-                # for longer than a lease): someone else claimed or finished it. Writing the
-                # epoch decided before then would put history back under a fresh revision.
-                break
-            # Built from the freshest record each try: a lost CAS wrote nothing, so a retry
-            # that adopts a zombie's commit counts this takeover's attempt at most once, and
-            # not at all when that late commit moved the watermark (the tenancy advanced).
-            record = attrs.evolve(
-                state.progress,
-                epoch=epoch,
-                owner=core.instance,
-                owner_nonce=core.nonce,
-                attempts=attempts_after(kind, state.progress.attempts, state.progress.advanced),
-                written_at_ms=self.core.wall_ms(),
-                advanced=False,
-            )
-            try:
-                result = yield Op(
-                    "update", D, key, encode(record), expected=state.progress_rev,
-                    operation="claim", split=split, epoch=epoch,
-                )  # fmt: skip
-            except StoreUnavailable as exc:
-                logger.warning("split %s: claim write failed (%s); checking", split, exc)
-                result = yield from self._landed(split, record)
-                if result is None:
-                    break
-            if isinstance(result, Won):
-                self._gained(split, kind, record, result.revision, lease_rev)
+            outcome = yield from self._claim_record(split, kind, epoch, lease_rev)
+            if outcome == "won":
                 return
-            # Lost: a zombie's late commit (adopt it and retry once), or a rival claim.
-            try:
-                entry = yield Op("get", D, key)
-            except StoreUnavailable:
-                break
-            if entry is None:
-                break
-            core.fold(core.view.apply_put(D, entry))
-            fresh = core.view.splits[split].progress
-            if fresh.status is not Status.RUNNABLE or fresh.epoch >= epoch:
+            if outcome == "given up" or not (yield from self._adopt_late_commit(split, epoch)):
                 break
         yield from self._drop_lease(split, lease_rev, epoch)
+
+    def _settle_release_race(self, split: str) -> Flow[ClaimKind]:
+        """One durable read: an owner already cleared makes an "expired" claim "released"."""
+        core = self.core
+        key = core.keys.split(split)
+        entry = yield from self._read_or_none(D, key)
+        if entry is None:
+            return ClaimKind.EXPIRED
+        state = core.view.splits.get(split)
+        # Only a read at least as fresh as the view may downgrade: a lagging replica's old
+        # owner-less record must not make a real expiry takeover attempt-free.
+        fresh = state is None or entry.revision >= state.progress_rev
+        record = decode(ProgressRecord, key, entry.value, split=split)
+        core.fold(core.view.apply_put(D, entry))
+        return ClaimKind.RELEASED if record.owner is None and fresh else ClaimKind.EXPIRED
+
+    def _acquire_lease(
+        self, split: str, kind: ClaimKind, state: SplitView, epoch: int
+    ) -> Flow[int | None]:
+        """Write the claim's lease (the first key): its revision, or None to try again later."""
+        core = self.core
+        key = core.keys.split(split)
+        lease = LeaseRecord(owner=core.instance, nonce=core.nonce, epoch=epoch)
+        yield Hold(E, key)
+        if kind is ClaimKind.RECLAIM and state.lease is not None:
+            op = Op(
+                "update", E, key, encode(lease), expected=state.lease_rev,
+                operation="claim-lease", split=split, epoch=epoch,
+            )  # fmt: skip
+        else:
+            op = Op(
+                "create", E, key, encode(lease), operation="claim-lease", split=split,
+                epoch=epoch,
+            )  # fmt: skip
+        # Refused: a peer won the lease (the watch brings its write), or our view of our own
+        # lease is stale (a lost reply, another process under our id).
+        won = yield from self._write_or_retry_later(op, "lease write")
+        if won is None:
+            return None
+        core.fold(core.view.put_lease(split, lease, won.revision))
+        return won.revision
+
+    def _claim_record(
+        self, split: str, kind: ClaimKind, epoch: int, lease_rev: int
+    ) -> Flow[Literal["won", "lost", "given up"]]:
+        """The progress-record CAS that wins the claim: the epoch bumped, this owner named.
+
+        "lost" when the CAS lost (a zombie's late commit, or a rival claim: the caller reads
+        back); "given up" when the split moved on or the outcome cannot be known.
+        """
+        core = self.core
+        key = core.keys.split(split)
+        # Hold the key before reading the record the CAS is built from: a write of ours still
+        # in flight (a commit of the tenancy just lost) changes both the record and its
+        # revision, and a record read before the wait paired with the revision read after it
+        # would write old progress back under a fresh revision.
+        yield Hold(D, key)
+        state = core.view.splits.get(split)
+        if state is None or state.spec is None or core.parting:
+            return "given up"
+        progress = state.progress
+        if progress.status is not Status.RUNNABLE or progress.completed or progress.epoch >= epoch:
+            # The split moved on while the lease write was in flight (a freeze can hold it for
+            # longer than a lease): someone else claimed or finished it. Writing the epoch
+            # decided before then would put history back under a fresh revision.
+            return "given up"
+        # Built from the freshest record each try: a lost CAS wrote nothing, so a retry that
+        # adopts a zombie's commit counts this takeover's attempt at most once, and not at all
+        # when that late commit moved the watermark (the tenancy advanced).
+        record = attrs.evolve(
+            progress,
+            epoch=epoch,
+            owner=core.instance,
+            owner_nonce=core.nonce,
+            attempts=attempts_after(kind, progress.attempts, progress.advanced),
+            written_at_ms=self.core.wall_ms(),
+            advanced=False,
+        )
+        try:
+            result = yield Op(
+                "update", D, key, encode(record), expected=state.progress_rev,
+                operation="claim", split=split, epoch=epoch,
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            logger.warning("split %s: claim write failed (%s); checking", split, exc)
+            result = yield from self._landed(split, record)
+            if result is None:
+                return "given up"
+        if not isinstance(result, Won):
+            return "lost"
+        self._gained(split, kind, record, result.revision, lease_rev)
+        return "won"
+
+    def _adopt_late_commit(self, split: str, epoch: int) -> Flow[bool]:
+        """After a lost claim CAS, read the record back: whether the single retry is due.
+
+        It is when the CAS lost to the previous owner's zombie committing just before (legal:
+        it still owned the split), not to a rival claim; the retry builds on that commit.
+        """
+        core = self.core
+        entry = yield from self._read_or_none(D, core.keys.split(split))
+        if entry is None:
+            return False
+        core.fold(core.view.apply_put(D, entry))
+        fresh = core.view.splits[split].progress
+        return fresh.status is Status.RUNNABLE and fresh.epoch < epoch
 
     def _landed(self, split: str, record: ProgressRecord) -> Flow[Won | None]:
         """After an unknown outcome, find out whether our write landed (Won) or not (None)."""
         core = self.core
-        try:
-            entry = yield Op("get", D, core.keys.split(split))
-        except StoreUnavailable:
-            return None
+        entry = yield from self._read_or_none(D, core.keys.split(split))
         if entry is None:
             return None
         stored = decode(ProgressRecord, entry.key, entry.value, split=split)
@@ -409,6 +430,37 @@ class Claims:
             return Won(entry.revision)
         core.fold(core.view.apply_put(D, entry))
         return None
+
+    def _read_or_none(self, keyspace: Keyspace, key: str) -> Flow[Entry | None]:
+        """Read ``key``: None when it is absent or the store cannot be reached.
+
+        For the read-backs that can act only on what they find: either way there is nothing
+        to adopt, downgrade or retry on.
+        """
+        try:
+            entry: Entry | None = yield Op("get", keyspace, key)
+        except StoreUnavailable:
+            return None
+        return entry
+
+    def _write_or_retry_later(self, op: Op, what: str) -> Flow[Won | None]:
+        """Perform ``op``, a write on a split's key: Won, or None with the split held back.
+
+        A store error, or a refusal the watch has yet to explain, holds the split back for
+        :data:`RETRY_AFTER_ERROR`: retrying at once would meet the same refusal and spin
+        against the store until the watch catches up.
+        """
+        assert op.split is not None
+        try:
+            result = yield op
+        except StoreUnavailable as exc:
+            logger.warning("split %s: %s failed (%s); retrying later", op.split, what, exc)
+            self._retry_later(op.split)
+            return None
+        if not isinstance(result, Won):
+            self._retry_later(op.split)
+            return None
+        return result
 
     def _gained(
         self, split: str, kind: ClaimKind, record: ProgressRecord, revision: int, lease_rev: int
@@ -513,19 +565,14 @@ class Claims:
             attempts=attempts,
             written_at_ms=self.core.wall_ms(),
         )
-        try:
-            result = yield Op(
-                "update", D, key, encode(record), expected=state.progress_rev,
-                operation="quarantine", split=split, epoch=record.epoch,
-            )  # fmt: skip
-        except StoreUnavailable as exc:
-            logger.warning("split %s: quarantine write failed (%s); retrying later", split, exc)
-            self._retry_later(split)
-            return
-        if not isinstance(result, Won):
-            # Someone else moved it; the watch brings the news (or the reconcile listing, if
-            # the watch missed it). Retrying at once would spin against the store until then.
-            self._retry_later(split)
+        op = Op(
+            "update", D, key, encode(record), expected=state.progress_rev,
+            operation="quarantine", split=split, epoch=record.epoch,
+        )  # fmt: skip
+        # Refused: someone else moved it; the watch brings the news (or the reconcile listing,
+        # if the watch missed it).
+        result = yield from self._write_or_retry_later(op, "quarantine write")
+        if result is None:
             return
         logger.warning("split %s quarantined after %d attempts", split, record.attempts)
         core.fold(core.view.put_progress(split, record, result.revision))
