@@ -19,9 +19,9 @@ from spate import (
     Stalled,
     StoreUnavailable,
 )
-from spate._core.claims import committed
 from spate._core.machine import Machine
 from spate._core.records import LeaseRecord, ProgressRecord, Status, decode, encode
+from spate._core.tenancy import committed
 from spate.store import Entry, Keyspace, Won, WriteResult
 from spate_stores.memory import MemoryServer
 from spate_testing.faults import FaultyStore
