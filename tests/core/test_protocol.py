@@ -1,35 +1,58 @@
-"""The pure rules: claim candidates, desired assignment (properties), hashing and jitter."""
+"""The pure rules: claim candidates, the attempt rule, placement without localities
+(properties of the leader's, held equal to the reference model's), hashing and jitter."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Mapping
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spate._core.placement import INSORT_AT_MOST, Member, Placement, WeightBins, merge_sorted
+from spate._core.placement_index import solve_placement
 from spate._core.protocol import (
     FAIL,
-    INSORT_AT_MOST,
     Candidate,
     ClaimKind,
-    Placement,
     SplitFacts,
-    WeightBins,
     attempts_after,
     claim_candidates,
-    desired_assignment,
     exhausts_attempts,
     fingerprint_hash,
     jitter,
     live_workers,
-    merge_sorted,
     stable_hash,
     stable_hash_str,
 )
 from spate._core.records import Status
+from spate_testing._placement_model import desired_assignment as model_assignment
 
-# -- desired_assignment -----------------------------------------------------------------------
+# -- placement without localities ------------------------------------------------------------
+
+
+def desired_assignment(
+    members: Mapping[str, int],
+    splits: Mapping[str, Placement],
+    *,
+    reserved: Collection[str] = (),
+    default_cap: int,
+    seed: int,
+) -> dict[str, tuple[str, ...]]:
+    """The leader's placement from scratch, checked against the reference model on the way."""
+    out = solve_placement(
+        {m: Member(cap) for m, cap in members.items()},
+        splits,
+        reserved=reserved,
+        default_cap=default_cap,
+        seed=seed,
+    )
+    assert out == model_assignment(
+        members, splits, reserved=reserved, default_cap=default_cap, seed=seed
+    )
+    return out
+
 
 member_names = st.sampled_from([f"w{i}" for i in range(6)])
 
