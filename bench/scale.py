@@ -13,14 +13,15 @@ For each job size N (memory store, real clock):
 * **memory per split** — a third worker joins with ``tracemalloc`` on; the memory it keeps
   (its folded view of the job) divided by N, against the bytes of the records it folded.
 
-Then :func:`spate._core.protocol.desired_assignment` over 100,000 splits and 100 workers: placing a
-fresh job, re-placing a balanced one (a fixpoint), and re-placing after a worker left —
-timed against one ``sorted()`` of the same splits.
+Then the leader's placement solved from scratch (a fresh index,
+:func:`spate._core.placement_index.solve_placement`) over 100,000 splits and 100 workers without
+zones: placing a fresh job, re-placing a balanced one (a fixpoint), and re-placing after a
+worker left — timed against one ``sorted()`` of the same splits, with the reference model's
+time (``spate_testing._placement_model``) beside it.
 
-Then :func:`spate._core.placement.place` over 100,000 splits and 100 workers in 10 zones: a fresh
-job, a fixpoint, a whole zone lost, and the batch cost per ownership change (one split
-completes and the whole job is placed again: what the leader paid per change before it kept
-an index).
+Then the same over 100,000 splits and 100 workers in 10 zones: a fresh job, a fixpoint, a
+whole zone lost, and the cost per ownership change when the whole job is placed again (one
+split completes: what the leader paid per change before it kept an index).
 
 Then the leader's :class:`spate._core.placement_index.PlacementIndex` over the same job, with and
 without zones: CPU per ownership change as the leader pays it (one split completes, the index
@@ -54,12 +55,14 @@ from bench._harness import (
     median,
 )
 from spate import Config
-from spate._core.placement import Member, place, placement_report
-from spate._core.placement_index import PlacementIndex
-from spate._core.protocol import Placement, desired_assignment, fingerprint_hash
+from spate._core.placement import Member, Placement
+from spate._core.placement_index import PlacementIndex, solve_placement
+from spate._core.placement_report import placement_report
+from spate._core.protocol import fingerprint_hash
 from spate._core.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won
 from spate_stores.memory import MemoryServer, MemoryStore
+from spate_testing._placement_model import desired_assignment, place
 
 SIZES = (10, 100, 1_000, 10_000, 100_000)
 EVENTS = 2_000
@@ -197,7 +200,8 @@ def _time_it(call: Callable[[], object], repeat: int) -> float:
 
 
 def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) -> list[Row]:
-    """desired_assignment over ``splits`` and ``workers``: fresh, balanced, after a departure."""
+    """The placement from scratch over ``splits`` and ``workers`` without zones: fresh,
+    balanced, after a departure (the reference model's time beside it)."""
     rng = random.Random(7)
     members = {f"w{n:03d}": splits // workers + 1 for n in range(workers)}
     weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
@@ -205,9 +209,14 @@ def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) 
     fresh = {s: Placement(w, None) for s, w in weights.items()}
 
     def place(pool: dict[str, Placement], who: dict[str, int]) -> dict[str, tuple[str, ...]]:
+        lanes = {m: Member(cap) for m, cap in who.items()}
+        return solve_placement(lanes, pool, default_cap=8, seed=seed)
+
+    def model(pool: dict[str, Placement], who: dict[str, int]) -> dict[str, tuple[str, ...]]:
         return desired_assignment(who, pool, default_cap=8, seed=seed)
 
     first = place(fresh, members)
+    assert model(fresh, members) == first, "the placement left its reference model"
     owner = {s: m for m, held in first.items() for s in held}
     balanced = {s: Placement(w, owner[s]) for s, w in weights.items()}
     assert place(balanced, members) == first, "a balanced assignment is not a fixpoint"
@@ -221,14 +230,21 @@ def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) 
         ("one worker left", balanced, fewer),
     ):
         took = _time_it(functools.partial(place, pool, who), repeat)
+        reference = _time_it(functools.partial(model, pool, who), repeat)
         rows.append(
             Row(
-                bench=f"5 desired_assignment, {splits:,} splits x {workers} workers, {label}",
+                bench=(
+                    f"5 placement from scratch, {splits:,} splits x {workers} workers, "
+                    f"no zones, {label}"
+                ),
                 store="—",
                 measured=fmt_seconds(took),
                 baseline=f"{fmt_seconds(sort_time)} (one sorted() of the splits)",
                 ratio=took / sort_time,
-                note=f"CPU time, median of {repeat}",
+                note=(
+                    f"CPU time, median of {repeat}; a fresh index solved once "
+                    f"(the reference model: {fmt_seconds(reference)})"
+                ),
             )
         )
     return rows
@@ -237,8 +253,9 @@ def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) 
 def placement_rows(
     splits: int = 100_000, workers: int = 100, domains: int = 10, repeat: int = 3
 ) -> list[Row]:
-    """place() over ``splits`` and ``workers`` in ``domains`` zones: fresh, fixpoint, zone lost,
-    and per change (one split leaves the pool; the whole job is placed again)."""
+    """The placement from scratch over ``splits`` and ``workers`` in ``domains`` zones: fresh,
+    fixpoint, zone lost, and per change (one split leaves the pool; the whole job is placed
+    again), the reference model's time beside each."""
     rng = random.Random(7)
     # Lanes for twice a fair share, so a lost zone's splits fit on the survivors.
     cap = 2 * splits // workers
@@ -251,9 +268,13 @@ def placement_rows(
     fresh = {s: Placement(w, None) for s, w in weights.items()}
 
     def run(pool: dict[str, Placement], who: dict[str, Member]) -> dict[str, tuple[str, ...]]:
+        return solve_placement(who, pool, default_cap=8, seed=seed)
+
+    def model(pool: dict[str, Placement], who: dict[str, Member]) -> dict[str, tuple[str, ...]]:
         return place(who, pool, default_cap=8, seed=seed)
 
     first = run(fresh, members)
+    assert model(fresh, members) == first, "the placement left its reference model"
     owner = {s: m for m, held in first.items() for s in held}
     balanced = {s: Placement(w, owner[s]) for s, w in weights.items()}
     assert run(balanced, members) == first, "a balanced placement is not a fixpoint"
@@ -280,7 +301,7 @@ def placement_rows(
             f"moved {moved:,} = the zone's {lost:,}; blast radius {radius_after:.3f}",
         ),
         (
-            "per ownership change, batch (one split done, all re-placed)",
+            "per ownership change, from scratch (one split done, all re-placed)",
             one_done,
             members,
             "what the leader paid per change before the index",
@@ -289,14 +310,18 @@ def placement_rows(
     rows = []
     for case, pool, who, note in cases:
         took = _time_it(functools.partial(run, pool, who), repeat)
+        reference = _time_it(functools.partial(model, pool, who), repeat)
         rows.append(
             Row(
-                bench=f"5 place, {label}, {case}",
+                bench=f"5 placement from scratch, {label}, {case}",
                 store="—",
                 measured=fmt_seconds(took),
                 baseline=f"{fmt_seconds(sort_time)} (one sorted() of the splits)",
                 ratio=took / sort_time,
-                note=f"CPU time, median of {repeat}; {note}",
+                note=(
+                    f"CPU time, median of {repeat}; {note}; "
+                    f"the reference model: {fmt_seconds(reference)}"
+                ),
             )
         )
     return rows
@@ -314,8 +339,8 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
         }
         weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
         seed = fingerprint_hash("bench")
-        first = place(members, {s: Placement(w, None) for s, w in weights.items()},
-                      default_cap=8, seed=seed)  # fmt: skip
+        first = solve_placement(members, {s: Placement(w, None) for s, w in weights.items()},
+                                default_cap=8, seed=seed)  # fmt: skip
         owner = {s: m for m, held in first.items() for s in held}
         started = time.process_time()
         index = PlacementIndex(default_cap=8, seed=seed, isolation_tier=0)
@@ -355,7 +380,7 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
         per_claim = (time.process_time() - cpu) / changes
         check = place(members, {s: Placement(weights[s], owner[s]) for s in alive[changes:]},
                       default_cap=8, seed=seed)  # fmt: skip
-        assert index.assignment() == check, "the index left the batch placement"
+        assert index.assignment() == check, "the index left its reference model"
         label = (
             f"{splits:,} splits x {workers} workers in {domains} zones"
             if domains
@@ -370,9 +395,10 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
                 ratio=per_change / 0.001,
                 note=(
                     f"{changes:,} completions, each re-solved and published, then its moves "
-                    f"claimed ({moves} moves in all); batch solves {index.batches}; building the "
-                    f"index {fmt_seconds(build)}; a claim by the assignee "
-                    f"{fmt_seconds(per_claim)}; equal to place() at the end"
+                    f"claimed ({moves} moves in all); solves with the affinity step "
+                    f"{index.affinity_solves}; building the index {fmt_seconds(build)}; "
+                    f"a claim by the assignee "
+                    f"{fmt_seconds(per_claim)}; equal to the reference model at the end"
                 ),
             )
         )
@@ -380,7 +406,7 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
 
 
 def run(options: Options) -> list[Row]:
-    """Every job size that fits its time budget, then desired_assignment at 100k x 100."""
+    """Every job size that fits its time budget, then the placement at 100k x 100."""
     rows: list[Row] = []
     sizes = SIZES[:4] if options.quick else SIZES
     events = 200 if options.quick else EVENTS

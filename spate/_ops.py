@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from spate._core.placement import PlacementReport, placement_report
+from spate._core.placement_report import PlacementReport, placement_report
 from spate._core.records import (
     KeyKind,
     Keys,

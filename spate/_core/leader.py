@@ -17,10 +17,9 @@ The rules, each with the race it prevents:
   written (an invalid plan is a ``PlanError``); then spec records, then progress records (so
   a progress record implies its spec), then the plan record (planned count recounted from a
   listing, finality). A planner that raises is logged and retried with backoff.
-- **Assignment** is what the pure :func:`~spate._core.placement.place` answers (spread across the
-  workers' failure domains, then balanced; :func:`~spate._core.protocol.desired_assignment` when no
-  worker has a locality), kept by a :class:`~spate._core.placement_index.PlacementIndex` fed only
-  the splits the view names as changed, so one ownership change costs the splits in flight,
+- **Assignment** is what the leader's placement answers (spread across the workers' failure
+  domains, then balanced), kept by a :class:`~spate._core.placement_index.PlacementIndex` fed
+  only the splits the view names as changed, so one ownership change costs the splits in flight,
   not the job. It is published only to the members whose assignment changed (a steady fleet
   writes nothing, and a claim by the assignee or a reconcile that finds nothing new places
   nothing). The splits of a departed worker are withheld for
@@ -41,9 +40,9 @@ import outcome
 from spate._core.backoff import Backoff
 from spate._core.flows import Batch, Flow, Hold, Op, OpsOf
 from spate._core.host import Host, PlannerRun
-from spate._core.placement import Member, report_from_totals
+from spate._core.placement import Member, Placement
 from spate._core.placement_index import PlacementIndex
-from spate._core.protocol import Placement
+from spate._core.placement_report import report_from_totals
 from spate._core.records import (
     AssignmentRecord,
     Finality,

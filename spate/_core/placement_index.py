@@ -1,29 +1,64 @@
-"""The leader's placement kept up to date one split at a time: cost proportional to the change.
+"""The leader's placement: which live worker should run each split.
 
-:func:`spate._core.placement.place` (and :func:`spate._core.protocol.desired_assignment`, its
-path when no worker has a locality) is the oracle: a :class:`PlacementIndex` fed the same
-members and
-splits always answers exactly what the batch function answers. It gets there without
-re-placing the whole job:
+Sticky on the current owner, balanced by weight, bounded by each member's lane budget, with
+ties broken by a hash seeded from the job fingerprint so that every leader (and every
+failover) reaches the same answer.
 
-- The batch function's first pass (*sticky*) puts every split on its owner. When no affinity
-  is unhonoured, that pass keeps each owner's splits in a fixed order up to its lane budget,
-  so its state is "each split on its owner" less the overflow of owners over their budget
-  (a worker draining while new splits are anchored on it): a function of each split and its
-  owner's splits alone. The index keeps "each split on its owner" (per-member sets, loads, and
-  the weight bins the improve pass searches, with every split's hash computed once), updates
-  it in O(log n) per changed split, and takes the overflow out on each solve.
-- The later passes (*fill* the unowned splits heaviest first, then *spread* across domains and
-  *balance* workers, or *improve* without localities) run from that state on every solve, and
-  are then undone. Their cost is the number of lanes they fill and moves they make: the splits
-  in flight, not the job. A fleet at its fixpoint (every split on its assignee) makes none.
+A worker's *locality* is a path of tiers, coarsest first (``"zone-a/rack-3/host-7"``; empty
+means unknown). Its *domain* at isolation tier ``t`` is the first ``t + 1`` tiers (all of them
+when it has fewer; an unknown locality is a domain of its own, ``""``). the placement spreads a
+job across those domains before it balances workers:
+
+1. **Sticky**: a split stays with its live owner while that owner is under its cap (heaviest
+   first) and, when the split has an affinity, the owner matches it (or, after step 2, no
+   matching worker had room).
+2. **Affinity**: a split whose spec names a locality prefix (``"zone-b"``, whole tiers) goes to
+   the least-loaded matching worker with a free lane; when every matching worker is full, one
+   of them gives up a split that has no honoured affinity to make room. When all of them are
+   full of honoured affinities, the affinity is ignored and the split is placed like any other:
+   an affinity never leaves a split unplaced.
+3. **Fill**: every other split, heaviest first, to the least-loaded domain with a free lane and
+   in it to the least-loaded worker with one (ties by a hash of the name, seeded from the job).
+4. **Spread**: repeatedly the single move of a split from one domain to the least-loaded domain
+   with a free lane that most lowers the sum of squared domain weights, until none does. At the
+   end no domain holds more than the least-loaded open domain plus the lightest split it could
+   give away: the largest share of the job one domain holds is as small as the workers' lane
+   budgets allow (exactly so for equal weights; within one split's weight otherwise), around
+   the splits pinned by an honoured affinity.
+5. **Balance**: the same improvement among the workers of each domain.
+
+Nothing is moved that the steps do not need to move, so the result is a fixpoint (a placement
+fed back as the owners maps to itself), and a lost domain moves only its own splits. Every
+tie is broken by a seeded hash, so every leader computes the same answer. Without a locality on
+any worker there are no domains and no affinities: sticky, fill, then balance among all workers.
+
+How the index gets there: it keeps the answer up to date one split at a time, at a cost
+proportional to the change, never re-placing the whole job. A fresh index solved once is the
+whole placement from scratch (:func:`solve_placement`). The property tests hold it equal,
+after every change, to the reference model that places the whole job step by step
+(``spate_testing._placement_model``).
+
+- The first step (*sticky*) puts every split on its owner. When no affinity is unhonoured,
+  that step keeps each owner's splits in a fixed order up to its lane budget, so its state is
+  "each split on its owner" less the overflow of owners over their budget (a worker draining
+  while new splits are anchored on it): a function of each split and its owner's splits alone.
+  The index keeps "each split on its owner" (per-member sets, loads, and the weight bins the
+  improve passes search, with every split's hash computed once), updates it in O(log n) per
+  changed split, and takes the overflow out on each solve.
+- The later steps (*fill* the unowned splits heaviest first, then *spread* across domains and
+  *balance* workers) run from that state on every solve, and are then undone. Their cost is
+  the number of lanes they fill and moves they make: the splits in flight, not the job. A fleet
+  at its fixpoint (every split on its assignee) makes none.
 - A changed split whose owner, weight and affinity are unchanged (a renewal, a claim by the
   assignee of a split it was already anchored to, an owner that is no member either way)
   changes nothing at all: no solve, nothing to publish.
-- When the shortcut does not hold (an affinity its owner does not honour, or that has no
-  owner, or one in an owner's overflow: the batch's affinity step may evict), the index calls
-  the batch function itself. A change of members or of their budgets or
-  localities rebuilds the state from the stored inputs (O(n), once per membership change).
+- When an affinity is not honoured by its split's owner (or the split has no owner), or an
+  honoured one is in an owner's overflow, the solve runs the affinity step too, from the same
+  state: the affinity splits are taken off their owners, placed on matching workers (evicting
+  a split without an honoured affinity when every match is full), and the rest carries on as
+  above. Such a solve reports every member as changed. A change of members or of their
+  budgets or localities rebuilds the state from the stored inputs (O(n), once per membership
+  change).
 
 Pure and synchronous: no Trio, no clock, no I/O.
 """
@@ -32,23 +67,48 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
-from spate._core.placement import Member, affinity_matches, domain_of, place
-from spate._core.protocol import (
+from spate._core.placement import (
     MAX_IMPROVING_MOVES,
+    Member,
     Placement,
     WeightBins,
+    affinity_matches,
     best_transfer,
+    domain_of,
     merge_sorted,
-    stable_hash_str,
 )
+from spate._core.protocol import stable_hash_str
 
-__all__ = ["PlacementIndex"]
+__all__ = ["PlacementIndex", "solve_placement"]
+
+
+def solve_placement(
+    members: Mapping[str, Member],
+    splits: Mapping[str, Placement],
+    *,
+    reserved: Collection[str] = (),
+    default_cap: int,
+    seed: int,
+    isolation_tier: int = 0,
+) -> dict[str, tuple[str, ...]]:
+    """The whole placement from scratch: member -> sorted split ids (the rest is the queue).
+
+    ``members`` maps each live instance to its lane budget and locality; ``splits`` holds the
+    assignable splits (runnable, spec seen; :attr:`Placement.locality` is the affinity);
+    ``reserved`` splits are withheld. Deterministic in its arguments, and a fixpoint: a
+    placement fed back as the owners maps to itself. A fresh :class:`PlacementIndex`, solved
+    once: what the leader's index answers for the same inputs.
+    """
+    index = PlacementIndex(default_cap=default_cap, seed=seed, isolation_tier=isolation_tier)
+    index.set_members(members)
+    index.load({s: p for s, p in splits.items() if s not in reserved})
+    return index.assignment()
 
 
 class PlacementIndex:
-    """The leader's placement of one job, updated split by split (see the module text).
+    """The leader's placement of one job, kept up to date split by split (see the module text).
 
     Feed it :meth:`set_members` and :meth:`update` (``None`` for a split out of the pool:
     completed, quarantined, spec unseen or withheld); read :meth:`solve`,
@@ -62,13 +122,13 @@ class PlacementIndex:
         self._members: dict[str, Member] = {}
         self._inputs: dict[str, Placement] = {}
         self._hash: dict[str, int] = {}
-        self.batches = 0
-        """Solves that called the batch function (for tests and the benchmark)."""
+        self.affinity_solves = 0
+        """Solves that ran the affinity step (for tests and the benchmark)."""
         self.solves = 0
-        """Solves done incrementally."""
+        """Solves without it."""
         self._rebuild()
         self._result: dict[str, str | None] = {}  # split -> where it differs from its owner
-        self._batch: dict[str, tuple[str, ...]] | None = None  # the batch answer, when used
+        self._affine = False  # whether the last solve ran the affinity step
         self._dirty = True
         self._all_changed = True
         self._before: dict[str, str | None] = {}  # split -> its member in the last answer
@@ -131,6 +191,16 @@ class PlacementIndex:
         self._state(split, placement)
         self._dirty = True
 
+    def load(self, splits: Mapping[str, Placement]) -> None:
+        """Every split of the pool at once, into an index that holds none yet.
+
+        What :meth:`update` of each would do, at the cost of one sort, not an insort each.
+        """
+        assert not self._inputs, "load() fills a fresh index"
+        self._inputs = dict(splits)
+        self._rebuild()
+        self._dirty = self._all_changed = True
+
     def pool(self) -> dict[str, Placement]:
         """The splits placed (a copy: O(n), for checks and the debounce path)."""
         return dict(self._inputs)
@@ -146,24 +216,17 @@ class PlacementIndex:
         if not self._dirty:
             return
         self._dirty = False
-        old_result, old_batch = self._result, self._batch
+        old_result, old_affine = self._result, self._affine
         if not self._members:
-            self._result, self._batch = {}, {}
-        elif self._affine_loose or (result := self._improve()) is None:
-            self.batches += 1
-            self._batch = place(
-                self._members,
-                self._inputs,
-                default_cap=self._default_cap,
-                seed=self._seed,
-                isolation_tier=self._tier,
-            )
-            self._result = {}
+            self._result, self._affine = {}, False
         else:
-            self.solves += 1
-            self._batch = None
-            self._result = result
-        if self._all_changed or old_batch is not None or self._batch is not None:
+            self._result, self._affine = self._improve()
+            if self._affine:
+                self.affinity_solves += 1
+            else:
+                self.solves += 1
+        if self._all_changed or old_affine or self._affine:
+            # (A solve with the affinity step moves splits far from what changed: compare all.)
             self._all_changed = True
         else:
             for split in set(self._before) | set(old_result) | set(self._result):
@@ -189,8 +252,6 @@ class PlacementIndex:
     def assignment_of(self, member: str) -> tuple[str, ...]:
         """The sorted splits placed on ``member`` (empty for a non-member)."""
         self.solve()
-        if self._batch is not None:
-            return self._batch.get(member, ())
         if member not in self._members:
             return ()
         owned = self._sorted[member]
@@ -208,23 +269,16 @@ class PlacementIndex:
     def moves(self) -> dict[str, str]:
         """The splits the answer places on a member other than their owner: split -> member."""
         self.solve()
-        if self._batch is not None:
-            return {s: m for m, held in self._batch.items() for s in held if self._where(s) != m}
         return {s: m for s, m in self._result.items() if m is not None}
 
     def assignment(self) -> dict[str, tuple[str, ...]]:
-        """Every member's splits: what the batch function answers for the same inputs."""
+        """Every member's sorted splits (the whole placement)."""
         self.solve()
         return {m: self.assignment_of(m) for m in sorted(self._members)}
 
     def totals(self) -> dict[str, tuple[int, int]]:
         """Per member, the (split count, weight) placed on it."""
         self.solve()
-        if self._batch is not None:
-            return {
-                m: (len(held), sum(max(1, self._inputs[s].weight) for s in held))
-                for m, held in self._batch.items()
-            }
         return dict(self._totals)
 
     # -- the sticky state --------------------------------------------------------------------
@@ -377,54 +431,67 @@ class PlacementIndex:
         else:
             self._bins_remove(owner, weight, split)
 
-    def _overflow(self) -> list[tuple[int, str]] | None:
-        """Splits the sticky pass leaves unplaced because their owner is over its budget.
+    def _overflow(
+        self, off: Collection[str]
+    ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """Splits the sticky step leaves unplaced because their owner is over its budget.
 
-        The batch sticky pass keeps an owner's splits in its order (honoured affinities
-        first, then heaviest, then by id) until the budget is reached: the rest join the
-        unowned splits in the fill. ``None`` when one of them has an honoured affinity (the
-        batch's affinity step, with its evictions, would place it): the caller runs the batch.
+        The sticky step keeps an owner's splits in its order (honoured affinities first, then
+        heaviest, then by id) until the budget is reached: the rest join the unowned splits
+        in the fill, or the affinity step when their affinity is honoured. Splits in ``off``
+        (affinities their owner does not honour) do not count. Returns the two, each sorted
+        by (-weight, id): (unpinned, pinned).
         """
         extra: list[tuple[int, str]] = []
+        pinned: list[tuple[int, str]] = []
         for m in self._names:
             owned = self._owned[m]
             if len(owned) <= self._cap[m]:
                 continue
+            kept = [s for s in owned if s not in off] if off else owned
+            if len(kept) <= self._cap[m]:
+                continue
             order = sorted(
-                owned,
+                kept,
                 key=lambda s: (s not in self._pinned, -max(1, self._inputs[s].weight), s),
             )
             for split in order[self._cap[m] :]:
-                if split in self._pinned:
-                    return None
-                extra.append((-max(1, self._inputs[split].weight), split))
+                entry = (-max(1, self._inputs[split].weight), split)
+                (pinned if split in self._pinned else extra).append(entry)
         extra.sort()
-        return extra
+        pinned.sort()
+        return extra, pinned
 
     # -- fill and improve, from the sticky state, undone afterwards ------------------------
 
-    def _improve(self) -> dict[str, str | None] | None:
-        """What the batch answers, as the splits placed elsewhere than the sticky state.
+    def _improve(self) -> tuple[dict[str, str | None], bool]:
+        """The answer, as the splits placed elsewhere than the sticky state.
 
-        Values are members (``None``: queued); the whole result is ``None`` when the batch
-        must run instead.
+        Values are members (``None``: queued). Also whether the affinity step ran.
         """
-        extra = self._overflow()
-        if extra is None:
-            return None
+        matching: dict[str, list[str]] = {}
+        loose = self._loose_affinities(matching)
+        extra, over_pinned = self._overflow({s for _, s in loose})
+        affine = bool(self._affine_loose) or bool(over_pinned)
         load = dict(self._load)
         count = {m: len(self._owned[m]) for m in self._names}
         final: dict[str, str] = {}
         origin: dict[str, str | None] = {}
+        pinned_now: set[str] = set()  # placed by the affinity step: out of the bins
         for negative, split in extra:
-            owner = self._owner(self._inputs[split])
-            assert owner is not None
-            origin[split] = owner
-            self._bins_remove(owner, -negative, split)
-            load[owner] += negative
-            count[owner] -= 1
+            self._take_off(split, -negative, load, count, origin, in_bins=True)
         unowned = self._unowned_sorted()
-        queue = heapq.merge(unowned, extra) if extra else unowned
+        queue: Iterable[tuple[int, str]]
+        if not loose and not over_pinned:
+            queue = heapq.merge(unowned, extra) if extra else unowned
+        else:
+            general = self._affinity_step(
+                over_pinned, loose, matching, load, count, final, origin, pinned_now
+            )
+            general += extra
+            general += (e for e in unowned if e[1] not in origin)
+            general.sort()
+            queue = general
         for negative, split in self._fill(queue, load, count, final):
             origin.setdefault(split, None)
             self._bins_add(final[split], -negative, split)
@@ -444,9 +511,9 @@ class PlacementIndex:
         for split, was in origin.items():
             w = max(1, self._inputs[split].weight)
             now = final.get(split)
-            if now is not None:
+            if now is not None and split not in pinned_now:
                 self._bins_remove(now, w, split)
-            if was is not None:
+            if was is not None and split not in self._pinned:
                 self._bins_add(was, w, split)
         result = {s: final.get(s) for s, was in origin.items() if final.get(s) != was}
         self._moved_in, self._moved_out = {}, {}
@@ -457,7 +524,127 @@ class PlacementIndex:
             if was is not None:
                 self._moved_out.setdefault(was, set()).add(split)
         self._totals = {m: (count[m], load[m]) for m in self._names}
-        return result
+        return result, affine
+
+    def _matching(self, affinity: str, matching: dict[str, list[str]]) -> list[str]:
+        """The members whose locality satisfies ``affinity`` (cached in ``matching``)."""
+        found = matching.get(affinity)
+        if found is None:
+            found = matching[affinity] = [
+                m for m in self._names if affinity_matches(affinity, self._members[m].locality)
+            ]
+        return found
+
+    def _loose_affinities(self, matching: dict[str, list[str]]) -> list[tuple[int, str]]:
+        """Splits whose affinity some member matches but not their owner (or with no owner).
+
+        Sorted by (-weight, id). The sticky step does not keep them on their owner: the
+        affinity step places them. (An affinity no member matches is no affinity at all.)
+        """
+        loose = []
+        for split in self._affine_loose:
+            p = self._inputs[split]
+            if self._matching(p.locality, matching):
+                loose.append((-max(1, p.weight), split))
+        loose.sort()
+        return loose
+
+    def _take_off(
+        self,
+        split: str,
+        weight: int,
+        load: dict[str, int],
+        count: dict[str, int],
+        origin: dict[str, str | None],
+        *,
+        in_bins: bool,
+    ) -> None:
+        """Take ``split`` off its owner in the sticky state, for a later step to place."""
+        owner = self._owner(self._inputs[split])
+        assert owner is not None
+        origin[split] = owner
+        if in_bins:
+            self._bins_remove(owner, weight, split)
+        load[owner] -= weight
+        count[owner] -= 1
+
+    def _affinity_step(
+        self,
+        over_pinned: list[tuple[int, str]],
+        loose: list[tuple[int, str]],
+        matching: dict[str, list[str]],
+        load: dict[str, int],
+        count: dict[str, int],
+        final: dict[str, str],
+        origin: dict[str, str | None],
+        pinned_now: set[str],
+    ) -> list[tuple[int, str]]:
+        """Place the affinity splits the sticky step left loose; returns the rest, for the fill.
+
+        In the sticky order: the honoured affinities over their owner's budget first, then the
+        affinities their owner does not honour, each heaviest first. A split that finds no
+        room among its matches is placed like any other, and stays on its owner when it can
+        (only once every affinity is placed: one placed before could be evicted by a later
+        affinity in this solve but not in the next, and the answer would be no fixpoint).
+        """
+        cap = self._cap
+        for negative, split in loose:
+            if self._owner(self._inputs[split]) is None:
+                origin[split] = None  # still among the unowned: kept out of the fill
+            else:
+                self._take_off(split, -negative, load, count, origin, in_bins=True)
+        for negative, split in over_pinned:
+            self._take_off(split, -negative, load, count, origin, in_bins=False)
+        general: list[tuple[int, str]] = []
+        ignored: list[tuple[int, str]] = []
+        for negative, split in (*over_pinned, *loose):
+            wanted = self._matching(self._inputs[split].locality, matching)
+            target = self._affine_target(wanted, load, count, origin, general)
+            if target is None:
+                ignored.append((negative, split))
+                continue
+            final[split] = target
+            pinned_now.add(split)
+            load[target] -= negative
+            count[target] += 1
+        for negative, split in ignored:
+            owner = self._owner(self._inputs[split])
+            if owner is not None and count[owner] < cap[owner]:
+                final[split] = owner
+                self._bins_add(owner, -negative, split)
+                load[owner] -= negative
+                count[owner] += 1
+            else:
+                general.append((negative, split))
+        return general
+
+    def _affine_target(
+        self,
+        wanted: list[str],
+        load: dict[str, int],
+        count: dict[str, int],
+        origin: dict[str, str | None],
+        general: list[tuple[int, str]],
+    ) -> str | None:
+        """A matching worker with a free lane, making one by evicting an unpinned split."""
+        open_ = [m for m in wanted if count[m] < self._cap[m]]
+        if open_:
+            return min(open_, key=lambda m: (load[m], self._member_hash[m], m))
+        # Every match is full: the fullest one holding a split without an honoured affinity
+        # gives back the split it would keep last (lightest, then highest id: the end of the
+        # sticky order), so the next solve's sticky step makes the same choice. The bins hold
+        # exactly those splits.
+        donors = [m for m in wanted if self._bins[m].weights]
+        if not donors:
+            return None
+        donor = max(donors, key=lambda m: (load[m], self._member_hash[m], m))
+        weight, victim = self._bins[donor].last_of_lightest()
+        origin.setdefault(victim, donor)
+        self._bins_remove(donor, weight, victim)
+        load[donor] -= weight
+        count[donor] -= 1
+        general.append((-weight, victim))
+        return donor
 
     def _bins_add(self, member: str, weight: int, split: str) -> None:
         key = self._key(split)
@@ -478,7 +665,10 @@ class PlacementIndex:
         count: dict[str, int],
         final: dict[str, str],
     ) -> Iterable[tuple[int, str]]:
-        """Place unowned splits heaviest first, as the batch fill does; returns those placed."""
+        """The fill: unowned splits heaviest first, to the least-loaded open domain and worker.
+
+        Returns those placed.
+        """
         cap, placed = self._cap, []
         if not self._domains:
             spare = [(load[m], self._member_hash[m], m) for m in self._names if count[m] < cap[m]]
@@ -536,7 +726,7 @@ class PlacementIndex:
         origin: dict[str, str | None],
         limit: int,
     ) -> None:
-        """The batch spread across domains, on the kept bins (see :func:`place`)."""
+        """The spread: splits moved between domains while one move lowers the squared loads."""
         domains = sorted(self._domain_bins)
         if len(domains) < 2:
             return
@@ -572,7 +762,7 @@ class PlacementIndex:
         origin: dict[str, str | None],
         limit: int,
     ) -> None:
-        """The batch improve among ``group`` (all members, or one domain's), on the kept bins."""
+        """The balance among ``group`` (all members, or one domain's), on the kept bins."""
         cap, bins = self._cap, self._bins
         for _ in range(limit):
             step = best_transfer(group, load, count, cap, bins)

@@ -29,6 +29,7 @@ from typing import TypeAlias
 
 import attrs
 
+from spate._core.protocol import ClaimKind, exhausts_attempts
 from spate._core.records import (
     AssignmentRecord,
     KeyKind,
@@ -641,10 +642,10 @@ class View:
             self._quarantined += delta
 
     def _check_near_quarantine(self, split: str, state: SplitView) -> None:
-        if (
-            state.progress.status is Status.RUNNABLE
-            and not state.progress.advanced
-            and state.progress.attempts + 1 >= self.max_attempts
+        progress = state.progress
+        # The next end that can be charged is a takeover from a dead owner.
+        if progress.status is Status.RUNNABLE and exhausts_attempts(
+            ClaimKind.EXPIRED, progress.attempts, progress.advanced, self.max_attempts
         ):
             self.near_quarantine.add(split)
         else:

@@ -16,8 +16,8 @@ from spate import (
     Stalled,
     StoreUnavailable,
 )
-from spate._core.claims import committed
 from spate._core.records import LeaseRecord, ProgressRecord, Status, encode
+from spate._core.tenancy import committed
 from spate.store import Keyspace, Won
 
 from .world import KEYS, LEASE, Worker, World, complete_on_gain, config, cooperative, planner_of

@@ -1,4 +1,5 @@
-"""Properties of the pure failure-domain placement (spate.placement.place)."""
+"""Properties of the failure-domain placement: the leader's (a fresh index solved from scratch),
+each answer held equal to the reference model's (spate_testing._placement_model.place)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from hypothesis import strategies as st
 from spate import ConfigError
 from spate._core.placement import (
     Member,
+    Placement,
     affinity_matches,
     domain_of,
-    place,
-    placement_report,
     validate_locality,
 )
-from spate._core.protocol import Placement, desired_assignment
+from spate._core.placement_index import solve_placement
+from spate._core.placement_report import placement_report
+from spate_testing._placement_model import desired_assignment
+from spate_testing._placement_model import place as model_place
 
 DEFAULT_CAP = 4
 LOCALITIES = ["", "a", "a/r1", "a/r2", "b", "b/r1", "c/r1/h1", "c/r2"]
@@ -66,6 +69,27 @@ def _run(
     return place(
         members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed, isolation_tier=tier
     )
+
+
+def place(
+    members: dict[str, Member],
+    splits: dict[str, Placement],
+    *,
+    reserved: frozenset[str] = frozenset(),
+    default_cap: int,
+    seed: int,
+    isolation_tier: int = 0,
+) -> dict[str, tuple[str, ...]]:
+    """The leader's placement from scratch, checked against the reference model on the way."""
+    out = solve_placement(
+        members, splits, reserved=reserved, default_cap=default_cap, seed=seed,
+        isolation_tier=isolation_tier,
+    )  # fmt: skip
+    assert out == model_place(
+        members, splits, reserved=reserved, default_cap=default_cap, seed=seed,
+        isolation_tier=isolation_tier,
+    )  # fmt: skip
+    return out
 
 
 def _domain_loads(

@@ -1,9 +1,10 @@
-"""The leader's incremental placement index equals the batch placement after every event.
+"""The leader's incremental placement index equals the reference model after every event.
 
-:func:`spate.placement.place` is the oracle: random sequences of joins, departures, budget and
+:func:`spate_testing._placement_model.place` (the whole job placed from scratch, step by step)
+is the oracle: random sequences of joins, departures, budget and
 locality changes, splits added, completed, claimed (by their assignee or not), handed back and
 expired are fed to a :class:`~spate._core.placement_index.PlacementIndex` and, after every event,
-its answer must be exactly what the batch function answers for the same inputs (every leader
+its answer must be exactly what the model answers for the same inputs (every leader
 must reach the same placement, however it got there).
 """
 
@@ -14,10 +15,10 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from spate._core.placement import Member, place
+from spate._core.placement import Member, Placement
 from spate._core.placement_index import PlacementIndex
-from spate._core.protocol import Placement
 from spate_stores.memory import MemoryServer
+from spate_testing._placement_model import place
 from tests.runtime.harness import TTL, client, cooperative, planner_of, spawn
 
 SEED = 1234
@@ -27,7 +28,7 @@ AFFINITIES = ("", "", "", "", "zone-a", "zone-b/r2")
 
 
 class IndexAgainstBatch(RuleBasedStateMachine):
-    """One leader's inputs, fed to the index event by event and to the batch function whole."""
+    """One leader's inputs, fed to the index event by event and to the model whole."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -137,7 +138,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
     # -- the oracle ----------------------------------------------------------------------------
 
     @invariant()
-    def equals_the_batch_placement(self) -> None:
+    def equals_the_reference_placement(self) -> None:
         if not self.members:
             return
         expected = place(
@@ -167,7 +168,7 @@ TestIndexAgainstBatch.settings = settings(
 
 
 def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -> None:
-    """The shortcut is taken (not the batch), and a claim by the assignee publishes nothing."""
+    """The shortcut is taken (no affinity step), and a claim by the assignee publishes nothing."""
     members = {f"w{n}": Member(10, f"zone-{n % 3}") for n in range(6)}
     index = PlacementIndex(default_cap=4, seed=SEED, isolation_tier=0)
     index.set_members(members)
@@ -185,13 +186,13 @@ def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -
     assert placed["s07"] in changed
     rest = {s: Placement(p.weight, placed[s]) for s, p in splits.items() if s != "s07"}
     assert index.assignment() == place(members, rest, default_cap=4, seed=SEED)
-    assert index.batches == 0
+    assert index.affinity_solves == 0
     assert index.solves >= 2
 
 
-def test_many_unowned_splits_added_at_once_are_placed_as_the_batch_places_them() -> None:
+def test_many_unowned_splits_added_at_once_are_placed_as_the_model_places_them() -> None:
     """A plan's fold adds unowned splits by the thousand, a claim or expiry one at a time:
-    both ways of merging them into the sorted unowned list give the batch's answer."""
+    both ways of merging them into the sorted unowned list give the model's answer."""
     members = {f"w{n}": Member(6) for n in range(5)}
     index = PlacementIndex(default_cap=6, seed=SEED, isolation_tier=0)
     index.set_members(members)
@@ -223,7 +224,7 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
     autojump_clock: trio.abc.Clock,
 ) -> None:
     """Once settled, renewals and reconcile listings re-place nothing and publish nothing;
-    then a completion is placed incrementally, and the leader's answer is the batch one."""
+    then a completion is placed incrementally, and the leader's answer is the model's."""
     server = MemoryServer()
     async with trio.open_nursery() as nursery:
         workers = [
@@ -237,9 +238,9 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
         leader = next(w.c._machine.leader for w in workers if w.c.is_leader)
         index = leader._index
         assert index is not None
-        mark = (index.solves, index.batches, [len(w.metrics.writes) for w in workers])
+        mark = (index.solves, index.affinity_solves, [len(w.metrics.writes) for w in workers])
         await trio.sleep(6 * TTL)  # several reconcile intervals (5 s)
-        assert (index.solves, index.batches) == mark[:2]
+        assert (index.solves, index.affinity_solves) == mark[:2]
         writes = [
             op for w, m in zip(workers, mark[2], strict=True) for _, op, _ in w.metrics.writes[m:]
         ]
@@ -259,11 +260,11 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
     zones=st.booleans(),
     owners=st.lists(st.tuples(st.integers(1, 4), st.integers(-1, 3)), max_size=16),
 )
-def test_owners_over_their_budget_are_placed_as_the_batch_does_without_it(
+def test_owners_over_their_budget_are_placed_as_the_model_places_them_without_the_affinity_step(
     caps: list[int], zones: bool, owners: list[tuple[int, int]]
 ) -> None:
     """Owners holding more than their budget (a worker draining while its new splits are
-    anchored on it): the sticky overflow is placed incrementally, equal to the batch."""
+    anchored on it): the sticky overflow is placed incrementally, equal to the model."""
     members = {f"w{n}": Member(cap, f"zone-{n % 2}" if zones else "") for n, cap in enumerate(caps)}
     names = sorted(members)
     splits = {
@@ -275,4 +276,4 @@ def test_owners_over_their_budget_are_placed_as_the_batch_does_without_it(
     for split, p in splits.items():
         index.update(split, p)
     assert index.assignment() == place(members, splits, default_cap=DEFAULT_CAP, seed=SEED)
-    assert index.batches == 0
+    assert index.affinity_solves == 0

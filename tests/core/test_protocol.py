@@ -1,32 +1,58 @@
-"""The pure rules: claim candidates, desired assignment (properties), hashing and jitter."""
+"""The pure rules: claim candidates, the attempt rule, placement without localities
+(properties of the leader's, held equal to the reference model's), hashing and jitter."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Mapping
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spate._core.placement import INSORT_AT_MOST, Member, Placement, WeightBins, merge_sorted
+from spate._core.placement_index import solve_placement
 from spate._core.protocol import (
-    INSORT_AT_MOST,
+    FAIL,
     Candidate,
     ClaimKind,
-    Placement,
     SplitFacts,
-    WeightBins,
+    attempts_after,
     claim_candidates,
-    desired_assignment,
+    exhausts_attempts,
     fingerprint_hash,
     jitter,
     live_workers,
-    merge_sorted,
     stable_hash,
     stable_hash_str,
 )
 from spate._core.records import Status
+from spate_testing._placement_model import desired_assignment as model_assignment
 
-# -- desired_assignment -----------------------------------------------------------------------
+# -- placement without localities ------------------------------------------------------------
+
+
+def desired_assignment(
+    members: Mapping[str, int],
+    splits: Mapping[str, Placement],
+    *,
+    reserved: Collection[str] = (),
+    default_cap: int,
+    seed: int,
+) -> dict[str, tuple[str, ...]]:
+    """The leader's placement from scratch, checked against the reference model on the way."""
+    out = solve_placement(
+        {m: Member(cap) for m, cap in members.items()},
+        splits,
+        reserved=reserved,
+        default_cap=default_cap,
+        seed=seed,
+    )
+    assert out == model_assignment(
+        members, splits, reserved=reserved, default_cap=default_cap, seed=seed
+    )
+    return out
+
 
 member_names = st.sampled_from([f"w{i}" for i in range(6)])
 
@@ -217,6 +243,26 @@ def test_only_non_graceful_kinds_consume_attempts_and_quarantine_at_the_cap() ->
         Candidate("poison", ClaimKind.EXPIRED, True),
         Candidate("young", ClaimKind.EXPIRED, False),
     ]
+
+
+def test_the_attempt_rule_blames_fairly() -> None:
+    # A hand-back and a first claim never charge; a takeover charges only a tenancy that moved
+    # nothing; an explicit fail always charges.
+    for kind in (ClaimKind.CREATE, ClaimKind.RELEASED):
+        assert attempts_after(kind, 2, advanced=False) == 2
+    for kind in (ClaimKind.EXPIRED, ClaimKind.RECLAIM):
+        assert attempts_after(kind, 2, advanced=False) == 3
+        assert attempts_after(kind, 2, advanced=True) == 2
+    assert attempts_after(FAIL, 2, advanced=True) == 3
+
+
+def test_only_a_charged_end_exhausts_the_attempts() -> None:
+    assert exhausts_attempts(ClaimKind.EXPIRED, 2, False, max_attempts=3)
+    assert not exhausts_attempts(ClaimKind.EXPIRED, 1, False, max_attempts=3)
+    # Already at the cap, but charged nothing: no new evidence of poison.
+    assert not exhausts_attempts(ClaimKind.EXPIRED, 5, True, max_attempts=3)
+    assert not exhausts_attempts(ClaimKind.RELEASED, 5, False, max_attempts=3)
+    assert exhausts_attempts(FAIL, 2, True, max_attempts=3)
 
 
 def test_max_attempts_one_quarantines_the_first_takeover() -> None:

@@ -15,7 +15,7 @@ from typing import cast
 from spate import Plan, PlanContext
 from spate._core.host import Host
 from spate._core.leader import Leadership
-from spate._core.protocol import Placement
+from spate._core.placement import Placement
 from spate._core.records import (
     AssignmentRecord,
     Keys,
