@@ -8,13 +8,16 @@ its own :class:`Tally`, a wrapper that counts, for that worker, the entries its 
 (snapshot entries apart from live Put/Delete events), the records ``list`` and ``get`` return,
 and its writes. The counts are exact; only the CPU figures are noisy.
 
-* **Fleets of 8, 64, 256 and 1,024 workers** (``--quick``: 8 and 64), 4 lanes each, a job of
-  4 splits per worker plus a few waiting ones. Once every lane is full and the fleet has
-  settled, every held split commits a number of times (20 at 8 and 64 workers, fewer at the
-  larger sizes, to keep the suite to minutes: each row says how many), the commits spread
-  evenly over virtual time so each is seen on its own. Reported: live watch events delivered
-  to all workers per commit, and fleet CPU per commit (the commit phase's CPU minus that of an
-  equally long idle phase of the same fleet, over the commits), with its ratio to 8 workers.
+* **Fleets of 8, 64 and 256 workers** (``--quick``: 8 and 64), 4 lanes each, a job of 4
+  splits per worker plus a few waiting ones. Once every lane is full and the fleet has
+  settled, the held splits commit (each split 20 times at 8 workers, 4 at 64; one split per
+  worker once at 256, to keep the suite to minutes: each row says how many), the commits
+  spread evenly over virtual time so each is seen on its own. Reported: live watch events
+  delivered to all workers per commit, and fleet CPU per commit (the commit phase's CPU minus
+  that of an equally long idle phase of the same fleet, over the commits), with its ratio to
+  8 workers. 1,024 workers are not run by default: every write of the fleet's start reaches
+  every worker, so the start alone grows as W² (tens of minutes at 1,024); its row says so,
+  with the start's cost at the sizes that ran, and ``BENCH_FLEET_SIZES=8,1024`` runs it.
   Then a split held by a follower completes, one at a time, and its lane takes a waiting
   split: per such ownership change, the calls and records the *leader's* wrapper sees, and the
   fleet's CPU (the leader's own share cannot be told apart in one process; a plain commit's
@@ -593,7 +596,14 @@ def _fleet_rows(point: _Point, base: _Point) -> list[Row]:
 
 def _skipped_row(workers: int, points: list[_Point]) -> Row:
     grown = ", ".join(
-        f"{p.workers}: {p.start_deliveries:,} in {p.start_wall:.0f} s" for p in points
+        f"{p.workers}: {p.start_deliveries:,} in {p.start_wall:.1f} s" for p in points
+    )
+    largest = max(points, key=lambda p: p.workers, default=None)
+    guess = (
+        f"about {largest.start_wall * (workers / largest.workers) ** 2 / 60:.0f} min "
+        f"(as W² from {largest.workers} workers)"
+        if largest is not None
+        else "tens of minutes"
     )
     return Row(
         bench=f"fleet, {workers:,} workers",
@@ -603,9 +613,10 @@ def _skipped_row(workers: int, points: list[_Point]) -> Row:
         ratio=None,
         target="deliveries ≤ 1; CPU ≤ 2x of 8 workers",
         note=(
-            f"a fleet's start delivers every claim to every worker (W² records): its start "
-            f"alone would take tens of minutes in one process (records delivered during the "
-            f"start, by size: {grown}); run it with BENCH_FLEET_SIZES=8,{workers}"
+            f"every write of a fleet's start (claims, leases, assignments) reaches every "
+            f"worker, so the start alone grows as W²: {guess} in one process (records "
+            f"delivered during the start, by size: {grown}); "
+            f"BENCH_FLEET_SIZES=8,{workers} runs it"
         ),
     )
 

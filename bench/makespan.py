@@ -223,7 +223,8 @@ def _row(scenario: Scenario, outcomes: list[Outcome], wall: float) -> Row:
             f"over the target); ownership moves median {statistics.median(moves):g} (worst "
             f"{max(moves)}); replayed median {statistics.median(replayed):g} of {total:,} items "
             f"({statistics.median(replayed) / total:.0%}; worst {max(replayed)}); "
-            f"longest split {max(scenario.lengths)} s, {scenario.lanes} lanes each, a commit "
+            f"longest split {max(scenario.lengths)} s, {scenario.lanes} "
+            f"lane{'s' if scenario.lanes != 1 else ''} each, a commit "
             f"every {COMMIT_EVERY} s, default Config but "
             f"max_in_flight; virtual time (MockClock), {wall:.0f} s of wall time"
             + (f"; {failed} runs did not end AllComplete" if failed else "")
