@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, Protocol, TypeAlias
 
 import outcome
 
 from spate._config import Config
 from spate._core.claims import Claims
+from spate._core.echo import is_echo
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
@@ -56,15 +58,18 @@ from spate._core.view import (
     View,
 )
 from spate._errors import FatalCoordinationError, StoreUnavailable
-from spate._events import Event
+from spate._events import Event, Progress
 from spate._metrics import Gauges, MetricsHooks
 from spate._plan import PlanContext, Planner
-from spate._store import Conflict, Entry, Keyspace, Won
+from spate._store import Conflict, Delete, Entry, Keyspace, Put, Won
 from spate.telemetry._context import Context
 
 __all__ = ["Effects", "Machine"]
 
 logger = logging.getLogger("spate.coordinator")
+
+HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
+"""A driver's :meth:`~spate._core.flow_engine.FlowEngine.hold_back`: True when it kept the event."""
 
 RECHECK_AFTER = 0.1
 """Seconds before the machine looks again at a rule whose deadline passed without it acting."""
@@ -154,11 +159,11 @@ class Machine:
         self._watch_since: dict[Keyspace, int] = {}
         self._reconciling = False
         # The components, and the two narrow links between them (see spate._core.host).
-        self.claims = Claims(self)
-        self.revocations = Revocations(self, holdings=self.claims)
-        self.claims.drains = self.revocations
-        self.leader = Leadership(self, planner)
-        self.terminal = Terminal(self)
+        self._claims = Claims(self)
+        self._revocations = Revocations(self, holdings=self._claims)
+        self._claims.drains = self._revocations
+        self._leader = Leadership(self, planner)
+        self._terminal = Terminal(self)
 
     # -- the Host face (what the components use) -----------------------------------------------
 
@@ -170,7 +175,7 @@ class Machine:
     @property
     def bulk_records(self) -> int:
         """Records of bulk work in progress (a plan's seeding), for the runtime's memory policy."""
-        return self.leader.seeding
+        return self._leader.seeding
 
     @property
     def ready(self) -> bool:
@@ -228,24 +233,80 @@ class Machine:
             "or host name, not a constant. This worker stopped to keep one owner per split."
         )
 
+    # -- the facade (what the runtime and the simulator call) ---------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """Whether this worker leads the job right now."""
+        return self._leader.leading
+
+    @property
+    def owned(self) -> frozenset[str]:
+        """The splits this worker holds right now."""
+        return frozenset(self._claims.owned)
+
+    def holds(self, split: str) -> bool:
+        """Whether this worker holds ``split`` right now."""
+        return split in self._claims.owned
+
+    @property
+    def watch_prefix(self) -> str:
+        """The key prefix of the job: what the watches and the reconcile listing cover."""
+        return self.keys.prefix
+
+    def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
+        """The API call :meth:`Coordinator.commit <spate.Coordinator.commit>`: one fenced CAS.
+
+        Returns the error to raise to the caller (``Fenced``, ``StoreUnavailable``), or None
+        once the write landed.
+        """
+        return self._claims.commit_flow(split, progress)
+
+    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
+        """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
+
+        Returns the error to raise to the caller, or None once the failure is recorded.
+        """
+        return self._claims.fail_flow(split, reason)
+
+    def decline_revoke(self, split: str) -> None:
+        """The handler cannot stop ``split`` at a safe boundary: force its revocation now.
+
+        A revocation the leader already took back simply ends. The caller has the machine
+        step afterwards (the forced hand-back is a flow the step starts).
+        """
+        self._revocations.decline(split)
+
+    def handed_over(self, splits: Iterable[str]) -> bool:
+        """After a departure, whether ``splits`` have moved on (see ``wait_handed_over``).
+
+        Answered from the view alone: each is owned elsewhere or finished, or nobody is going
+        to take the rest.
+        """
+        return self.view.handed_over(self.instance, splits)
+
+    def replan_tick(self) -> None:
+        """The replan interval passed: an open plan is asked for again (leader only)."""
+        self._leader.replan_tick()
+
     # -- the step ----------------------------------------------------------------------------
 
     def step(self) -> None:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
-        self.leader.prune_departed(now)
-        if not self.terminal.reported:
+        self._leader.prune_departed(now)
+        if not self._terminal.reported:
             if not self._parting:
-                self.leader.step(now)
-                self.claims.step(now)
-                self.revocations.step(now)
-            self.terminal.step(now)
+                self._leader.step(now)
+                self._claims.step(now)
+                self._revocations.step(now)
+            self._terminal.step(now)
         self._report_gauges()
         for deadline in (
-            self.leader.next_deadline(now),
-            self.revocations.next_deadline(),
-            self.terminal.next_deadline(),
-            self.claims.next_deadline(),
+            self._leader.next_deadline(now),
+            self._revocations.next_deadline(),
+            self._terminal.next_deadline(),
+            self._claims.next_deadline(),
         ):
             # A rule may report a deadline that has passed but that it cannot act on yet
             # (its key busy with a write in flight, say). Waking at once would step again at
@@ -258,13 +319,13 @@ class Machine:
         tallies = self.view.tallies
         self.metrics.gauges(
             Gauges(
-                owned=len(self.claims.owned),
+                owned=len(self._claims.owned),
                 completed=tallies.completed,
                 quarantined=tallies.quarantined,
-                draining=len(self.revocations.revoking),
+                draining=len(self._revocations.revoking),
                 live_workers=live_workers(self.view.presence.keys(), self.instance),
-                leader=self.leader.leading,
-                idle=not self.claims.owned,
+                leader=self._leader.leading,
+                idle=not self._claims.owned,
             )
         )
 
@@ -293,6 +354,31 @@ class Machine:
         """A live watch delete."""
         self.fold(self.view.apply_delete(keyspace, key, revision))
 
+    def watch_event(self, keyspace: Keyspace, event: Put | Delete) -> bool | None:
+        """A live watch event (:meth:`watch_put` or :meth:`watch_delete`)."""
+        if isinstance(event, Put):
+            return self.watch_put(keyspace, event.entry)
+        self.watch_delete(keyspace, event.key, event.revision)
+        return None
+
+    def watch_input(
+        self, keyspace: Keyspace, event: Put | Delete, hold_back: HoldBackRule | None = None
+    ) -> Callable[[], bool | None] | None:
+        """What a live watch event becomes: the input to run, or None when it needs none.
+
+        A runtime asks this as the event arrives, before it wakes anything: the echo of an own
+        write is dropped undecoded (:mod:`spate._core.echo`), and an event of a key an API call
+        is writing is kept by ``hold_back`` (the driver's, :mod:`spate._core.hold_back`) until
+        the call lets go of the key, when it comes back here without ``hold_back``.
+        """
+        if is_echo(self.view, keyspace, event):
+            return None
+        if hold_back is not None:
+            key = event.entry.key if isinstance(event, Put) else event.key
+            if hold_back(keyspace, key, event):
+                return None
+        return partial(self.watch_event, keyspace, event)
+
     # -- notices -----------------------------------------------------------------------------
 
     def reread(self, keyspace: Keyspace, key: str) -> Flow[None]:
@@ -317,24 +403,24 @@ class Machine:
         """Act on what changed in the view."""
         for notice in notices:
             if isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
-                self.claims.on_notice(notice)
+                self._claims.on_notice(notice)
             elif isinstance(notice, AssignmentChanged | AssignmentGone):
                 if notice.instance == self.instance:
-                    self.claims.on_assignment(notice)
+                    self._claims.on_assignment(notice)
             elif isinstance(notice, PresenceChanged):
                 self._on_presence(notice)
             elif isinstance(notice, PresenceGone):
                 if notice.instance != self.instance:
-                    self.leader.on_departure(notice.instance, self.now())
+                    self._leader.on_departure(notice.instance, self.now())
             elif isinstance(notice, LeaderChanged | LeaderGone | PlanChanged):
-                self.leader.on_notice(notice)
+                self._leader.on_notice(notice)
 
     def _on_presence(self, notice: PresenceChanged) -> None:
         if notice.instance == self.instance:
             if notice.nonce not in (None, self.nonce) and notice.revision > self.presence_rev:
                 raise self.duplicate_instance(f"presence key {self.keys.worker(self.instance)!r}")
             return
-        self.leader.on_arrival(notice.instance, notice.new, self.now())
+        self._leader.on_arrival(notice.instance, notice.new, self.now())
 
     # -- startup ------------------------------------------------------------------------------
 
@@ -384,8 +470,8 @@ class Machine:
         now = self.now()
         if not self._parting and not self.busy(Keyspace.EPHEMERAL, self.keys.worker(self.instance)):
             self.start(self._renew_presence())
-        self.leader.heartbeat()
-        self.claims.heartbeat(now)
+        self._leader.heartbeat()
+        self._claims.heartbeat(now)
 
     def presence_record(self) -> bytes:
         """This worker's presence value (it advertises its lane budget and locality)."""
@@ -456,7 +542,7 @@ class Machine:
 
     def release_all_flow(self, splits: list[str]) -> Flow[None]:
         """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
-        outcomes = yield Fork(tuple(self.claims.release_flow(split) for split in splits))
+        outcomes = yield Fork(tuple(self._claims.release_flow(split) for split in splits))
         # An exception out of a hand-back is fatal, as it was when they ran one after another.
         self.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
 
@@ -464,8 +550,8 @@ class Machine:
         """Leave the job: resign, hand every split back at once, delete the presence key."""
         self._parting = True
         self.request_step()
-        self.leader.demote(resign=True)
-        claims = self.claims
+        self._leader.demote(resign=True)
+        claims = self._claims
         # Every split is handed back at once (their writes go to different keys); once every
         # owner is cleared, the leases are dropped at once and the presence key with them. So
         # leaving takes two writes' time however many splits are held, and the leader sees

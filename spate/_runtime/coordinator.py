@@ -19,6 +19,7 @@ from typing import TypeVar
 import trio
 
 from spate._config import Config
+from spate._core.backoff import STARTUP_BACKOFF
 from spate._core.placement import validate_locality
 from spate._core.records import UnreadableRecord
 from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
@@ -38,8 +39,6 @@ __all__ = ["Coordinator", "open_coordinator"]
 logger = logging.getLogger("spate.coordinator")
 
 T = TypeVar("T")
-STARTUP_BACKOFF = (0.2, 5.0)
-"""First and largest delay between tries of a startup step."""
 
 
 class Coordinator:
@@ -72,12 +71,12 @@ class Coordinator:
     @property
     def is_leader(self) -> bool:
         """Whether this worker currently leads the job (for live views)."""
-        return self._machine.leader.leading
+        return self._machine.leading
 
     @property
     def owned(self) -> frozenset[str]:
         """The splits this worker holds right now (for live views)."""
-        return frozenset(self._machine.claims.owned)
+        return self._machine.owned
 
     def events(self) -> AsyncIterator[Event]:
         """The event stream (one consumer): Gained, Lost, RevokeRequested, Quarantined, verdicts.
@@ -107,7 +106,7 @@ class Coordinator:
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
         # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        error = await self._core.call_inline(self._machine.claims.commit_flow(split, progress))
+        error = await self._core.call_inline(self._machine.commit_flow(split, progress))
         if error is not None:
             raise error
 
@@ -118,7 +117,7 @@ class Coordinator:
         Raises :class:`~spate.Fenced` if this worker does not hold it.
         """
         _check_split(split)
-        error = await self._core.call_inline(self._machine.claims.fail_flow(split, str(reason)))
+        error = await self._core.call_inline(self._machine.fail_flow(split, str(reason)))
         if error is not None:
             raise error
 
@@ -131,7 +130,7 @@ class Coordinator:
         machine = self._machine
         self._check_running()
         for split in ids:
-            if split not in machine.claims.owned:
+            if not machine.holds(split):
                 raise Fenced(split, "this worker does not hold it; nothing was released")
         # All at once, in this task: the hand-backs write different keys, so they overlap.
         await self._core.call_inline(machine.release_all_flow(ids))
@@ -147,7 +146,7 @@ class Coordinator:
         await trio.lowlevel.checkpoint()
         # A synchronous call into the machine: atomic, since Trio runs one task at a time.
         # (A forced revocation's flow it starts runs on the loop, see Runtime.start.)
-        self._machine.revocations.decline(split)
+        self._machine.decline_revoke(split)
         self._core.request_step()
 
     async def depart(self) -> None:
@@ -180,7 +179,7 @@ class Coordinator:
         """
         wanted = _split_ids(splits)
         machine = self._machine
-        await self._core.wait_until(lambda: machine.view.handed_over(machine.instance, wanted))
+        await self._core.wait_until(lambda: machine.handed_over(wanted))
 
     def _check_running(self) -> None:
         stopped = self._core.stopped
@@ -289,7 +288,7 @@ async def open_coordinator(
                 nursery.start_soon(
                     interval_ticker,
                     core.config.replan_interval,
-                    lambda: core.post(core.machine.leader.replan_tick),
+                    lambda: core.post(core.machine.replan_tick),
                 )
                 await core.ready.wait()
                 yield Coordinator(core)

@@ -16,7 +16,7 @@ from functools import partial
 
 import trio
 
-from spate._core.backoff import Backoff
+from spate._core.backoff import REWATCH_BACKOFF, Backoff
 from spate._core.machine import Machine
 from spate._core.protocol import jitter
 from spate._errors import StoreUnavailable
@@ -27,9 +27,6 @@ from spate._store import Delete, Entry, Keyspace, Put, SnapshotDone
 __all__ = ["heartbeat_ticker", "interval_ticker", "watch_pump"]
 
 logger = logging.getLogger("spate.pumps")
-
-REWATCH_BACKOFF = (0.2, 5.0)
-"""First and largest delay before re-establishing a broken watch."""
 
 
 async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:

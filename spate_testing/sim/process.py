@@ -43,14 +43,11 @@ from spate import (
     Stalled,
     StoreUnavailable,
 )
-from spate._core.backoff import Backoff
+from spate._core.backoff import RETRY_BACKOFF, REWATCH_BACKOFF, STARTUP_BACKOFF, Backoff
 from spate._core.flows import Flow
 from spate._core.machine import Machine
 from spate._core.protocol import jitter
 from spate._core.records import UnreadableRecord
-from spate._runtime.coordinator import STARTUP_BACKOFF
-from spate._runtime.pumps import REWATCH_BACKOFF
-from spate._runtime.worker import RETRY_BACKOFF
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
 from spate_testing.sim import history as h
@@ -136,7 +133,11 @@ class SimWorker:
             effects=self,
         )
         self.flows = FlowRunner(
-            link, self.guarded, scheduler.soon, lease=self.session.lease_for_write
+            link,
+            self.guarded,
+            scheduler.soon,
+            lease=self.session.lease_for_write,
+            redeliver=lambda keyspace, event: self.watch_event(keyspace, event, hold=False),
         )
         self.ready = False
         self._alarm: Timer | None = None
@@ -328,10 +329,16 @@ class SimWorker:
             # Expiry does not reach watchers: the listing is how leases of the dead are seen.
             reconcile = min(reconcile, self.lease)
         self._every(reconcile, lambda: self.input(self.machine.reconcile))
-        replan = self.machine.leader.replan_tick
+        replan = self.machine.replan_tick
         self._every(self.config.replan_interval, lambda: self.input(replan))
 
     # -- pumps and tickers ---------------------------------------------------------------------
+
+    def watch_event(self, keyspace: Keyspace, event: Put | Delete, *, hold: bool = True) -> None:
+        """A live watch event: an input unless the machine says it needs none (the runtime's)."""
+        fn = self.machine.watch_input(keyspace, event, self.flows.hold_back if hold else None)
+        if fn is not None:
+            self.guarded(lambda: self.input(fn))()
 
     def _watch(self, keyspace: Keyspace, backoff: Backoff) -> None:
         """Open a watch of ``keyspace`` (as the runtime's watch pump: re-opened on a break)."""
@@ -412,7 +419,7 @@ class SimWorker:
             return
         self.state = "leaving"
         self.handlers.cancel_all()
-        held = sorted(self.machine.claims.owned)
+        held = sorted(self.machine.owned)
         deadline = self.later(self.leave_deadline, lambda: self._left())
 
         def done(result: outcome.Outcome[Any]) -> None:
@@ -435,7 +442,7 @@ class SimWorker:
         if self._leaving is None:
             return
         held, deadline = self._leaving
-        if self.machine.view.handed_over(self.instance, held):
+        if self.machine.handed_over(held):
             self._leaving = None
             deadline.cancel()
             self._left()
@@ -510,14 +517,8 @@ class _Watching:
     def event(self, event: WatchEvent) -> None:
         if self._ended:
             return
-        machine = self._worker.machine
-        if isinstance(event, Put):
-            entry = event.entry
-            # The echo of an own write is known by its revision: dropped before any input.
-            if not machine.view.already_seen(self._keyspace, entry.key, entry.revision):
-                self._input(partial(machine.watch_put, self._keyspace, entry))
-        elif isinstance(event, Delete):
-            self._input(partial(machine.watch_delete, self._keyspace, event.key, event.revision))
+        if isinstance(event, Put | Delete):
+            self._worker.watch_event(self._keyspace, event)
 
     def broken(self, reason: str) -> None:
         # Reported once, whichever comes first: the link breaking the watch, or the

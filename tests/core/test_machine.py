@@ -216,8 +216,8 @@ def started_world() -> SyncWorld:
 def test_a_lone_machine_elects_itself_plans_and_claims_every_split() -> None:
     world = started_world()
     machine = world.machine
-    assert machine.leader.leading
-    assert set(machine.claims.owned) == {"a", "b"}
+    assert machine.leading
+    assert machine.owned == {"a", "b"}
     assert sorted(e.split for e in world.events if isinstance(e, Gained)) == ["a", "b"]
     record = decode(ProgressRecord, "j.split.a", world.table[(D, "j.split.a")].value, split="a")
     assert (record.owner, record.owner_nonce, record.epoch) == ("w1", "n1", 1)
@@ -228,7 +228,7 @@ def test_a_commit_is_one_write_and_its_echo_changes_nothing() -> None:
     machine = world.machine
     before = len(world.ops)
     world.pending_echoes = []
-    result = world.run_flow(machine.claims.commit_flow("a", Progress(watermark=7)))
+    result = world.run_flow(machine.commit_flow("a", Progress(watermark=7)))
     assert result.unwrap() is None
     assert world.step_requests == 0  # nothing another rule reads changed
     assert [(op.kind, op.key) for op in world.ops[before:]] == [("update", "j.split.a")]
@@ -245,7 +245,7 @@ def test_time_is_the_injected_clock() -> None:
     machine = world.machine
     world.now = 1234.5
     assert machine.now() == 1234.5
-    held = machine.claims.owned["a"]
+    held = machine._claims.owned["a"]
     # The renewal cadence reads the same clock: nothing is due before a third of the lease
     # (gated at 0.7 of it), then every held lease is renewed.
     before = len(world.ops)
@@ -262,9 +262,9 @@ def test_time_is_the_injected_clock() -> None:
 def test_a_completed_commit_frees_its_lane_and_asks_the_rules_to_look() -> None:
     world = started_world()
     machine = world.machine
-    result = world.run_flow(machine.claims.commit_flow("a", Progress(watermark=9, completed=True)))
+    result = world.run_flow(machine.commit_flow("a", Progress(watermark=9, completed=True)))
     assert result.unwrap() is None
-    assert "a" not in machine.claims.owned
+    assert not machine.holds("a")
     # Ran outside any input (as an API call does): without this the freed lane would wait
     # for the next unrelated input or heartbeat.
     assert world.step_requests >= 1

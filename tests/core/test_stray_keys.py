@@ -18,10 +18,10 @@ from .test_machine import D, E, started_world
 def test_a_leader_key_of_this_process_it_does_not_lead_by_is_given_back() -> None:
     world = started_world()
     machine = world.machine
-    assert machine.leader.leading
+    assert machine.leading
     # Leadership given up without its key (or an election that landed unseen): the key
     # stands under this process's nonce while the machine does not lead.
-    machine.leader.demote(resign=False)
+    machine._leader.demote(resign=False)
     key = machine.keys.leader
     assert (E, key) in world.table
     before = len(world.ops)
@@ -30,16 +30,16 @@ def test_a_leader_key_of_this_process_it_does_not_lead_by_is_given_back() -> Non
     resigns = [op for op in world.ops[before:] if op.operation == "resign"]
     assert [(op.kind, op.key) for op in resigns] == [("delete", key)]
     # With the key gone, an election can be won again.
-    assert machine.leader.leading
+    assert machine.leading
 
 
 def test_a_leader_key_written_unseen_is_given_back_and_the_election_runs_again() -> None:
     world = started_world()
     machine = world.machine
-    machine.leader.demote(resign=True)
+    machine._leader.demote(resign=True)
     world.settle()
-    assert machine.leader.leading  # re-elected at once; now make the next attempt land unseen
-    machine.leader.demote(resign=True)
+    assert machine.leading  # re-elected at once; now make the next attempt land unseen
+    machine._leader.demote(resign=True)
     world.flows.clear()  # the resignation never ran: the key is still there, ours
     current = world.table[(E, machine.keys.leader)]
     record = LeaderRecord(owner="w1", nonce="n1", generation=99)
@@ -48,20 +48,20 @@ def test_a_leader_key_written_unseen_is_given_back_and_the_election_runs_again()
     world.table[(E, current.key)] = unseen
     machine.watch_put(E, unseen)
     machine.step()
-    assert not machine.leader.leading  # nobody elects while a leader key stands
+    assert not machine.leading  # nobody elects while a leader key stands
     machine.heartbeat()
     world.settle()
-    assert machine.leader.leading
+    assert machine.leading
 
 
 def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back() -> None:
     world = started_world()
     machine = world.machine
-    held = machine.claims.owned["a"]
+    held = machine._claims.owned["a"]
     # The tenancy ends without the lease key going (a loss noticed first; a hand-back whose
     # delete could not be written); and the worker claims nothing more (it is leaving), so
     # it will not simply hold the split again.
-    machine.claims.drop("a", "fenced")
+    machine._claims.drop("a", "fenced")
     machine._parting = True
     lease_key = machine.keys.split("a")
     assert (E, lease_key) in world.table
@@ -83,7 +83,7 @@ def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back(
 def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:
     world = started_world()
     machine = world.machine
-    machine.claims.drop("b", "fenced")
+    machine._claims.drop("b", "fenced")
     lease_key = machine.keys.split("b")
     # Rewritten under this process's nonce behind the machine's back: the give-back's
     # delete, guarded by the revision it knew, loses; the next beat tries the new one.
@@ -105,8 +105,8 @@ def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:
     # key it found and holds the split again (had it been leaving, the next beat would have
     # given the key back under its new revision: see the test below). Either way nothing
     # of this process's stands orphaned.
-    assert "b" in machine.claims.owned or (E, lease_key) not in world.table
-    assert not machine.claims._stray
+    assert "b" in machine._claims.owned or (E, lease_key) not in world.table
+    assert not machine._claims._stray
     assert D is not None
 
 
@@ -117,7 +117,7 @@ def test_a_stray_lease_key_that_moved_unheard_is_read_again_and_given_back() -> 
     etcd cluster whose leader was killed, the worker held none of its splits again."""
     world = started_world()
     machine = world.machine
-    machine.claims.drop("b", "fenced")
+    machine._claims.drop("b", "fenced")
     machine._parting = True  # claims nothing more: the split cannot simply be held again
     lease_key = machine.keys.split("b")
     current = world.table[(E, lease_key)]
@@ -136,7 +136,7 @@ def test_a_stray_lease_key_that_moved_unheard_is_read_again_and_given_back() -> 
 def test_a_leader_key_that_moved_unheard_is_read_again_and_resigned() -> None:
     world = started_world()
     machine = world.machine
-    machine.leader.demote(resign=False)
+    machine._leader.demote(resign=False)
     key = machine.keys.leader
     current = world.table[(E, key)]
     world.revision += 1
@@ -147,4 +147,4 @@ def test_a_leader_key_that_moved_unheard_is_read_again_and_resigned() -> None:
         world.settle()
     resigns = [op for op in world.ops if op.operation == "resign"]
     assert [op.expected for op in resigns] == [current.revision, moved.revision]
-    assert machine.leader.leading  # the key gone, the election ran again
+    assert machine.leading  # the key gone, the election ran again
