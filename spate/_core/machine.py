@@ -42,6 +42,8 @@ from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
 from spate._core.revocation import Revocations
+from spate._core.schedule import heartbeat_delay, reconcile_interval
+from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
 from spate._core.terminal import Terminal
 from spate._core.view import (
     AssignmentChanged,
@@ -289,6 +291,21 @@ class Machine:
         """The replan interval passed: an open plan is asked for again (leader only)."""
         self._leader.replan_tick()
 
+    # -- the ticker schedule (the periods are the machine's; see spate._core.schedule) -------
+
+    def heartbeat_delay(self, round_: int) -> float:
+        """Seconds until this process's heartbeat number ``round_ + 1`` (from 0): jittered."""
+        return heartbeat_delay(self.jitter_seed, round_, self.lease)
+
+    def reconcile_interval(self, *, expiry_reaches_watchers: bool) -> float:
+        """Seconds between reconcile listings (at most a lease where expiry is silent)."""
+        return reconcile_interval(self.config, expiry_reaches_watchers=expiry_reaches_watchers)
+
+    @property
+    def replan_interval(self) -> float:
+        """Seconds between replan ticks."""
+        return self.config.replan_interval
+
     # -- the step ----------------------------------------------------------------------------
 
     def step(self) -> None:
@@ -422,7 +439,48 @@ class Machine:
             return
         self._leader.on_arrival(notice.instance, notice.new, self.now())
 
-    # -- startup ------------------------------------------------------------------------------
+    # -- startup (the sequence and its retries: spate._core.startup) --------------------------
+
+    @property
+    def startup_steps(self) -> tuple[StartupStep, ...]:
+        """The startup sequence, in order: session, probe, join, announce."""
+        return STARTUP_STEPS
+
+    def startup_tries(self, step: StartupStep) -> StartupTries:
+        """A fresh budget of tries for ``step`` (``Config.startup_max_attempts``)."""
+        return StartupTries(step, self.config.startup_max_attempts)
+
+    def startup_timeout(self, op_timeout: float) -> float:
+        """How long one try of a startup step may take."""
+        return op_timeout * STEP_TIMEOUT_FACTOR
+
+    @property
+    def probe_prefix(self) -> str:
+        """The prefix of the startup probe's scratch keys."""
+        return self.keys.probe_prefix
+
+    def probe_scratch(self, tries: int) -> str:
+        """The scratch name of probe try number ``tries`` (a lost reply may leave keys behind)."""
+        return f"{self.nonce[:16]}{tries}"
+
+    def startup_flow(self, step: StartupStep) -> Flow[None]:
+        """The machine's part of ``step`` (join or announce).
+
+        Raises :class:`~spate._core.startup.Retry` when the try lost a benign race, and
+        :class:`~spate.FatalCoordinationError` for a plan record it cannot read.
+        """
+        if step.name == "join":
+            flow = self.join_flow()
+        elif step.name == "announce":
+            flow = self.announce_flow()
+        else:
+            raise ValueError(f"{step.what} is the runtime's step, not the machine's")
+        try:
+            done = yield from flow
+        except UnreadableRecord as exc:
+            raise FatalCoordinationError(str(exc)) from exc
+        if not done:
+            raise Retry(step.race_lost)
 
     def join_flow(self) -> Flow[bool]:
         """Join the job: read the plan record (its fingerprint must be ours), or create it.

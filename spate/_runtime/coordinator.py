@@ -19,10 +19,9 @@ from typing import TypeVar
 import trio
 
 from spate._config import Config
-from spate._core.backoff import STARTUP_BACKOFF
 from spate._core.placement import validate_locality
-from spate._core.records import UnreadableRecord
-from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
+from spate._core.startup import Retry, StartupStep
+from spate._errors import ConfigError, Fenced, StoreUnavailable
 from spate._events import Event, Progress
 from spate._groups import meaningful_leaf
 from spate._metrics import MetricsHooks
@@ -282,12 +281,14 @@ async def open_coordinator(
                 nursery.start_soon(heartbeat_ticker, core)
                 nursery.start_soon(
                     interval_ticker,
-                    reconcile_every(core.config, store),
+                    core.machine.reconcile_interval(
+                        expiry_reaches_watchers=store.capabilities.expiry_reaches_watchers
+                    ),
                     lambda: core.post(core.machine.reconcile),
                 )
                 nursery.start_soon(
                     interval_ticker,
-                    core.config.replan_interval,
+                    core.machine.replan_interval,
                     lambda: core.post(core.machine.replan_tick),
                 )
                 await core.ready.wait()
@@ -313,19 +314,6 @@ async def open_coordinator(
             hooks.close()  # a stopped worker's levels (leader, owned) stop being reported
 
 
-def reconcile_every(config: Config, store: Store) -> float:
-    """The reconcile interval to use with ``store``.
-
-    When expiry does not reach watchers (NATS before 2.11), the reconcile listing is the only
-    way a dead worker's expired leases are noticed, so it runs at least once per lease:
-    otherwise failover would take ``reconcile_interval`` (30 s by default) instead of a lease.
-    """
-    interval = config.reconcile_interval
-    if not store.capabilities.expiry_reaches_watchers and config.lease_duration is not None:
-        interval = min(interval, config.lease_duration)
-    return interval
-
-
 class _Closed(Exception):
     """Marks a coordinator stopped by leaving its block."""
 
@@ -333,65 +321,52 @@ class _Closed(Exception):
 # -- startup ---------------------------------------------------------------------------------
 
 
-class _Retry(Exception):
-    """A startup step lost a benign race; try it again."""
-
-
 async def _startup(core: Runtime) -> None:
-    await _budgeted(core, "opening a store session", _open_session)
-    await _budgeted(core, "probing the store", _probe)
-    await _budgeted(core, "joining the job", _join)
-    await _budgeted(core, "announcing presence", _announce)
+    """Run the machine's startup sequence (its steps and their tries: spate._core.startup)."""
+    steps: dict[str, Callable[[Runtime, StartupStep], Awaitable[None]]] = {
+        "session": _open_session,
+        "probe": _probe,
+        "join": _machine_step,
+        "announce": _machine_step,
+    }
+    for step in core.machine.startup_steps:
+        await _tried(core, step, steps[step.name])
 
 
-async def _budgeted(core: Runtime, what: str, step: Callable[[Runtime], Awaitable[None]]) -> None:
-    """Try a startup step with capped backoff; give up (fatally) after the configured tries."""
-    low, high = STARTUP_BACKOFF
-    delay = low
-    attempts = core.config.startup_max_attempts
-    for attempt in range(1, attempts + 1):
+async def _tried(
+    core: Runtime, step: StartupStep, run: Callable[[Runtime, StartupStep], Awaitable[None]]
+) -> None:
+    """Try ``step`` until it succeeds, sleeping the machine's backoff between tries."""
+    tries = core.machine.startup_tries(step)
+    timeout = core.machine.startup_timeout(core.op_timeout)
+    while True:
         try:
-            with trio.fail_after(core.op_timeout * 3):
-                await step(core)
+            with trio.fail_after(timeout):
+                await run(core, step)
             return
-        except (StoreUnavailable, _Retry, trio.TooSlowError) as exc:
-            if attempt == attempts:
-                raise FatalCoordinationError(
-                    f"{what} did not succeed in {attempts} attempts (last: "
-                    f"{exc or type(exc).__name__}); "
-                    "check that the store is reachable, or raise Config.startup_max_attempts"
-                ) from exc
-            logger.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+        except (StoreUnavailable, Retry, trio.TooSlowError) as exc:
+            delay = tries.failed(exc)  # the last try raises FatalCoordinationError
+            logger.warning("%s failed (%s); retrying in %.1f s", step.what, exc, delay)
         await trio.sleep(delay)
-        delay = min(high, delay * 2)
 
 
-async def _probe(core: Runtime) -> None:
+async def _open_session(core: Runtime, step: StartupStep) -> None:
+    if core.session.current is None:
+        await core.session.open()
+
+
+async def _probe(core: Runtime, step: StartupStep) -> None:
+    machine = core.machine
     with fenced.span(core.scope, "probe"):
         # Each try writes keys of its own (a lost reply may have left the last try's behind).
         core.probes += 1
         await probe_store(
             core.store,
-            key_prefix=core.machine.keys.probe_prefix,
+            key_prefix=machine.probe_prefix,
             session=core.session.current,
-            scratch=f"{core.machine.nonce[:16]}{core.probes}",
+            scratch=machine.probe_scratch(core.probes),
         )
 
 
-async def _open_session(core: Runtime) -> None:
-    if core.session.current is None:
-        await core.session.open()
-
-
-async def _join(core: Runtime) -> None:
-    try:
-        joined = await core.driver.run_inline(core.machine.join_flow())
-    except UnreadableRecord as exc:
-        raise FatalCoordinationError(str(exc)) from exc
-    if not joined:
-        raise _Retry("another worker created the plan record first; reading it")
-
-
-async def _announce(core: Runtime) -> None:
-    if not await core.driver.run_inline(core.machine.announce_flow()):
-        raise _Retry("the presence key changed while this worker took it over; announcing again")
+async def _machine_step(core: Runtime, step: StartupStep) -> None:
+    await core.driver.run_inline(core.machine.startup_flow(step))
