@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeAlias
 import outcome
 
 from spate._config import Config
+from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
 from spate._core.echo import is_echo
 from spate._core.flows import Flow, Fork, Hold, Op
@@ -154,7 +155,10 @@ class Machine:
         # are per job (every leader breaks them the same way).
         self.jitter_seed = stable_hash_str(0, f"{instance}/{nonce}")
         self.tie_seed = fingerprint_hash(fingerprint)
-        self.view = View(self.keys, max_attempts=config.max_attempts)
+        self.placement_changes = PlacementChanges()
+        self.view = View(
+            self.keys, max_attempts=config.max_attempts, changes=self.placement_changes
+        )
         self.presence_rev = 0
         self._parting = False
         self._snapshots_pending = {Keyspace.DURABLE, Keyspace.EPHEMERAL}
@@ -357,7 +361,7 @@ class Machine:
         since = self._watch_since.get(keyspace, self.view.seq)
         self.fold(self.view.apply_listing(keyspace, entries, since=since))
         if keyspace is Keyspace.EPHEMERAL:
-            self.view.assign_dirty = True
+            self.placement_changes.owe()
         self._snapshots_pending.discard(keyspace)
 
     def watch_put(self, keyspace: Keyspace, entry: Entry) -> bool:
@@ -591,7 +595,7 @@ class Machine:
                     return
                 self.fold(self.view.apply_listing(keyspace, entries, since=since))
             # Grace windows elapse with time, not events: let the leader re-decide.
-            self.view.assign_dirty = True
+            self.placement_changes.owe()
             self.metrics.reconcile_duration(self.now() - started)
         finally:
             self._reconciling = False
