@@ -4,11 +4,16 @@ The machine is sans-IO in the h11/h2 sense. It never awaits, never reads a clock
 never touches a store or a task. Its inputs are method calls: watch events
 (:meth:`Machine.watch_put` ...), timer ticks (:meth:`Machine.heartbeat`, :meth:`Machine.step`
 when a deadline passes), the outcomes of the writes it asked for (through the flows it
-started), and API calls (the flows of :mod:`spate._core.claims`). Its outputs go through the
+started), and API calls (:meth:`Machine.commit_flow` ...). Its outputs go through the
 :class:`Effects` it was built with: run this flow, emit this event, wake me at ``t``, run the
 planner. The clocks (the monotonic one every rule reads, and the wall clock that only stamps
 advisory record fields) and the process nonce are passed in, so a test (or the simulator)
 drives it with any time and any identity it likes.
+
+This class is the machine's one facade, as ``h11.Connection`` is h11's: the runtime and the
+simulator call its methods, never its components, and ask it the policy they follow too (the
+startup sequence, the ticker schedule, which watch events to drop or hold back), so that a
+runtime only moves bytes and time.
 
 The rules live in the components, one concern each, wired here and nowhere else:
 :mod:`spate._core.leader` (election, planning, assignment), :mod:`spate._core.claims` (claims,
