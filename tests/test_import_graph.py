@@ -152,3 +152,83 @@ def test_every_core_module_is_free_of_trio() -> None:
                 assert all(not a.name.startswith("trio") for a in node.names), name
             elif isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(("trio", "spate._runtime")), name
+
+
+# -- the machine's facade ------------------------------------------------------------------
+
+COMPONENTS = frozenset({"claims", "leader", "placement_changes", "revocations", "terminal", "view"})
+"""The machine's components: nothing outside spate._core reaches them through a machine."""
+
+
+def _is_machine(node: ast.expr) -> bool:
+    """Whether ``node`` names a machine: ``machine``, ``self._machine``, ``core.machine`` ..."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return isinstance(name, str) and name.lstrip("_") == "machine"
+
+
+def _reaches_into_the_machine(source: str) -> list[str]:
+    """The attribute reads ``<a machine>.<component>`` in ``source`` (public or private name)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.lstrip("_") in COMPONENTS
+            and _is_machine(node.value)
+        ):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_nothing_outside_the_core_reaches_into_the_machine() -> None:
+    # The runtime, the simulator and the benchmarks call the machine's facade, as h11's users
+    # call Connection and never its state: a rule reached through a component has two homes.
+    offenders = {}
+    for package in (*PACKAGES, "bench"):
+        for name, path in _modules(package).items():
+            if name.startswith("spate._core"):
+                continue
+            found = _reaches_into_the_machine(path.read_text())
+            if found:
+                offenders[name] = found
+    assert offenders == {}
+
+
+def test_the_facade_check_sees_a_component_reached_through_a_machine() -> None:
+    source = (
+        "self._machine.claims.commit_flow(s, p)\n"
+        "core.machine._leader.replan_tick()\n"
+        "machine.view.already_seen(k, key, r)\n"
+        "status.leader\n"
+        "self.view.get(key)\n"
+        "machine.owned\n"
+    )
+    assert _reaches_into_the_machine(source) == [
+        "line 1: self._machine.claims",
+        "line 2: core.machine._leader",
+        "line 3: machine.view",
+    ]
+
+
+# -- the simulator's machine engine ------------------------------------------------------------
+
+MACHINE_ENGINE = (
+    "spate_testing.sim.process",
+    "spate_testing.sim.flowrunner",
+    "spate_testing.sim.handlers",
+    "spate_testing.sim.machines",
+    "spate_testing.sim.clockwork",
+    "spate_testing.sim.model",
+    "spate_testing.sim.session",
+    "spate_testing.sim.recorder",
+)
+"""The simulator's own runtime for the machine (the Trio engine, ``fleet``, runs the real one)."""
+
+
+def test_the_machine_engine_imports_nothing_of_the_trio_runtime() -> None:
+    # The policy both runtimes follow (startup, backoffs, the ticker schedule, the echo and
+    # hold-back rules) is the machine's: a machine engine that imports the Trio runtime's is
+    # a copy of that runtime waiting to drift from it.
+    known = {**_modules("spate"), **_modules("spate_testing")}
+    for name in MACHINE_ENGINE:
+        imported = _imports(name, known[name], known)
+        assert not {m for m in imported if m.startswith("spate._runtime")}, name

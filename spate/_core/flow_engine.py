@@ -3,11 +3,13 @@
 A flow (:mod:`spate._core.flows`) yields requests and is resumed with their results. What to
 do with each request is the same wherever flows run: a :class:`~spate._core.flows.Hold` or a
 write takes its key or queues for it, a key given up passes to the first flow queued for it,
-a :class:`~spate._core.flows.Fork` gives up the parent's key first, and a flow that ends
-gives up its key. :class:`FlowEngine` holds those rules once. How a store call is made, how a
-batch or a fork runs, and when a flow queued for a key resumes are left to a subclass: the
-Trio runtime's driver (:class:`spate._runtime.driver.Driver`, with I/O tasks) and the
-simulator's (:class:`spate_testing.sim.flowrunner.FlowRunner`, with scheduled callbacks).
+a :class:`~spate._core.flows.Fork` gives up the parent's key first, a flow that ends gives
+up its key, and the watch events of a key an API call holds wait until it lets go
+(:mod:`spate._core.hold_back`). :class:`FlowEngine` holds those rules once. How a store
+call is made, how a batch or a fork runs, and when a flow queued for a key resumes are left
+to a subclass: the Trio runtime's driver (:class:`spate._runtime.driver.Driver`, with I/O
+tasks) and the simulator's (:class:`spate_testing.sim.flowrunner.FlowRunner`, with scheduled
+callbacks).
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ import attrs
 import outcome
 
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
-from spate._store import Keyspace
+from spate._core.hold_back import HoldBack, Redeliver
+from spate._store import Delete, Keyspace, Put
 
-__all__ = ["FlowEngine", "FlowRun", "Key"]
+__all__ = ["BATCH_CONCURRENCY", "LIST_TIMEOUT_FACTOR", "FlowEngine", "FlowRun", "Key"]
 
 Key: TypeAlias = tuple[Keyspace, str]
+
+LIST_TIMEOUT_FACTOR = 10
+"""A listing may take this many op_timeouts (its cost grows with the job)."""
+BATCH_CONCURRENCY = 32
+"""Writes of one :class:`~spate._core.flows.Batch` in flight at once (planning seeds many)."""
 
 
 @attrs.define(eq=False)
@@ -37,6 +45,8 @@ class FlowRun:
     held: Key | None = None
     parked: Op | None = None
     """A write waiting for its key (it is performed as soon as the key passes to this flow)."""
+    inline: bool = False
+    """Whether an API call runs the flow in its own task (its keys' events are held back)."""
 
 
 R = TypeVar("R", bound="FlowRun")
@@ -47,17 +57,29 @@ class FlowEngine(abc.ABC, Generic[R]):
 
     Subclasses perform the requests: :meth:`_perform` (one store call, resuming the flow with
     its outcome later), :meth:`_run_batch`, :meth:`_run_fork`, and :meth:`_key_passed` (a flow
-    that queued for a key now holds it, and must be resumed).
+    that queued for a key now holds it, and must be resumed). ``redeliver`` gets the watch
+    events held back for a key once its API call lets go of it (see :meth:`hold_back`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, redeliver: Redeliver | None = None) -> None:
         self._holders: dict[Key, R] = {}
         self._waiting: dict[Key, collections.deque[R]] = {}
+        self._held_back = HoldBack() if redeliver is None else HoldBack(redeliver)
 
     def busy(self, keyspace: Keyspace, key: str) -> bool:
         """Whether a flow holds ``key`` (or waits for it)."""
         k = (keyspace, key)
         return k in self._holders or bool(self._waiting.get(k))
+
+    def hold_back(self, keyspace: Keyspace, key: str, event: Put | Delete) -> bool:
+        """Keep a watch event of ``key`` while an API call holds that key; False if not.
+
+        The kept events go to ``redeliver`` when the call lets go of the key (the rule and the
+        race it prevents: :mod:`spate._core.hold_back`).
+        """
+        k = (keyspace, key)
+        holder = self._holders.get(k)
+        return self._held_back.hold(k, event, api_call_holds=holder is not None and holder.inline)
 
     def _advance(self, run: R, result: outcome.Outcome[Any]) -> None:
         """Resume ``run`` with ``result`` and serve its requests until one has to wait."""
@@ -109,10 +131,17 @@ class FlowEngine(abc.ABC, Generic[R]):
         run.done(result)
 
     def _release(self, run: R) -> None:
-        """Give up ``run``'s key; the first flow queued for it gets it."""
+        """Give up ``run``'s key; the first flow queued for it gets it.
+
+        The watch events held back for the key are handed on after that.
+        """
         key = run.held
         if key is None:
             return
+        self._pass_key(run, key)
+        self._held_back.let_go(key)
+
+    def _pass_key(self, run: R, key: Key) -> None:
         run.held = None
         del self._holders[key]
         queue = self._waiting.get(key)

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 import outcome
 
 from spate._config import Config
+from spate._core.changes import PlacementChanges
 from spate._core.flows import Flow
 from spate._core.records import Keys
 from spate._core.view import Notice, View
@@ -74,6 +75,8 @@ class Host(Protocol):
     tie_seed: int
     metrics: MetricsHooks
     view: View
+    placement_changes: PlacementChanges
+    """What moved among the leader's placement inputs (the view and the leader report it)."""
     session: SessionFacts
     max_value_size: int
     """The store's largest value (a plan whose spec records exceed it is refused)."""

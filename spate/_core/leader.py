@@ -198,7 +198,7 @@ class Leadership:
         for instance in expired:
             del self.departed[instance]
         if expired:
-            self.core.view.assign_dirty = True
+            self.core.placement_changes.owe()
 
     # -- what the view tells us ----------------------------------------------------------------
 
@@ -297,7 +297,7 @@ class Leadership:
                 # Every new leader plans at least once, even a final plan: a predecessor may
                 # have died between seeding and publishing.
                 self.plan_now = True
-                core.view.assign_dirty = True
+                core.placement_changes.owe()
                 return
             try:
                 entry = yield Op("get", D, core.keys.plan)
@@ -524,7 +524,8 @@ class Leadership:
 
     def _publish(self, now: float) -> None:
         core, view = self.core, self.core.view
-        if not view.assign_dirty or now < self._publish_not_before:
+        changes = core.placement_changes
+        if not changes.owed or now < self._publish_not_before:
             return
         members = {
             i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
@@ -537,11 +538,11 @@ class Leadership:
         debouncing = now < self._debounce_until
         if debouncing and not index.has_unowned() and not self.departed:
             return  # nothing unowned to hand out; the rebalance waits for the quiet period
-        view.assign_dirty = debouncing  # while debouncing, the full rebalance is still owed
+        changes.settle(still_owed=debouncing)  # while debouncing, the full rebalance is owed
         changed = index.take_changed()
-        if view.assignment_changes:
-            self._recheck |= view.assignment_changes
-            view.assignment_changes.clear()
+        moved = changes.take_assignment_changes()
+        if moved:
+            self._recheck |= moved
         if changed is None or debouncing or self._interim:
             # A membership change, or the debounce's interim placement (while it runs, and
             # once more when it ends): compare every member.
@@ -575,7 +576,7 @@ class Leadership:
                 self._recheck.discard(instance)
                 continue  # unchanged: the common case, and free
             if instance in self._publishing:
-                view.assign_dirty = True
+                changes.owe()
                 continue
             self._recheck.discard(instance)
             self._publishing.add(instance)
@@ -603,7 +604,7 @@ class Leadership:
         key = (self.generation, frozenset(self.departed))
         members = frozenset(view.presence)
         index = self._index
-        changes = view.placement_changes
+        changes = core.placement_changes.take_placement_changes()
         if index is None or key != self._index_key or changes is None:
             if index is None:
                 index = self._index = PlacementIndex(
@@ -613,12 +614,10 @@ class Leadership:
                 )
             self._index_key = key
             self._index_members = members
-            view.placement_changes = set()
-            view.assignment_changes = set()
+            core.placement_changes.track()
             for split in view.splits:
                 index.update(split, self._placement_input(split))
             return index
-        view.placement_changes = set()
         if members != self._index_members:
             changes = set(changes)
             for member in members ^ self._index_members:
@@ -711,18 +710,14 @@ class Leadership:
             if current is not None and current[0].generation == self.generation
             else frozenset()
         )
-        moved = named ^ recorded
-        if moved and view.placement_changes is not None:
-            view.placement_changes.update(moved)
-            view.assign_dirty = True
+        self.core.placement_changes.splits_moved(named ^ recorded)
 
     def _drop_index(self) -> None:
         self._index = None
         self._index_key = None
         self._recheck.clear()
         self._interim = False
-        self.core.view.placement_changes = None
-        self.core.view.assignment_changes = None
+        self.core.placement_changes.stop_tracking()
 
     def _hand_outs_only(
         self,
@@ -773,7 +768,7 @@ class Leadership:
                     )
             except StoreUnavailable as exc:
                 logger.debug("publishing the assignment of %s failed (%s)", instance, exc)
-                view.assign_dirty = True
+                core.placement_changes.owe()
                 self._publish_not_before = core.now() + PUBLISH_RETRY
                 return
             if isinstance(result, Won):

@@ -4,11 +4,16 @@ The machine is sans-IO in the h11/h2 sense. It never awaits, never reads a clock
 never touches a store or a task. Its inputs are method calls: watch events
 (:meth:`Machine.watch_put` ...), timer ticks (:meth:`Machine.heartbeat`, :meth:`Machine.step`
 when a deadline passes), the outcomes of the writes it asked for (through the flows it
-started), and API calls (the flows of :mod:`spate._core.claims`). Its outputs go through the
+started), and API calls (:meth:`Machine.commit_flow` ...). Its outputs go through the
 :class:`Effects` it was built with: run this flow, emit this event, wake me at ``t``, run the
 planner. The clocks (the monotonic one every rule reads, and the wall clock that only stamps
 advisory record fields) and the process nonce are passed in, so a test (or the simulator)
 drives it with any time and any identity it likes.
+
+This class is the machine's one facade, as ``h11.Connection`` is h11's: the runtime and the
+simulator call its methods, never its components, and ask it the policy they follow too (the
+startup sequence, the ticker schedule, which watch events to drop or hold back), so that a
+runtime only moves bytes and time.
 
 The rules live in the components, one concern each, wired here and nowhere else:
 :mod:`spate._core.leader` (election, planning, assignment), :mod:`spate._core.claims` (claims,
@@ -27,19 +32,24 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, Protocol, TypeAlias
 
 import outcome
 
 from spate._config import Config
+from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
+from spate._core.echo import is_echo
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
 from spate._core.revocation import Revocations
+from spate._core.schedule import heartbeat_delay, reconcile_interval
+from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
 from spate._core.terminal import Terminal
 from spate._core.view import (
     AssignmentChanged,
@@ -56,15 +66,18 @@ from spate._core.view import (
     View,
 )
 from spate._errors import FatalCoordinationError, StoreUnavailable
-from spate._events import Event
+from spate._events import Event, Progress
 from spate._metrics import Gauges, MetricsHooks
 from spate._plan import PlanContext, Planner
-from spate._store import Conflict, Entry, Keyspace, Won
+from spate._store import Conflict, Delete, Entry, Keyspace, Put, Won
 from spate.telemetry._context import Context
 
 __all__ = ["Effects", "Machine"]
 
 logger = logging.getLogger("spate.coordinator")
+
+HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
+"""A driver's :meth:`~spate._core.flow_engine.FlowEngine.hold_back`: True when it kept the event."""
 
 RECHECK_AFTER = 0.1
 """Seconds before the machine looks again at a rule whose deadline passed without it acting."""
@@ -147,18 +160,21 @@ class Machine:
         # are per job (every leader breaks them the same way).
         self.jitter_seed = stable_hash_str(0, f"{instance}/{nonce}")
         self.tie_seed = fingerprint_hash(fingerprint)
-        self.view = View(self.keys, max_attempts=config.max_attempts)
+        self.placement_changes = PlacementChanges()
+        self.view = View(
+            self.keys, max_attempts=config.max_attempts, changes=self.placement_changes
+        )
         self.presence_rev = 0
         self._parting = False
         self._snapshots_pending = {Keyspace.DURABLE, Keyspace.EPHEMERAL}
         self._watch_since: dict[Keyspace, int] = {}
         self._reconciling = False
         # The components, and the two narrow links between them (see spate._core.host).
-        self.claims = Claims(self)
-        self.revocations = Revocations(self, holdings=self.claims)
-        self.claims.drains = self.revocations
-        self.leader = Leadership(self, planner)
-        self.terminal = Terminal(self)
+        self._claims = Claims(self)
+        self._revocations = Revocations(self, holdings=self._claims)
+        self._claims.drains = self._revocations
+        self._leader = Leadership(self, planner)
+        self._terminal = Terminal(self)
 
     # -- the Host face (what the components use) -----------------------------------------------
 
@@ -170,7 +186,7 @@ class Machine:
     @property
     def bulk_records(self) -> int:
         """Records of bulk work in progress (a plan's seeding), for the runtime's memory policy."""
-        return self.leader.seeding
+        return self._leader.seeding
 
     @property
     def ready(self) -> bool:
@@ -228,24 +244,95 @@ class Machine:
             "or host name, not a constant. This worker stopped to keep one owner per split."
         )
 
+    # -- the facade (what the runtime and the simulator call) ---------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """Whether this worker leads the job right now."""
+        return self._leader.leading
+
+    @property
+    def owned(self) -> frozenset[str]:
+        """The splits this worker holds right now."""
+        return frozenset(self._claims.owned)
+
+    def holds(self, split: str) -> bool:
+        """Whether this worker holds ``split`` right now."""
+        return split in self._claims.owned
+
+    @property
+    def watch_prefix(self) -> str:
+        """The key prefix of the job: what the watches and the reconcile listing cover."""
+        return self.keys.prefix
+
+    def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
+        """The API call :meth:`Coordinator.commit <spate.Coordinator.commit>`: one fenced CAS.
+
+        Returns the error to raise to the caller (``Fenced``, ``StoreUnavailable``), or None
+        once the write landed.
+        """
+        return self._claims.commit_flow(split, progress)
+
+    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
+        """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
+
+        Returns the error to raise to the caller, or None once the failure is recorded.
+        """
+        return self._claims.fail_flow(split, reason)
+
+    def decline_revoke(self, split: str) -> None:
+        """The handler cannot stop ``split`` at a safe boundary: force its revocation now.
+
+        A revocation the leader already took back simply ends. The caller has the machine
+        step afterwards (the forced hand-back is a flow the step starts).
+        """
+        self._revocations.decline(split)
+
+    def handed_over(self, splits: Iterable[str]) -> bool:
+        """After a departure, whether ``splits`` have moved on (see ``wait_handed_over``).
+
+        Answered from the view alone: each is owned elsewhere or finished, or nobody is going
+        to take the rest.
+        """
+        return self.view.handed_over(self.instance, splits)
+
+    def replan_tick(self) -> None:
+        """The replan interval passed: an open plan is asked for again (leader only)."""
+        self._leader.replan_tick()
+
+    # -- the ticker schedule (the periods are the machine's; see spate._core.schedule) -------
+
+    def heartbeat_delay(self, round_: int) -> float:
+        """Seconds until this process's heartbeat number ``round_ + 1`` (from 0): jittered."""
+        return heartbeat_delay(self.jitter_seed, round_, self.lease)
+
+    def reconcile_interval(self, *, expiry_reaches_watchers: bool) -> float:
+        """Seconds between reconcile listings (at most a lease where expiry is silent)."""
+        return reconcile_interval(self.config, expiry_reaches_watchers=expiry_reaches_watchers)
+
+    @property
+    def replan_interval(self) -> float:
+        """Seconds between replan ticks."""
+        return self.config.replan_interval
+
     # -- the step ----------------------------------------------------------------------------
 
     def step(self) -> None:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
-        self.leader.prune_departed(now)
-        if not self.terminal.reported:
+        self._leader.prune_departed(now)
+        if not self._terminal.reported:
             if not self._parting:
-                self.leader.step(now)
-                self.claims.step(now)
-                self.revocations.step(now)
-            self.terminal.step(now)
+                self._leader.step(now)
+                self._claims.step(now)
+                self._revocations.step(now)
+            self._terminal.step(now)
         self._report_gauges()
         for deadline in (
-            self.leader.next_deadline(now),
-            self.revocations.next_deadline(),
-            self.terminal.next_deadline(),
-            self.claims.next_deadline(),
+            self._leader.next_deadline(now),
+            self._revocations.next_deadline(),
+            self._terminal.next_deadline(),
+            self._claims.next_deadline(),
         ):
             # A rule may report a deadline that has passed but that it cannot act on yet
             # (its key busy with a write in flight, say). Waking at once would step again at
@@ -258,13 +345,13 @@ class Machine:
         tallies = self.view.tallies
         self.metrics.gauges(
             Gauges(
-                owned=len(self.claims.owned),
+                owned=len(self._claims.owned),
                 completed=tallies.completed,
                 quarantined=tallies.quarantined,
-                draining=len(self.revocations.revoking),
+                draining=len(self._revocations.revoking),
                 live_workers=live_workers(self.view.presence.keys(), self.instance),
-                leader=self.leader.leading,
-                idle=not self.claims.owned,
+                leader=self._leader.leading,
+                idle=not self._claims.owned,
             )
         )
 
@@ -279,7 +366,7 @@ class Machine:
         since = self._watch_since.get(keyspace, self.view.seq)
         self.fold(self.view.apply_listing(keyspace, entries, since=since))
         if keyspace is Keyspace.EPHEMERAL:
-            self.view.assign_dirty = True
+            self.placement_changes.owe()
         self._snapshots_pending.discard(keyspace)
 
     def watch_put(self, keyspace: Keyspace, entry: Entry) -> bool:
@@ -292,6 +379,31 @@ class Machine:
     def watch_delete(self, keyspace: Keyspace, key: str, revision: int) -> None:
         """A live watch delete."""
         self.fold(self.view.apply_delete(keyspace, key, revision))
+
+    def watch_event(self, keyspace: Keyspace, event: Put | Delete) -> bool | None:
+        """A live watch event (:meth:`watch_put` or :meth:`watch_delete`)."""
+        if isinstance(event, Put):
+            return self.watch_put(keyspace, event.entry)
+        self.watch_delete(keyspace, event.key, event.revision)
+        return None
+
+    def watch_input(
+        self, keyspace: Keyspace, event: Put | Delete, hold_back: HoldBackRule | None = None
+    ) -> Callable[[], bool | None] | None:
+        """What a live watch event becomes: the input to run, or None when it needs none.
+
+        A runtime asks this as the event arrives, before it wakes anything: the echo of an own
+        write is dropped undecoded (:mod:`spate._core.echo`), and an event of a key an API call
+        is writing is kept by ``hold_back`` (the driver's, :mod:`spate._core.hold_back`) until
+        the call lets go of the key, when it comes back here without ``hold_back``.
+        """
+        if is_echo(self.view, keyspace, event):
+            return None
+        if hold_back is not None:
+            key = event.entry.key if isinstance(event, Put) else event.key
+            if hold_back(keyspace, key, event):
+                return None
+        return partial(self.watch_event, keyspace, event)
 
     # -- notices -----------------------------------------------------------------------------
 
@@ -317,26 +429,67 @@ class Machine:
         """Act on what changed in the view."""
         for notice in notices:
             if isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
-                self.claims.on_notice(notice)
+                self._claims.on_notice(notice)
             elif isinstance(notice, AssignmentChanged | AssignmentGone):
                 if notice.instance == self.instance:
-                    self.claims.on_assignment(notice)
+                    self._claims.on_assignment(notice)
             elif isinstance(notice, PresenceChanged):
                 self._on_presence(notice)
             elif isinstance(notice, PresenceGone):
                 if notice.instance != self.instance:
-                    self.leader.on_departure(notice.instance, self.now())
+                    self._leader.on_departure(notice.instance, self.now())
             elif isinstance(notice, LeaderChanged | LeaderGone | PlanChanged):
-                self.leader.on_notice(notice)
+                self._leader.on_notice(notice)
 
     def _on_presence(self, notice: PresenceChanged) -> None:
         if notice.instance == self.instance:
             if notice.nonce not in (None, self.nonce) and notice.revision > self.presence_rev:
                 raise self.duplicate_instance(f"presence key {self.keys.worker(self.instance)!r}")
             return
-        self.leader.on_arrival(notice.instance, notice.new, self.now())
+        self._leader.on_arrival(notice.instance, notice.new, self.now())
 
-    # -- startup ------------------------------------------------------------------------------
+    # -- startup (the sequence and its retries: spate._core.startup) --------------------------
+
+    @property
+    def startup_steps(self) -> tuple[StartupStep, ...]:
+        """The startup sequence, in order: session, probe, join, announce."""
+        return STARTUP_STEPS
+
+    def startup_tries(self, step: StartupStep) -> StartupTries:
+        """A fresh budget of tries for ``step`` (``Config.startup_max_attempts``)."""
+        return StartupTries(step, self.config.startup_max_attempts)
+
+    def startup_timeout(self, op_timeout: float) -> float:
+        """How long one try of a startup step may take."""
+        return op_timeout * STEP_TIMEOUT_FACTOR
+
+    @property
+    def probe_prefix(self) -> str:
+        """The prefix of the startup probe's scratch keys."""
+        return self.keys.probe_prefix
+
+    def probe_scratch(self, tries: int) -> str:
+        """The scratch name of probe try number ``tries`` (a lost reply may leave keys behind)."""
+        return f"{self.nonce[:16]}{tries}"
+
+    def startup_flow(self, step: StartupStep) -> Flow[None]:
+        """The machine's part of ``step`` (join or announce).
+
+        Raises :class:`~spate._core.startup.Retry` when the try lost a benign race, and
+        :class:`~spate.FatalCoordinationError` for a plan record it cannot read.
+        """
+        if step.name == "join":
+            flow = self.join_flow()
+        elif step.name == "announce":
+            flow = self.announce_flow()
+        else:
+            raise ValueError(f"{step.what} is the runtime's step, not the machine's")
+        try:
+            done = yield from flow
+        except UnreadableRecord as exc:
+            raise FatalCoordinationError(str(exc)) from exc
+        if not done:
+            raise Retry(step.race_lost)
 
     def join_flow(self) -> Flow[bool]:
         """Join the job: read the plan record (its fingerprint must be ours), or create it.
@@ -384,8 +537,8 @@ class Machine:
         now = self.now()
         if not self._parting and not self.busy(Keyspace.EPHEMERAL, self.keys.worker(self.instance)):
             self.start(self._renew_presence())
-        self.leader.heartbeat()
-        self.claims.heartbeat(now)
+        self._leader.heartbeat()
+        self._claims.heartbeat(now)
 
     def presence_record(self) -> bytes:
         """This worker's presence value (it advertises its lane budget and locality)."""
@@ -447,7 +600,7 @@ class Machine:
                     return
                 self.fold(self.view.apply_listing(keyspace, entries, since=since))
             # Grace windows elapse with time, not events: let the leader re-decide.
-            self.view.assign_dirty = True
+            self.placement_changes.owe()
             self.metrics.reconcile_duration(self.now() - started)
         finally:
             self._reconciling = False
@@ -456,7 +609,7 @@ class Machine:
 
     def release_all_flow(self, splits: list[str]) -> Flow[None]:
         """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
-        outcomes = yield Fork(tuple(self.claims.release_flow(split) for split in splits))
+        outcomes = yield Fork(tuple(self._claims.release_flow(split) for split in splits))
         # An exception out of a hand-back is fatal, as it was when they ran one after another.
         self.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
 
@@ -464,8 +617,8 @@ class Machine:
         """Leave the job: resign, hand every split back at once, delete the presence key."""
         self._parting = True
         self.request_step()
-        self.leader.demote(resign=True)
-        claims = self.claims
+        self._leader.demote(resign=True)
+        claims = self._claims
         # Every split is handed back at once (their writes go to different keys); once every
         # owner is cleared, the leases are dropped at once and the presence key with them. So
         # leaving takes two writes' time however many splits are held, and the leader sees

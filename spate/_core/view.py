@@ -29,6 +29,7 @@ from typing import TypeAlias
 
 import attrs
 
+from spate._core.changes import PlacementChanges
 from spate._core.protocol import ClaimKind, exhausts_attempts
 from spate._core.records import (
     AssignmentRecord,
@@ -200,7 +201,9 @@ walks every tracked object)."""
 class View:
     """The folded state of one job as seen by one worker."""
 
-    def __init__(self, keys: Keys, *, max_attempts: int) -> None:
+    def __init__(
+        self, keys: Keys, *, max_attempts: int, changes: PlacementChanges | None = None
+    ) -> None:
         self.keys = keys
         self.max_attempts = max_attempts
         self.splits: dict[str, SplitView] = {}
@@ -212,14 +215,8 @@ class View:
         self.leader_rev = 0
         self.seq = 0
         """Grows with every change; a listing records it when it starts (see module doc)."""
-        self.assign_dirty = True
-        """Set when an input of the leader's placement moved; the leader clears it."""
-        self.placement_changes: set[str] | None = None
-        """Splits whose placement input may have moved since the leader last looked (owner,
-        status, spec, the assignments naming them); ``None`` while nobody keeps an index."""
-        self.assignment_changes: set[str] | None = None
-        """Instances whose assignment record moved since the leader last looked (``None``
-        while nobody keeps an index)."""
+        # Where the placement inputs this view folds are reported (the leader reads them).
+        self._changes = PlacementChanges() if changes is None else changes
         self.assigned: dict[str, set[str]] = {}
         """Split -> the instances whose assignment record (of any generation) names it."""
         self.near_quarantine: set[str] = set()
@@ -520,9 +517,7 @@ class View:
     # -- internals -------------------------------------------------------------------------
 
     def _touch_assignment(self, split: str | None = None) -> None:
-        self.assign_dirty = True
-        if split is not None and self.placement_changes is not None:
-            self.placement_changes.add(split)
+        self._changes.split_moved(split)
 
     def _reassign(
         self,
@@ -545,12 +540,9 @@ class View:
                     del self.assigned[split]
         for split in new - old:
             self.assigned.setdefault(split, set()).add(instance)
-        if self.assignment_changes is not None:
-            self.assignment_changes.add(instance)
-        if moved and self.placement_changes is not None:
-            # A split in transit is anchored on its assignee: its placement input moved.
-            self.placement_changes.update(moved)
-            self.assign_dirty = True
+        self._changes.assignment_moved(instance)
+        # A split in transit is anchored on its assignee: its placement input moved.
+        self._changes.splits_moved(moved)
 
     def take_spec_arrivals(self) -> set[str]:
         """The splits whose spec record arrived after their progress record, since last asked.

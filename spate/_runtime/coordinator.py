@@ -20,8 +20,8 @@ import trio
 
 from spate._config import Config
 from spate._core.placement import validate_locality
-from spate._core.records import UnreadableRecord
-from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
+from spate._core.startup import Retry, StartupStep
+from spate._errors import ConfigError, Fenced, StoreUnavailable
 from spate._events import Event, Progress
 from spate._groups import meaningful_leaf
 from spate._metrics import MetricsHooks
@@ -38,8 +38,6 @@ __all__ = ["Coordinator", "open_coordinator"]
 logger = logging.getLogger("spate.coordinator")
 
 T = TypeVar("T")
-STARTUP_BACKOFF = (0.2, 5.0)
-"""First and largest delay between tries of a startup step."""
 
 
 class Coordinator:
@@ -72,12 +70,12 @@ class Coordinator:
     @property
     def is_leader(self) -> bool:
         """Whether this worker currently leads the job (for live views)."""
-        return self._machine.leader.leading
+        return self._machine.leading
 
     @property
     def owned(self) -> frozenset[str]:
         """The splits this worker holds right now (for live views)."""
-        return frozenset(self._machine.claims.owned)
+        return self._machine.owned
 
     def events(self) -> AsyncIterator[Event]:
         """The event stream (one consumer): Gained, Lost, RevokeRequested, Quarantined, verdicts.
@@ -107,7 +105,7 @@ class Coordinator:
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
         # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        error = await self._core.call_inline(self._machine.claims.commit_flow(split, progress))
+        error = await self._core.call_inline(self._machine.commit_flow(split, progress))
         if error is not None:
             raise error
 
@@ -118,7 +116,7 @@ class Coordinator:
         Raises :class:`~spate.Fenced` if this worker does not hold it.
         """
         _check_split(split)
-        error = await self._core.call_inline(self._machine.claims.fail_flow(split, str(reason)))
+        error = await self._core.call_inline(self._machine.fail_flow(split, str(reason)))
         if error is not None:
             raise error
 
@@ -131,7 +129,7 @@ class Coordinator:
         machine = self._machine
         self._check_running()
         for split in ids:
-            if split not in machine.claims.owned:
+            if not machine.holds(split):
                 raise Fenced(split, "this worker does not hold it; nothing was released")
         # All at once, in this task: the hand-backs write different keys, so they overlap.
         await self._core.call_inline(machine.release_all_flow(ids))
@@ -147,7 +145,7 @@ class Coordinator:
         await trio.lowlevel.checkpoint()
         # A synchronous call into the machine: atomic, since Trio runs one task at a time.
         # (A forced revocation's flow it starts runs on the loop, see Runtime.start.)
-        self._machine.revocations.decline(split)
+        self._machine.decline_revoke(split)
         self._core.request_step()
 
     async def depart(self) -> None:
@@ -180,7 +178,7 @@ class Coordinator:
         """
         wanted = _split_ids(splits)
         machine = self._machine
-        await self._core.wait_until(lambda: machine.view.handed_over(machine.instance, wanted))
+        await self._core.wait_until(lambda: machine.handed_over(wanted))
 
     def _check_running(self) -> None:
         stopped = self._core.stopped
@@ -283,13 +281,15 @@ async def open_coordinator(
                 nursery.start_soon(heartbeat_ticker, core)
                 nursery.start_soon(
                     interval_ticker,
-                    reconcile_every(core.config, store),
+                    core.machine.reconcile_interval(
+                        expiry_reaches_watchers=store.capabilities.expiry_reaches_watchers
+                    ),
                     lambda: core.post(core.machine.reconcile),
                 )
                 nursery.start_soon(
                     interval_ticker,
-                    core.config.replan_interval,
-                    lambda: core.post(core.machine.leader.replan_tick),
+                    core.machine.replan_interval,
+                    lambda: core.post(core.machine.replan_tick),
                 )
                 await core.ready.wait()
                 yield Coordinator(core)
@@ -314,19 +314,6 @@ async def open_coordinator(
             hooks.close()  # a stopped worker's levels (leader, owned) stop being reported
 
 
-def reconcile_every(config: Config, store: Store) -> float:
-    """The reconcile interval to use with ``store``.
-
-    When expiry does not reach watchers (NATS before 2.11), the reconcile listing is the only
-    way a dead worker's expired leases are noticed, so it runs at least once per lease:
-    otherwise failover would take ``reconcile_interval`` (30 s by default) instead of a lease.
-    """
-    interval = config.reconcile_interval
-    if not store.capabilities.expiry_reaches_watchers and config.lease_duration is not None:
-        interval = min(interval, config.lease_duration)
-    return interval
-
-
 class _Closed(Exception):
     """Marks a coordinator stopped by leaving its block."""
 
@@ -334,65 +321,52 @@ class _Closed(Exception):
 # -- startup ---------------------------------------------------------------------------------
 
 
-class _Retry(Exception):
-    """A startup step lost a benign race; try it again."""
-
-
 async def _startup(core: Runtime) -> None:
-    await _budgeted(core, "opening a store session", _open_session)
-    await _budgeted(core, "probing the store", _probe)
-    await _budgeted(core, "joining the job", _join)
-    await _budgeted(core, "announcing presence", _announce)
+    """Run the machine's startup sequence (its steps and their tries: spate._core.startup)."""
+    steps: dict[str, Callable[[Runtime, StartupStep], Awaitable[None]]] = {
+        "session": _open_session,
+        "probe": _probe,
+        "join": _machine_step,
+        "announce": _machine_step,
+    }
+    for step in core.machine.startup_steps:
+        await _tried(core, step, steps[step.name])
 
 
-async def _budgeted(core: Runtime, what: str, step: Callable[[Runtime], Awaitable[None]]) -> None:
-    """Try a startup step with capped backoff; give up (fatally) after the configured tries."""
-    low, high = STARTUP_BACKOFF
-    delay = low
-    attempts = core.config.startup_max_attempts
-    for attempt in range(1, attempts + 1):
+async def _tried(
+    core: Runtime, step: StartupStep, run: Callable[[Runtime, StartupStep], Awaitable[None]]
+) -> None:
+    """Try ``step`` until it succeeds, sleeping the machine's backoff between tries."""
+    tries = core.machine.startup_tries(step)
+    timeout = core.machine.startup_timeout(core.op_timeout)
+    while True:
         try:
-            with trio.fail_after(core.op_timeout * 3):
-                await step(core)
+            with trio.fail_after(timeout):
+                await run(core, step)
             return
-        except (StoreUnavailable, _Retry, trio.TooSlowError) as exc:
-            if attempt == attempts:
-                raise FatalCoordinationError(
-                    f"{what} did not succeed in {attempts} attempts (last: "
-                    f"{exc or type(exc).__name__}); "
-                    "check that the store is reachable, or raise Config.startup_max_attempts"
-                ) from exc
-            logger.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+        except (StoreUnavailable, Retry, trio.TooSlowError) as exc:
+            delay = tries.failed(exc)  # the last try raises FatalCoordinationError
+            logger.warning("%s failed (%s); retrying in %.1f s", step.what, exc, delay)
         await trio.sleep(delay)
-        delay = min(high, delay * 2)
 
 
-async def _probe(core: Runtime) -> None:
+async def _open_session(core: Runtime, step: StartupStep) -> None:
+    if core.session.current is None:
+        await core.session.open()
+
+
+async def _probe(core: Runtime, step: StartupStep) -> None:
+    machine = core.machine
     with fenced.span(core.scope, "probe"):
         # Each try writes keys of its own (a lost reply may have left the last try's behind).
         core.probes += 1
         await probe_store(
             core.store,
-            key_prefix=core.machine.keys.probe_prefix,
+            key_prefix=machine.probe_prefix,
             session=core.session.current,
-            scratch=f"{core.machine.nonce[:16]}{core.probes}",
+            scratch=machine.probe_scratch(core.probes),
         )
 
 
-async def _open_session(core: Runtime) -> None:
-    if core.session.current is None:
-        await core.session.open()
-
-
-async def _join(core: Runtime) -> None:
-    try:
-        joined = await core.driver.run_inline(core.machine.join_flow())
-    except UnreadableRecord as exc:
-        raise FatalCoordinationError(str(exc)) from exc
-    if not joined:
-        raise _Retry("another worker created the plan record first; reading it")
-
-
-async def _announce(core: Runtime) -> None:
-    if not await core.driver.run_inline(core.machine.announce_flow()):
-        raise _Retry("the presence key changed while this worker took it over; announcing again")
+async def _machine_step(core: Runtime, step: StartupStep) -> None:
+    await core.driver.run_inline(core.machine.startup_flow(step))

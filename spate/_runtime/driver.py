@@ -21,7 +21,7 @@ import attrs
 import outcome
 import trio
 
-from spate._core.flow_engine import FlowEngine, FlowRun, Key
+from spate._core.flow_engine import BATCH_CONCURRENCY, LIST_TIMEOUT_FACTOR, FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._errors import StoreError, StoreUnavailable
 from spate._runtime import fenced
@@ -35,11 +35,6 @@ logger = logging.getLogger("spate.flows")
 
 T = TypeVar("T")
 
-LIST_TIMEOUT_FACTOR = 10
-"""A listing may take this many op_timeouts."""
-BATCH_CONCURRENCY = 32
-"""Writes of one :class:`Batch` in flight at once (planning seeds many records)."""
-
 
 @attrs.define(eq=False)
 class _Running(FlowRun):
@@ -47,8 +42,6 @@ class _Running(FlowRun):
     """The trace context of the API call that started the flow (None: internal)."""
     granted: trio.Event | None = None
     """Set when an inline flow waiting for a key was given it (inline flows only)."""
-    inline: bool = False
-    """Whether an API call runs the flow in its own task (see :meth:`Driver.run_inline`)."""
 
 
 class Driver(FlowEngine[_Running]):
@@ -76,13 +69,11 @@ class Driver(FlowEngine[_Running]):
             self.group = GroupCommit(batched(store), store, timeout=op_timeout)
             nursery.start_soon(self.group.run, name="spate group commit")
             self._writer = self.group
-        self._redeliver = redeliver
-        self._held_back: dict[Key, list[Put | Delete]] = {}
         self._scope = scope
         self._nursery = nursery
         self._post = post
         self._timeout = op_timeout
-        super().__init__()
+        super().__init__(redeliver)
         self._ready: collections.deque[tuple[_Running, outcome.Outcome[Any]]] = collections.deque()
         self._running = False
         # Store calls of background flows run on reusable I/O tasks, not a task per call: a
@@ -264,40 +255,6 @@ class Driver(FlowEngine[_Running]):
     def _resume(self, running: _Running, result: outcome.Outcome[Any]) -> None:
         self._ready.append((running, result))
         self._drain()
-
-    # -- watch events of keys being written ------------------------------------------------
-
-    def hold_back(self, keyspace: Keyspace, key: str, event: Put | Delete) -> bool:
-        """Keep a watch event of ``key`` while an API call of ours holds that key; False if not.
-
-        The echo of a commit often arrives before the commit's reply (the store notifies its
-        watchers first): passed on at once, it would be decoded and folded as someone else's
-        write, on the loop task, while the committer waits. Held back, it is handed to
-        ``redeliver`` when the call lets go of the key: by then the write has landed and been
-        folded, so its echo is known by revision and dropped undecoded. Events of the key
-        keep their order; events of other keys are not held. Only keys an API call holds
-        (a commit, a failure, a release, in the caller's task) are held back: the loop's own
-        flows (elections, renewals, claims) see their keys' events as they come.
-        """
-        k = (keyspace, key)
-        held = self._held_back.get(k)
-        if held is None:
-            holder = self._holders.get(k)
-            if holder is None or not holder.inline:
-                return False
-            held = self._held_back[k] = []
-        held.append(event)
-        return True
-
-    def _release(self, run: _Running) -> None:
-        key = run.held
-        super()._release(run)
-        if key is not None:
-            held = self._held_back.pop(key, None)
-            # Handed on even if the next flow queued for the key holds it now: a stream of
-            # writes to one key must not hold its foreign events back for ever.
-            for event in held or ():
-                self._redeliver(key[0], event)
 
     # -- I/O tasks ---------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ import math
 import secrets
 import sys
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import attrs
@@ -141,20 +140,14 @@ class Runtime:
     def watch_event(self, keyspace: Keyspace, event: Put | Delete, *, hold: bool = True) -> None:
         """A live watch event: posted to the machine, unless it needs no posting.
 
-        The echo of an own write that has landed is known by its revision and dropped here,
-        costing the loop task no wake-up at all; an event of a key an API call of ours is
-        writing (a commit) is held back until the call lets go of the key (see
-        :meth:`Driver.hold_back`).
+        The machine decides (:meth:`Machine.watch_input`): the echo of an own write that has
+        landed is dropped here, costing the loop task no wake-up at all; an event of a key an
+        API call of ours is writing (a commit) is held back until the call lets go of the key.
+        ``hold`` is False for an event handed back so.
         """
-        machine = self.machine
-        if isinstance(event, Put):
-            entry = event.entry
-            if machine.view.already_seen(keyspace, entry.key, entry.revision):
-                return
-            if not (hold and self.driver.hold_back(keyspace, entry.key, event)):
-                self.post(partial(machine.watch_put, keyspace, entry))
-        elif not (hold and self.driver.hold_back(keyspace, event.key, event)):
-            self.post(partial(machine.watch_delete, keyspace, event.key, event.revision))
+        fn = self.machine.watch_input(keyspace, event, self.driver.hold_back if hold else None)
+        if fn is not None:
+            self.post(fn)
 
     def _on_loop(self) -> bool:
         return trio.lowlevel.current_task() is self._loop_task

@@ -16,9 +16,8 @@ from functools import partial
 
 import trio
 
-from spate._core.backoff import Backoff
+from spate._core.backoff import REWATCH_BACKOFF, Backoff
 from spate._core.machine import Machine
-from spate._core.protocol import jitter
 from spate._errors import StoreUnavailable
 from spate._runtime.bulk import collector_paused
 from spate._runtime.loop import Runtime
@@ -27,9 +26,6 @@ from spate._store import Delete, Entry, Keyspace, Put, SnapshotDone
 __all__ = ["heartbeat_ticker", "interval_ticker", "watch_pump"]
 
 logger = logging.getLogger("spate.pumps")
-
-REWATCH_BACKOFF = (0.2, 5.0)
-"""First and largest delay before re-establishing a broken watch."""
 
 
 async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
@@ -42,7 +38,7 @@ async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
         try:
             # Establishing the watch (up to its snapshot) is bounded; the live tail is not.
             with trio.CancelScope(deadline=trio.current_time() + core.op_timeout) as opening:
-                async with core.store.watch(keyspace, machine.keys.prefix) as events:
+                async with core.store.watch(keyspace, machine.watch_prefix) as events:
                     snapshot: list[Entry] | None = []
                     async for event in events:
                         if snapshot is not None:
@@ -72,11 +68,11 @@ def _fold_snapshot(machine: Machine, keyspace: Keyspace, snapshot: list[Entry]) 
 
 
 async def heartbeat_ticker(core: Runtime) -> None:
-    """Post a heartbeat every jittered third of the lease."""
+    """Post a heartbeat on the machine's schedule (a jittered third of the lease)."""
     machine = core.machine
     round_ = 0
     while True:
-        await trio.sleep(jitter(machine.jitter_seed, round_, machine.lease / 3))
+        await trio.sleep(machine.heartbeat_delay(round_))
         round_ += 1
         core.post(core.heartbeat)
 

@@ -21,16 +21,13 @@ from contextlib import AsyncExitStack
 
 import trio
 
-from spate._core.backoff import Backoff
+from spate._core.backoff import REOPEN_BACKOFF, Backoff
 from spate._errors import StoreError, StoreUnavailable
 from spate._store import EphemeralSemantics, Session, Store
 
 __all__ = ["SessionSlot"]
 
 logger = logging.getLogger("spate.session")
-
-REOPEN_BACKOFF = (0.2, 5.0)
-"""First and largest delay between tries to open a replacement for a lost session."""
 
 
 class SessionSlot:

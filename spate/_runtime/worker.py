@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from spate._config import Config
-from spate._core.backoff import Backoff
+from spate._core.backoff import RETRY_BACKOFF, Backoff
 from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import (
     AllComplete,
@@ -142,10 +142,6 @@ class SplitHandle:
         self.progress = progress
         if completed:
             self._completed = True
-
-
-RETRY_BACKOFF = (0.05, 2.0)
-"""First and largest delay before a handler's call to an unreachable store is tried again."""
 
 
 async def _retry_unavailable(

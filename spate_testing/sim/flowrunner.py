@@ -19,9 +19,9 @@ from typing import Any
 
 import outcome
 
-from spate._core.flow_engine import FlowEngine, FlowRun
+from spate._core.flow_engine import BATCH_CONCURRENCY, FlowEngine, FlowRun
 from spate._core.flows import Batch, Flow, Fork, Op
-from spate._runtime.driver import BATCH_CONCURRENCY
+from spate._core.hold_back import Redeliver
 from spate.store import Keyspace, SessionLost
 from spate_testing.sim.model import Link
 
@@ -41,8 +41,9 @@ class FlowRunner(FlowEngine[FlowRun]):
         soon: Callable[[Callable[[], None]], object],
         *,
         lease: Callable[[], int | None] = lambda: None,
+        redeliver: Redeliver | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(redeliver)
         self._link = link
         self._guard = guard
         self._soon = soon

@@ -32,11 +32,10 @@ from spate import (
     Stalled,
     StoreUnavailable,
 )
-from spate._core.backoff import Backoff
+from spate._core.backoff import RETRY_BACKOFF, Backoff
 from spate._core.flow_engine import FlowRun
 from spate._core.flows import Flow
 from spate._core.machine import Machine
-from spate._runtime.worker import RETRY_BACKOFF
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.flowrunner import FlowRunner
@@ -174,7 +173,7 @@ class Handlers:
                 # It cannot stop here: the revocation is forced, and it works on until the
                 # loss cancels it (SplitHandle.decline_revoke, Coordinator.decline_revoke).
                 handler.declined = True
-                self._machine.revocations.decline(handler.split)
+                self._machine.decline_revoke(handler.split)
                 self._request_step()
         if handler.poison and handler.position >= handler.steps // 2:
             reason = f"PoisonedSplit: step {handler.position} of {handler.split} always fails"
@@ -217,9 +216,7 @@ class Handlers:
             assert isinstance(error, Fenced), error
             self._end(handler, "fenced")
 
-        handler.call = self._flows.start(
-            self._machine.claims.commit_flow(handler.split, progress), done
-        )
+        handler.call = self._flows.start(self._machine.commit_flow(handler.split, progress), done)
 
     def _end(
         self,
@@ -242,11 +239,11 @@ class Handlers:
         machine = self._machine
         flow: Flow[Any]
         if what == "release":
-            if handler.split not in machine.claims.owned:
+            if not machine.holds(handler.split):
                 return self._retire(handler)  # lost meanwhile (Fenced: nothing written)
             flow = machine.release_all_flow([handler.split])
         else:
-            flow = machine.claims.fail_flow(handler.split, reason)
+            flow = machine.fail_flow(handler.split, reason)
 
         def done(result: outcome.Outcome[Any]) -> None:
             handler.call = None

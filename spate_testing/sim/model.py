@@ -31,8 +31,8 @@ import attrs
 import outcome
 
 from spate import StoreUnavailable
+from spate._core.flow_engine import LIST_TIMEOUT_FACTOR
 from spate._core.flows import Op
-from spate._runtime.driver import LIST_TIMEOUT_FACTOR
 from spate.store import (
     Conflict,
     Delete,

@@ -43,14 +43,11 @@ from spate import (
     Stalled,
     StoreUnavailable,
 )
-from spate._core.backoff import Backoff
+from spate._core.backoff import RETRY_BACKOFF, REWATCH_BACKOFF, Backoff
 from spate._core.flows import Flow
 from spate._core.machine import Machine
-from spate._core.protocol import jitter
 from spate._core.records import UnreadableRecord
-from spate._runtime.coordinator import STARTUP_BACKOFF
-from spate._runtime.pumps import REWATCH_BACKOFF
-from spate._runtime.worker import RETRY_BACKOFF
+from spate._core.startup import Retry, StartupStep, StartupTries
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
 from spate_testing.sim import history as h
@@ -65,14 +62,6 @@ from spate_testing.sim.workload import Workload
 __all__ = ["SimWorker", "WorkerState"]
 
 WorkerState = Literal["starting", "running", "leaving", "killed", "verdict", "left", "crashed"]
-
-
-_Step = Callable[[Callable[[outcome.Outcome[Any]], None]], Callable[[], None]]
-"""A startup step: start it with a ``done`` callback; it returns how to abandon it."""
-
-
-class _Retry(Exception):
-    """A startup step lost a benign race; try it again."""
 
 
 class SimWorker:
@@ -136,7 +125,11 @@ class SimWorker:
             effects=self,
         )
         self.flows = FlowRunner(
-            link, self.guarded, scheduler.soon, lease=self.session.lease_for_write
+            link,
+            self.guarded,
+            scheduler.soon,
+            lease=self.session.lease_for_write,
+            redeliver=lambda keyspace, event: self.watch_event(keyspace, event, hold=False),
         )
         self.ready = False
         self._alarm: Timer | None = None
@@ -250,54 +243,34 @@ class SimWorker:
     # -- startup -------------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Start the process: open its session, join, announce, then watch and tick."""
-        steps: list[tuple[str, _Step]] = [
-            ("opening a store session", self._session_step),
-            ("joining the job", self._flow_step(self.machine.join_flow)),
-            ("announcing presence", self._flow_step(self.machine.announce_flow)),
-        ]
-        self._startup_step(steps, 0, 1, Backoff.of(STARTUP_BACKOFF))
+        """Start the process: the machine's startup sequence, then watch and tick."""
+        # No probe: the model store is the reference the probe would check a store against,
+        # and probing it proves nothing.
+        steps = [step for step in self.machine.startup_steps if step.name != "probe"]
+        self._startup_step(steps, 0)
 
-    def _session_step(self, done: Callable[[outcome.Outcome[Any]], None]) -> Callable[[], None]:
-        self.session.open(done)
-        return _nothing  # an abandoned grant only leaves a lease to expire
-
-    def _flow_step(self, make: Callable[[], Flow[bool]]) -> _Step:
-        # The machine's startup flows answer False for a benign race lost: try again.
-        def start(done: Callable[[outcome.Outcome[Any]], None]) -> Callable[[], None]:
-            def finished(result: outcome.Outcome[Any]) -> None:
-                if isinstance(result, outcome.Value) and result.unwrap() is False:
-                    result = outcome.Error(_Retry("a benign race was lost"))
-                done(result)
-
-            run = self.flows.start(make(), finished)
-            return lambda: self.flows.drop(run)
-
-        return start
+    def _start_step(
+        self, step: StartupStep, done: Callable[[outcome.Outcome[Any]], None]
+    ) -> Callable[[], None]:
+        """Start one try of ``step``; returns how to abandon it (its time ran out)."""
+        if step.name == "session":
+            self.session.open(done)
+            return _nothing  # an abandoned grant only leaves a lease to expire
+        run = self.flows.start(self.machine.startup_flow(step), done)
+        return lambda: self.flows.drop(run)
 
     def _startup_step(
-        self,
-        steps: list[tuple[str, _Step]],
-        index: int,
-        attempt: int,
-        backoff: Backoff,
+        self, steps: list[StartupStep], index: int, tries: StartupTries | None = None
     ) -> None:
         if index == len(steps):
             return self._open()
-        what, start = steps[index]
-        budget = self.config.startup_max_attempts
+        step = steps[index]
+        current = tries or self.machine.startup_tries(step)
         settled = {"done": False}
 
         def failed(exc: BaseException) -> None:
-            if attempt >= budget:
-                raise FatalCoordinationError(
-                    f"{what} did not succeed in {budget} attempts (last: "
-                    f"{exc or type(exc).__name__}); check that the store is reachable, or "
-                    "raise Config.startup_max_attempts"
-                ) from exc
-            self.later(
-                backoff.delay(), lambda: self._startup_step(steps, index, attempt + 1, backoff)
-            )
+            delay = current.failed(exc)  # the last try raises FatalCoordinationError
+            self.later(delay, lambda: self._startup_step(steps, index, current))
 
         def done(result: outcome.Outcome[Any]) -> None:
             if settled["done"]:
@@ -305,33 +278,40 @@ class SimWorker:
             settled["done"] = True
             watchdog.cancel()
             if isinstance(result, outcome.Error):
-                if isinstance(result.error, StoreUnavailable | _Retry):
+                if isinstance(result.error, StoreUnavailable | Retry):
                     return failed(result.error)
                 result.unwrap()
-            self._startup_step(steps, index + 1, 1, Backoff.of(STARTUP_BACKOFF))
+            self._startup_step(steps, index + 1)
+
+        timeout = self.machine.startup_timeout(self.op_timeout)
 
         def too_slow() -> None:
             if not settled["done"]:
                 settled["done"] = True
                 abandon()
-                failed(StoreUnavailable(f"{what} took longer than {self.op_timeout * 3:g} s"))
+                failed(StoreUnavailable(f"{step.what} took longer than {timeout:g} s"))
 
-        watchdog = self.later(self.op_timeout * 3, too_slow)
-        abandon = start(done)
+        watchdog = self.later(timeout, too_slow)
+        abandon = self._start_step(step, done)
 
     def _open(self) -> None:
         for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
             self._watch(keyspace, Backoff.of(REWATCH_BACKOFF))
         self._heartbeat(0)
-        reconcile = self.config.reconcile_interval
-        if self.link.rates.silent_expiry:
-            # Expiry does not reach watchers: the listing is how leases of the dead are seen.
-            reconcile = min(reconcile, self.lease)
-        self._every(reconcile, lambda: self.input(self.machine.reconcile))
-        replan = self.machine.leader.replan_tick
-        self._every(self.config.replan_interval, lambda: self.input(replan))
+        machine = self.machine
+        reconcile = machine.reconcile_interval(
+            expiry_reaches_watchers=not self.link.rates.silent_expiry
+        )
+        self._every(reconcile, lambda: self.input(machine.reconcile))
+        self._every(machine.replan_interval, lambda: self.input(machine.replan_tick))
 
     # -- pumps and tickers ---------------------------------------------------------------------
+
+    def watch_event(self, keyspace: Keyspace, event: Put | Delete, *, hold: bool = True) -> None:
+        """A live watch event: an input unless the machine says it needs none (the runtime's)."""
+        fn = self.machine.watch_input(keyspace, event, self.flows.hold_back if hold else None)
+        if fn is not None:
+            self.guarded(lambda: self.input(fn))()
 
     def _watch(self, keyspace: Keyspace, backoff: Backoff) -> None:
         """Open a watch of ``keyspace`` (as the runtime's watch pump: re-opened on a break)."""
@@ -344,7 +324,7 @@ class SimWorker:
             self.session.check()  # a lost session is replaced (a new generation)
             self._heartbeat(round_ + 1)
 
-        self.later(jitter(self.machine.jitter_seed, round_, self.lease / 3), beat)
+        self.later(self.machine.heartbeat_delay(round_), beat)
 
     def _every(self, interval: float, fn: Callable[[], None]) -> None:
         def tick() -> None:
@@ -412,7 +392,7 @@ class SimWorker:
             return
         self.state = "leaving"
         self.handlers.cancel_all()
-        held = sorted(self.machine.claims.owned)
+        held = sorted(self.machine.owned)
         deadline = self.later(self.leave_deadline, lambda: self._left())
 
         def done(result: outcome.Outcome[Any]) -> None:
@@ -435,7 +415,7 @@ class SimWorker:
         if self._leaving is None:
             return
         held, deadline = self._leaving
-        if self.machine.view.handed_over(self.instance, held):
+        if self.machine.handed_over(held):
             self._leaving = None
             deadline.cancel()
             self._left()
@@ -493,7 +473,7 @@ class _Watching:
 
     def open(self) -> None:
         worker = self._worker
-        self._close = worker.link.watch(self._keyspace, worker.machine.keys.prefix, self)
+        self._close = worker.link.watch(self._keyspace, worker.machine.watch_prefix, self)
         # Establishing the watch is bounded by the operation timeout; its live tail is not.
         self._deadline = worker.later(worker.op_timeout, self._too_slow)
 
@@ -510,14 +490,8 @@ class _Watching:
     def event(self, event: WatchEvent) -> None:
         if self._ended:
             return
-        machine = self._worker.machine
-        if isinstance(event, Put):
-            entry = event.entry
-            # The echo of an own write is known by its revision: dropped before any input.
-            if not machine.view.already_seen(self._keyspace, entry.key, entry.revision):
-                self._input(partial(machine.watch_put, self._keyspace, entry))
-        elif isinstance(event, Delete):
-            self._input(partial(machine.watch_delete, self._keyspace, event.key, event.revision))
+        if isinstance(event, Put | Delete):
+            self._worker.watch_event(self._keyspace, event)
 
     def broken(self, reason: str) -> None:
         # Reported once, whichever comes first: the link breaking the watch, or the

@@ -59,7 +59,7 @@ from spate_testing.sim.history import (
 )
 
 if TYPE_CHECKING:
-    from spate._runtime.worker import SplitHandle
+    from spate import SplitHandle
 
 __all__ = [
     "RecordedSplit",

@@ -24,8 +24,7 @@ from typing import Any
 import outcome
 
 from spate import StoreUnavailable
-from spate._core.backoff import Backoff
-from spate._runtime.session import REOPEN_BACKOFF
+from spate._core.backoff import REOPEN_BACKOFF, Backoff
 from spate.store import SessionLost
 from spate_testing.sim.clockwork import Timer
 from spate_testing.sim.model import Link

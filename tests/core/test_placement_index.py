@@ -235,7 +235,7 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
         ]
         await workers[0].until(lambda: all(len(w.c.owned) == 4 for w in workers), within=3 * TTL)
         await trio.sleep(TTL)
-        leader = next(w.c._machine.leader for w in workers if w.c.is_leader)
+        leader = next(w.c._machine._leader for w in workers if w.c.is_leader)
         index = leader._index
         assert index is not None
         mark = (index.solves, index.affinity_solves, [len(w.metrics.writes) for w in workers])

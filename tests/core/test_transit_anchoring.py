@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import cast
 
 from spate import Plan, PlanContext
+from spate._core.changes import PlacementChanges
 from spate._core.host import Host
 from spate._core.leader import Leadership
 from spate._core.placement import Placement
@@ -38,11 +39,13 @@ class _Fleet:
     """A leader's view built by hand: live members, records, splits."""
 
     def __init__(self, *live: str) -> None:
-        self.view = View(Keys(JOB), max_attempts=3)
+        self.changes = PlacementChanges()
+        self.view = View(Keys(JOB), max_attempts=3, changes=self.changes)
         self.rev = 0
         for instance in live:
             self.view.put_presence(instance, PresenceRecord(nonce=instance, max_in_flight=4), 1)
-        self.leader = Leadership(cast(Host, SimpleNamespace(view=self.view)), _no_plan)
+        host = SimpleNamespace(view=self.view, placement_changes=self.changes)
+        self.leader = Leadership(cast(Host, host), _no_plan)
         self.leader.generation = GENERATION
 
     def _next(self) -> int:
@@ -109,10 +112,10 @@ def test_a_write_in_flight_anchors_before_its_record_lands() -> None:
     fleet = _Fleet("a", "d")
     fleet.split("s04", owner="a", leased=True)
     fleet.assign("a", "s04")
-    fleet.view.placement_changes = set()
+    fleet.changes.track()
     fleet.leader._writing_started("a", ())
     fleet.leader._writing_started("d", ("s04",))
-    assert fleet.view.placement_changes == {"s04"}  # the index re-reads it
+    assert fleet.changes.take_placement_changes() == {"s04"}  # the index re-reads it
     assert fleet.anchor("s04") == "d"
     fleet.assign("a")
     fleet.leader._writing_ended("a")
@@ -128,7 +131,9 @@ def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
     from spate.store import Keyspace
 
     fleet = _Fleet("a", "b", "c")
-    host = SimpleNamespace(view=fleet.view, config=Config(), tie_seed=7)
+    host = SimpleNamespace(
+        view=fleet.view, placement_changes=fleet.changes, config=Config(), tie_seed=7
+    )
     fleet.leader = Leadership(cast(Host, host), _no_plan)
     fleet.leader.generation = GENERATION
     for n in range(12):

@@ -441,20 +441,20 @@ class Worker(SimWorker):
     @property
     def owned(self) -> frozenset[str]:
         """The splits this worker holds."""
-        return frozenset(self.machine.claims.owned)
+        return self.machine.owned
 
     @property
     def leading(self) -> bool:
         """Whether this worker is the leader."""
-        return self.machine.leader.leading
+        return self.machine.leading
 
     def handed_over(self, splits: Iterable[str]) -> bool:
         """Whether ``splits`` have moved on since a departure (``wait_handed_over``'s test)."""
-        return self.machine.view.handed_over(self.instance, list(splits))
+        return self.machine.handed_over(list(splits))
 
     def drop_silently(self, split: str) -> None:
         """Stop holding ``split`` without writing (a loss noticed before its key went)."""
-        self.machine.claims.drop(split, "fenced")
+        self.machine._claims.drop(split, "fenced")
 
     def stop_claiming(self) -> None:
         """Claim nothing more, as a leaving worker does (without its hand-back)."""
@@ -462,17 +462,17 @@ class Worker(SimWorker):
 
     def step_down(self, *, resign: bool) -> None:
         """Give up leadership, with or without deleting the leader key."""
-        self.machine.leader.demote(resign=resign)
+        self.machine._leader.demote(resign=resign)
 
     @property
     def stray_leases(self) -> bool:
         """Whether the claims still track a lease key of this process's that it does not hold."""
-        return bool(self.machine.claims._stray)
+        return bool(self.machine._claims._stray)
 
     @property
     def renewed_at(self) -> dict[str, float]:
         """When each held split's lease was last written."""
-        return {split: held.last_ok for split, held in self.machine.claims.owned.items()}
+        return {split: held.last_ok for split, held in self.machine._claims.owned.items()}
 
     # -- API calls -----------------------------------------------------------------------------
 
@@ -492,11 +492,11 @@ class Worker(SimWorker):
 
     def commit(self, split: str, progress: Progress) -> Call:
         """``Coordinator.commit``."""
-        return self._call(f"commit of {split}", self.machine.claims.commit_flow(split, progress))
+        return self._call(f"commit of {split}", self.machine.commit_flow(split, progress))
 
     def fail(self, split: str, reason: str) -> Call:
         """``Coordinator.fail``."""
-        return self._call(f"fail of {split}", self.machine.claims.fail_flow(split, reason))
+        return self._call(f"fail of {split}", self.machine.fail_flow(split, reason))
 
     def release(self, splits: Iterable[str]) -> Call:
         """``Coordinator.release``: Fenced, writing nothing, if one of them is not held."""
@@ -514,7 +514,7 @@ class Worker(SimWorker):
 
     def decline_revoke(self, split: str) -> None:
         """``Coordinator.decline_revoke``."""
-        self.machine.revocations.decline(split)
+        self.machine.decline_revoke(split)
         self.request_step()
 
     # -- ticks, for a world that does not tick on its own ---------------------------------------

@@ -16,9 +16,9 @@ import trio
 
 from spate._cli.demo.workload import Dataset, DemoStats, make_handler, make_planner
 from spate._config import Config
+from spate._core.backoff import STARTUP_BACKOFF
 from spate._errors import StoreUnavailable
 from spate._events import AllComplete, Stalled
-from spate._runtime.coordinator import STARTUP_BACKOFF
 from spate._runtime.worker import SplitHandle, run_worker
 from spate._store import Store
 

@@ -1,0 +1,85 @@
+"""The startup sequence: what a coordinator does before it watches, and how each step is retried.
+
+In order: open a store session; probe the store's compare-and-swap semantics in both keyspaces
+(a store that fails is refused with a clear error, before anything of the job is written); join
+the job (read the plan record and check its fingerprint, or create it); announce presence. A
+step that meets an unavailable store, outlives its bound, or loses a benign race (another
+worker created the plan record first; the presence key moved while it was taken over) is tried
+again after a capped backoff, up to ``Config.startup_max_attempts`` tries, and then fails
+fatally: a worker that cannot start must say so, not hang.
+
+The runtime performs the steps (opening the session and the probe are I/O of its own; joining
+and announcing are the machine's flows, :meth:`Machine.startup_flow
+<spate._core.machine.Machine.startup_flow>`) and sleeps the delays; which steps, in which order,
+how long each may take, how many tries and how far apart, and what a lost race means are
+decided here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from spate._core.backoff import STARTUP_BACKOFF, Backoff
+from spate._errors import FatalCoordinationError
+
+__all__ = ["STARTUP_STEPS", "STEP_TIMEOUT_FACTOR", "Retry", "StartupStep", "StartupTries"]
+
+STEP_TIMEOUT_FACTOR = 3
+"""One try of a startup step may take this many op_timeouts (a join reads, then may create)."""
+
+
+class Retry(Exception):
+    """A startup step lost a benign race; try it again."""
+
+
+@attrs.frozen
+class StartupStep:
+    """One step of the startup sequence."""
+
+    name: Literal["session", "probe", "join", "announce"]
+    what: str
+    """What the step does, for the log and the fatal error (``"joining the job"``)."""
+    race_lost: str = ""
+    """Why a try that lost a benign race is tried again (the machine's steps only)."""
+
+
+STARTUP_STEPS = (
+    StartupStep("session", "opening a store session"),
+    StartupStep("probe", "probing the store"),
+    StartupStep(
+        "join", "joining the job", "another worker created the plan record first; reading it"
+    ),
+    StartupStep(
+        "announce",
+        "announcing presence",
+        "the presence key changed while this worker took it over; announcing again",
+    ),
+)
+"""The steps, in the order they run."""
+
+
+class StartupTries:
+    """The tries of one startup step: its budget, the backoff between tries, the final error."""
+
+    def __init__(self, step: StartupStep, attempts: int) -> None:
+        self.step = step
+        self.attempts = attempts
+        self.attempt = 1
+        """The try under way, counted from 1."""
+        self._backoff = Backoff.of(STARTUP_BACKOFF)
+
+    def failed(self, exc: BaseException) -> float:
+        """The try failed with ``exc`` (unavailable, too slow, a race lost): the delay to wait.
+
+        Raises :class:`~spate.FatalCoordinationError` (from ``exc``) when that was the last try.
+        """
+        if self.attempt >= self.attempts:
+            raise FatalCoordinationError(
+                f"{self.step.what} did not succeed in {self.attempts} attempts (last: "
+                f"{exc or type(exc).__name__}); "
+                "check that the store is reachable, or raise Config.startup_max_attempts"
+            ) from exc
+        self.attempt += 1
+        return self._backoff.delay()
