@@ -38,7 +38,7 @@ __all__ = [
     "raw_cas_latencies",
 ]
 
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 
 @attrs.frozen
@@ -244,9 +244,9 @@ async def backends(names: Iterable[str]) -> AsyncIterator[dict[str, Backend]]:
 
 async def raw_cas_latencies(store: Store, key: str, value: bytes, ops: int) -> list[float]:
     """``ops`` sequential compare-and-swaps of one durable key: the store's own round trip."""
-    entry = await store.get(D, key)
+    entry = await store.get(DURABLE, key)
     if entry is None:
-        created = await store.create(D, key, value)
+        created = await store.create(DURABLE, key, value)
         assert isinstance(created, Won), created
         revision = created.revision
     else:
@@ -267,9 +267,9 @@ async def cas(store: Store, key: str, value: bytes, revision: int) -> int:
     """
     while True:
         try:
-            result = await store.update(D, key, value, revision)
+            result = await store.update(DURABLE, key, value, revision)
         except StoreUnavailable:
-            entry = await store.get(D, key)
+            entry = await store.get(DURABLE, key)
             assert entry is not None, f"{key} vanished"
             if entry.revision != revision:
                 return entry.revision  # it landed

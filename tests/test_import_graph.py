@@ -156,7 +156,7 @@ def test_every_core_module_is_free_of_trio() -> None:
 
 # -- the machine's facade ------------------------------------------------------------------
 
-COMPONENTS = frozenset({"claims", "leader", "placement_changes", "revocations", "terminal", "view"})
+COMPONENTS = frozenset({"claims", "leader", "placement_changes", "revocations", "verdict", "view"})
 """The machine's components: nothing outside spate._core reaches them through a machine."""
 
 

@@ -174,8 +174,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from spate._cli.demo.display import Display, LiveDisplay, PlainDisplay, print_result
     from spate._cli.demo.fleet import DemoOptions, run_demo
-    from spate._cli.demo.view import LiveView, PlainView, View, print_result
 
     options = DemoOptions(
         store_url=args.store,
@@ -186,14 +186,14 @@ def _demo(args: argparse.Namespace) -> int:
         duration=args.duration,
     )
     console: Any = None
-    view: View
+    display: Display
     if sys.stdout.isatty() and not args.plain:
         from rich.console import Console
 
         console = Console()
-        view = LiveView(console)
+        display = LiveDisplay(console)
     else:
-        view = PlainView(lambda line: print(line, flush=True))
+        display = PlainDisplay(lambda line: print(line, flush=True))
     print(
         f"spate demo: {options.workers} workers, {options.splits} splits, seed {options.seed}, "
         f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}",
@@ -209,7 +209,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     async def work() -> int:
         try:
-            result = await run_demo(options, view)
+            result = await run_demo(options, display)
         finally:
             if telemetry is not None:
                 await telemetry.ashutdown()
@@ -273,7 +273,7 @@ def _host_port(value: str) -> tuple[str, int]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from spate._cli.status_view import show_status
+    from spate._cli.status_table import show_status
 
     async def work() -> int:
         return await show_status(

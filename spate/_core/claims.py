@@ -53,7 +53,7 @@ from spate._core.view import (
     LeaseChanged,
     LeaseGone,
     ProgressChanged,
-    SplitView,
+    SplitState,
 )
 from spate._errors import StoreUnavailable
 from spate._events import Gained, Quarantined
@@ -64,7 +64,7 @@ __all__ = ["Claims"]
 
 logger = logging.getLogger("spate.claims")
 
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 RETRY_AFTER_ERROR = 1.0
 """Seconds before a split whose claim or quarantine hit a store error is tried again."""
 
@@ -84,8 +84,8 @@ class Claims(Tenancies):
     :class:`~spate._core.tenancy.Tenancies` side.
     """
 
-    def __init__(self, core: Host) -> None:
-        super().__init__(core)
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
         self.claiming = 0
         self.assigned: frozenset[str] = frozenset()
         self.assignment_seen = False
@@ -106,9 +106,9 @@ class Claims(Tenancies):
 
     def step(self, now: float) -> None:
         """Claim what is assigned and claimable; quarantine what is out of attempts."""
-        core = self.core
-        view = core.view
-        slots = core.config.max_in_flight - len(self.owned) - self.claiming
+        host = self.host
+        view = host.view
+        slots = host.config.max_in_flight - len(self.owned) - self.claiming
         self._dirty.update(self.retry_at.pop_due(now))
         self._dirty |= view.take_spec_arrivals()
         if self._sweep or slots > self._slots_left:
@@ -140,7 +140,7 @@ class Claims(Tenancies):
                 )
             )
         for candidate in claim_candidates(
-            facts, held=self.owned, instance=core.instance, max_attempts=core.config.max_attempts
+            facts, held=self.owned, instance=host.instance, max_attempts=host.config.max_attempts
         ):
             if candidate.quarantine:
                 self._begin(candidate.split, self._quarantine(candidate))
@@ -162,7 +162,7 @@ class Claims(Tenancies):
             self._dirty.add(split)
             result.unwrap()
 
-        self.core.start(flow, done)
+        self.host.start(flow, done)
 
     def heartbeat(self, now: float) -> None:
         """Keep the held leases (see :meth:`keep_leases`) and sweep every candidate next step."""
@@ -173,11 +173,11 @@ class Claims(Tenancies):
 
     def on_notice(self, notice: LeaseChanged | LeaseGone | ProgressChanged) -> None:
         """Fence held splits that someone else moved."""
-        core = self.core
+        host = self.host
         self._dirty.add(notice.split)
         if isinstance(notice, LeaseChanged):
-            if notice.lease.nonce == core.nonce and notice.split not in self.owned:
-                self._stray.setdefault(notice.split, core.now())
+            if notice.lease.nonce == host.nonce and notice.split not in self.owned:
+                self._stray.setdefault(notice.split, host.now())
             else:
                 self._stray.pop(notice.split, None)
         elif isinstance(notice, LeaseGone):
@@ -188,8 +188,8 @@ class Claims(Tenancies):
             if record.status is Status.QUARANTINED and (
                 previous is None or previous.status is not Status.QUARANTINED
             ):
-                core.metrics.quarantined()
-                core.emit(Quarantined(notice.split, record.attempts))
+                host.metrics.quarantined()
+                host.emit(Quarantined(notice.split, record.attempts))
             held = self.owned.get(notice.split)
             if held is not None and record.epoch > held.epoch:
                 # A claimant CASed the record past our tenancy.
@@ -200,9 +200,9 @@ class Claims(Tenancies):
             return
         if isinstance(notice, LeaseChanged):
             lease = notice.lease
-            if lease.nonce != core.nonce:
-                if lease.owner == core.instance:
-                    raise core.duplicate_instance(f"the lease of split {notice.split!r}")
+            if lease.nonce != host.nonce:
+                if lease.owner == host.instance:
+                    raise host.duplicate_instance(f"the lease of split {notice.split!r}")
                 logger.warning("split %s: lease taken by %s; split lost", notice.split, lease.owner)
                 self.drop(notice.split, "fenced")
             return
@@ -213,7 +213,7 @@ class Claims(Tenancies):
 
     def on_assignment(self, notice: AssignmentChanged | AssignmentGone) -> None:
         """Adopt this worker's assignment (or its withdrawal: "nothing decided")."""
-        now = self.core.now()
+        now = self.host.now()
         if isinstance(notice, AssignmentGone):
             self.assignment_seen = False
             self.assigned = frozenset()
@@ -238,7 +238,7 @@ class Claims(Tenancies):
 
     def _retry_later(self, split: str) -> None:
         """Hold ``split`` back a moment: a store error or a refusal the watch has yet to explain."""
-        self.retry_at.set(split, self.core.now() + RETRY_AFTER_ERROR)
+        self.retry_at.set(split, self.host.now() + RETRY_AFTER_ERROR)
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -252,7 +252,7 @@ class Claims(Tenancies):
         """The two-key claim: lease first, then the progress-record CAS (one retry at most)."""
         if kind is ClaimKind.EXPIRED:
             kind = yield from self._settle_release_race(split)
-        state = self.core.view.splits.get(split)
+        state = self.host.view.splits.get(split)
         if state is None or state.progress.status is not Status.RUNNABLE or split in self.owned:
             return
         epoch = state.progress.epoch + 1
@@ -269,35 +269,35 @@ class Claims(Tenancies):
 
     def _settle_release_race(self, split: str) -> Flow[ClaimKind]:
         """One durable read: an owner already cleared makes an "expired" claim "released"."""
-        core = self.core
-        key = core.keys.split(split)
-        entry = yield from self._read_or_none(D, key)
+        host = self.host
+        key = host.keys.split(split)
+        entry = yield from self._read_or_none(DURABLE, key)
         if entry is None:
             return ClaimKind.EXPIRED
-        state = core.view.splits.get(split)
+        state = host.view.splits.get(split)
         # Only a read at least as fresh as the view may downgrade: a lagging replica's old
         # owner-less record must not make a real expiry takeover attempt-free.
         fresh = state is None or entry.revision >= state.progress_rev
         record = decode(ProgressRecord, key, entry.value, split=split)
-        core.fold(core.view.apply_put(D, entry))
+        host.fold(host.view.apply_put(DURABLE, entry))
         return ClaimKind.RELEASED if record.owner is None and fresh else ClaimKind.EXPIRED
 
     def _acquire_lease(
-        self, split: str, kind: ClaimKind, state: SplitView, epoch: int
+        self, split: str, kind: ClaimKind, state: SplitState, epoch: int
     ) -> Flow[int | None]:
         """Write the claim's lease (the first key): its revision, or None to try again later."""
-        core = self.core
-        key = core.keys.split(split)
-        lease = LeaseRecord(owner=core.instance, nonce=core.nonce, epoch=epoch)
-        yield Hold(E, key)
+        host = self.host
+        key = host.keys.split(split)
+        lease = LeaseRecord(owner=host.instance, nonce=host.nonce, epoch=epoch)
+        yield Hold(EPHEMERAL, key)
         if kind is ClaimKind.RECLAIM and state.lease is not None:
             op = Op(
-                "update", E, key, encode(lease), expected=state.lease_rev,
+                "update", EPHEMERAL, key, encode(lease), expected=state.lease_rev,
                 operation="claim-lease", split=split, epoch=epoch,
             )  # fmt: skip
         else:
             op = Op(
-                "create", E, key, encode(lease), operation="claim-lease", split=split,
+                "create", EPHEMERAL, key, encode(lease), operation="claim-lease", split=split,
                 epoch=epoch,
             )  # fmt: skip
         # Refused: a peer won the lease (the watch brings its write), or our view of our own
@@ -305,7 +305,7 @@ class Claims(Tenancies):
         won = yield from self._write_or_retry_later(op, "lease write")
         if won is None:
             return None
-        core.fold(core.view.put_lease(split, lease, won.revision))
+        host.fold(host.view.put_lease(split, lease, won.revision))
         return won.revision
 
     def _claim_record(
@@ -316,15 +316,15 @@ class Claims(Tenancies):
         "lost" when the CAS lost (a zombie's late commit, or a rival claim: the caller reads
         back); "given up" when the split moved on or the outcome cannot be known.
         """
-        core = self.core
-        key = core.keys.split(split)
+        host = self.host
+        key = host.keys.split(split)
         # Hold the key before reading the record the CAS is built from: a write of ours still
         # in flight (a commit of the tenancy just lost) changes both the record and its
         # revision, and a record read before the wait paired with the revision read after it
         # would write old progress back under a fresh revision.
-        yield Hold(D, key)
-        state = core.view.splits.get(split)
-        if state is None or state.spec is None or core.parting:
+        yield Hold(DURABLE, key)
+        state = host.view.splits.get(split)
+        if state is None or state.spec is None or host.parting:
             return "given up"
         progress = state.progress
         if progress.status is not Status.RUNNABLE or progress.completed or progress.epoch >= epoch:
@@ -338,15 +338,15 @@ class Claims(Tenancies):
         record = attrs.evolve(
             progress,
             epoch=epoch,
-            owner=core.instance,
-            owner_nonce=core.nonce,
+            owner=host.instance,
+            owner_nonce=host.nonce,
             attempts=attempts_after(kind, progress.attempts, progress.advanced),
-            written_at_ms=self.core.wall_ms(),
+            written_at_ms=self.host.wall_ms(),
             advanced=False,
         )
         try:
             result = yield Op(
-                "update", D, key, encode(record), expected=state.progress_rev,
+                "update", DURABLE, key, encode(record), expected=state.progress_rev,
                 operation="claim", split=split, epoch=epoch,
             )  # fmt: skip
         except StoreUnavailable as exc:
@@ -365,12 +365,12 @@ class Claims(Tenancies):
         It is when the CAS lost to the previous owner's zombie committing just before (legal:
         it still owned the split), not to a rival claim; the retry builds on that commit.
         """
-        core = self.core
-        entry = yield from self._read_or_none(D, core.keys.split(split))
+        host = self.host
+        entry = yield from self._read_or_none(DURABLE, host.keys.split(split))
         if entry is None:
             return False
-        core.fold(core.view.apply_put(D, entry))
-        fresh = core.view.splits[split].progress
+        host.fold(host.view.apply_put(DURABLE, entry))
+        fresh = host.view.splits[split].progress
         return fresh.status is Status.RUNNABLE and fresh.epoch < epoch
 
     def _write_or_retry_later(self, op: Op, what: str) -> Flow[Won | None]:
@@ -395,28 +395,28 @@ class Claims(Tenancies):
     def _gained(
         self, split: str, kind: ClaimKind, record: ProgressRecord, revision: int, lease_rev: int
     ) -> None:
-        core = self.core
-        self.owned[split] = Owned(record.epoch, lease_rev, core.now(), core.session.generation)
-        core.fold(core.view.put_progress(split, record, revision))
-        core.metrics.acquired(ACQUIRE_REASONS[kind])
+        host = self.host
+        self.owned[split] = Owned(record.epoch, lease_rev, host.now(), host.session.generation)
+        host.fold(host.view.put_progress(split, record, revision))
+        host.metrics.acquired(ACQUIRE_REASONS[kind])
         since = self.awaiting.pop(split, None)
         if since is not None:
-            core.metrics.assignment_latency(core.now() - since)
-        spec = core.view.splits[split].spec
+            host.metrics.assignment_latency(host.now() - since)
+        spec = host.view.splits[split].spec
         assert spec is not None
-        core.emit(Gained(split, record.epoch, record.progress, spec.descriptor, spec.weight))
-        if core.parting:
+        host.emit(Gained(split, record.epoch, record.progress, spec.descriptor, spec.weight))
+        if host.parting:
             # Departure began while this claim was in flight: hand it straight back.
-            core.start(self.release_flow(split))
+            host.start(self.release_flow(split))
 
     # -- quarantine --------------------------------------------------------------------------
 
     def _quarantine(self, candidate: Candidate) -> Flow[None]:
-        core = self.core
+        host = self.host
         split = candidate.split
-        key = core.keys.split(split)
-        yield Hold(D, key)
-        state = core.view.splits.get(split)
+        key = host.keys.split(split)
+        yield Hold(DURABLE, key)
+        state = host.view.splits.get(split)
         if state is None or state.progress.status is not Status.RUNNABLE:
             return
         attempts = attempts_after(candidate.kind, state.progress.attempts, state.progress.advanced)
@@ -431,10 +431,10 @@ class Claims(Tenancies):
             owner=None,
             owner_nonce="",
             attempts=attempts,
-            written_at_ms=self.core.wall_ms(),
+            written_at_ms=self.host.wall_ms(),
         )
         op = Op(
-            "update", D, key, encode(record), expected=state.progress_rev,
+            "update", DURABLE, key, encode(record), expected=state.progress_rev,
             operation="quarantine", split=split, epoch=record.epoch,
         )  # fmt: skip
         # Refused: someone else moved it; the watch brings the news (or the reconcile listing,
@@ -443,6 +443,6 @@ class Claims(Tenancies):
         if result is None:
             return
         logger.warning("split %s quarantined after %d attempts", split, record.attempts)
-        core.fold(core.view.put_progress(split, record, result.revision))
+        host.fold(host.view.put_progress(split, record, result.revision))
         if stale_lease:
             yield from self._drop_lease(split, stale_lease, stale_epoch)

@@ -37,7 +37,8 @@ T = TypeVar("T")
 class Op:
     """One store call. Writes (create/update/delete) are fenced writes (one span each)."""
 
-    kind: Literal["get", "list", "create", "update", "delete"]
+    method: Literal["get", "list", "create", "update", "delete"]
+    """The store method this calls."""
     keyspace: Keyspace
     key: str
     value: bytes = b""
@@ -50,7 +51,7 @@ class Op:
     @property
     def is_write(self) -> bool:
         """Whether this call writes (and so needs its key to itself)."""
-        return self.kind in ("create", "update", "delete")
+        return self.method in ("create", "update", "delete")
 
 
 @attrs.frozen

@@ -63,7 +63,7 @@ __all__ = ["Leadership"]
 logger = logging.getLogger("spate.leader")
 
 
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 BUMP_TRIES = 3
 PLANNER_BACKOFF = (1.0, 60.0)
 """First and largest delay before a failed planner run is retried."""
@@ -86,8 +86,8 @@ class _PlanRun:
 class Leadership:
     """This worker's part in leading the job (most of the time: watching someone else lead)."""
 
-    def __init__(self, core: Host, planner: Planner) -> None:
-        self.core = core
+    def __init__(self, host: Host, planner: Planner) -> None:
+        self.host = host
         self.planner = planner
         self.rev: int | None = None
         """Revision of the leader key while this worker leads."""
@@ -130,7 +130,7 @@ class Leadership:
 
     def step(self, now: float) -> None:
         """Elect, plan and publish as the state says."""
-        view = self.core.view
+        view = self.host.view
         if not self.leading:
             if (
                 view.leader is None
@@ -139,7 +139,7 @@ class Leadership:
                 and now >= self._elect_after
             ):
                 self._electing = True
-                self.core.start(self._elect(view.plan.generation + 1))
+                self.host.start(self._elect(view.plan.generation + 1))
             return
         if view.plan is None or view.plan.generation != self.generation:
             return  # the generation bump has not landed: no unfenced leader write
@@ -150,7 +150,7 @@ class Leadership:
     def next_deadline(self, now: float) -> float:
         """The next time-based leader decision (grace windows, retries, debounce)."""
         times = [math.inf]
-        delay = self.core.config.rebalance_delay
+        delay = self.host.config.rebalance_delay
         if self.departed and delay > 0:
             times.append(min(self.departed.values()) + delay)
         for t in (self._debounce_until, self._publish_not_before):
@@ -180,15 +180,15 @@ class Leadership:
             self._membership_changed(now)
 
     def _membership_changed(self, now: float) -> None:
-        debounce = self.core.config.membership_debounce
+        debounce = self.host.config.membership_debounce
         if debounce > 0:
             self._debounce_until = now + debounce
 
     def prune_departed(self, now: float) -> None:
         """Expire grace windows (on every worker, so the map never grows without bound)."""
-        for instance in [i for i in self.departed if i in self.core.view.presence]:
+        for instance in [i for i in self.departed if i in self.host.view.presence]:
             del self.departed[instance]
-        delay = self.core.config.rebalance_delay
+        delay = self.host.config.rebalance_delay
         if delay == 0:
             # Its own branch: a zero that flowed through the general comparison is how
             # "withhold nothing" turns into "withhold forever".
@@ -198,16 +198,16 @@ class Leadership:
         for instance in expired:
             del self.departed[instance]
         if expired:
-            self.core.placement_changes.owe()
+            self.host.placement_changes.owe()
 
     # -- what the view tells us ----------------------------------------------------------------
 
     def on_notice(self, notice: LeaderChanged | LeaderGone | PlanChanged) -> None:
         """Check the fingerprint; step down when deposed."""
-        core = self.core
+        host = self.host
         if isinstance(notice, PlanChanged):
-            if notice.plan.fingerprint != core.fingerprint:
-                raise fingerprint_mismatch(core.job, notice.plan.fingerprint, core.fingerprint)
+            if notice.plan.fingerprint != host.fingerprint:
+                raise fingerprint_mismatch(host.job, notice.plan.fingerprint, host.fingerprint)
             if self.leading and notice.plan.generation > self.generation:
                 logger.warning("deposed: plan generation %d is newer", notice.plan.generation)
                 self.demote(resign=False)
@@ -215,7 +215,7 @@ class Leadership:
         if not self.leading or self.rev is None:
             return
         if isinstance(notice, LeaderChanged):
-            if notice.leader.nonce != core.nonce:
+            if notice.leader.nonce != host.nonce:
                 logger.warning("deposed: %s holds the leader key", notice.leader.owner)
                 self.demote(resign=False)
         elif notice.revision is None or notice.revision > self.rev:
@@ -227,80 +227,82 @@ class Leadership:
         rev, self.rev = self.rev, None
         self.plan_now = False
         self._drop_index()
-        self.core.metrics.placement(None)
+        self.host.metrics.placement(None)
         if self._run is not None:
             if self._run.call is not None:
                 self._run.call.cancel()
             self._run = None
         if resign and rev is not None:
-            self.core.start(self._resign(rev))
+            self.host.start(self._resign(rev))
 
     def _resign(self, rev: int) -> Flow[None]:
-        key = self.core.keys.leader
-        yield Hold(E, key)
+        key = self.host.keys.leader
+        yield Hold(EPHEMERAL, key)
         try:
-            result = yield Op("delete", E, key, expected=rev, operation="resign")
+            result = yield Op("delete", EPHEMERAL, key, expected=rev, operation="resign")
         except StoreUnavailable:
             return  # the key expires on its own
         if isinstance(result, Won):
-            self.core.fold(self.core.view.forget_own(E, key, rev))
+            self.host.fold(self.host.view.forget_own(EPHEMERAL, key, rev))
         else:
-            yield from self.core.reread(E, key)  # so a later resignation is guarded rightly
+            yield from self.host.reread(EPHEMERAL, key)  # so a later resignation is guarded rightly
 
     # -- election ------------------------------------------------------------------------------
 
     def _elect(self, target: int) -> Flow[None]:
-        core = self.core
+        host = self.host
         try:
-            record = LeaderRecord(owner=core.instance, nonce=core.nonce, generation=target)
+            record = LeaderRecord(owner=host.instance, nonce=host.nonce, generation=target)
             try:
-                result = yield Op("create", E, core.keys.leader, encode(record), operation="elect")
+                result = yield Op(
+                    "create", EPHEMERAL, host.keys.leader, encode(record), operation="elect"
+                )
             except StoreUnavailable as exc:
                 logger.warning("election attempt failed (%s); retrying later", exc)
-                self._elect_after = core.now() + core.lease / ELECTION_RETRY_DIVISOR
+                self._elect_after = host.now() + host.lease / ELECTION_RETRY_DIVISOR
                 return
-            if not isinstance(result, Won) or core.parting:
+            if not isinstance(result, Won) or host.parting:
                 if isinstance(result, Won):
                     yield from self._resign(result.revision)
                 # Another worker won and its key arrives on the watch, or our own earlier
                 # attempt landed unseen. Until the view learns which, another attempt would
                 # lose the same way: without a pause the loop would spin against the store.
-                self._elect_after = core.now() + core.lease / ELECTION_RETRY_DIVISOR
+                self._elect_after = host.now() + host.lease / ELECTION_RETRY_DIVISOR
                 return
             self.rev, self.generation = result.revision, target
-            core.fold(core.view.put_leader(record, result.revision))
+            host.fold(host.view.put_leader(record, result.revision))
             logger.info("elected leader at generation %d", target)
             yield from self._bump(target)
         finally:
             self._electing = False
 
     def _bump(self, target: int) -> Flow[None]:
-        core = self.core
+        host = self.host
         for _ in range(BUMP_TRIES):
-            plan, rev = core.view.plan, core.view.plan_rev
+            plan, rev = host.view.plan, host.view.plan_rev
             if plan is None or not self.leading:
                 return
             if plan.generation >= target:
                 break  # a racing successor fenced past us
-            bumped = attrs.evolve(plan, generation=target, updated_at_ms=self.core.wall_ms())
-            yield Hold(D, core.keys.plan)
+            bumped = attrs.evolve(plan, generation=target, updated_at_ms=self.host.wall_ms())
+            yield Hold(DURABLE, host.keys.plan)
             try:
                 result = yield Op(
-                    "update", D, core.keys.plan, encode(bumped), expected=rev,
+                    "update", DURABLE, host.keys.plan, encode(bumped), expected=rev,
                     operation="generation-bump",
                 )  # fmt: skip
             except StoreUnavailable as exc:
                 logger.warning("generation bump failed (%s); retrying", exc)
                 continue
             if isinstance(result, Won):
-                core.fold(core.view.put_plan(bumped, result.revision))
+                host.fold(host.view.put_plan(bumped, result.revision))
                 # Every new leader plans at least once, even a final plan: a predecessor may
                 # have died between seeding and publishing.
                 self.plan_now = True
-                core.placement_changes.owe()
+                host.placement_changes.owe()
                 return
             try:
-                entry = yield Op("get", D, core.keys.plan)
+                entry = yield Op("get", DURABLE, host.keys.plan)
             except StoreUnavailable as exc:
                 # A transient read error is no reason to stop the worker: try again (on the
                 # revision we knew), and after BUMP_TRIES give the leadership back.
@@ -308,38 +310,38 @@ class Leadership:
                 continue
             if entry is None:
                 raise FatalCoordinationError(
-                    f"the plan record {core.keys.plan!r} vanished during an election; something "
+                    f"the plan record {host.keys.plan!r} vanished during an election; something "
                     "other than spate deleted it. Restore it or start the job under a new name."
                 )
-            core.fold(core.view.apply_put(D, entry))
+            host.fold(host.view.apply_put(DURABLE, entry))
         # Never lead without the fence.
         self.demote(resign=True)
 
     def heartbeat(self) -> None:
         """Renew the leader key (while leading); give back a key of ours we do not lead by."""
-        core, view = self.core, self.core.view
-        if core.busy(E, core.keys.leader):
+        host, view = self.host, self.host.view
+        if host.busy(EPHEMERAL, host.keys.leader):
             return
         if self.leading:
-            core.start(self._renew())
-        elif view.leader is not None and view.leader.nonce == core.nonce and not self._electing:
+            host.start(self._renew())
+        elif view.leader is not None and view.leader.nonce == host.nonce and not self._electing:
             # The leader key is this process's, yet it does not lead: an election whose reply
             # was lost landed unseen, or a leadership given up without its key. Nobody else
             # elects while the key stands, and on a session store this process's keepalive
             # would keep it standing for ever: give it back (at most once a beat).
             logger.info("the leader key is this process's but it does not lead; resigning")
-            core.start(self._resign(view.leader_rev))
+            host.start(self._resign(view.leader_rev))
 
     def _renew(self) -> Flow[None]:
-        core = self.core
-        yield Hold(E, core.keys.leader)
+        host = self.host
+        yield Hold(EPHEMERAL, host.keys.leader)
         rev = self.rev
         if rev is None:
             return
-        record = LeaderRecord(owner=core.instance, nonce=core.nonce, generation=self.generation)
+        record = LeaderRecord(owner=host.instance, nonce=host.nonce, generation=self.generation)
         try:
             result = yield Op(
-                "update", E, core.keys.leader, encode(record), expected=rev,
+                "update", EPHEMERAL, host.keys.leader, encode(record), expected=rev,
                 operation="leader-renew",
             )  # fmt: skip
         except StoreUnavailable as exc:
@@ -349,7 +351,7 @@ class Leadership:
             return
         if isinstance(result, Won):
             self.rev = result.revision
-            core.fold(core.view.put_leader(record, result.revision))
+            host.fold(host.view.put_leader(record, result.revision))
         else:
             logger.warning("leader renewal lost its compare-and-swap; stepping down")
             self.demote(resign=False)
@@ -358,29 +360,29 @@ class Leadership:
 
     def replan_tick(self) -> None:
         """The replan timer: an open plan is planned again."""
-        plan = self.core.view.plan
+        plan = self.host.view.plan
         if self.leading and plan is not None and plan.finality is Finality.OPEN:
             self.plan_now = True
 
     def _start_plan(self, now: float) -> None:
-        core = self.core
-        plan, rev = core.view.plan, core.view.plan_rev
+        host = self.host
+        plan, rev = host.view.plan, host.view.plan_rev
         assert plan is not None
         self.plan_now = False
         ctx = PlanContext(
-            job=core.job,
-            known=frozenset(core.view.splits),
+            job=host.job,
+            known=frozenset(host.view.splits),
             generation=self.generation,
             cursor=plan.cursor,
             final=plan.finality is Finality.FINAL,
         )
         run = self._run = _PlanRun(plan, rev, now)
-        run.call = core.run_planner(self.planner, ctx, lambda result: self._planned(run, result))
+        run.call = host.run_planner(self.planner, ctx, lambda result: self._planned(run, result))
 
     def _planned(self, run: _PlanRun, result: outcome.Outcome[Any]) -> None:
         if run is not self._run:
             return  # leadership changed while it ran: its result is not ours to write
-        core = self.core
+        host = self.host
         if isinstance(result, outcome.Error):
             error = result.error
             if isinstance(error, PlanError):
@@ -389,7 +391,7 @@ class Leadership:
             self._failed(run)
             return
         plan = validate_plan(result.unwrap())
-        limit = core.max_value_size
+        limit = host.max_value_size
         specs: list[tuple[SpecRecord, bytes]] = []
         for split in plan.splits:
             spec = SpecRecord(
@@ -409,7 +411,7 @@ class Leadership:
                 )
             specs.append((spec, data))
         run.records = len(specs)
-        core.start(self._write_plan(run, plan, specs), self._written(run))
+        host.start(self._write_plan(run, plan, specs), self._written(run))
 
     def _written(self, run: _PlanRun) -> Callable[[outcome.Outcome[None]], None]:
         def done(result: outcome.Outcome[None]) -> None:
@@ -420,9 +422,9 @@ class Leadership:
         return done
 
     def _failed(self, run: _PlanRun) -> None:
-        core = self.core
-        core.metrics.replan("error", core.now() - run.started)
-        self._retry_at = core.now() + self._backoff.delay()
+        host = self.host
+        host.metrics.replan("error", host.now() - run.started)
+        self._retry_at = host.now() + self._backoff.delay()
         self.plan_now = True
         if self._run is run:
             self._run = None
@@ -430,7 +432,7 @@ class Leadership:
     def _write_plan(
         self, run: _PlanRun, plan: Plan, specs: list[tuple[SpecRecord, bytes]]
     ) -> Flow[None]:
-        core, view, keys = self.core, self.core.view, self.core.keys
+        host, view, keys = self.host, self.host.view, self.host.keys
         fresh = [(spec, data) for spec, data in specs if spec.id not in view.splits]
         created = 0
         if fresh:
@@ -445,7 +447,12 @@ class Leadership:
             def spec_op(i: int) -> Op:
                 spec, data = fresh[i]
                 return Op(
-                    "create", D, keys.spec(spec.id), data, operation="seed-spec", split=spec.id
+                    "create",
+                    DURABLE,
+                    keys.spec(spec.id),
+                    data,
+                    operation="seed-spec",
+                    split=spec.id,
                 )
 
             spec_results = yield Batch(OpsOf(len(fresh), spec_op), spec_landed)
@@ -453,7 +460,7 @@ class Leadership:
                 logger.warning("seeding spec records failed; the plan is retried")
                 self._failed(run)
                 return
-            written_at = self.core.wall_ms()
+            written_at = self.host.wall_ms()
             records = [ProgressRecord(id=s.id, written_at_ms=written_at) for s, _ in fresh]
             notices: list[Notice] = []
 
@@ -466,7 +473,7 @@ class Leadership:
                 record = records[i]
                 return Op(
                     "create",
-                    D,
+                    DURABLE,
                     keys.split(record.id),
                     encode(record),
                     operation="seed-split",
@@ -476,14 +483,14 @@ class Leadership:
 
             results = yield Batch(OpsOf(len(records), progress_op), progress_landed)
             created = sum(isinstance(r, Won) for r in results)
-            core.fold(notices)
+            host.fold(notices)
             if any(isinstance(r, Exception) for r in results):
                 logger.warning("seeding progress records failed; the plan is retried")
                 self._failed(run)
                 return
-        core.metrics.planned(created)
+        host.metrics.planned(created)
         try:
-            listed = yield Op("list", D, keys.split_prefix)
+            listed = yield Op("list", DURABLE, keys.split_prefix)
         except StoreUnavailable as exc:
             logger.warning("recounting splits failed (%s); the plan is retried", exc)
             self._failed(run)
@@ -496,12 +503,12 @@ class Leadership:
             planned=len(listed),
             finality=finality,
             cursor=plan.cursor if plan.cursor is not None else run.plan.cursor,
-            updated_at_ms=self.core.wall_ms(),
+            updated_at_ms=self.host.wall_ms(),
         )
-        yield Hold(D, keys.plan)
+        yield Hold(DURABLE, keys.plan)
         try:
             result = yield Op(
-                "update", D, keys.plan, encode(published), expected=run.plan_rev,
+                "update", DURABLE, keys.plan, encode(published), expected=run.plan_rev,
                 operation="plan-publish",
             )  # fmt: skip
         except StoreUnavailable as exc:
@@ -510,21 +517,21 @@ class Leadership:
             return
         if not isinstance(result, Won):
             # A successor bumped the generation meanwhile; what we seeded is what it seeds.
-            core.metrics.replan("error", core.now() - run.started)
+            host.metrics.replan("error", host.now() - run.started)
             self.demote(resign=True)
             return
-        core.fold(view.put_plan(published, result.revision))
+        host.fold(view.put_plan(published, result.revision))
         changed = (
             created or finality is not run.plan.finality or published.planned != run.plan.planned
         )
-        core.metrics.replan("ok" if changed else "noop", core.now() - run.started)
+        host.metrics.replan("ok" if changed else "noop", host.now() - run.started)
         self._backoff.reset()
 
     # -- assignment ----------------------------------------------------------------------------
 
     def _publish(self, now: float) -> None:
-        core, view = self.core, self.core.view
-        changes = core.placement_changes
+        host, view = self.host, self.host.view
+        changes = host.placement_changes
         if not changes.owed or now < self._publish_not_before:
             return
         members = {
@@ -552,11 +559,11 @@ class Leadership:
         self._interim = debouncing
         if changed is not None and not changed and not self._recheck:
             return  # nothing moved: a claim by the assignee, a reconcile that found nothing
-        core.metrics.placement(
+        host.metrics.placement(
             report_from_totals(
                 index.totals(),
                 {i: m.locality for i, m in members.items()},
-                core.config.isolation_tier,
+                host.config.isolation_tier,
             )
         )
         interim = (
@@ -581,7 +588,7 @@ class Leadership:
             self._recheck.discard(instance)
             self._publishing.add(instance)
             self._writing_started(instance, splits)
-            core.start(self._write_assignment(instance, splits))
+            host.start(self._write_assignment(instance, splits))
         for instance in list(view.assignments):
             if (
                 instance not in view.presence
@@ -589,7 +596,7 @@ class Leadership:
                 and instance not in self._publishing
             ):
                 self._publishing.add(instance)
-                core.start(self._delete_assignment(instance))
+                host.start(self._delete_assignment(instance))
 
     def _placement_index(self) -> PlacementIndex:
         """The index, fed every placement input that moved since the last publish.
@@ -600,21 +607,21 @@ class Leadership:
         a departure the splits that name the member as their assignee (an input anchors a
         split in transit only on a live assignee, see :meth:`_placement_input`).
         """
-        core, view = self.core, self.core.view
+        host, view = self.host, self.host.view
         key = (self.generation, frozenset(self.departed))
         members = frozenset(view.presence)
         index = self._index
-        changes = core.placement_changes.take_placement_changes()
+        changes = host.placement_changes.take_placement_changes()
         if index is None or key != self._index_key or changes is None:
             if index is None:
                 index = self._index = PlacementIndex(
-                    default_cap=core.config.max_in_flight,
-                    seed=core.tie_seed,
-                    isolation_tier=core.config.isolation_tier,
+                    default_cap=host.config.max_in_flight,
+                    seed=host.tie_seed,
+                    isolation_tier=host.config.isolation_tier,
                 )
             self._index_key = key
             self._index_members = members
-            core.placement_changes.track()
+            host.placement_changes.track()
             for split in view.splits:
                 index.update(split, self._placement_input(split))
             return index
@@ -641,7 +648,7 @@ class Leadership:
         solve, so assignments flip-flopped between members until the moves settled. The
         splits of a departed worker are withheld (None) during its grace window.
         """
-        view = self.core.view
+        view = self.host.view
         state = view.splits.get(split)
         if (
             state is None
@@ -703,21 +710,21 @@ class Leadership:
 
     def _anchors_moved(self, instance: str, named: frozenset[str]) -> None:
         """Re-read the splits on which ``instance``'s record and write in flight disagree."""
-        view = self.core.view
+        view = self.host.view
         current = view.assignments.get(instance)
         recorded = (
             frozenset(current[0].splits)
             if current is not None and current[0].generation == self.generation
             else frozenset()
         )
-        self.core.placement_changes.splits_moved(named ^ recorded)
+        self.host.placement_changes.splits_moved(named ^ recorded)
 
     def _drop_index(self) -> None:
         self._index = None
         self._index_key = None
         self._recheck.clear()
         self._interim = False
-        self.core.placement_changes.stop_tracking()
+        self.host.placement_changes.stop_tracking()
 
     def _hand_outs_only(
         self,
@@ -731,8 +738,8 @@ class Leadership:
         placement gives it: a hand-over never waits for the quiet period, and no split is
         taken from anyone until it ends.
         """
-        view = self.core.view
-        default_cap = self.core.config.max_in_flight
+        view = self.host.view
+        default_cap = self.host.config.max_in_flight
         interim: dict[str, tuple[str, ...]] = {}
         for instance, wanted in desired.items():
             current = view.assignments.get(instance)
@@ -751,44 +758,49 @@ class Leadership:
         return interim
 
     def _write_assignment(self, instance: str, splits: tuple[str, ...]) -> Flow[None]:
-        core, view = self.core, self.core.view
-        key = core.keys.assign(instance)
+        host, view = self.host, self.host.view
+        key = host.keys.assign(instance)
         try:
-            yield Hold(D, key)
+            yield Hold(DURABLE, key)
             if not self.leading:
                 return
             record = AssignmentRecord(generation=self.generation, splits=splits)
             current = view.assignments.get(instance)
             try:
                 if current is None:
-                    result = yield Op("create", D, key, encode(record), operation="assign")
+                    result = yield Op("create", DURABLE, key, encode(record), operation="assign")
                 else:
                     result = yield Op(
-                        "update", D, key, encode(record), expected=current[1], operation="assign"
+                        "update",
+                        DURABLE,
+                        key,
+                        encode(record),
+                        expected=current[1],
+                        operation="assign",
                     )
             except StoreUnavailable as exc:
                 logger.debug("publishing the assignment of %s failed (%s)", instance, exc)
-                core.placement_changes.owe()
-                self._publish_not_before = core.now() + PUBLISH_RETRY
+                host.placement_changes.owe()
+                self._publish_not_before = host.now() + PUBLISH_RETRY
                 return
             if isinstance(result, Won):
                 # Adopt our own write: the leader is a worker too, and the echo of its own
                 # write is (rightly) dropped as stale, so waiting for it would leave the
                 # leader the one worker that never learns its assignment.
-                core.fold(view.put_assignment(instance, record, result.revision))
+                host.fold(view.put_assignment(instance, record, result.revision))
             else:
                 # Someone else wrote it, or our cached revision is a ghost: forget it and read
                 # what is there, so the next attempt builds on the real revision. Waiting for
                 # the watch is not enough (the record's echo may have come and gone while our
                 # cache was wrong), and retrying blind at once would spin against the store.
                 view.forget_assignment(instance)
-                self._publish_not_before = core.now() + PUBLISH_RETRY
+                self._publish_not_before = host.now() + PUBLISH_RETRY
                 try:
-                    entry = yield Op("get", D, key)
+                    entry = yield Op("get", DURABLE, key)
                 except StoreUnavailable:
                     entry = None
                 if entry is not None:
-                    core.fold(view.apply_put(D, entry))
+                    host.fold(view.apply_put(DURABLE, entry))
         finally:
             self._publishing.discard(instance)
             self._writing_ended(instance)
@@ -797,31 +809,33 @@ class Leadership:
             self._recheck.add(instance)
 
     def _delete_assignment(self, instance: str) -> Flow[None]:
-        core, view = self.core, self.core.view
-        key = core.keys.assign(instance)
+        host, view = self.host, self.host.view
+        key = host.keys.assign(instance)
         try:
-            yield Hold(D, key)
+            yield Hold(DURABLE, key)
             current = view.assignments.get(instance)
             if current is None or instance in view.presence or not self.leading:
                 return
             try:
-                result = yield Op("delete", D, key, expected=current[1], operation="assign-cleanup")
+                result = yield Op(
+                    "delete", DURABLE, key, expected=current[1], operation="assign-cleanup"
+                )
             except StoreUnavailable:
-                self._publish_not_before = core.now() + PUBLISH_RETRY
+                self._publish_not_before = host.now() + PUBLISH_RETRY
                 return
             if isinstance(result, Won):
-                core.fold(view.forget_own(D, key, current[1]))
+                host.fold(view.forget_own(DURABLE, key, current[1]))
                 return
             # The record moved on (rewritten or deleted) behind our cached revision: read it
             # back, and pause, rather than retry blind at once and spin against the store.
             view.forget_assignment(instance)
-            self._publish_not_before = core.now() + PUBLISH_RETRY
+            self._publish_not_before = host.now() + PUBLISH_RETRY
             try:
-                entry = yield Op("get", D, key)
+                entry = yield Op("get", DURABLE, key)
             except StoreUnavailable:
                 return
             if entry is not None:
-                core.fold(view.apply_put(D, entry))
+                host.fold(view.apply_put(DURABLE, entry))
         finally:
             self._publishing.discard(instance)
 

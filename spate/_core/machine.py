@@ -18,7 +18,7 @@ runtime only moves bytes and time.
 The rules live in the components, one concern each, wired here and nowhere else:
 :mod:`spate._core.leader` (election, planning, assignment), :mod:`spate._core.claims` (claims,
 renewals, commit, fail, release, quarantine), :mod:`spate._core.revocation` (drains and their
-deadlines), :mod:`spate._core.terminal` (the verdict). They see the machine only as a
+deadlines), :mod:`spate._core.verdict` (the verdict). They see the machine only as a
 :class:`spate._core.host.Host` and each other only through the narrow protocols there.
 
 Work per input is proportional to what it changed: a watch event that is the echo of the
@@ -50,7 +50,7 @@ from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableReco
 from spate._core.revocation import Revocations
 from spate._core.schedule import heartbeat_delay, reconcile_interval
 from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
-from spate._core.terminal import Terminal
+from spate._core.verdict import VerdictJudge
 from spate._core.view import (
     AssignmentChanged,
     AssignmentGone,
@@ -174,7 +174,7 @@ class Machine:
         self._revocations = Revocations(self, holdings=self._claims)
         self._claims.drains = self._revocations
         self._leader = Leadership(self, planner)
-        self._terminal = Terminal(self)
+        self._verdict = VerdictJudge(self)
 
     # -- the Host face (what the components use) -----------------------------------------------
 
@@ -321,17 +321,17 @@ class Machine:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
         self._leader.prune_departed(now)
-        if not self._terminal.reported:
+        if not self._verdict.reported:
             if not self._parting:
                 self._leader.step(now)
                 self._claims.step(now)
                 self._revocations.step(now)
-            self._terminal.step(now)
+            self._verdict.step(now)
         self._report_gauges()
         for deadline in (
             self._leader.next_deadline(now),
             self._revocations.next_deadline(),
-            self._terminal.next_deadline(),
+            self._verdict.next_deadline(),
             self._claims.next_deadline(),
         ):
             # A rule may report a deadline that has passed but that it cannot act on yet

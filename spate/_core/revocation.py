@@ -54,8 +54,8 @@ class Revoking:
 class Revocations:
     """The splits this worker is draining away, and their deadlines."""
 
-    def __init__(self, core: Host, holdings: Holdings) -> None:
-        self.core = core
+    def __init__(self, host: Host, holdings: Holdings) -> None:
+        self.host = host
         self.holdings = holdings
         self.revoking: dict[str, Revoking] = {}
         self.forcing: set[str] = set()
@@ -68,7 +68,7 @@ class Revocations:
                 logger.debug("split %s: revocation cancelled, the leader assigned it back", split)
                 entry.cancelled = True
                 entry.last_progress = now
-                self.core.metrics.revocation("cancelled")
+                self.host.metrics.revocation("cancelled")
         # An orphan left `owned` by a route that did not settle it: still a revocation that
         # ended, and it must be counted or the in-flight arithmetic drifts.
         for split in [s for s in self.revoking if s not in claims.owned and s not in self.forcing]:
@@ -80,7 +80,7 @@ class Revocations:
                 current = self.revoking.get(split)
                 if current is None or current.cancelled:
                     self._request(split, now)
-        deadline = self.core.config.drain_deadline
+        deadline = self.host.config.drain_deadline
         for split, entry in list(self.revoking.items()):
             anchor = entry.last_progress if entry.cancelled else entry.started
             if now - anchor >= deadline and split not in self.forcing:
@@ -102,7 +102,7 @@ class Revocations:
 
     def next_deadline(self) -> float:
         """When the earliest drain deadline passes."""
-        deadline = self.core.config.drain_deadline
+        deadline = self.host.config.drain_deadline
         return min(
             (
                 (e.last_progress if e.cancelled else e.started) + deadline
@@ -120,24 +120,24 @@ class Revocations:
             entry.cancelled = False
         else:
             self.revoking[split] = Revoking(started=now, last_progress=now)
-        self.core.metrics.revocation("requested")
-        self.core.emit(RevokeRequested(split))
+        self.host.metrics.revocation("requested")
+        self.host.emit(RevokeRequested(split))
 
     def note_progress(self, split: str) -> None:
         """A commit landed: the only liveness signal a draining split gives."""
         entry = self.revoking.get(split)
         if entry is not None:
-            entry.last_progress = self.core.now()
-            self.core.request_step()  # its deadline moved
+            entry.last_progress = self.host.now()
+            self.host.request_step()  # its deadline moved
 
     def settle(self, split: str, outcome: RevocationOutcome) -> None:
         """Retire a revocation under ``outcome``, exactly once (no-op if not revoking)."""
         entry = self.revoking.pop(split, None)
         if entry is None or entry.cancelled:
             return  # a cancelled revocation already counted its outcome
-        self.core.metrics.revocation(outcome)
+        self.host.metrics.revocation(outcome)
         if outcome == "drained":
-            self.core.metrics.drain_duration(self.core.now() - entry.started)
+            self.host.metrics.drain_duration(self.host.now() - entry.started)
 
     def decline(self, split: str) -> None:
         """The source cannot stop ``split`` at a safe boundary."""
@@ -156,7 +156,7 @@ class Revocations:
             return
         self.forcing.add(split)
         self.settle(split, "forced")
-        self.core.start(self._force_flow(split))
+        self.host.start(self._force_flow(split))
 
     def _force_flow(self, split: str) -> Flow[None]:
         try:
@@ -165,5 +165,5 @@ class Revocations:
             self.forcing.discard(split)
         if result in ("released", "failed"):
             # A fenced release already reported its loss; a missing one was not ours.
-            self.core.metrics.lost("revoked")
-            self.core.emit(Lost(split, "revoked"))
+            self.host.metrics.lost("revoked")
+            self.host.emit(Lost(split, "revoked"))

@@ -41,7 +41,7 @@ logger = logging.getLogger("spate.claims")
 RENEW_GATE = 0.7
 """A held lease is renewed on a heartbeat once this fraction of the renew interval has passed."""
 
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 
 @attrs.define(eq=False)
@@ -59,8 +59,8 @@ class Owned:
 class Tenancies:
     """The splits this worker holds, and every flow that keeps or ends a tenancy."""
 
-    def __init__(self, core: Host) -> None:
-        self.core = core
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.drains: Drains
         """The revocations (the machine wires them in): told of commits and of ends."""
         self.owned: dict[str, Owned] = {}
@@ -83,11 +83,11 @@ class Tenancies:
         running outside the loop's inputs; so is the settled drain.
         """
         self.drains.settle(split, outcome)
-        self.core.request_step()
+        self.host.request_step()
         if self._stray_key(split):
             # Its lease key may outlive the tenancy (a hand-back whose delete failed, a loss
             # noticed before the key went): give it back if it is still there a beat later.
-            self._stray.setdefault(split, self.core.now())
+            self._stray.setdefault(split, self.host.now())
 
     def drop(self, split: str, reason: LossReason) -> None:
         """Stop holding ``split`` involuntarily and tell the user (Lost)."""
@@ -95,21 +95,21 @@ class Tenancies:
             return
         # A split lost mid-drain ends its revocation the expensive way.
         self._ended(split, "forced")
-        self.core.metrics.lost(reason)
-        self.core.emit(Lost(split, reason))
+        self.host.metrics.lost(reason)
+        self.host.emit(Lost(split, reason))
 
     # -- read-backs ----------------------------------------------------------------------------
 
     def _landed(self, split: str, record: ProgressRecord) -> Flow[Won | None]:
         """After an unknown outcome, find out whether our write landed (Won) or not (None)."""
-        core = self.core
-        entry = yield from self._read_or_none(D, core.keys.split(split))
+        host = self.host
+        entry = yield from self._read_or_none(DURABLE, host.keys.split(split))
         if entry is None:
             return None
         stored = decode(ProgressRecord, entry.key, entry.value, split=split)
         if attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0):
             return Won(entry.revision)
-        core.fold(core.view.apply_put(D, entry))
+        host.fold(host.view.apply_put(DURABLE, entry))
         return None
 
     def _read_or_none(self, keyspace: Keyspace, key: str) -> Flow[Entry | None]:
@@ -132,39 +132,41 @@ class Tenancies:
         Also gives back the lease keys of this process's that it does not hold. Called on
         every heartbeat.
         """
-        core = self.core
+        host = self.host
         if self._stray:
             self._give_back_strays(now)
         # Heartbeat ticks are jittered to 0.8-1.2 of a third of the lease. Gating renewals at a
         # full third skipped every early tick, leaving gaps of up to two thirds of a lease (and
         # almost a whole one under load); gating below the shortest tick renews on every beat.
-        renew_every = core.lease / 3 * RENEW_GATE
-        if core.session.keeps_keys:
+        renew_every = host.lease / 3 * RENEW_GATE
+        if host.session.keeps_keys:
             # A session store keeps every lease key alive through the session's keepalive:
             # nothing to renew per split. A key lives until at least the session's last
             # confirmed keepalive plus the lease, and dies with a lost or replaced session.
             for split, held in list(self.owned.items()):
-                if core.session.starved(held.session, now, core.lease):
+                if host.session.starved(held.session, now, host.lease):
                     logger.warning("split %s: the store session kept no lease alive", split)
                     self.drop(split, "starved")
             return
         for split, held in list(self.owned.items()):
-            if now - held.last_ok >= core.lease:
+            if now - held.last_ok >= host.lease:
                 logger.warning("split %s: no lease write succeeded for a whole lease", split)
                 self.drop(split, "starved")
-            elif now - held.last_ok >= renew_every and not core.busy(E, core.keys.split(split)):
-                core.start(self._renew(split, held))
+            elif now - held.last_ok >= renew_every and not host.busy(
+                EPHEMERAL, host.keys.split(split)
+            ):
+                host.start(self._renew(split, held))
 
     def _renew(self, split: str, held: Owned) -> Flow[None]:
-        core = self.core
-        key = core.keys.split(split)
-        yield Hold(E, key)
+        host = self.host
+        key = host.keys.split(split)
+        yield Hold(EPHEMERAL, key)
         if self.owned.get(split) is not held:
             return
-        lease = LeaseRecord(owner=core.instance, nonce=core.nonce, epoch=held.epoch)
+        lease = LeaseRecord(owner=host.instance, nonce=host.nonce, epoch=held.epoch)
         try:
             result = yield Op(
-                "update", E, key, encode(lease), expected=held.lease_rev,
+                "update", EPHEMERAL, key, encode(lease), expected=held.lease_rev,
                 operation="renew", split=split, epoch=held.epoch,
             )  # fmt: skip
         except StoreUnavailable as exc:
@@ -174,7 +176,7 @@ class Tenancies:
             self._renewed(split, held, lease, result.revision)
             return
         try:
-            entry: Entry | None = yield Op("get", E, key)
+            entry: Entry | None = yield Op("get", EPHEMERAL, key)
         except StoreUnavailable:
             return  # cannot tell; the next beat (or the self-fence) decides
         if self.owned.get(split) is not held:
@@ -183,36 +185,36 @@ class Tenancies:
             self.drop(split, "starved")
             return
         current = decode(LeaseRecord, key, entry.value)
-        if current.owner == core.instance and current.nonce == core.nonce:
+        if current.owner == host.instance and current.nonce == host.nonce:
             # A renewal that reported an error but landed: the lease is still ours.
             self._renewed(split, held, current, entry.revision)
-        elif current.owner == core.instance:
-            raise core.duplicate_instance(f"the lease of split {split!r}")
+        elif current.owner == host.instance:
+            raise host.duplicate_instance(f"the lease of split {split!r}")
         else:
             self.drop(split, "fenced")
 
     def _renewed(self, split: str, held: Owned, lease: LeaseRecord, revision: int) -> None:
         held.lease_rev = max(held.lease_rev, revision)
-        held.last_ok = self.core.now()
-        self.core.fold(self.core.view.put_lease(split, lease, revision))
+        held.last_ok = self.host.now()
+        self.host.fold(self.host.view.put_lease(split, lease, revision))
 
     def _drop_lease(self, split: str, lease_rev: int, epoch: int) -> Flow[None]:
         """Best-effort removal of a lease this worker wrote (guarded by its revision)."""
-        core = self.core
-        key = core.keys.split(split)
-        yield Hold(E, key)
+        host = self.host
+        key = host.keys.split(split)
+        yield Hold(EPHEMERAL, key)
         try:
             result = yield Op(
-                "delete", E, key, expected=lease_rev, operation="lease-release", split=split,
-                epoch=epoch,
+                "delete", EPHEMERAL, key, expected=lease_rev, operation="lease-release",
+                split=split, epoch=epoch,
             )  # fmt: skip
         except StoreUnavailable as exc:
             logger.debug("split %s: lease clean-up failed (%s); it will expire", split, exc)
             return
         if isinstance(result, Won):
-            core.fold(core.view.forget_own(E, key, lease_rev))
+            host.fold(host.view.forget_own(EPHEMERAL, key, lease_rev))
         else:
-            yield from core.reread(E, key)  # so a later give-back is guarded rightly
+            yield from host.reread(EPHEMERAL, key)  # so a later give-back is guarded rightly
 
     def _drop_lease_of(self, split: str, held: Owned) -> Flow[None]:
         # Busy until the lease is gone: our own lingering lease must not read as a
@@ -220,7 +222,7 @@ class Tenancies:
         self.busy.add(split)
         try:
             # Hold first: a renewal in flight moves the revision this delete is guarded by.
-            yield Hold(E, self.core.keys.split(split))
+            yield Hold(EPHEMERAL, self.host.keys.split(split))
             yield from self._drop_lease(split, held.lease_rev, held.epoch)
         finally:
             self.busy.discard(split)
@@ -235,37 +237,37 @@ class Tenancies:
         (not a claim's own write, seen before the split is held) is given back, guarded by
         its revision.
         """
-        core = self.core
+        host = self.host
         for split, since in list(self._stray.items()):
             if not self._stray_key(split):
                 del self._stray[split]
                 continue
             if (
-                now - since < core.lease / 3
+                now - since < host.lease / 3
                 or split in self.busy
-                or core.busy(E, core.keys.split(split))
+                or host.busy(EPHEMERAL, host.keys.split(split))
             ):
                 continue
             del self._stray[split]
             logger.info("split %s: giving back a lease key of this process it does not hold", split)
-            state = core.view.splits[split]
+            state = host.view.splits[split]
             assert state.lease is not None  # (checked by _stray_key)
-            core.start(self._give_back(split, state.lease_rev, state.lease.epoch))
+            host.start(self._give_back(split, state.lease_rev, state.lease.epoch))
 
     def _give_back(self, split: str, lease_rev: int, epoch: int) -> Flow[None]:
         yield from self._drop_lease(split, lease_rev, epoch)
         # Still there (the store could not be reached, or the key moved on under us): a
         # later beat tries again; on a session store nothing else would ever remove it.
         if self._stray_key(split):
-            self._stray.setdefault(split, self.core.now())
+            self._stray.setdefault(split, self.host.now())
 
     def _stray_key(self, split: str) -> bool:
         """Whether the view has a lease key of this process's for ``split``, not held here."""
-        state = self.core.view.splits.get(split)
+        state = self.host.view.splits.get(split)
         return (
             state is not None
             and state.lease is not None
-            and state.lease.nonce == self.core.nonce
+            and state.lease.nonce == self.host.nonce
             and split not in self.owned
         )
 
@@ -273,15 +275,15 @@ class Tenancies:
 
     def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
         """One fenced CAS on the progress record; returns the error for the caller, if any."""
-        core = self.core
-        key = core.keys.split(split)
+        host = self.host
+        key = host.keys.split(split)
         if split not in self.owned:
             return Fenced(split, "this worker does not hold it; nothing was written")
-        yield Hold(D, key)
+        yield Hold(DURABLE, key)
         held = self.owned.get(split)
         if held is None:
             return Fenced(split, "it was lost before the commit could be written")
-        state = core.view.splits[split]
+        state = host.view.splits[split]
         previous = state.progress.watermark
         if previous is not None and (progress.watermark is None or progress.watermark < previous):
             raise FatalCoordinationError(
@@ -290,10 +292,10 @@ class Tenancies:
                 "work source (commit positions must only grow). The worker stopped so that no "
                 "progress is lost."
             )
-        record = committed(state.progress, progress, self.core.wall_ms())
+        record = committed(state.progress, progress, self.host.wall_ms())
         try:
             result = yield Op(
-                "update", D, key, encode(record), expected=state.progress_rev,
+                "update", DURABLE, key, encode(record), expected=state.progress_rev,
                 operation="commit", split=split, epoch=held.epoch,
             )  # fmt: skip
         except StoreUnavailable as exc:
@@ -308,7 +310,7 @@ class Tenancies:
                 self.drop(split, "fenced")
                 return Fenced(split, "another worker took it over; nothing was written")
         self.drains.note_progress(split)
-        core.fold(core.view.put_progress(split, record, result.revision))
+        host.fold(host.view.put_progress(split, record, result.revision))
         if progress.completed and self.owned.get(split) is held:
             self.owned.pop(split)
             # Finishing mid-revocation is the cooperative outcome: nothing replays.
@@ -318,20 +320,20 @@ class Tenancies:
 
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """Report a failure: consumes an attempt, clears the owner, quarantines at the cap."""
-        core = self.core
-        key = core.keys.split(split)
+        host = self.host
+        key = host.keys.split(split)
         if split not in self.owned:
             return Fenced(split, "this worker does not hold it; nothing was written")
-        core.metrics.failed()
-        yield Hold(D, key)
+        host.metrics.failed()
+        yield Hold(DURABLE, key)
         held = self.owned.get(split)
         if held is None:
             return Fenced(split, "it was lost before the failure could be written")
-        state = core.view.splits[split]
+        state = host.view.splits[split]
         progress = state.progress
         attempts = attempts_after(FAIL, progress.attempts, progress.advanced)
         quarantine = exhausts_attempts(
-            FAIL, progress.attempts, progress.advanced, core.config.max_attempts
+            FAIL, progress.attempts, progress.advanced, host.config.max_attempts
         )
         record = attrs.evolve(
             state.progress,
@@ -340,15 +342,15 @@ class Tenancies:
             owner_nonce="",
             status=Status.QUARANTINED if quarantine else state.progress.status,
             epoch=state.progress.epoch + int(quarantine),
-            written_at_ms=self.core.wall_ms(),
+            written_at_ms=self.host.wall_ms(),
         )
         logger.warning(
             "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
-            core.config.max_attempts, ", quarantining" if quarantine else "",
+            host.config.max_attempts, ", quarantining" if quarantine else "",
         )  # fmt: skip
         try:
             result = yield Op(
-                "update", D, key, encode(record), expected=state.progress_rev,
+                "update", DURABLE, key, encode(record), expected=state.progress_rev,
                 operation="fail", split=split, epoch=held.epoch,
             )  # fmt: skip
         except StoreUnavailable as exc:
@@ -360,7 +362,7 @@ class Tenancies:
         # quarantine cannot read as a peer's fence.
         self.owned.pop(split, None)
         self._ended(split, "forced")
-        core.fold(core.view.put_progress(split, record, result.revision))
+        host.fold(host.view.put_progress(split, record, result.revision))
         yield from self._drop_lease_of(split, held)
         return None
 
@@ -411,28 +413,28 @@ class Tenancies:
         Returns the outcome and, when its lease is to be dropped, the tenancy whose lease it
         is; the split then stays busy, and the caller must drop that lease next.
         """
-        core = self.core
-        key = core.keys.split(split)
-        yield Hold(D, key)
+        host = self.host
+        key = host.keys.split(split)
+        yield Hold(DURABLE, key)
         held = self.owned.get(split)
-        state = core.view.splits.get(split)
+        state = host.view.splits.get(split)
         if held is None or state is None:
             return "missing", None
         self.busy.add(split)
         lease: Owned | None = None
         try:
             record = attrs.evolve(
-                state.progress, owner=None, owner_nonce="", written_at_ms=self.core.wall_ms()
+                state.progress, owner=None, owner_nonce="", written_at_ms=self.host.wall_ms()
             )
             try:
                 result = yield Op(
-                    "update", D, key, encode(record), expected=state.progress_rev,
+                    "update", DURABLE, key, encode(record), expected=state.progress_rev,
                     operation="release", split=split, epoch=held.epoch,
                 )  # fmt: skip
             except StoreUnavailable as exc:
                 logger.warning("split %s: release failed (%s); the lease will expire", split, exc)
                 self.abandon(split)
-                if not core.parting:
+                if not host.parting:
                     # (A departing worker's session ends next and takes the lease with it: a
                     # second write to an unreachable store would only delay the leave.)
                     lease = held
@@ -441,7 +443,7 @@ class Tenancies:
                 self.drop(split, "fenced")
                 return "fenced", None
             self.owned.pop(split, None)
-            core.fold(core.view.put_progress(split, record, result.revision))
+            host.fold(host.view.put_progress(split, record, result.revision))
             # The tail is committed and the owner cleared: the next owner replays nothing.
             self._ended(split, "drained")
             lease = held

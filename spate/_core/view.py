@@ -59,7 +59,7 @@ __all__ = [
     "PresenceChanged",
     "PresenceGone",
     "ProgressChanged",
-    "SplitView",
+    "SplitState",
     "Tallies",
     "View",
 ]
@@ -168,7 +168,7 @@ Notice: TypeAlias = (
 
 
 @attrs.define
-class SplitView:
+class SplitState:
     """Everything known about one split."""
 
     progress: ProgressRecord
@@ -206,7 +206,7 @@ class View:
     ) -> None:
         self.keys = keys
         self.max_attempts = max_attempts
-        self.splits: dict[str, SplitView] = {}
+        self.splits: dict[str, SplitState] = {}
         self.presence: dict[str, PresenceRecord | None] = {}
         self.assignments: dict[str, tuple[AssignmentRecord, int]] = {}
         self.plan: PlanRecord | None = None
@@ -415,7 +415,7 @@ class View:
         previous = None if state is None else state.progress
         if state is None:
             lease, lease_rev = self._pending_leases.pop(split, (None, 0))
-            state = self.splits[split] = SplitView(
+            state = self.splits[split] = SplitState(
                 record, revision, self._pending_specs.pop(split, None), lease, lease_rev
             )
             self._count(record.status, +1)
@@ -633,7 +633,7 @@ class View:
         else:
             self._quarantined += delta
 
-    def _check_near_quarantine(self, split: str, state: SplitView) -> None:
+    def _check_near_quarantine(self, split: str, state: SplitState) -> None:
         progress = state.progress
         # The next end that can be charged is a takeover from a dead owner.
         if progress.status is Status.RUNNABLE and exhausts_attempts(

@@ -47,9 +47,9 @@ class Coordinator:
     Trio run that opened it. Commands return once their write landed (or was refused).
     """
 
-    def __init__(self, core: Runtime) -> None:
-        self._core = core
-        self._machine = core.machine
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._machine = runtime.machine
         self._events_taken = False
 
     @property
@@ -65,7 +65,7 @@ class Coordinator:
     @property
     def config(self) -> Config:
         """The configuration in force, resolved against the store (lease and op timeout set)."""
-        return self._core.config
+        return self._runtime.config
 
     @property
     def is_leader(self) -> bool:
@@ -89,7 +89,7 @@ class Coordinator:
                 "events from that one loop instead."
             )
         self._events_taken = True
-        return self._core.events_receive
+        return self._runtime.events_receive
 
     async def commit(self, split: str, progress: Progress) -> None:
         """Record ``progress`` for a held split with one fenced write; return once it landed.
@@ -105,7 +105,7 @@ class Coordinator:
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
         # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        error = await self._core.call_inline(self._machine.commit_flow(split, progress))
+        error = await self._runtime.call_inline(self._machine.commit_flow(split, progress))
         if error is not None:
             raise error
 
@@ -116,7 +116,7 @@ class Coordinator:
         Raises :class:`~spate.Fenced` if this worker does not hold it.
         """
         _check_split(split)
-        error = await self._core.call_inline(self._machine.fail_flow(split, str(reason)))
+        error = await self._runtime.call_inline(self._machine.fail_flow(split, str(reason)))
         if error is not None:
             raise error
 
@@ -132,7 +132,7 @@ class Coordinator:
             if not machine.holds(split):
                 raise Fenced(split, "this worker does not hold it; nothing was released")
         # All at once, in this task: the hand-backs write different keys, so they overlap.
-        await self._core.call_inline(machine.release_all_flow(ids))
+        await self._runtime.call_inline(machine.release_all_flow(ids))
 
     async def decline_revoke(self, split: str) -> None:
         """Say the split cannot stop at a safe boundary: a revocation is then forced at once.
@@ -146,7 +146,7 @@ class Coordinator:
         # A synchronous call into the machine: atomic, since Trio runs one task at a time.
         # (A forced revocation's flow it starts runs on the loop, see Runtime.start.)
         self._machine.decline_revoke(split)
-        self._core.request_step()
+        self._runtime.request_step()
 
     async def depart(self) -> None:
         """Leave the job gracefully and return when done.
@@ -160,7 +160,7 @@ class Coordinator:
         without writing, and its splits move when its session's keys expire.
         """
         self._check_running()
-        error = await self._core.call_inline(self._machine.depart_flow())
+        error = await self._runtime.call_inline(self._machine.depart_flow())
         if error is not None:
             raise error
 
@@ -178,10 +178,10 @@ class Coordinator:
         """
         wanted = _split_ids(splits)
         machine = self._machine
-        await self._core.wait_until(lambda: machine.handed_over(wanted))
+        await self._runtime.wait_until(lambda: machine.handed_over(wanted))
 
     def _check_running(self) -> None:
-        stopped = self._core.stopped
+        stopped = self._runtime.stopped
         if stopped is not None:
             raise stopped_error(stopped)
 
@@ -258,7 +258,7 @@ async def open_coordinator(
     hooks = None
     if metrics is None:
         metrics = hooks = metrics_for(job, instance)
-    core = Runtime(
+    runtime = Runtime(
         store,
         job=job,
         instance=instance,
@@ -271,28 +271,28 @@ async def open_coordinator(
     )
     try:
         async with trio.open_nursery() as nursery:
-            core.attach(nursery)
+            runtime.attach(nursery)
             try:
-                await _startup(core)
-                nursery.start_soon(core.run)
-                nursery.start_soon(core.alarm_task)
+                await _startup(runtime)
+                nursery.start_soon(runtime.run)
+                nursery.start_soon(runtime.alarm_task)
                 for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
-                    nursery.start_soon(watch_pump, core, keyspace)
-                nursery.start_soon(heartbeat_ticker, core)
+                    nursery.start_soon(watch_pump, runtime, keyspace)
+                nursery.start_soon(heartbeat_ticker, runtime)
                 nursery.start_soon(
                     interval_ticker,
-                    core.machine.reconcile_interval(
+                    runtime.machine.reconcile_interval(
                         expiry_reaches_watchers=store.capabilities.expiry_reaches_watchers
                     ),
-                    lambda: core.post(core.machine.reconcile),
+                    lambda: runtime.post(runtime.machine.reconcile),
                 )
                 nursery.start_soon(
                     interval_ticker,
-                    core.machine.replan_interval,
-                    lambda: core.post(core.machine.replan_tick),
+                    runtime.machine.replan_interval,
+                    lambda: runtime.post(runtime.machine.replan_tick),
                 )
-                await core.ready.wait()
-                yield Coordinator(core)
+                await runtime.ready.wait()
+                yield Coordinator(runtime)
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
@@ -307,9 +307,9 @@ async def open_coordinator(
     finally:
         # The session ends with the coordinator, whatever ended it (the block left, a fatal
         # error, cancellation), even while the application keeps its store client open.
-        await core.session.close()
-        if core.stopped is None:
-            core.stop(_Closed())
+        await runtime.session.close()
+        if runtime.stopped is None:
+            runtime.stop(_Closed())
         if hooks is not None:
             hooks.close()  # a stopped worker's levels (leader, owned) stop being reported
 
@@ -321,7 +321,7 @@ class _Closed(Exception):
 # -- startup ---------------------------------------------------------------------------------
 
 
-async def _startup(core: Runtime) -> None:
+async def _startup(runtime: Runtime) -> None:
     """Run the machine's startup sequence (its steps and their tries: spate._core.startup)."""
     steps: dict[str, Callable[[Runtime, StartupStep], Awaitable[None]]] = {
         "session": _open_session,
@@ -329,20 +329,20 @@ async def _startup(core: Runtime) -> None:
         "join": _machine_step,
         "announce": _machine_step,
     }
-    for step in core.machine.startup_steps:
-        await _tried(core, step, steps[step.name])
+    for step in runtime.machine.startup_steps:
+        await _tried(runtime, step, steps[step.name])
 
 
 async def _tried(
-    core: Runtime, step: StartupStep, run: Callable[[Runtime, StartupStep], Awaitable[None]]
+    runtime: Runtime, step: StartupStep, run: Callable[[Runtime, StartupStep], Awaitable[None]]
 ) -> None:
     """Try ``step`` until it succeeds, sleeping the machine's backoff between tries."""
-    tries = core.machine.startup_tries(step)
-    timeout = core.machine.startup_timeout(core.op_timeout)
+    tries = runtime.machine.startup_tries(step)
+    timeout = runtime.machine.startup_timeout(runtime.op_timeout)
     while True:
         try:
             with trio.fail_after(timeout):
-                await run(core, step)
+                await run(runtime, step)
             return
         except (StoreUnavailable, Retry, trio.TooSlowError) as exc:
             delay = tries.failed(exc)  # the last try raises FatalCoordinationError
@@ -350,23 +350,23 @@ async def _tried(
         await trio.sleep(delay)
 
 
-async def _open_session(core: Runtime, step: StartupStep) -> None:
-    if core.session.current is None:
-        await core.session.open()
+async def _open_session(runtime: Runtime, step: StartupStep) -> None:
+    if runtime.session.current is None:
+        await runtime.session.open()
 
 
-async def _probe(core: Runtime, step: StartupStep) -> None:
-    machine = core.machine
-    with fenced.span(core.scope, "probe"):
+async def _probe(runtime: Runtime, step: StartupStep) -> None:
+    machine = runtime.machine
+    with fenced.span(runtime.scope, "probe"):
         # Each try writes keys of its own (a lost reply may have left the last try's behind).
-        core.probes += 1
+        runtime.probes += 1
         await probe_store(
-            core.store,
+            runtime.store,
             key_prefix=machine.probe_prefix,
-            session=core.session.current,
-            scratch=machine.probe_scratch(core.probes),
+            session=runtime.session.current,
+            scratch=machine.probe_scratch(runtime.probes),
         )
 
 
-async def _machine_step(core: Runtime, step: StartupStep) -> None:
-    await core.driver.run_inline(core.machine.startup_flow(step))
+async def _machine_step(runtime: Runtime, step: StartupStep) -> None:
+    await runtime.driver.run_inline(runtime.machine.startup_flow(step))

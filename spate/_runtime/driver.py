@@ -284,7 +284,7 @@ class Driver(FlowEngine[_Running]):
         trace context; the timeout and the shield are then one cancel scope.
         """
         # A listing's cost grows with the job, so it gets a longer bound than a single call.
-        timeout = self._timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
+        timeout = self._timeout * (LIST_TIMEOUT_FACTOR if op.method == "list" else 1)
         with trio.CancelScope(deadline=trio.current_time() + timeout, shield=inline) as scope:
             if inline:
                 return await self._store_call(op)
@@ -299,15 +299,15 @@ class Driver(FlowEngine[_Running]):
         self, op: Op, *, traced: bool | None = None
     ) -> Awaitable[Entry | list[Entry] | WriteResult | None]:
         # Returns the awaitable of the call itself (one coroutine frame less per store call).
-        if op.kind == "get":
+        if op.method == "get":
             return self._store.get(op.keyspace, op.key)
-        if op.kind == "list":
+        if op.method == "list":
             return self._store.list(op.keyspace, op.key)
         return fenced.write(
             self._writer,
             self._scope,
-            op.operation or op.kind,
-            op.kind,
+            op.operation or op.method,
+            op.method,
             op.keyspace,
             op.key,
             op.value,
@@ -375,7 +375,8 @@ class Driver(FlowEngine[_Running]):
 
 def _timed_out(op: Op, timeout: float) -> StoreUnavailable:
     return StoreUnavailable(
-        f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); its outcome is unknown"
+        f"{op.method} of {op.key!r} took longer than {timeout} s (op_timeout); "
+        "its outcome is unknown"
     )
 
 

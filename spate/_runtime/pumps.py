@@ -28,17 +28,17 @@ __all__ = ["heartbeat_ticker", "interval_ticker", "watch_pump"]
 logger = logging.getLogger("spate.pumps")
 
 
-async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
+async def watch_pump(runtime: Runtime, keyspace: Keyspace) -> None:
     """Keep a watch of the job's keys in ``keyspace`` open, forever, posting what it sees."""
-    machine = core.machine
+    machine = runtime.machine
     backoff = Backoff.of(REWATCH_BACKOFF)
     while True:
         # Posted before opening, so the machine knows which keys it learned after the snapshot.
-        core.post(partial(machine.watch_opening, keyspace))
+        runtime.post(partial(machine.watch_opening, keyspace))
         try:
             # Establishing the watch (up to its snapshot) is bounded; the live tail is not.
-            with trio.CancelScope(deadline=trio.current_time() + core.op_timeout) as opening:
-                async with core.store.watch(keyspace, machine.watch_prefix) as events:
+            with trio.CancelScope(deadline=trio.current_time() + runtime.op_timeout) as opening:
+                async with runtime.store.watch(keyspace, machine.watch_prefix) as events:
                     snapshot: list[Entry] | None = []
                     async for event in events:
                         if snapshot is not None:
@@ -46,11 +46,11 @@ async def watch_pump(core: Runtime, keyspace: Keyspace) -> None:
                                 snapshot.append(event.entry)
                             elif isinstance(event, SnapshotDone):
                                 opening.deadline = math.inf
-                                core.post(partial(_fold_snapshot, machine, keyspace, snapshot))
+                                runtime.post(partial(_fold_snapshot, machine, keyspace, snapshot))
                                 snapshot = None
                                 backoff.reset()
                         elif isinstance(event, Put | Delete):
-                            core.watch_event(keyspace, event)
+                            runtime.watch_event(keyspace, event)
             if opening.cancelled_caught:
                 logger.warning(
                     "opening the %s watch took longer than op_timeout; re-watching", keyspace.value
@@ -67,14 +67,14 @@ def _fold_snapshot(machine: Machine, keyspace: Keyspace, snapshot: list[Entry]) 
         machine.watch_snapshot(keyspace, snapshot)
 
 
-async def heartbeat_ticker(core: Runtime) -> None:
+async def heartbeat_ticker(runtime: Runtime) -> None:
     """Post a heartbeat on the machine's schedule (a jittered third of the lease)."""
-    machine = core.machine
+    machine = runtime.machine
     round_ = 0
     while True:
         await trio.sleep(machine.heartbeat_delay(round_))
         round_ += 1
-        core.post(core.heartbeat)
+        runtime.post(runtime.heartbeat)
 
 
 async def interval_ticker(interval: float, post: Callable[[], None]) -> None:

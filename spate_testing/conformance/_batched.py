@@ -36,8 +36,8 @@ from spate_testing.conformance._support import (
 
 __all__ = ["BatchedConformance"]
 
-D = Keyspace.DURABLE
-E = Keyspace.EPHEMERAL
+DURABLE = Keyspace.DURABLE
+EPHEMERAL = Keyspace.EPHEMERAL
 
 
 def _batched(store: Store) -> BatchedWrites:
@@ -60,9 +60,11 @@ class BatchedConformance:
         prefix = unique_prefix()
         async with store_factory(NAMESPACE) as store:
             batched = _batched(store)
-            first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
-            other = expect_won(await store.create(D, prefix + "b", b"b1"), "create b")
-            moved = expect_won(await store.update(D, prefix + "b", b"b2", other.revision), "b")
+            first = expect_won(await store.create(DURABLE, prefix + "a", b"a1"), "create a")
+            other = expect_won(await store.create(DURABLE, prefix + "b", b"b1"), "create b")
+            moved = expect_won(
+                await store.update(DURABLE, prefix + "b", b"b2", other.revision), "b"
+            )
             results = await batched.write_many(
                 [
                     Swap(prefix + "a", b"a2", first.revision),  # current: wins
@@ -76,9 +78,13 @@ class BatchedConformance:
             assert won.revision > first.revision, "a won swap did not increase the revision"
             assert isinstance(results[1], Conflict), f"a stale swap got {results[1]!r}"
             assert isinstance(results[2], Conflict), f"a swap of a missing key got {results[2]!r}"
-            assert await store.get(D, prefix + "a") == Entry(prefix + "a", b"a2", won.revision)
-            assert await store.get(D, prefix + "b") == Entry(prefix + "b", b"b2", moved.revision)
-            assert await store.get(D, prefix + "missing") is None, "a swap created a key"
+            assert await store.get(DURABLE, prefix + "a") == Entry(
+                prefix + "a", b"a2", won.revision
+            )
+            assert await store.get(DURABLE, prefix + "b") == Entry(
+                prefix + "b", b"b2", moved.revision
+            )
+            assert await store.get(DURABLE, prefix + "missing") is None, "a swap created a key"
 
     async def test_a_full_group_lands_and_reaches_watchers(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
@@ -91,8 +97,10 @@ class BatchedConformance:
             keys = [f"{prefix}k{n:03d}" for n in range(count)]
             revisions = {}
             for key in keys:
-                revisions[key] = expect_won(await store.create(D, key, b"v1"), "create").revision
-            async with store.watch(D, prefix) as events:
+                revisions[key] = expect_won(
+                    await store.create(DURABLE, key, b"v1"), "create"
+                ).revision
+            async with store.watch(DURABLE, prefix) as events:
                 for _ in keys:
                     await next_event(events, "the snapshot")
                 await next_event(events, "SnapshotDone")
@@ -102,7 +110,9 @@ class BatchedConformance:
                 for key, result in zip(keys, results, strict=True):
                     assert isinstance(result, Won), f"swap of {key} got {result!r}"
                     assert result.revision > revisions[key]
-                    assert await store.get(D, key) == Entry(key, key.encode(), result.revision)
+                    assert await store.get(DURABLE, key) == Entry(
+                        key, key.encode(), result.revision
+                    )
                 heard = {}
                 for _ in keys:
                     event = await next_event(events, "a Put for each swap")
@@ -119,8 +129,8 @@ class BatchedConformance:
         prefix = unique_prefix()
         async with store_factory(NAMESPACE) as store:
             batched = _batched(store)
-            first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
-            big = expect_won(await store.create(D, prefix + "big", b"small"), "create big")
+            first = expect_won(await store.create(DURABLE, prefix + "a", b"a1"), "create a")
+            big = expect_won(await store.create(DURABLE, prefix + "big", b"small"), "create big")
             too_big = b"x" * (store.capabilities.max_value_size + 1)
             results = await batched.write_many(
                 [
@@ -132,10 +142,10 @@ class BatchedConformance:
             assert isinstance(results[0], ValueTooLarge), f"an oversize value got {results[0]!r}"
             assert isinstance(results[1], Won), f"the valid swap got {results[1]!r}"
             assert isinstance(results[2], StoreError), f"an invalid key got {results[2]!r}"
-            assert await store.get(D, prefix + "big") == Entry(
+            assert await store.get(DURABLE, prefix + "big") == Entry(
                 prefix + "big", b"small", big.revision
             )
-            assert await store.get(D, prefix + "a") == Entry(
+            assert await store.get(DURABLE, prefix + "a") == Entry(
                 prefix + "a", b"a2", results[1].revision
             )
 
@@ -146,8 +156,8 @@ class BatchedConformance:
         prefix = unique_prefix()
         async with store_factory(NAMESPACE) as store:
             batched = _batched(store)
-            first = expect_won(await store.create(D, prefix + "a", b"a1"), "create a")
-            other = expect_won(await store.create(D, prefix + "b", b"b1"), "create b")
+            first = expect_won(await store.create(DURABLE, prefix + "a", b"a1"), "create a")
+            other = expect_won(await store.create(DURABLE, prefix + "b", b"b1"), "create b")
             with pytest.raises(StoreError):
                 await batched.write_many(
                     [
@@ -156,8 +166,12 @@ class BatchedConformance:
                         Swap(prefix + "a", b"z", first.revision),
                     ]
                 )
-            assert await store.get(D, prefix + "a") == Entry(prefix + "a", b"a1", first.revision)
-            assert await store.get(D, prefix + "b") == Entry(prefix + "b", b"b1", other.revision)
+            assert await store.get(DURABLE, prefix + "a") == Entry(
+                prefix + "a", b"a1", first.revision
+            )
+            assert await store.get(DURABLE, prefix + "b") == Entry(
+                prefix + "b", b"b1", other.revision
+            )
 
     async def test_a_call_holding_something_not_a_write_is_refused_whole(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
@@ -170,7 +184,7 @@ class BatchedConformance:
                 await batched.write_many(
                     [Create(prefix + "a", b"v"), (prefix + "b", b"v")]  # type: ignore[list-item]
                 )
-            assert await store.get(D, prefix + "a") is None, "a refused call wrote a member"
+            assert await store.get(DURABLE, prefix + "a") is None, "a refused call wrote a member"
 
     async def test_an_empty_group_writes_nothing(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
@@ -187,11 +201,13 @@ class BatchedConformance:
         prefix = unique_prefix()
         async with store_factory(NAMESPACE) as store:
             batched = _batched(store)
-            held = expect_won(await store.create(D, prefix + "held", b"h"), "create held")
-            stale = expect_won(await store.create(D, prefix + "stale", b"s1"), "create stale")
-            moved = expect_won(await store.update(D, prefix + "stale", b"s2", stale.revision), "")
-            gone = expect_won(await store.create(D, prefix + "gone", b"g"), "create gone")
-            taken = expect_won(await store.create(D, prefix + "taken", b"t"), "create taken")
+            held = expect_won(await store.create(DURABLE, prefix + "held", b"h"), "create held")
+            stale = expect_won(await store.create(DURABLE, prefix + "stale", b"s1"), "create stale")
+            moved = expect_won(
+                await store.update(DURABLE, prefix + "stale", b"s2", stale.revision), ""
+            )
+            gone = expect_won(await store.create(DURABLE, prefix + "gone", b"g"), "create gone")
+            taken = expect_won(await store.create(DURABLE, prefix + "taken", b"t"), "create taken")
             results = await batched.write_many(
                 [
                     Create(prefix + "new", b"n"),  # absent: wins
@@ -213,17 +229,17 @@ class BatchedConformance:
             assert isinstance(results[4], Won), f"an unguarded delete of a key got {results[4]!r}"
             assert isinstance(results[5], Conflict), f"a delete of a missing key got {results[5]!r}"
             assert created.revision > gone.revision, "a create's revision did not move on"
-            assert await store.get(D, prefix + "new") == Entry(
+            assert await store.get(DURABLE, prefix + "new") == Entry(
                 prefix + "new", b"n", created.revision
             )
-            assert await store.get(D, prefix + "taken") == Entry(
+            assert await store.get(DURABLE, prefix + "taken") == Entry(
                 prefix + "taken", b"t", taken.revision
             )
-            assert await store.get(D, prefix + "held") is None, "a won delete left its key"
-            assert await store.get(D, prefix + "stale") == Entry(
+            assert await store.get(DURABLE, prefix + "held") is None, "a won delete left its key"
+            assert await store.get(DURABLE, prefix + "stale") == Entry(
                 prefix + "stale", b"s2", moved.revision
             )
-            assert await store.get(D, prefix + "gone") is None, "a won delete left its key"
+            assert await store.get(DURABLE, prefix + "gone") is None, "a won delete left its key"
 
     async def test_ephemeral_writes_of_a_group_belong_to_its_session(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None
@@ -234,12 +250,14 @@ class BatchedConformance:
             batched = _batched(store)
             timing = Timing.of(store)
             async with store.session() as session:
-                lease = expect_won(await store.create(E, prefix + "old", b"o", session=session), "")
+                lease = expect_won(
+                    await store.create(EPHEMERAL, prefix + "old", b"o", session=session), ""
+                )
                 results = await batched.write_many(
                     [
-                        Create(prefix + "lease", b"l", E),
+                        Create(prefix + "lease", b"l", EPHEMERAL),
                         Create(prefix + "record", b"r"),  # durable: outlives the session
-                        Remove(prefix + "old", lease.revision, E),
+                        Remove(prefix + "old", lease.revision, EPHEMERAL),
                     ],
                     session=session,
                 )
@@ -247,24 +265,33 @@ class BatchedConformance:
                 assert isinstance(created, Won), f"an ephemeral create got {created!r}"
                 assert isinstance(results[1], Won), f"a durable create got {results[1]!r}"
                 assert isinstance(results[2], Won), f"an ephemeral delete got {results[2]!r}"
-                assert await store.get(E, prefix + "lease") == Entry(
+                assert await store.get(EPHEMERAL, prefix + "lease") == Entry(
                     prefix + "lease", b"l", created.revision
                 )
-                assert await store.get(E, prefix + "old") is None, "a won delete left its key"
+                assert await store.get(EPHEMERAL, prefix + "old") is None, (
+                    "a won delete left its key"
+                )
             ended = trio.current_time()
             with pytest.raises(StoreError):
                 # A group naming an ended session is refused whole: nothing of it is written.
                 await batched.write_many(
-                    [Create(prefix + "late", b"x", E), Create(prefix + "late-record", b"x")],
+                    [
+                        Create(prefix + "late", b"x", EPHEMERAL),
+                        Create(prefix + "late-record", b"x"),
+                    ],
                     session=session,
                 )
-            assert await store.get(D, prefix + "late-record") is None, (
+            assert await store.get(DURABLE, prefix + "late-record") is None, (
                 "a group naming an ended session wrote its durable member"
             )
             await trio.sleep_until(timing.gone_by(ended))
-            assert await store.get(E, prefix + "lease") is None, (
+            assert await store.get(EPHEMERAL, prefix + "lease") is None, (
                 "an ephemeral entry written in a group outlived its ended session by more "
                 "than TTL + slack"
             )
-            assert await store.get(E, prefix + "late") is None, "a refused group was applied"
-            assert await store.get(D, prefix + "record") is not None, "a durable entry expired"
+            assert await store.get(EPHEMERAL, prefix + "late") is None, (
+                "a refused group was applied"
+            )
+            assert await store.get(DURABLE, prefix + "record") is not None, (
+                "a durable entry expired"
+            )

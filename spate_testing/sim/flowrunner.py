@@ -68,7 +68,7 @@ class FlowRunner(FlowEngine[FlowRun]):
 
     def _perform(self, run: FlowRun, op: Op) -> None:
         lease = None
-        if op.keyspace is Keyspace.EPHEMERAL and op.kind in ("create", "update"):
+        if op.keyspace is Keyspace.EPHEMERAL and op.method in ("create", "update"):
             # An ephemeral write names the session's lease; a lost session refuses it before
             # anything is sent (as the etcd adapter does).
             try:

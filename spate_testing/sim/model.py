@@ -160,22 +160,22 @@ class ModelStore:
         session_put = (
             self.semantics is EphemeralSemantics.SESSION
             and op.keyspace is Keyspace.EPHEMERAL
-            and op.kind != "delete"
+            and op.method != "delete"
         )
         if session_put and (lease is None or lease not in self._leases):
             raise SessionLost(f"{actor}: the session lease {lease} is gone; nothing was written")
         table = self._tables[op.keyspace]
         current = table.entries.get(op.key)
         result: WriteResult
-        if op.kind == "create":
+        if op.method == "create":
             ok = current is None
-        elif op.kind == "update":
+        elif op.method == "update":
             ok = current is not None and current.revision == op.expected
         else:
             ok = current is not None and (op.expected is None or current.revision == op.expected)
         if not ok:
             result = Conflict()
-        elif op.kind == "delete":
+        elif op.method == "delete":
             result = Won(self._remove(table, op.key))
         else:
             result = Won(self._put(op.keyspace, table, op.key, op.value))
@@ -186,13 +186,13 @@ class ModelStore:
             StoreWrite(
                 at=self._scheduler.now(),
                 actor=actor,
-                op=op.kind,  # type: ignore[arg-type]  # a write's kind
+                op=op.method,  # type: ignore[arg-type]  # a write's kind
                 keyspace=op.keyspace.value,
                 key=op.key,
                 expected=op.expected,
                 outcome="won" if isinstance(result, Won) else "lost",
                 revision=result.revision if isinstance(result, Won) else None,
-                value=op.value if isinstance(result, Won) and op.kind != "delete" else None,
+                value=op.value if isinstance(result, Won) and op.method != "delete" else None,
             )
         )
         return result
@@ -387,14 +387,14 @@ class Link:
         if self._roll(self.rates.spike_rate):
             self.injected["latency_spike"] += 1
             delay += self.rates.spike_latency
-        timeout = self.op_timeout * (LIST_TIMEOUT_FACTOR if op.kind == "list" else 1)
+        timeout = self.op_timeout * (LIST_TIMEOUT_FACTOR if op.method == "list" else 1)
         answer = self._answer_once(reply)
 
         def timed_out() -> None:
             answer(
                 outcome.Error(
                     StoreUnavailable(
-                        f"{op.kind} of {op.key!r} took longer than {timeout} s (op_timeout); its "
+                        f"{op.method} of {op.key!r} took longer than {timeout} s (op_timeout); its "
                         "outcome is unknown"
                     )
                 )
@@ -422,17 +422,17 @@ class Link:
     ) -> None:
         def fail(why: str) -> None:
             deadline.cancel()
-            answer(outcome.Error(StoreUnavailable(f"{self.actor}: {why} during {op.kind}")))
+            answer(outcome.Error(StoreUnavailable(f"{self.actor}: {why} during {op.method}")))
 
         if self.partitioned:
             return fail("partitioned from the store")
         if self._roll(self.rates.unavailable_rate):
             self.injected["unavailable"] += 1
             return fail("injected unavailability")
-        if op.kind == "get":
+        if op.method == "get":
             deadline.cancel()
             return answer(outcome.Value(self.model.get(op.keyspace, op.key)))
-        if op.kind == "list":
+        if op.method == "list":
             deadline.cancel()
             return answer(outcome.Value(self.model.list(op.keyspace, op.key)))
         if self._roll(self.rates.late_rate):
@@ -456,7 +456,7 @@ class Link:
 
     def _land(self, op: Op, lease: int | None) -> WriteResult:
         result = self.model.write(self.actor, op, lease=lease)
-        if op.kind == "delete" and op.keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
+        if op.method == "delete" and op.keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
             self._own_deletes.add((op.key, result.revision))
         return result
 

@@ -6,8 +6,8 @@ import trio
 import trio.testing
 
 from spate import AllComplete
+from spate._cli.demo.display import PlainDisplay, print_result
 from spate._cli.demo.fleet import DemoOptions, run_demo
-from spate._cli.demo.view import PlainView, print_result
 from spate._cli.demo.workload import Dataset
 
 
@@ -17,7 +17,7 @@ async def test_the_demo_without_chaos_completes_and_checks_out(
     lines: list[str] = []
     result = await run_demo(
         DemoOptions(workers=3, splits=12, seed=5, chaos=False, duration=10),
-        PlainView(lines.append),
+        PlainDisplay(lines.append),
     )
     assert result.ok, result.problems
     assert isinstance(result.verdict, AllComplete)
@@ -31,7 +31,7 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
     lines: list[str] = []
     result = await run_demo(
         DemoOptions(workers=4, splits=24, seed=1, chaos=True, duration=10),
-        PlainView(lines.append),
+        PlainDisplay(lines.append),
     )
     print_result(result, lines.append)
     print("\n".join(lines))

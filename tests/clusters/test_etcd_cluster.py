@@ -21,7 +21,7 @@ from spate_testing.sim.cluster_fleet import JOB, lost, run_fleet
 
 pytestmark = [pytest.mark.etcd, pytest.mark.cluster]
 
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 
 async def test_store_follows_the_cluster_when_its_member_dies() -> None:
@@ -29,10 +29,10 @@ async def test_store_follows_the_cluster_when_its_member_dies() -> None:
         ns = f"fo-{secrets.token_hex(3)}"
         async with open_store(cluster.store_url(ns, ttl=3, timeout="1")) as store:
             assert isinstance(store, EtcdStore)
-            assert await store.create(E, "presence", b"here")
-            await store.create(D, "k", b"1")
+            assert await store.create(EPHEMERAL, "presence", b"here")
+            await store.create(DURABLE, "k", b"1")
             gateway = store._gateway
-            async with store.watch(D, "") as events:
+            async with store.watch(DURABLE, "") as events:
                 assert isinstance(await events.__anext__(), Put)
                 assert isinstance(await events.__anext__(), SnapshotDone)
                 # Kill exactly the member this client (and its watch) talks to.
@@ -42,7 +42,7 @@ async def test_store_follows_the_cluster_when_its_member_dies() -> None:
                 with trio.fail_after(15):
                     while True:
                         try:
-                            entry = await store.get(D, "k")
+                            entry = await store.get(DURABLE, "k")
                             break
                         except StoreUnavailable:
                             await trio.sleep(0.1)
@@ -51,7 +51,7 @@ async def test_store_follows_the_cluster_when_its_member_dies() -> None:
                 assert gateway.endpoint != used.endpoint
                 # The open watch resumed on a live member from its last revision: the next
                 # write arrives on the same iterator, with no error and nothing replayed.
-                await store.create(D, "k2", b"2")
+                await store.create(DURABLE, "k2", b"2")
                 with trio.fail_after(15):
                     event = await events.__anext__()
                 assert isinstance(event, Put)
@@ -59,7 +59,7 @@ async def test_store_follows_the_cluster_when_its_member_dies() -> None:
                 assert events._source.resumes >= 1  # type: ignore[attr-defined]
             # The keepalive moved with the client: the ephemeral key outlives 2 TTLs.
             await trio.sleep(7)
-            assert await store.get(E, "presence") is not None
+            assert await store.get(EPHEMERAL, "presence") is not None
             assert store.lease_losses == 0
             await cluster.restart(used)
 
@@ -71,9 +71,9 @@ async def _split_history(url: str) -> dict[str, list[int]]:
     async with open_store(url) as store:
         assert isinstance(store, EtcdStore)
         layout = KeyLayout(store.config.namespace)
-        start = layout.key(D, keys.split_prefix)
+        start = layout.key(DURABLE, keys.split_prefix)
         current = 0
-        for entry in await store.list(D, keys.split_prefix):
+        for entry in await store.list(DURABLE, keys.split_prefix):
             current = max(current, entry.revision)
         assert store._nursery is not None
         stream = open_watch_stream(store._gateway, store._nursery, start, prefix_end(start), 1)
@@ -85,7 +85,7 @@ async def _split_history(url: str) -> dict[str, list[int]]:
                     seen = max(seen, event.kv.mod_revision)
                     if event.kind is EventKind.DELETE:
                         continue
-                    key = layout.store_key(D, event.kv.key)
+                    key = layout.store_key(DURABLE, event.kv.key)
                     split = key[len(keys.split_prefix) :]
                     progress = decode(ProgressRecord, key, event.kv.value, split=split)
                     history.setdefault(split, []).append(progress.watermark or 0)
@@ -120,7 +120,7 @@ async def test_a_paused_member_is_left_behind() -> None:
         ns = f"pause-{secrets.token_hex(3)}"
         async with open_store(cluster.store_url(ns, ttl=4, timeout="1")) as store:
             assert isinstance(store, EtcdStore)
-            await store.create(D, "k", b"1")
+            await store.create(DURABLE, "k", b"1")
             # SIGSTOP the member the client uses: its sockets stay open but nothing answers,
             # so only the request timeout tells the client to move on.
             used = next(m for m in cluster.members if m.endpoint == store._gateway.endpoint)
@@ -128,7 +128,7 @@ async def test_a_paused_member_is_left_behind() -> None:
             with trio.fail_after(15):
                 while True:
                     try:
-                        entry = await store.get(D, "k")
+                        entry = await store.get(DURABLE, "k")
                         break
                     except StoreUnavailable:
                         await trio.sleep(0.1)
@@ -136,8 +136,8 @@ async def test_a_paused_member_is_left_behind() -> None:
             # It moved past the paused member (under load it may since have moved on again:
             # every member a slow call fails on is passed over in turn).
             assert store._gateway.endpoints.switches >= 1
-            assert await store.create(E, "alive", b"") is not None
+            assert await store.create(EPHEMERAL, "alive", b"") is not None
             await trio.sleep(9)  # two TTLs: the keepalive left the paused member too
-            assert await store.get(E, "alive") is not None
+            assert await store.get(EPHEMERAL, "alive") is not None
             await cluster.restart(used)  # SIGCONT
             assert not used.paused

@@ -20,7 +20,7 @@ from spate_testing.sim.cluster_fleet import lost, run_fleet
 
 pytestmark = [pytest.mark.nats, pytest.mark.cluster]
 
-D = Keyspace.DURABLE
+DURABLE = Keyspace.DURABLE
 
 
 async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
@@ -41,15 +41,15 @@ async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
                     break
                 await trio.sleep(0.05)
             assert {p for _, p in conn.pool.servers} == {s.port for s in cluster.servers}
-            await store.create(D, "k", b"1")
-            async with store.watch(D, "") as events:
+            await store.create(DURABLE, "k", b"1")
+            async with store.watch(DURABLE, "") as events:
                 assert isinstance(await events.__anext__(), Put)
                 assert isinstance(await events.__anext__(), SnapshotDone)
                 await trio.to_thread.run_sync(lambda: cluster.stop_member_sync(first, kill=True))
                 with trio.fail_after(30):
                     while True:
                         try:
-                            await store.create(D, "k2", b"2")
+                            await store.create(DURABLE, "k2", b"2")
                             break
                         except StoreUnavailable:
                             await trio.sleep(0.2)
@@ -67,7 +67,7 @@ async def test_client_learns_the_cluster_and_reconnects_elsewhere() -> None:
                 with trio.fail_after(30):
                     while event is None:
                         try:
-                            async with store.watch(D, "") as events:
+                            async with store.watch(DURABLE, "") as events:
                                 keys = [e.entry.key async for e in _snapshot(events)]
                         except StoreUnavailable:
                             await trio.sleep(0.5)
@@ -113,7 +113,7 @@ async def test_commits_survive_a_killed_stream_leader() -> None:
         # writes fail fast or race on the leader key right after it: the workers must ride
         # all of that out (a clustered "wrong last sequence" once stopped one, at ttl=8).
         url = cluster.store_url(ns, ttl=8)
-        stream = "KV_" + bucket_name(ns, D)
+        stream = "KV_" + bucket_name(ns, DURABLE)
 
         async def chaos() -> None:
             killed = await cluster.kill("leader", stream=stream)

@@ -39,7 +39,7 @@ def test_a_commit_is_one_write_and_its_echo_changes_nothing() -> None:
     asked = w1.step_requests
     world.wait(w1.commit("a", Progress(watermark=7)))
     assert w1.step_requests == asked  # nothing another rule reads changed
-    assert [(op.kind, op.key) for op in w1.ops[before:]] == [("update", KEYS.split("a"))]
+    assert [(op.method, op.key) for op in w1.ops[before:]] == [("update", KEYS.split("a"))]
     # The echo of that write is known by its revision: nothing is decoded, nothing to do.
     echo = world.get(Keyspace.DURABLE, KEYS.split("a"))
     assert echo is not None

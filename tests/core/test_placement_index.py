@@ -245,11 +245,11 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
             op for w, m in zip(workers, mark[2], strict=True) for _, op, _ in w.metrics.writes[m:]
         ]
         assert "assign" not in writes
-        core = leader.core
-        pool = {s: p for s in core.view.splits if (p := leader._placement_input(s)) is not None}
-        members = {i: Member(p.max_in_flight if p else 0) for i, p in core.view.presence.items()}
+        host = leader.host
+        pool = {s: p for s in host.view.splits if (p := leader._placement_input(s)) is not None}
+        members = {i: Member(p.max_in_flight if p else 0) for i, p in host.view.presence.items()}
         assert index.assignment() == place(
-            members, pool, default_cap=core.config.max_in_flight, seed=core.tie_seed
+            members, pool, default_cap=host.config.max_in_flight, seed=host.tie_seed
         )
         nursery.cancel_scope.cancel()
 

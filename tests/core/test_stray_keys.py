@@ -29,7 +29,7 @@ def test_a_leader_key_of_this_process_it_does_not_lead_by_is_given_back() -> Non
     w1.heartbeat()
     world.settle()
     resigns = [op for op in w1.ops[before:] if op.operation == "resign"]
-    assert [(op.kind, op.key) for op in resigns] == [("delete", KEYS.leader)]
+    assert [(op.method, op.key) for op in resigns] == [("delete", KEYS.leader)]
     # With the key gone, an election can be won again.
     assert w1.leading
 

@@ -19,7 +19,7 @@ from spate._core.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressCh
 from spate.store import Entry, Keyspace
 
 KEYS = Keys("job")
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 
 def progress(split: str, status: Status = Status.RUNNABLE, **kw: object) -> bytes:
@@ -36,9 +36,9 @@ def new_view() -> View:
 
 def test_lease_seen_before_its_progress_record_is_attached_when_the_record_arrives() -> None:
     view = new_view()
-    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 5))
+    view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("w1"), 5))
     assert "a" not in view.splits
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a", owner="w1", epoch=1), 3))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="w1", epoch=1), 3))
     assert view.splits["a"].lease is not None
     assert view.splits["a"].current_owner == "w1"
 
@@ -46,80 +46,80 @@ def test_lease_seen_before_its_progress_record_is_attached_when_the_record_arriv
 def test_spec_seen_before_its_progress_record_is_attached() -> None:
     view = new_view()
     spec = encode(SpecRecord(id="a", weight=3, descriptor=b"d"))
-    view.apply_put(D, Entry(KEYS.spec("a"), spec, 2))
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 3))
+    view.apply_put(DURABLE, Entry(KEYS.spec("a"), spec, 2))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 3))
     assert view.splits["a"].spec is not None
     assert view.splits["a"].spec.weight == 3
 
 
 def test_stale_echo_of_a_put_is_ignored() -> None:
     view = new_view()
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a", epoch=2), 9))
-    assert view.apply_put(D, Entry(KEYS.split("a"), progress("a", epoch=1), 8)) == []
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=2), 9))
+    assert view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=1), 8)) == []
     assert view.splits["a"].progress.epoch == 2
 
 
 def test_delete_older_than_the_held_revision_is_ignored() -> None:
     view = new_view()
-    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 4))
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
-    assert view.apply_delete(E, KEYS.split("a"), 3) == []
+    view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("w1"), 4))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 1))
+    assert view.apply_delete(EPHEMERAL, KEYS.split("a"), 3) == []
     assert view.splits["a"].lease is not None
-    assert view.apply_delete(E, KEYS.split("a"), 6) == [LeaseGone("a", 6)]
+    assert view.apply_delete(EPHEMERAL, KEYS.split("a"), 6) == [LeaseGone("a", 6)]
 
 
 def test_listing_cannot_resurrect_a_key_deleted_after_it_started() -> None:
     view = new_view()
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
-    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 4))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("w1"), 4))
     since = view.seq
-    view.apply_delete(E, KEYS.split("a"), 5)  # the watch saw the delete first
-    view.apply_listing(E, [Entry(KEYS.split("a"), lease("w1"), 4)], since=since)
+    view.apply_delete(EPHEMERAL, KEYS.split("a"), 5)  # the watch saw the delete first
+    view.apply_listing(EPHEMERAL, [Entry(KEYS.split("a"), lease("w1"), 4)], since=since)
     assert view.splits["a"].lease is None
 
 
 def test_listing_absence_only_deletes_keys_learned_before_it_started() -> None:
     view = new_view()
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
-    view.apply_put(D, Entry(KEYS.split("b"), progress("b"), 2))
-    view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 1))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(DURABLE, Entry(KEYS.split("b"), progress("b"), 2))
+    view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("w1"), 1))
     since = view.seq
     view.put_lease("b", LeaseRecord(owner="me", nonce="n", epoch=1), 2)  # own claim, in flight
-    notices = view.apply_listing(E, [], since=since)
+    notices = view.apply_listing(EPHEMERAL, [], since=since)
     assert notices == [LeaseGone("a", None)]
     assert view.splits["b"].lease is not None
 
 
 def test_durable_listing_prunes_only_assignment_records() -> None:
     view = new_view()
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
-    view.apply_put(D, Entry(KEYS.assign("w1"), encode(AssignmentRecord(generation=1)), 2))
-    notices = view.apply_listing(D, [], since=view.seq + 1)
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(DURABLE, Entry(KEYS.assign("w1"), encode(AssignmentRecord(generation=1)), 2))
+    notices = view.apply_listing(DURABLE, [], since=view.seq + 1)
     assert notices == [AssignmentGone("w1")]
     assert "a" in view.splits
 
 
 def test_unreadable_assignment_is_skipped_and_presence_still_counts() -> None:
     view = new_view()
-    assert view.apply_put(D, Entry(KEYS.assign("w1"), b"garbage", 2)) == []
-    view.apply_put(E, Entry(KEYS.worker("w2"), b"garbage", 3))
+    assert view.apply_put(DURABLE, Entry(KEYS.assign("w1"), b"garbage", 2)) == []
+    view.apply_put(EPHEMERAL, Entry(KEYS.worker("w2"), b"garbage", 3))
     assert "w2" in view.presence
     assert view.presence["w2"] is None
 
 
 def test_probe_keys_and_foreign_keys_are_invisible() -> None:
     view = new_view()
-    assert view.apply_put(D, Entry("job._probe.abc", b"probe", 1)) == []
-    assert view.apply_put(D, Entry("other.split.a", b"x", 1)) == []
+    assert view.apply_put(DURABLE, Entry("job._probe.abc", b"probe", 1)) == []
+    assert view.apply_put(DURABLE, Entry("other.split.a", b"x", 1)) == []
     assert view.splits == {}
 
 
 def test_own_delete_of_an_unfolded_lease_blocks_its_resurrection() -> None:
     view = new_view()
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 1))
     since = view.seq
-    view.forget_own(E, KEYS.split("a"), 7)
-    view.apply_listing(E, [Entry(KEYS.split("a"), lease("me"), 7)], since=since)
+    view.forget_own(EPHEMERAL, KEYS.split("a"), 7)
+    view.apply_listing(EPHEMERAL, [Entry(KEYS.split("a"), lease("me"), 7)], since=since)
     assert view.splits["a"].lease is None
 
 
@@ -132,7 +132,7 @@ ops = st.lists(
         st.tuples(st.just("lease"), st.sampled_from(SPLITS), st.sampled_from(["w1", "w2"])),
         st.tuples(st.just("unlease"), st.sampled_from(SPLITS), st.just(None)),
         st.tuples(st.just("echo"), st.integers(0, 50), st.just(None)),
-        st.tuples(st.just("list"), st.sampled_from([D, E]), st.just(None)),
+        st.tuples(st.just("list"), st.sampled_from([DURABLE, EPHEMERAL]), st.just(None)),
         st.tuples(st.just("drop"), st.integers(0, 50), st.just(None)),
     ),
     max_size=60,
@@ -142,48 +142,48 @@ ops = st.lists(
 @given(ops)
 def test_tallies_always_equal_a_recount_and_listings_converge(steps: list[tuple]) -> None:  # type: ignore[type-arg]
     view = new_view()
-    model: dict[Keyspace, dict[str, Entry]] = {D: {}, E: {}}
-    revision = {D: 0, E: 0}
+    model: dict[Keyspace, dict[str, Entry]] = {DURABLE: {}, EPHEMERAL: {}}
+    revision = {DURABLE: 0, EPHEMERAL: 0}
     history: list[tuple[Keyspace, Entry]] = []
     for op, arg, extra in steps:
         if op == "progress":
-            revision[D] += 1
-            entry = Entry(KEYS.split(arg), progress(arg, extra), revision[D])
-            model[D][entry.key] = entry
-            history.append((D, entry))
-            view.apply_put(D, entry)
+            revision[DURABLE] += 1
+            entry = Entry(KEYS.split(arg), progress(arg, extra), revision[DURABLE])
+            model[DURABLE][entry.key] = entry
+            history.append((DURABLE, entry))
+            view.apply_put(DURABLE, entry)
         elif op == "lease":
-            revision[E] += 1
-            entry = Entry(KEYS.split(arg), lease(extra), revision[E])
-            model[E][entry.key] = entry
-            history.append((E, entry))
-            view.apply_put(E, entry)
+            revision[EPHEMERAL] += 1
+            entry = Entry(KEYS.split(arg), lease(extra), revision[EPHEMERAL])
+            model[EPHEMERAL][entry.key] = entry
+            history.append((EPHEMERAL, entry))
+            view.apply_put(EPHEMERAL, entry)
         elif op == "unlease":
             key = KEYS.split(arg)
-            if key in model[E]:
-                revision[E] += 1
-                del model[E][key]
-                view.apply_delete(E, key, revision[E])
+            if key in model[EPHEMERAL]:
+                revision[EPHEMERAL] += 1
+                del model[EPHEMERAL][key]
+                view.apply_delete(EPHEMERAL, key, revision[EPHEMERAL])
         elif op == "echo" and history:
             keyspace, entry = history[arg % len(history)]
             view.apply_put(keyspace, entry)
         elif op == "drop" and history:
             # A watch event that never arrived: model it by writing without telling the view.
-            revision[E] += 1
+            revision[EPHEMERAL] += 1
             key = KEYS.split(SPLITS[arg % len(SPLITS)])
-            model[E].pop(key, None)
+            model[EPHEMERAL].pop(key, None)
         elif op == "list":
             view.apply_listing(
                 arg, sorted(model[arg].values(), key=lambda e: e.key), since=view.seq
             )
         assert view.tallies == view.recount()
-    for keyspace in (D, E):
+    for keyspace in (DURABLE, EPHEMERAL):
         view.apply_listing(keyspace, list(model[keyspace].values()), since=view.seq)
     assert view.tallies == view.recount()
     for split, state in view.splits.items():
-        stored = model[D][KEYS.split(split)]
+        stored = model[DURABLE][KEYS.split(split)]
         assert state.progress_rev == stored.revision
-        lease_entry = model[E].get(KEYS.split(split))
+        lease_entry = model[EPHEMERAL].get(KEYS.split(split))
         assert (state.lease is None) == (lease_entry is None)
         if lease_entry is not None:
             assert state.lease_rev == lease_entry.revision
@@ -191,10 +191,10 @@ def test_tallies_always_equal_a_recount_and_listings_converge(steps: list[tuple]
 
 def test_notices_report_progress_and_lease_changes() -> None:
     view = new_view()
-    notices = view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 1))
+    notices = view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 1))
     assert isinstance(notices[0], ProgressChanged)
     assert notices[0].previous is None
-    notices = view.apply_put(E, Entry(KEYS.split("a"), lease("w1"), 1))
+    notices = view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("w1"), 1))
     assert isinstance(notices[0], LeaseChanged)
 
 
@@ -202,24 +202,28 @@ def test_a_departed_worker_is_handed_over_once_every_split_moved_on_or_nobody_is
     view = new_view()
     for worker in ("me", "peer"):
         record = encode(PresenceRecord(nonce=worker, max_in_flight=4))
-        view.apply_put(E, Entry(KEYS.worker(worker), record, 1))
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a", owner="me", epoch=1), 2))
-    view.apply_put(D, Entry(KEYS.split("b"), progress("b"), 3))
+        view.apply_put(EPHEMERAL, Entry(KEYS.worker(worker), record, 1))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="me", epoch=1), 2))
+    view.apply_put(DURABLE, Entry(KEYS.split("b"), progress("b"), 3))
     # still its own, and handed back but not yet claimed: both are waited for
     assert not view.handed_over("me", ["a"])
     assert not view.handed_over("me", ["b"])
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a", owner="peer", epoch=2), 4))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="peer", epoch=2), 4))
     assert view.handed_over("me", ["a"])
     assert not view.handed_over("me", ["a", "b"])
     # a split finished, or quarantined, is not waited for; nor one the view never heard of
-    view.apply_put(D, Entry(KEYS.split("b"), progress("b", Status.COMPLETED, completed=True), 5))
+    view.apply_put(
+        DURABLE, Entry(KEYS.split("b"), progress("b", Status.COMPLETED, completed=True), 5)
+    )
     assert view.handed_over("me", ["a", "b", "unknown"])
-    view.apply_put(D, Entry(KEYS.split("c"), progress("c", Status.QUARANTINED, attempts=4), 6))
+    view.apply_put(
+        DURABLE, Entry(KEYS.split("c"), progress("c", Status.QUARANTINED, attempts=4), 6)
+    )
     assert view.handed_over("me", ["c"])
     # nobody else is present: nobody would take them, so there is nothing to wait for
-    view.apply_put(D, Entry(KEYS.split("d"), progress("d", owner="me", epoch=1), 7))
+    view.apply_put(DURABLE, Entry(KEYS.split("d"), progress("d", owner="me", epoch=1), 7))
     assert not view.handed_over("me", ["d"])
-    view.apply_delete(E, KEYS.worker("peer"), 8)
+    view.apply_delete(EPHEMERAL, KEYS.worker("peer"), 8)
     assert view.handed_over("me", ["d"])
 
 
@@ -229,13 +233,13 @@ def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() ->
     view = new_view()
     for worker in ("me", "peer"):
         record = encode(PresenceRecord(nonce=worker, max_in_flight=2))
-        view.apply_put(E, Entry(KEYS.worker(worker), record, 1))
-    view.apply_put(D, Entry(KEYS.split("a"), progress("a"), 2))  # handed back by "me"
+        view.apply_put(EPHEMERAL, Entry(KEYS.worker(worker), record, 1))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 2))  # handed back by "me"
     assert not view.handed_over("me", ["a"])  # the peer's share is not known yet
 
     def assign(*splits: str, revision: int) -> None:
         record = encode(AssignmentRecord(generation=1, splits=splits))
-        view.apply_put(D, Entry(KEYS.assign("peer"), record, revision))
+        view.apply_put(DURABLE, Entry(KEYS.assign("peer"), record, revision))
 
     assign("x", revision=3)
     assert not view.handed_over("me", ["a"])  # a free lane: the leader may give it "a"
@@ -245,5 +249,5 @@ def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() ->
     assert view.handed_over("me", ["a"])  # the peer's lanes are full, and "a" is not its
     # a budget of 0 means the leader's default, which this view does not know: wait
     default = encode(PresenceRecord(nonce="peer", max_in_flight=0))
-    view.apply_put(E, Entry(KEYS.worker("peer"), default, 6))
+    view.apply_put(EPHEMERAL, Entry(KEYS.worker("peer"), default, 6))
     assert not view.handed_over("me", ["a"])

@@ -198,7 +198,9 @@ class _Rule:
     once: bool = True
 
     def matches(self, op: Op) -> bool:
-        return op.kind == self.kind and op.keyspace is self.keyspace and op.key.startswith(self.key)
+        return (
+            op.method == self.kind and op.keyspace is self.keyspace and op.key.startswith(self.key)
+        )
 
 
 @attrs.define(eq=False)
@@ -567,7 +569,7 @@ class Worker(SimWorker):
         """The next such write never reaches the store; its caller hears StoreUnavailable."""
 
         def fail(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
-            error = StoreUnavailable(f"{self.actor}: injected failure of {op.kind} {op.key}")
+            error = StoreUnavailable(f"{self.actor}: injected failure of {op.method} {op.key}")
             self.scheduler.soon(lambda: reply(outcome.Error(error)))
 
         self._rule(kind, keyspace, key, fail)
@@ -613,7 +615,7 @@ class Worker(SimWorker):
         """Every such write from now on takes ``seconds`` to reach the store."""
 
         def slow(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
-            self.slow_started.append((self.scheduler.now(), op.kind, op.key))
+            self.slow_started.append((self.scheduler.now(), op.method, op.key))
             self.scheduler.later(seconds, lambda: Link.call(self.link, op, reply, lease=lease))
 
         self._rule(kind, keyspace, prefix, slow, once=False)

@@ -152,7 +152,7 @@ async def test_requeue_retries_when_a_concurrent_write_moves_the_record() -> Non
 async def test_status_shows_each_splits_age_since_its_last_commit() -> None:
     from rich.console import Console
 
-    from spate._cli.status_view import render_status
+    from spate._cli.status_table import render_status
     from spate._core.records import now_ms
 
     store = MemoryStore()

@@ -28,7 +28,7 @@ from spate.store import (
 )
 from spate_stores.memory import MemoryServer, MemoryStore
 
-E = Keyspace.EPHEMERAL
+EPHEMERAL = Keyspace.EPHEMERAL
 
 
 @attrs.define(eq=False)
@@ -97,11 +97,11 @@ class SessionMemoryStore:
         for key in list(session.keys):
             if self._owner.get(key) is session:
                 del self._owner[key]
-                await self.inner.delete(E, key)
+                await self.inner.delete(EPHEMERAL, key)
         session.keys.clear()
 
     def _check(self, keyspace: Keyspace, session: Session | None) -> FakeSession | None:
-        if keyspace is not E:
+        if keyspace is not EPHEMERAL:
             return None
         assert isinstance(session, FakeSession), "the protocol wrote an ephemeral key sessionless"
         if session.lost:

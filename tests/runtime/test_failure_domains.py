@@ -12,7 +12,7 @@ import trio
 from rich.console import Console
 
 from spate import ConfigError, Plan, PlanContext, open_coordinator
-from spate._cli.status_view import render_status
+from spate._cli.status_table import render_status
 from spate.ops import read_status
 from spate_stores.memory import MemoryServer
 

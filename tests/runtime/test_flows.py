@@ -19,7 +19,7 @@ from spate_stores.memory import MemoryServer
 
 from .harness import HookStore, client
 
-D = Keyspace.DURABLE
+DURABLE = Keyspace.DURABLE
 
 
 def _driver(store: HookStore, nursery: trio.Nursery) -> Driver:
@@ -31,13 +31,13 @@ def _driver(store: HookStore, nursery: trio.Nursery) -> Driver:
 
 
 def _create(key: str) -> Flow[str]:
-    yield Hold(D, key)
-    yield Op("create", D, key, b"v")
+    yield Hold(DURABLE, key)
+    yield Op("create", DURABLE, key, b"v")
     return key
 
 
 def _boom() -> Flow[None]:
-    yield Hold(D, "k-boom")
+    yield Hold(DURABLE, "k-boom")
     raise ValueError("boom")
 
 
@@ -59,7 +59,7 @@ async def test_a_fork_runs_its_flows_together_and_resumes_with_every_outcome(
 
     def parent() -> Flow[list[Any]]:
         # The parent holds a key a sub-flow needs: forking gives it up, or this would hang.
-        yield Hold(D, "k0")
+        yield Hold(DURABLE, "k0")
         outcomes = yield Fork((_create("k0"), _create("k1"), _boom(), _create("k2")))
         empty = yield Fork(())
         return [*outcomes, empty]
@@ -79,7 +79,7 @@ async def test_a_fork_runs_its_flows_together_and_resumes_with_every_outcome(
     with pytest.raises(ValueError, match="boom"):
         forked[2].unwrap()
     assert empty == []
-    assert not driver.busy(D, "k0")
+    assert not driver.busy(DURABLE, "k0")
 
 
 async def test_an_inline_flow_waits_its_turn_for_a_key_and_writes_after_the_holder(
@@ -94,25 +94,25 @@ async def test_an_inline_flow_waits_its_turn_for_a_key_and_writes_after_the_hold
     order: list[str] = []
 
     def loop_flow() -> Flow[None]:
-        yield Hold(D, "k")
-        yield Op("create", D, "k", b"loop")
+        yield Hold(DURABLE, "k")
+        yield Op("create", DURABLE, "k", b"loop")
         order.append("loop")
 
     def api_flow() -> Flow[str]:
-        yield Hold(D, "k")
-        entry = yield Op("get", D, "k")
+        yield Hold(DURABLE, "k")
+        entry = yield Op("get", DURABLE, "k")
         order.append("inline")
         return bytes(entry.value).decode()
 
     async with trio.open_nursery() as nursery:
         driver = _driver(store, nursery)
         driver.start(loop_flow(), lambda result: result.unwrap())
-        assert driver.busy(D, "k")
+        assert driver.busy(DURABLE, "k")
         # In this task, no hop through any other: it waits for the holder, then reads.
         assert await driver.run_inline(api_flow()) == "loop"
         driver.close()
     assert order == ["loop", "inline"]
-    assert not driver.busy(D, "k")
+    assert not driver.busy(DURABLE, "k")
 
 
 async def test_a_cancelled_caller_leaves_the_queue_of_a_key_whose_holder_never_lets_go(
@@ -131,13 +131,13 @@ async def test_a_cancelled_caller_leaves_the_queue_of_a_key_whose_holder_never_l
     cleaned = trio.Event()
 
     def holder() -> Flow[None]:
-        yield Hold(D, "k")
-        yield Op("create", D, "k", b"never")
+        yield Hold(DURABLE, "k")
+        yield Op("create", DURABLE, "k", b"never")
 
     def api_flow() -> Flow[None]:
         try:
-            yield Hold(D, "k")
-            yield Op("get", D, "k")
+            yield Hold(DURABLE, "k")
+            yield Op("get", DURABLE, "k")
         finally:
             cleaned.set()
 
@@ -197,7 +197,7 @@ async def test_a_batch_runs_its_ops_on_a_bounded_pool_and_reports_each_as_it_lan
     results: list[outcome.Outcome[Any]] = []
 
     def seed() -> Flow[list[Any]]:
-        ops = tuple(Op("create", D, key, b"v") for key in keys)
+        ops = tuple(Op("create", DURABLE, key, b"v") for key in keys)
         done = yield Batch(ops, lambda i, result: landed.append(i))
         assert len(landed) == len(keys)  # every result was reported before the resumption
         return list(done)
@@ -211,7 +211,7 @@ async def test_a_batch_runs_its_ops_on_a_bounded_pool_and_reports_each_as_it_lan
     assert peak == BATCH_CONCURRENCY
     assert sorted(landed) == list(range(len(keys)))
     assert all(isinstance(r, Won) for r in results[0].unwrap())
-    assert [e.key for e in await store.list(D, "k")] == keys
+    assert [e.key for e in await store.list(DURABLE, "k")] == keys
 
 
 async def test_a_batch_op_that_hangs_fails_after_the_op_timeout_and_the_rest_go_on(
@@ -227,7 +227,7 @@ async def test_a_batch_op_that_hangs_fails_after_the_op_timeout_and_the_rest_go_
     results: list[outcome.Outcome[Any]] = []
 
     def seed() -> Flow[list[Any]]:
-        ops = tuple(Op("create", D, f"k{n}", b"v") for n in range(3))
+        ops = tuple(Op("create", DURABLE, f"k{n}", b"v") for n in range(3))
         return list((yield Batch(ops)))
 
     async with trio.open_nursery() as nursery:
@@ -268,21 +268,21 @@ async def test_watch_events_of_a_key_an_api_call_writes_wait_until_it_lets_go(
         await trio.testing.wait_all_tasks_blocked()
         echo = Put(Entry("k1", b"v", 7))
         foreign = Delete("k1", 8)
-        assert driver.hold_back(D, "k1", echo)
-        assert driver.hold_back(D, "k1", foreign)
-        assert not driver.hold_back(D, "k2", Delete("k2", 9))  # no flow of ours writes k2
+        assert driver.hold_back(DURABLE, "k1", echo)
+        assert driver.hold_back(DURABLE, "k1", foreign)
+        assert not driver.hold_back(DURABLE, "k2", Delete("k2", 9))  # no flow of ours writes k2
         assert not driver.hold_back(Keyspace.EPHEMERAL, "k1", Delete("k1", 9))
         assert redelivered == []
         reply.set()
         await trio.testing.wait_all_tasks_blocked()
-        assert redelivered == [(D, echo), (D, foreign)]
-        assert not driver.hold_back(D, "k1", foreign)  # let go: nothing more is held
+        assert redelivered == [(DURABLE, echo), (DURABLE, foreign)]
+        assert not driver.hold_back(DURABLE, "k1", foreign)  # let go: nothing more is held
         # The loop's own flows (an election, a renewal, a claim) see their keys' events as
         # they come: only API calls hold them back.
         reply = trio.Event()
         driver.start(_create("k3"), lambda result: None)
         await trio.testing.wait_all_tasks_blocked()
-        assert driver.busy(D, "k3")
-        assert not driver.hold_back(D, "k3", Delete("k3", 10))
+        assert driver.busy(DURABLE, "k3")
+        assert not driver.hold_back(DURABLE, "k3", Delete("k3", 10))
         reply.set()
         driver.close()

@@ -24,8 +24,8 @@ from spate.store import (
 )
 from spate_stores.memory import MemoryStore
 
-D = Keyspace.DURABLE
-E = Keyspace.EPHEMERAL
+DURABLE = Keyspace.DURABLE
+EPHEMERAL = Keyspace.EPHEMERAL
 RTT = 0.01
 
 
@@ -81,7 +81,7 @@ class Slow:
 async def _keys(store: MemoryStore, count: int) -> dict[str, int]:
     revisions = {}
     for n in range(count):
-        won = await store.create(D, f"k{n}", b"v0")
+        won = await store.create(DURABLE, f"k{n}", b"v0")
         assert isinstance(won, Won)
         revisions[f"k{n}"] = won.revision
     return revisions
@@ -101,7 +101,7 @@ async def test_a_lone_write_goes_at_once_on_its_own(autojump_clock: trio.testing
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group.run)
         began = trio.current_time()
-        result = await group.update(D, "k0", b"v1", revs["k0"])
+        result = await group.update(DURABLE, "k0", b"v1", revs["k0"])
         assert isinstance(result, Won)
         assert trio.current_time() - began == pytest.approx(RTT)  # no waiting for company
         assert slow.updates == ["k0"]
@@ -116,7 +116,7 @@ async def test_writes_queued_behind_one_in_flight_go_out_as_one_group(
     results: dict[str, WriteResult] = {}
 
     async def write(key: str) -> None:
-        results[key] = await group.update(D, key, b"v1", revs[key])
+        results[key] = await group.update(DURABLE, key, b"v1", revs[key])
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group.run)
@@ -133,7 +133,7 @@ async def test_writes_queued_behind_one_in_flight_go_out_as_one_group(
         assert group.grouped == 5
         for key, result in results.items():
             assert isinstance(result, Won), key
-            entry = await inner.get(D, key)
+            entry = await inner.get(DURABLE, key)
             assert entry is not None
             assert entry.revision == result.revision
         nursery.cancel_scope.cancel()
@@ -153,7 +153,7 @@ async def test_each_member_keeps_its_own_outcome(autojump_clock: trio.testing.Mo
     async def write(key: str) -> None:
         value, expected = swaps[key]
         try:
-            outcomes[key] = await group.update(D, key, value, expected)
+            outcomes[key] = await group.update(DURABLE, key, value, expected)
         except StoreError as exc:
             outcomes[key] = exc
 
@@ -187,7 +187,7 @@ async def test_a_group_of_unknown_outcome_tells_every_member(
 
     async def write(key: str) -> None:
         try:
-            await group.update(D, key, b"v1", revs[key])
+            await group.update(DURABLE, key, b"v1", revs[key])
         except StoreUnavailable as exc:
             raised[key] = exc
 
@@ -218,15 +218,15 @@ async def test_a_member_cancelled_while_queued_is_never_sent(
         nursery.start_soon(group.run)
         await trio.testing.wait_all_tasks_blocked()
         async with trio.open_nursery() as writers:
-            writers.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # in flight alone
+            writers.start_soon(group.update, DURABLE, "k0", b"v1", revs["k0"])  # in flight alone
             await trio.testing.wait_all_tasks_blocked()
             with trio.CancelScope() as scope:
                 scope.cancel()  # cancelled before it could be sent: it leaves the queue
-                writers.start_soon(group.update, D, "k2", b"v1", revs["k2"])
-                await group.update(D, "k1", b"v1", revs["k1"])
+                writers.start_soon(group.update, DURABLE, "k2", b"v1", revs["k2"])
+                await group.update(DURABLE, "k1", b"v1", revs["k1"])
         assert all("k1" not in g for g in slow.groups)
         assert "k1" not in slow.updates
-        entry = await inner.get(D, "k1")
+        entry = await inner.get(DURABLE, "k1")
         assert entry is not None
         assert entry.revision == revs["k1"]
         nursery.cancel_scope.cancel()
@@ -239,7 +239,7 @@ async def test_once_its_sender_stops_queued_writes_still_land_and_later_ones_go_
     results: dict[str, WriteResult] = {}
 
     async def write(key: str) -> None:
-        results[key] = await group.update(D, key, b"v1", revs[key])
+        results[key] = await group.update(DURABLE, key, b"v1", revs[key])
 
     with trio.fail_after(1):  # a write left in the queue would wait for ever
         async with trio.open_nursery() as writers:
@@ -262,14 +262,16 @@ async def test_once_its_sender_stops_queued_writes_still_land_and_later_ones_go_
 async def test_ephemeral_updates_are_never_grouped(autojump_clock: trio.testing.MockClock) -> None:
     inner, slow, group, revs = await _group(1)
     async with inner.session() as session:
-        lease = await inner.create(E, "lease", b"x", session=session)
+        lease = await inner.create(EPHEMERAL, "lease", b"x", session=session)
         assert isinstance(lease, Won)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(group.run)
             await trio.testing.wait_all_tasks_blocked()
-            nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # keeps one in flight
+            nursery.start_soon(
+                group.update, DURABLE, "k0", b"v1", revs["k0"]
+            )  # keeps one in flight
             await trio.testing.wait_all_tasks_blocked()
-            renewed = await group.update(E, "lease", b"y", lease.revision, session=session)
+            renewed = await group.update(EPHEMERAL, "lease", b"y", lease.revision, session=session)
             assert isinstance(renewed, Won)
             assert slow.groups == []
             assert slow.updates == ["k0", "lease"]
@@ -283,7 +285,7 @@ async def test_two_writes_of_one_key_never_share_a_group(
     outcomes: list[object] = []
 
     async def write(key: str, value: bytes) -> None:
-        outcomes.append(await group.update(D, key, value, revs[key]))
+        outcomes.append(await group.update(DURABLE, key, value, revs[key]))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group.run)
@@ -320,7 +322,7 @@ async def test_a_store_whose_groups_fail_as_a_whole_gets_each_write_alone(
 
     async def write(key: str) -> None:
         try:
-            outcomes[key] = await group.update(D, key, b"v1", revs[key])
+            outcomes[key] = await group.update(DURABLE, key, b"v1", revs[key])
         except StoreUnavailable as exc:
             outcomes[key] = exc
 
@@ -362,14 +364,14 @@ async def test_a_refused_group_is_not_sent_again_for_a_member_that_gave_up(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group.run)
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # goes alone
+        nursery.start_soon(group.update, DURABLE, "k0", b"v1", revs["k0"])  # goes alone
         await trio.testing.wait_all_tasks_blocked()
         async with trio.open_nursery() as writers:
-            writers.start_soon(group.update, D, "k1", b"v1", revs["k1"])
+            writers.start_soon(group.update, DURABLE, "k1", b"v1", revs["k1"])
 
             async def impatient() -> None:
                 with trio.move_on_after(RTT / 2):  # gives up while its group is in flight
-                    await group.update(D, "k2", b"v1", revs["k2"])
+                    await group.update(DURABLE, "k2", b"v1", revs["k2"])
 
             writers.start_soon(impatient)
         assert [sorted(g) for g in slow.groups] == [["k1", "k2"]]
@@ -383,20 +385,20 @@ async def test_creates_and_deletes_queued_behind_a_write_go_out_in_one_group(
     """A hand-over's lease deletes and a claim's lease creates are grouped like commits."""
     inner, slow, group, revs = await _group(2)
     async with inner.session() as session:
-        old = await inner.create(E, "old-lease", b"o", session=session)
+        old = await inner.create(EPHEMERAL, "old-lease", b"o", session=session)
         assert isinstance(old, Won)
         outcomes: dict[str, object] = {}
 
         async def create(key: str) -> None:
-            outcomes[key] = await group.create(E, key, b"mine", session=session)
+            outcomes[key] = await group.create(EPHEMERAL, key, b"mine", session=session)
 
         async def delete(key: str, expected: int | None) -> None:
-            outcomes[key] = await group.delete(E, key, expected)
+            outcomes[key] = await group.delete(EPHEMERAL, key, expected)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(group.run)
             await trio.testing.wait_all_tasks_blocked()
-            nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # goes alone
+            nursery.start_soon(group.update, DURABLE, "k0", b"v1", revs["k0"])  # goes alone
             await trio.testing.wait_all_tasks_blocked()
             began = trio.current_time()
             async with trio.open_nursery() as writers:
@@ -415,8 +417,8 @@ async def test_creates_and_deletes_queued_behind_a_write_go_out_in_one_group(
             assert isinstance(outcomes["lease-b"], Won)
             assert isinstance(outcomes["old-lease"], Won)
             assert isinstance(outcomes["never"], Conflict)
-            assert await inner.get(E, "old-lease") is None
-            entry = await inner.get(E, "lease-a")
+            assert await inner.get(EPHEMERAL, "old-lease") is None
+            entry = await inner.get(EPHEMERAL, "lease-a")
             assert entry is not None
             assert entry.value == b"mine"
             nursery.cancel_scope.cancel()
@@ -426,9 +428,9 @@ async def test_a_lone_create_or_delete_goes_at_once(autojump_clock: trio.testing
     _inner, slow, group, _revs = await _group(0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group.run)
-        created = await group.create(D, "fresh", b"v")
+        created = await group.create(DURABLE, "fresh", b"v")
         assert isinstance(created, Won)
-        assert isinstance(await group.delete(D, "fresh", created.revision), Won)
+        assert isinstance(await group.delete(DURABLE, "fresh", created.revision), Won)
         assert slow.alone == ["create fresh", "delete fresh"]
         assert slow.groups == []
         nursery.cancel_scope.cancel()
@@ -444,14 +446,14 @@ async def test_a_group_names_one_session(autojump_clock: trio.testing.MockClock)
     ):
         nursery.start_soon(group.run)
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(group.update, D, "k0", b"v1", revs["k0"])  # goes alone
+        nursery.start_soon(group.update, DURABLE, "k0", b"v1", revs["k0"])  # goes alone
         await trio.testing.wait_all_tasks_blocked()
         async with trio.open_nursery() as writers:
             writers.start_soon(partial_create(group, "a1", first))
             writers.start_soon(partial_create(group, "b1", second))
             writers.start_soon(partial_create(group, "a2", first))
             writers.start_soon(partial_create(group, "b2", second))
-            writers.start_soon(group.create, D, "durable", b"v")
+            writers.start_soon(group.create, DURABLE, "durable", b"v")
         # The durable write may join either group (tasks start in any order).
         by_session = {
             id(session): sorted(k for k in keys if k != "durable")
@@ -464,16 +466,16 @@ async def test_a_group_names_one_session(autojump_clock: trio.testing.MockClock)
 
 def partial_create(group: GroupCommit, key: str, session: Session) -> Callable[[], Awaitable[None]]:
     async def create() -> None:
-        assert isinstance(await group.create(E, key, b"v", session=session), Won)
+        assert isinstance(await group.create(EPHEMERAL, key, b"v", session=session), Won)
 
     return create
 
 
 def test_grouped_writes_stand_for_their_single_calls() -> None:
     """The three kinds of grouped write default to the durable keyspace, as the store's calls."""
-    assert Create("k", b"v").keyspace is D
-    assert Swap("k", b"v", 3).keyspace is D
-    assert Remove("k").keyspace is D
+    assert Create("k", b"v").keyspace is DURABLE
+    assert Swap("k", b"v", 3).keyspace is DURABLE
+    assert Remove("k").keyspace is DURABLE
     assert Remove("k").expected is None
 
 

@@ -18,7 +18,7 @@ from spate_testing.faults import FaultyStore
 from .harness import KEYS, TTL, client, config, planner_of, spawn
 from .session_store import SessionMemoryStore
 
-E = Keyspace.EPHEMERAL
+EPHEMERAL = Keyspace.EPHEMERAL
 
 
 async def test_a_session_store_keeps_held_leases_with_no_per_split_renewal(
@@ -37,7 +37,7 @@ async def test_a_session_store_keeps_held_leases_with_no_per_split_renewal(
         assert not w1.of(Lost)
         assert len(w1.c.owned) == 4
         for split in ("s00", "s01", "s02", "s03"):
-            assert await store.get(E, KEYS.split(split)) is not None
+            assert await store.get(EPHEMERAL, KEYS.split(split)) is not None
         nursery.cancel_scope.cancel()
 
 
@@ -82,12 +82,14 @@ async def test_a_coordinator_stopped_by_a_fatal_error_ends_its_session_while_the
         await w1.done.wait()
         ended = trio.current_time()
         # Its session ended with it: presence and leadership are gone now, not after a lease.
-        assert await store.get(E, KEYS.worker("w1")) is None
-        leader = await store.get(E, KEYS.leader)
+        assert await store.get(EPHEMERAL, KEYS.worker("w1")) is None
+        leader = await store.get(EPHEMERAL, KEYS.leader)
         assert leader is None or b'"w1"' not in leader.value
         assert store.sessions[0].ended
         assert not store.sessions[1].ended
-        assert await store.get(E, KEYS.worker("w2")) is not None  # the other session is intact
+        assert (
+            await store.get(EPHEMERAL, KEYS.worker("w2")) is not None
+        )  # the other session is intact
         await w2.until(lambda: len(w2.c.owned) == 4)
         assert trio.current_time() - ended < TTL
         nursery.cancel_scope.cancel()

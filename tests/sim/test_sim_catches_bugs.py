@@ -112,7 +112,7 @@ class _LastWriterWinsModel(ModelStore):
     """The machine engine's store model, with compare-and-swap on progress records broken."""
 
     def write(self, actor: str, op: Op, *, lease: int | None = None) -> WriteResult:
-        if op.kind == "update" and op.keyspace is Keyspace.DURABLE and ".split." in op.key:
+        if op.method == "update" and op.keyspace is Keyspace.DURABLE and ".split." in op.key:
             current = self.get(op.keyspace, op.key)
             if current is not None:
                 op = attrs.evolve(op, expected=current.revision)
@@ -127,7 +127,7 @@ class _ForgetfulModel(ModelStore):
     def write(self, actor: str, op: Op, *, lease: int | None = None) -> WriteResult:
         before = self.get(op.keyspace, op.key)
         result = super().write(actor, op, lease=lease)
-        if op.kind == "update" and ".split." in op.key and isinstance(result, Won):
+        if op.method == "update" and ".split." in op.key and isinstance(result, Won):
             self.updates += 1
             if self.updates % 5 == 0 and before is not None and b'"completed":true' not in op.value:
                 # Beneath the history (as a wrapper beneath the recorder would): the old

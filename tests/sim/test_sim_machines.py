@@ -23,7 +23,7 @@ from spate_testing.sim.model import Link, ModelStore
 from spate_testing.sim.scenario import Scenario, Scripted
 from spate_testing.sim.workload import Workload
 
-D, E = Keyspace.DURABLE, Keyspace.EPHEMERAL
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 # -- the scheduler -----------------------------------------------------------------------------
 
@@ -85,17 +85,17 @@ def write(store: ModelStore, kind: Any, ks: Keyspace, key: str, **kw: Any) -> An
 
 def test_writes_are_compare_and_swap_on_the_revision_and_recorded() -> None:
     _, store, history = model()
-    created = write(store, "create", D, "k", value=b"1")
+    created = write(store, "create", DURABLE, "k", value=b"1")
     assert isinstance(created, Won)
-    assert isinstance(write(store, "create", D, "k", value=b"2"), Conflict)
+    assert isinstance(write(store, "create", DURABLE, "k", value=b"2"), Conflict)
     stale = created.revision + 5
-    assert isinstance(write(store, "update", D, "k", value=b"2", expected=stale), Conflict)
-    updated = write(store, "update", D, "k", value=b"2", expected=created.revision)
+    assert isinstance(write(store, "update", DURABLE, "k", value=b"2", expected=stale), Conflict)
+    updated = write(store, "update", DURABLE, "k", value=b"2", expected=created.revision)
     assert isinstance(updated, Won)
-    assert store.get(D, "k") == Entry("k", b"2", updated.revision)
-    assert isinstance(write(store, "delete", D, "k", expected=created.revision), Conflict)
-    assert isinstance(write(store, "delete", D, "k", expected=updated.revision), Won)
-    assert store.get(D, "k") is None
+    assert store.get(DURABLE, "k") == Entry("k", b"2", updated.revision)
+    assert isinstance(write(store, "delete", DURABLE, "k", expected=created.revision), Conflict)
+    assert isinstance(write(store, "delete", DURABLE, "k", expected=updated.revision), Won)
+    assert store.get(DURABLE, "k") is None
     outcomes = [(w.op, w.outcome) for w in history.of(StoreWrite)]
     assert outcomes == [
         ("create", "won"),
@@ -109,30 +109,30 @@ def test_writes_are_compare_and_swap_on_the_revision_and_recorded() -> None:
 
 def test_an_ephemeral_key_expires_a_ttl_after_its_last_write() -> None:
     scheduler, store, _ = model(ttl=3.0)
-    first = write(store, "create", E, "lease", value=b"a")
+    first = write(store, "create", EPHEMERAL, "lease", value=b"a")
     scheduler.run_until(2.0)
-    write(store, "update", E, "lease", value=b"b", expected=first.revision)
+    write(store, "update", EPHEMERAL, "lease", value=b"b", expected=first.revision)
     scheduler.run_until(4.5)
-    assert store.get(E, "lease") is not None  # renewed at 2.0: lives until 5.0
+    assert store.get(EPHEMERAL, "lease") is not None  # renewed at 2.0: lives until 5.0
     scheduler.run_until(5.0)
-    assert store.get(E, "lease") is None
-    write(store, "create", D, "durable", value=b"x")
+    assert store.get(EPHEMERAL, "lease") is None
+    write(store, "create", DURABLE, "durable", value=b"x")
     scheduler.run_until(100.0)
-    assert store.get(D, "durable") is not None
+    assert store.get(DURABLE, "durable") is not None
 
 
 def test_a_watch_sees_its_snapshot_then_every_change_in_order() -> None:
     _, store, _ = model()
-    write(store, "create", D, "p.a", value=b"1")
-    write(store, "create", D, "q.z", value=b"1")
+    write(store, "create", DURABLE, "p.a", value=b"1")
+    write(store, "create", DURABLE, "q.z", value=b"1")
     seen: list[WatchEvent] = []
-    snapshot, stop = store.watch(D, "p.", seen.append)
+    snapshot, stop = store.watch(DURABLE, "p.", seen.append)
     assert [e.key for e in snapshot] == ["p.a"]
-    b = write(store, "create", D, "p.b", value=b"2")
-    write(store, "create", D, "q.y", value=b"2")
-    gone = write(store, "delete", D, "p.a")
+    b = write(store, "create", DURABLE, "p.b", value=b"2")
+    write(store, "create", DURABLE, "q.y", value=b"2")
+    gone = write(store, "delete", DURABLE, "p.a")
     stop()
-    write(store, "create", D, "p.c", value=b"3")
+    write(store, "create", DURABLE, "p.c", value=b"3")
     assert seen == [Put(Entry("p.b", b"2", b.revision)), Delete("p.a", gone.revision)]
 
 
@@ -164,14 +164,14 @@ def call(scheduler: Scheduler, target: Link, op: Op) -> list[outcome.Outcome[Any
 def test_a_frozen_links_write_lands_after_the_thaw_though_its_caller_gave_up() -> None:
     scheduler, store, target = link()
     target.freeze()
-    answers = call(scheduler, target, Op("create", D, "k", b"zombie"))
+    answers = call(scheduler, target, Op("create", DURABLE, "k", b"zombie"))
     scheduler.run_until(5.0)
     assert len(answers) == 1
     with pytest.raises(StoreUnavailable, match="op_timeout"):
         answers[0].unwrap()
-    assert store.get(D, "k") is None
+    assert store.get(DURABLE, "k") is None
     target.thaw()
-    assert store.get(D, "k") is not None  # the late write reached the store
+    assert store.get(DURABLE, "k") is not None  # the late write reached the store
 
 
 def test_a_partitioned_link_fails_calls_and_breaks_its_watches() -> None:
@@ -188,47 +188,47 @@ def test_a_partitioned_link_fails_calls_and_breaks_its_watches() -> None:
         def broken(self, reason: str) -> None:
             broken.append(reason)
 
-    target.watch(D, "", Sink())
+    target.watch(DURABLE, "", Sink())
     scheduler.run_until(0.0)
     target.partition()
-    answers = call(scheduler, target, Op("create", D, "k", b"v"))
-    write(store, "create", D, "other", value=b"v")
+    answers = call(scheduler, target, Op("create", DURABLE, "k", b"v"))
+    write(store, "create", DURABLE, "other", value=b"v")
     scheduler.run_until(1.0)
     with pytest.raises(StoreUnavailable, match="partitioned"):
         answers[0].unwrap()
-    assert store.get(D, "k") is None
+    assert store.get(DURABLE, "k") is None
     assert len(broken) == 1
     assert "partition" in broken[0]
 
 
 def test_a_call_slower_than_the_timeout_is_answered_at_the_timeout_and_never_lands() -> None:
     scheduler, store, target = link(FaultRates(spike_rate=1.0, spike_latency=5.0))
-    answers = call(scheduler, target, Op("create", D, "k", b"v"))
+    answers = call(scheduler, target, Op("create", DURABLE, "k", b"v"))
     scheduler.run_until(1.0)
     assert len(answers) == 1
     assert isinstance(answers[0], outcome.Error)
     scheduler.run_until(10.0)
-    assert store.get(D, "k") is None
+    assert store.get(DURABLE, "k") is None
     assert target.injected["latency_spike"] == 1
 
 
 def test_a_lost_reply_hides_a_write_that_landed() -> None:
     scheduler, store, target = link(FaultRates(maybe_landed_rate=1.0))
-    answers = call(scheduler, target, Op("create", D, "k", b"v"))
+    answers = call(scheduler, target, Op("create", DURABLE, "k", b"v"))
     scheduler.run_until(1.0)
     with pytest.raises(StoreUnavailable, match="lost reply"):
         answers[0].unwrap()
-    assert store.get(D, "k") is not None
+    assert store.get(DURABLE, "k") is not None
 
 
 def test_a_late_write_fails_for_its_caller_and_lands_later() -> None:
     scheduler, store, target = link(FaultRates(late_rate=1.0, late_delay=2.0))
-    answers = call(scheduler, target, Op("create", D, "k", b"v"))
+    answers = call(scheduler, target, Op("create", DURABLE, "k", b"v"))
     scheduler.run_until(1.0)
     assert isinstance(answers[0], outcome.Error)
-    assert store.get(D, "k") is None
+    assert store.get(DURABLE, "k") is None
     scheduler.run_until(3.0)
-    assert store.get(D, "k") is not None
+    assert store.get(DURABLE, "k") is not None
 
 
 def test_silent_expiry_hides_expiries_from_a_watch_but_not_own_deletes() -> None:
@@ -245,12 +245,14 @@ def test_silent_expiry_hides_expiries_from_a_watch_but_not_own_deletes() -> None
         def broken(self, reason: str) -> None:
             raise AssertionError(reason)
 
-    target.watch(E, "", Sink())
+    target.watch(EPHEMERAL, "", Sink())
     scheduler.run_until(0.0)
-    write(store, "create", E, "expires", value=b"v")
-    mine = call(scheduler, target, Op("create", E, "mine", b"v"))
+    write(store, "create", EPHEMERAL, "expires", value=b"v")
+    mine = call(scheduler, target, Op("create", EPHEMERAL, "mine", b"v"))
     scheduler.run_until(1.0)
-    deleted = call(scheduler, target, Op("delete", E, "mine", expected=mine[0].unwrap().revision))
+    deleted = call(
+        scheduler, target, Op("delete", EPHEMERAL, "mine", expected=mine[0].unwrap().revision)
+    )
     scheduler.run_until(10.0)
     deletes = [e for e in events if isinstance(e, Delete)]
     assert [d.key for d in deletes] == ["mine"]
@@ -360,17 +362,17 @@ def test_a_session_store_keeps_keys_by_lease_and_refuses_a_lease_that_is_gone() 
         semantics=EphemeralSemantics.SESSION,
     )
     lease = store.grant()
-    assert isinstance(store.write("t", Op("create", E, "k", b"v"), lease=lease), Won)
+    assert isinstance(store.write("t", Op("create", EPHEMERAL, "k", b"v"), lease=lease), Won)
     scheduler.run_until(2.0)
     assert store.keepalive(lease)
     scheduler.run_until(4.9)
-    assert store.get(E, "k") is not None  # kept alive past its own write's TTL
+    assert store.get(EPHEMERAL, "k") is not None  # kept alive past its own write's TTL
     scheduler.run_until(5.0)
-    assert store.get(E, "k") is None  # no keepalive for a TTL: the lease and its keys go
+    assert store.get(EPHEMERAL, "k") is None  # no keepalive for a TTL: the lease and its keys go
     assert store.keepalive(lease) is False
     with pytest.raises(SessionLost):
-        store.write("t", Op("create", E, "k", b"v"), lease=lease)
+        store.write("t", Op("create", EPHEMERAL, "k", b"v"), lease=lease)
     other = store.grant()
-    store.write("t", Op("create", E, "k2", b"v"), lease=other)
+    store.write("t", Op("create", EPHEMERAL, "k2", b"v"), lease=other)
     store.revoke(other)
-    assert store.get(E, "k2") is None  # a revoked lease's keys go at once
+    assert store.get(EPHEMERAL, "k2") is None  # a revoked lease's keys go at once

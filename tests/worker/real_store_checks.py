@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from spate import AllComplete
+from spate._cli.demo.display import PlainDisplay
 from spate._cli.demo.fleet import DemoOptions, run_demo
-from spate._cli.demo.view import PlainView
 from spate._cli.main import main
 from spate_stores import open_store
 from tests.ops.test_ops import JOB, seed_job
@@ -20,7 +20,7 @@ async def demo_fleet_checks_out(url: str, *, chaos: bool) -> None:
     lines: list[str] = []
     result = await run_demo(
         DemoOptions(store_url=url, workers=4, splits=16, seed=3, chaos=chaos, duration=8),
-        PlainView(lines.append),
+        PlainDisplay(lines.append),
     )
     assert result.ok, (result.problems, lines)
     assert isinstance(result.verdict, AllComplete)

@@ -28,7 +28,7 @@ from spate._runtime.worker import run_worker
 from spate._store import Store
 from spate_testing.faults import FaultyStore
 
-__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "View", "run_demo"]
+__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "Display", "run_demo"]
 
 JOB = "spate-demo"
 """The job name every demo worker (in-process or `spate worker`) joins."""
@@ -62,7 +62,7 @@ class DemoOptions:
             )
 
 
-class View(Protocol):
+class Display(Protocol):
     """Something that shows the fleet while it runs."""
 
     def event(self, message: str) -> None:
@@ -345,17 +345,17 @@ async def _clients(
         yield lambda: open_store(url)
 
 
-async def run_demo(options: DemoOptions, view: View | None = None) -> DemoResult:
+async def run_demo(options: DemoOptions, display: Display | None = None) -> DemoResult:
     """Run the whole demo: the fleet, the chaos, the operator's requeue, the final check."""
-    stats = DemoStats(on_event=view.event if view is not None else None)
+    stats = DemoStats(on_event=display.event if display is not None else None)
     async with _clients(options) as open_client, open_client() as observer:
         fleet = Fleet(options, open_client, stats)
         fleet.observer = observer
         fleet.started_at = trio.current_time()
         with single_error():
             async with trio.open_nursery() as nursery:
-                if view is not None:
-                    nursery.start_soon(view.run, fleet)
+                if display is not None:
+                    nursery.start_soon(display.run, fleet)
                 for i in range(options.workers):
                     fleet.add(nursery, f"w{i + 1}")
                 if options.chaos:

@@ -6,17 +6,17 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from spate._cli.demo.fleet import DemoResult, Fleet, View
+from spate._cli.demo.fleet import DemoResult, Display, Fleet
 from spate._ops import JobStatus, read_status
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
 
-__all__ = ["LiveView", "PlainView", "View", "print_result"]
+__all__ = ["Display", "LiveDisplay", "PlainDisplay", "print_result"]
 
 
-class PlainView:
+class PlainDisplay:
     """Timestamped lines: events as they happen and a progress line every few seconds."""
 
     def __init__(self, print_line: object = print, every: float = 2.0) -> None:
@@ -50,7 +50,7 @@ class PlainView:
             )
 
 
-class LiveView:
+class LiveDisplay:
     """A rich live view: workers and their splits, overall progress, the event stream."""
 
     def __init__(self, console: Console) -> None:

@@ -25,19 +25,19 @@ from spate._errors import StoreUnavailable
 from spate._events import AllComplete, Stalled
 from spate._store import Entry, Keyspace
 
-__all__ = ["Terminal"]
+__all__ = ["VerdictJudge"]
 
-logger = logging.getLogger("spate.terminal")
+logger = logging.getLogger("spate.verdict")
 
 RETRY_AFTER = 1.0
 """Seconds before re-judging after a listing that could not decide."""
 
 
-class Terminal:
+class VerdictJudge:
     """Watches for the end of a bounded job and renders its verdict once."""
 
-    def __init__(self, core: Host) -> None:
-        self.core = core
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.reported = False
         self._judging = False
         self._not_before = 0.0
@@ -46,7 +46,7 @@ class Terminal:
         """Start an authoritative listing when the local view looks finished."""
         if self.reported or self._judging or now < self._not_before:
             return
-        view = self.core.view
+        view = self.host.view
         plan = view.plan
         if plan is None or plan.finality is not Finality.FINAL:
             return
@@ -55,37 +55,37 @@ class Terminal:
         if local < plan.planned or tallies.completed + tallies.quarantined != local:
             return
         self._judging = True
-        self.core.start(self._judge())
+        self.host.start(self._judge())
 
     def next_deadline(self) -> float:
         """When a deferred judgement may be retried."""
-        return self._not_before if self._not_before > self.core.now() else math.inf
+        return self._not_before if self._not_before > self.host.now() else math.inf
 
     def _judge(self) -> Flow[None]:
-        core = self.core
+        host = self.host
         try:
             try:
-                entries: list[Entry] = yield Op("list", Keyspace.DURABLE, core.keys.split_prefix)
+                entries: list[Entry] = yield Op("list", Keyspace.DURABLE, host.keys.split_prefix)
             except StoreUnavailable as exc:
                 # Refusing to judge is the safe direction: the job keeps running.
-                logger.warning("terminal listing failed (%s); deferring the verdict", exc)
-                self._not_before = core.now() + RETRY_AFTER
+                logger.warning("the verdict's listing failed (%s); deferring the verdict", exc)
+                self._not_before = host.now() + RETRY_AFTER
                 return
             for entry in entries:
-                core.fold(core.view.apply_put(Keyspace.DURABLE, entry))
-            view = core.view
+                host.fold(host.view.apply_put(Keyspace.DURABLE, entry))
+            view = host.view
             total = len(view.splits)
             tallies = view.tallies
             if total != len(entries):
                 # The listing and the view disagree on how many splits exist (a record
                 # deleted behind spate's back, or seeding in progress): judge nothing yet.
-                self._not_before = core.now() + RETRY_AFTER
+                self._not_before = host.now() + RETRY_AFTER
                 return
             if tallies.completed == total and tallies.quarantined == 0:
                 self.reported = True
-                core.emit(AllComplete())
+                host.emit(AllComplete())
             elif tallies.completed + tallies.quarantined == total:
                 self.reported = True
-                core.emit(Stalled(completed=tallies.completed, quarantined=tallies.quarantined))
+                host.emit(Stalled(completed=tallies.completed, quarantined=tallies.quarantined))
         finally:
             self._judging = False
