@@ -55,19 +55,15 @@ from spate import (
     Event,
     Fenced,
     Gained,
-    Plan,
-    PlanContext,
     Planner,
     Progress,
     RevokeRequested,
-    SplitSpec,
     StoreUnavailable,
 )
-from spate._core.backoff import Backoff
+from spate._core.backoff import REWATCH_BACKOFF, Backoff
 from spate._core.flows import Flow, Op
-from spate._core.records import Keys, ProgressRecord, decode
+from spate._core.records import ProgressRecord, decode
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
-from spate._runtime.pumps import REWATCH_BACKOFF
 from spate.store import (
     Delete,
     Entry,
@@ -85,6 +81,7 @@ from spate_testing.sim.model import Link, ModelStore, WatchSink
 from spate_testing.sim.process import SimWorker
 from spate_testing.sim.recorder import RecordingMetrics
 from spate_testing.sim.workload import Workload
+from tests.common import JOB, KEYS, config, planner_of
 
 __all__ = [
     "JOB",
@@ -102,40 +99,9 @@ __all__ = [
 
 LEASE = 9.0
 """The lease (and the store's TTL) of every world."""
-JOB = "job"
-KEYS = Keys(JOB)
 
 _E = TypeVar("_E", bound=Event)
 WriteKind = Literal["create", "update", "delete"]
-
-
-def config(**overrides: Any) -> Config:
-    """Test timings: short intervals, no rebalance delay (as the runtime tests use)."""
-    base: dict[str, Any] = {
-        "op_timeout": 1.0,
-        "max_in_flight": 8,
-        "reconcile_interval": 5.0,
-        "replan_interval": 10.0,
-        "rebalance_delay": 0.0,
-        "drain_deadline": 3.0,
-        "planner_thread": False,
-    }
-    base.update(overrides)
-    return Config(**base)
-
-
-def planner_of(
-    count: int, *, final: bool = True, weight: Callable[[int], int] = lambda i: 1
-) -> Planner:
-    """A planner of ``count`` splits named s00, s01, ... (descriptor ``d<i>``)."""
-
-    def plan(ctx: PlanContext) -> Plan:
-        return Plan(
-            [SplitSpec(f"s{i:02d}", f"d{i}".encode(), weight(i)) for i in range(count)],
-            final=final,
-        )
-
-    return plan
 
 
 # -- calls -------------------------------------------------------------------------------------

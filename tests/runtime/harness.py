@@ -17,50 +17,18 @@ from spate import (
     Fenced,
     Gained,
     MetricsHooks,
-    Plan,
     PlanContext,
     Progress,
     RevokeRequested,
-    SplitSpec,
     open_coordinator,
 )
-from spate._core.records import Keys, ProgressRecord, decode
+from spate._core.records import ProgressRecord, decode
 from spate.store import Delete, Keyspace, Put, Revision, SnapshotDone, Store, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
+from tests.common import JOB, KEYS, config, planner_of
 
 TTL = 9.0
-JOB = "job"
-KEYS = Keys(JOB)
 E = TypeVar("E", bound=Event)
-
-
-def config(**overrides: Any) -> Config:
-    """Test timings: short intervals, inline planners (threads race the mock clock)."""
-    base: dict[str, Any] = {
-        "op_timeout": 1.0,
-        "max_in_flight": 8,
-        "reconcile_interval": 5.0,
-        "replan_interval": 10.0,
-        "rebalance_delay": 0.0,
-        "drain_deadline": 3.0,
-        "planner_thread": False,
-    }
-    base.update(overrides)
-    return Config(**base)
-
-
-def planner_of(
-    count: int, *, final: bool = True, weight: Callable[[int], int] = lambda i: 1
-) -> Callable[[PlanContext], Plan]:
-    """A planner of ``count`` splits named s00, s01, ..."""
-
-    def plan(ctx: PlanContext) -> Plan:
-        return Plan(
-            [SplitSpec(f"s{i:02d}", f"d{i}".encode(), weight(i)) for i in range(count)],
-            final=final,
-        )
-
-    return plan
 
 
 class Recorder(MetricsHooks):
