@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import attrs
 
+from spate import _fenced as fenced
 from spate._core.placement_report import PlacementReport, placement_report
 from spate._core.records import (
     KeyKind,
@@ -30,7 +31,6 @@ from spate._core.records import (
 )
 from spate._errors import ConfigError, StoreError
 from spate._plan import validate_job, validate_split_id
-from spate._runtime import fenced
 from spate._store import Conflict, Keyspace, Store
 
 __all__ = ["JobStatus", "RequeueRefused", "SplitStatus", "WorkerStatus", "read_status", "requeue"]

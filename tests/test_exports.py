@@ -9,6 +9,7 @@ reference.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -190,3 +191,25 @@ def test_every_public_name_is_in_the_api_reference() -> None:
         if name != "__version__" and f"{module.__name__}.{name}" not in documented
     ]
     assert missing == [], f"add these to the API reference (docs/reference/): {missing}"
+
+
+@pytest.mark.parametrize("name", ["spate.store", "spate.ops"])
+def test_a_public_submodule_only_names_what_private_modules_define(name: str) -> None:
+    # As trio.abc is trio's: a docstring, re-exports and __all__, so moving code never moves
+    # the API and nothing is defined where a user might mistake an internal for API.
+    path = ROOT / (name.replace(".", "/") + ".py")
+    body = ast.parse(path.read_text()).body
+    for node in body[1:]:
+        if isinstance(node, ast.ImportFrom):
+            assert node.module, name
+            assert not _is_public(node.module), (name, node.module)
+        else:
+            assert isinstance(node, ast.Assign), f"{name} defines more than re-exports: {node}"
+            assert [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__all__"], name
+
+
+def test_the_operators_api_does_not_reach_into_the_runtime() -> None:
+    for name in ("spate/ops.py", "spate/_ops.py"):
+        for node in ast.walk(ast.parse((ROOT / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("spate._runtime"), (name, node.module)

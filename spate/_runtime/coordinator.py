@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import trio
 
+from spate import _fenced as fenced
 from spate._config import Config
 from spate._core.placement import validate_locality
 from spate._core.startup import Retry, StartupStep
@@ -26,7 +27,6 @@ from spate._events import Event, Progress
 from spate._groups import meaningful_leaf
 from spate._metrics import MetricsHooks
 from spate._plan import Planner, default_instance_id, validate_instance, validate_job
-from spate._runtime import fenced
 from spate._runtime.loop import Runtime, stopped_error
 from spate._runtime.probe import probe_store
 from spate._runtime.pumps import heartbeat_ticker, interval_ticker, watch_pump

@@ -21,10 +21,10 @@ import attrs
 import outcome
 import trio
 
+from spate import _fenced as fenced
 from spate._core.flow_engine import BATCH_CONCURRENCY, LIST_TIMEOUT_FACTOR, FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._errors import StoreError, StoreUnavailable
-from spate._runtime import fenced
 from spate._runtime.group_commit import GroupCommit, grouping
 from spate._store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched
 from spate.telemetry._context import Context, attached

@@ -28,6 +28,7 @@ import attrs
 import outcome
 import trio
 
+from spate import _fenced as fenced
 from spate._config import Config
 from spate._core.flows import Flow
 from spate._core.machine import Machine
@@ -36,7 +37,6 @@ from spate._errors import FatalCoordinationError
 from spate._events import Event
 from spate._metrics import MetricsHooks
 from spate._plan import Plan, PlanContext, Planner
-from spate._runtime import fenced
 from spate._runtime.bulk import Deferral, collector_paused
 from spate._runtime.driver import Driver
 from spate._runtime.session import SessionSlot

@@ -11,8 +11,8 @@ import trio
 import trio.testing
 
 from spate import StoreUnavailable
+from spate import _fenced as fenced
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
-from spate._runtime import fenced
 from spate._runtime.driver import BATCH_CONCURRENCY, Driver
 from spate.store import Delete, Entry, Keyspace, Put, Won
 from spate_stores.memory import MemoryServer

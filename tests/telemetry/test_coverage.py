@@ -29,8 +29,8 @@ from spate import (
     Stalled,
     run_worker,
 )
+from spate import _fenced as fenced
 from spate._core.records import Keys
-from spate._runtime import fenced
 from spate.ops import requeue
 from spate.store import Keyspace, Store, Won, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore

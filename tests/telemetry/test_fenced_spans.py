@@ -13,10 +13,10 @@ import trio.testing
 from opentelemetry.trace import StatusCode
 
 from spate import MetricsHooks, StoreUnavailable
+from spate import _fenced as fenced
 from spate._core.records import Keys, ProgressRecord, Status, encode
 from spate._metrics import WriteOutcome
 from spate._ops import OPERATOR
-from spate._runtime import fenced
 from spate.ops import requeue
 from spate.store import Conflict, Keyspace, Won, WriteResult
 from spate_stores.memory import MemoryStore
@@ -276,7 +276,7 @@ def test_a_provider_installed_after_writes_began_is_seen_by_the_next_write() -> 
     script = (
         "from opentelemetry import trace\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"
-        "from spate._runtime.fenced import tracing\n"
+        "from spate._fenced import tracing\n"
         "assert tracing() is False\n"
         "assert tracing() is False  # now from the global\n"
         "trace.set_tracer_provider(TracerProvider())\n"

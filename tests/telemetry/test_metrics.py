@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import HistogramDataPoint
 
 from spate import Gauges
-from spate._runtime import fenced
+from spate import _fenced as fenced
 from spate.store import Keyspace
 from spate.telemetry import SECONDS_BUCKETS, OTelMetrics, instruments, metrics_for
 from spate_stores.memory import MemoryStore

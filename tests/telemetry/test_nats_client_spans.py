@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry.trace import SpanKind
 
-from spate._runtime import fenced
+from spate import _fenced as fenced
 from spate.store import Conflict, Keyspace, Won
 from spate_stores import open_store
 from spate_testing.servers.nats import nats_server

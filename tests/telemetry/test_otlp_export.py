@@ -23,7 +23,7 @@ EXPORTER = textwrap.dedent(
     """
     import sys, trio
     from spate import telemetry
-    from spate._runtime import fenced
+    from spate import _fenced as fenced
     from spate.store import Keyspace
     from spate_stores.memory import MemoryStore
 

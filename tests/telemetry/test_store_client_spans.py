@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from spate import StoreUnavailable
-from spate._runtime import fenced
+from spate import _fenced as fenced
 from spate.store import Keyspace, Won
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.memory import MemoryStore
