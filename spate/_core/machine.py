@@ -492,20 +492,26 @@ class Machine:
             raise Retry(step.race_lost)
 
     def join_flow(self) -> Flow[bool]:
-        """Join the job: read the plan record (its fingerprint must be ours), or create it.
+        """Join the job: create its plan record with our fingerprint, or read the one that exists.
 
-        Returns False when another worker created it meanwhile: run it again to read theirs.
+        Create first, read only when that loses: the worker that creates the job joins in one
+        round trip and every other in two, however many start together, and the race of who
+        creates it is no failure to retry (a lost create writes nothing, so a worker with
+        another fingerprint is still refused before it writes anything). Returns False only if
+        the record vanished between the two calls (deleted by hand): run it again.
         """
         key = self.keys.plan
-        entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
-        if entry is not None:
-            plan = decode(PlanRecord, key, entry.value)
-            if plan.fingerprint != self.fingerprint:
-                raise fingerprint_mismatch(self.job, plan.fingerprint, self.fingerprint)
-            return True
         fresh = encode(PlanRecord(fingerprint=self.fingerprint))
         result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
-        return isinstance(result, Won)
+        if isinstance(result, Won):
+            return True
+        entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
+        if entry is None:
+            return False
+        plan = decode(PlanRecord, key, entry.value)
+        if plan.fingerprint != self.fingerprint:
+            raise fingerprint_mismatch(self.job, plan.fingerprint, self.fingerprint)
+        return True
 
     def announce_flow(self) -> Flow[bool]:
         """Write this worker's presence key, taking over one left under our instance id.

@@ -2,11 +2,12 @@
 
 In order: open a store session; probe the store's compare-and-swap semantics in both keyspaces
 (a store that fails is refused with a clear error, before anything of the job is written); join
-the job (read the plan record and check its fingerprint, or create it); announce presence. A
-step that meets an unavailable store, outlives its bound, or loses a benign race (another
-worker created the plan record first; the presence key moved while it was taken over) is tried
-again after a capped backoff, up to ``Config.startup_max_attempts`` tries, and then fails
-fatally: a worker that cannot start must say so, not hang.
+the job (create the plan record, or read the one there and check its fingerprint); announce
+presence. A step that meets an unavailable store or outlives its bound is tried again after a
+capped backoff, up to ``Config.startup_max_attempts`` tries, and then fails fatally: a worker
+that cannot start must say so, not hang. A step that loses a benign race (the plan record
+deleted between its create and its read; the presence key moved while it was taken over) is
+tried again the same way, and logged as what it is, not as a failure.
 
 The runtime performs the steps (opening the session and the probe are I/O of its own; joining
 and announcing are the machine's flows, :meth:`Machine.startup_flow
@@ -49,7 +50,7 @@ STARTUP_STEPS = (
     StartupStep("session", "opening a store session"),
     StartupStep("probe", "probing the store"),
     StartupStep(
-        "join", "joining the job", "another worker created the plan record first; reading it"
+        "join", "joining the job", "the plan record vanished as it was read; joining again"
     ),
     StartupStep(
         "announce",

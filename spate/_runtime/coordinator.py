@@ -344,7 +344,10 @@ async def _tried(
             with trio.fail_after(timeout):
                 await run(runtime, step)
             return
-        except (StoreUnavailable, Retry, trio.TooSlowError) as exc:
+        except Retry as exc:
+            delay = tries.failed(exc)  # a benign race: said as such, not as a failure
+            logger.info("%s: %s (in %.1f s)", step.what, exc, delay)
+        except (StoreUnavailable, trio.TooSlowError) as exc:
             delay = tries.failed(exc)  # the last try raises FatalCoordinationError
             logger.warning("%s failed (%s); retrying in %.1f s", step.what, exc, delay)
         await trio.sleep(delay)

@@ -17,7 +17,7 @@ from spate import (
     open_coordinator,
 )
 from spate._runtime.probe import probe_store
-from spate.store import Conflict, Keyspace, Revision, Won, WriteResult
+from spate.store import Conflict, Keyspace, Revision, Store, Won, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
 
 from .harness import JOB, KEYS, TTL, HookStore, client, config, planner_of, spawn
@@ -360,3 +360,53 @@ async def test_leaving_the_block_stops_every_task(autojump_clock: trio.abc.Clock
     assert tasks_under(me) == 0
     with pytest.raises(FatalCoordinationError, match="stopped"):
         await coord.commit("s00", Progress(1))
+
+
+class CountsPlanCalls(HookStore):
+    """Counts, per process, the store calls made on the job's plan record."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.plan_calls: list[str] = []
+
+    async def get(self, keyspace: Keyspace, key: str) -> Any:
+        if key == KEYS.plan:
+            self.plan_calls.append("get")
+        return await super().get(keyspace, key)
+
+    async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
+        if key == KEYS.plan:
+            self.plan_calls.append("create")
+        return await super().create(keyspace, key, value, **named)
+
+
+async def test_a_fleet_started_together_joins_in_one_or_two_round_trips_and_quietly(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MemoryServer()
+    stores = [CountsPlanCalls(client(server)) for _ in range(16)]
+    opened: list[str] = []
+    all_open = trio.Event()
+
+    async def worker(i: int, store: CountsPlanCalls) -> None:
+        async with open_coordinator(
+            store, job=JOB, instance=f"w{i:02d}", planner=planner_of(4), config=config()
+        ):
+            opened.append(f"w{i:02d}")
+            if len(opened) == len(stores):
+                all_open.set()
+            await trio.sleep_forever()
+
+    with caplog.at_level("INFO", logger="spate"):
+        async with trio.open_nursery() as nursery:
+            for i, store in enumerate(stores):
+                nursery.start_soon(worker, i, store)
+            await all_open.wait()
+            nursery.cancel_scope.cancel()
+    # The creator joins in one round trip, every other worker in two: no retry, no backoff.
+    calls = sorted(tuple(s.plan_calls[:2]) for s in stores)
+    assert calls.count(("create",)) == 1, calls
+    assert calls.count(("create", "get")) == len(stores) - 1, calls
+    # The race of who creates the job is no failure, and is not logged as one.
+    joining = [r for r in caplog.records if "joining the job" in r.getMessage()]
+    assert joining == [], [r.getMessage() for r in joining]
