@@ -15,6 +15,7 @@ import attrs
 from spate import _fenced as fenced
 from spate._core.placement_report import PlacementReport, placement_report
 from spate._core.records import (
+    Finality,
     KeyKind,
     Keys,
     LeaderRecord,
@@ -300,6 +301,8 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
                 break
         else:
             refused.append(f"{split} (it kept changing under concurrent writes; try again)")
+    if done:
+        await _reopen(store, scope, keys)
     if refused:
         raise RequeueRefused(
             f"refused to requeue {', '.join(refused)}"
@@ -307,3 +310,39 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
             + ". Only quarantined splits can be requeued (see `spate status`)."
         )
     return done
+
+
+async def _reopen(store: Store, scope: fenced.Scope, keys: Keys) -> None:
+    """Clear the verdict of a final plan after a requeue, so a worker started now finishes it.
+
+    The leader publishes the verdict in the plan record and every worker, however late it
+    starts, returns the verdict it finds there: a requeued split would never run again while
+    it stands. The record is rewritten even when it carries no verdict yet: a leader judging
+    the job right now listed it before the requeue, and its verdict's CAS expects the record's
+    revision from before that listing, so this write makes it lose and judge again.
+    """
+    for _ in range(_MAX_RACES):
+        entry = await store.get(Keyspace.DURABLE, keys.plan)
+        if entry is None:
+            return
+        plan = decode(PlanRecord, keys.plan, entry.value)
+        if plan.finality is not Finality.FINAL:
+            return  # an open plan has no verdict, and none is being judged
+        reopened = attrs.evolve(plan, verdict=None, updated_at_ms=now_ms())
+        result = await fenced.write(
+            store,
+            scope,
+            "requeue",
+            "update",
+            Keyspace.DURABLE,
+            keys.plan,
+            encode(reopened),
+            expected=entry.revision,
+        )
+        if not isinstance(result, Conflict):
+            return
+    raise StoreError(
+        f"the plan record {keys.plan!r} kept changing under concurrent writes, so the job's "
+        "verdict was not cleared: the splits were requeued, but a worker started now returns "
+        "the old verdict at once"
+    )

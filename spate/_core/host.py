@@ -29,7 +29,15 @@ from spate._plan import PlanContext, Planner
 from spate._store import Keyspace
 from spate.telemetry._context import Context
 
-__all__ = ["Drains", "Holdings", "Host", "PlannerRun", "ReleaseOutcome", "SessionFacts"]
+__all__ = [
+    "Drains",
+    "Holdings",
+    "Host",
+    "Lead",
+    "PlannerRun",
+    "ReleaseOutcome",
+    "SessionFacts",
+]
 
 ReleaseOutcome = Literal["released", "fenced", "failed", "missing"]
 """How one hand-back ended: landed, a peer had it already, the write failed, not held."""
@@ -179,4 +187,17 @@ class Holdings(Protocol):
 
     def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
         """Hand ``split`` back cleanly."""
+        ...
+
+
+class Lead(Protocol):
+    """The leadership, as the verdict sees it."""
+
+    @property
+    def verdict_generation(self) -> int | None:
+        """The generation under which this worker may write the verdict now, or None.
+
+        Set only while it leads, its generation bump has landed in the plan record, and no
+        plan publish of its own is in flight (which the verdict's write would make lose).
+        """
         ...

@@ -122,6 +122,19 @@ class Leadership:
         return self.rev is not None
 
     @property
+    def verdict_generation(self) -> int | None:
+        """The generation under which this worker may write the verdict now, or None.
+
+        Only while it leads and its generation bump has landed (the verdict is fenced like every
+        leader write), and never while its own plan publish is in flight: that write and the
+        verdict's both CAS the plan record, and the publish that lost would step it down.
+        """
+        plan = self.host.view.plan
+        if not self.leading or plan is None or plan.generation != self.generation:
+            return None
+        return None if self._run is not None else self.generation
+
+    @property
     def seeding(self) -> int:
         """Splits of the plan this leader is writing now (0 when it writes none)."""
         return self._run.records if self._run is not None else 0
@@ -143,7 +156,14 @@ class Leadership:
             return
         if view.plan is None or view.plan.generation != self.generation:
             return  # the generation bump has not landed: no unfenced leader write
-        if self.plan_now and self._run is None and now >= self._retry_at:
+        if (
+            self.plan_now
+            and self._run is None
+            and now >= self._retry_at
+            and not self.host.busy(DURABLE, self.host.keys.plan)
+        ):
+            # (A plan record write in flight is the verdict's: a run started now would publish
+            # on the revision that write replaces, lose, and step this leader down.)
             self._start_plan(now)
         self._publish(now)
 

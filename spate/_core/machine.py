@@ -174,7 +174,7 @@ class Machine:
         self._revocations = Revocations(self, holdings=self._claims)
         self._claims.drains = self._revocations
         self._leader = Leadership(self, planner)
-        self._verdict = VerdictJudge(self)
+        self._verdict = VerdictJudge(self, lead=self._leader)
 
     # -- the Host face (what the components use) -----------------------------------------------
 
@@ -321,6 +321,8 @@ class Machine:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
         self._leader.prune_departed(now)
+        # A published verdict ends the job here before any other rule acts on it.
+        self._verdict.observe()
         if not self._verdict.reported:
             if not self._parting:
                 self._leader.step(now)

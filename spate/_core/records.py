@@ -68,6 +68,7 @@ __all__ = [
     "SpecRecord",
     "Status",
     "UnreadableRecord",
+    "Verdict",
     "decode",
     "encode",
     "now_ms",
@@ -122,11 +123,26 @@ def now_ms() -> int:
 
 
 @attrs.frozen(kw_only=True)
+class Verdict:
+    """How a bounded job ended, as its leader published it (see :mod:`spate._core.verdict`).
+
+    ``all_complete`` is true when every split completed (then ``quarantined`` is 0); otherwise
+    the job is stalled with ``completed`` splits done and ``quarantined`` set aside.
+    """
+
+    all_complete: bool
+    completed: int
+    quarantined: int
+
+
+@attrs.frozen(kw_only=True)
 class PlanRecord:
     """The job's plan: who may join (fingerprint), the leader generation, and the plan's shape.
 
     ``planned`` is the number of progress records at the last publish: a lower bound, not a
-    census (the terminal verdict always recounts).
+    census (the terminal verdict always recounts). ``verdict`` is set once, by the leader, when
+    an authoritative listing found every split finished; it never changes after (absent in
+    records written before the field existed, and while the job runs).
     """
 
     schema: int = SCHEMA
@@ -136,6 +152,7 @@ class PlanRecord:
     planned: int = 0
     cursor: bytes | None = None
     updated_at_ms: int = 0
+    verdict: Verdict | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -301,6 +318,7 @@ def _make_converter() -> cattrs.Converter:
 
 
 _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
+    PlanRecord: ("verdict",),
     ProgressRecord: ("advanced", "owner_nonce"),
     SpecRecord: ("locality",),
     PresenceRecord: ("locality",),
