@@ -8,10 +8,12 @@ import attrs
 import pytest
 
 from spate._core.records import (
+    PlanRecord,
     PresenceRecord,
     ProgressRecord,
     SpecRecord,
     UnreadableRecord,
+    Verdict,
     decode,
     encode,
 )
@@ -112,3 +114,30 @@ def test_only_the_progress_record_is_framed() -> None:
     assert json.loads(encode(spec))["schema"] == 1
     with pytest.raises(UnreadableRecord, match="schema 2, this spate reads schema 1"):
         decode(SpecRecord, "k", encode(ProgressRecord(id="s")), split="s")
+
+
+# -- the plan record's verdict -----------------------------------------------------------------
+
+OLD_PLAN = (
+    b'{"schema":1,"fingerprint":"fp","generation":3,"finality":"final","planned":2,'
+    b'"cursor":null,"updated_at_ms":5}'
+)
+
+
+def test_a_plan_record_of_the_previous_layout_reads_with_no_verdict() -> None:
+    plan = decode(PlanRecord, "k", OLD_PLAN)
+    assert plan.verdict is None
+    assert (plan.generation, plan.planned) == (3, 2)
+    assert encode(plan) == OLD_PLAN  # no verdict yet: the bytes an older worker reads
+
+
+def test_a_published_verdict_round_trips_and_a_mistyped_one_is_unreadable() -> None:
+    plan = attrs.evolve(
+        decode(PlanRecord, "k", OLD_PLAN),
+        verdict=Verdict(all_complete=False, completed=1, quarantined=1),
+    )
+    data = encode(plan)
+    assert json.loads(data)["verdict"] == {"all_complete": False, "completed": 1, "quarantined": 1}
+    assert decode(PlanRecord, "k", data) == plan
+    with pytest.raises(UnreadableRecord, match="PlanRecord"):
+        decode(PlanRecord, "k", OLD_PLAN[:-1] + b',"verdict":{"all_complete":true}}')

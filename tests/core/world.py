@@ -34,7 +34,7 @@ The pieces a test drives:
   :meth:`World.write`;
 - what a worker said: :attr:`Worker.events`, :meth:`Worker.of`, :meth:`Worker.time_of`,
   :attr:`Worker.counts` (the metrics hooks), :attr:`Worker.writes` (every write and how it
-  ended).
+  ended), :attr:`Worker.reads` and :meth:`Worker.listings` (every read).
 
 What a worker holds and leads is read from its machine in one place (the section "the
 machine's state" of :class:`Worker`).
@@ -102,6 +102,7 @@ LEASE = 9.0
 
 _E = TypeVar("_E", bound=Event)
 WriteKind = Literal["create", "update", "delete"]
+OpKind = Literal["get", "list", "create", "update", "delete"]
 
 
 # -- calls -------------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class Call:
 
 @attrs.define(eq=False)
 class _Rule:
-    kind: WriteKind
+    kind: OpKind
     keyspace: Keyspace
     key: str
     action: Callable[[Op, Callable[[outcome.Outcome[Any]], None], int | None], None]
@@ -192,6 +193,7 @@ class _Link(Link):
         self.rules: list[_Rule] = []
         self.writes: list[tuple[float, str, str]] = []
         self.ops: list[Op] = []
+        self.reads: list[Op] = []
         self.gates: dict[Keyspace, str] = {}
         self._gated: list[Callable[[], None]] = []
         self.answered: Callable[[], None] = lambda: None
@@ -207,6 +209,8 @@ class _Link(Link):
         if op.is_write:
             self.ops.append(op)
             reply = self._counted(op, reply)
+        else:
+            self.reads.append(op)
         reply = self._then_step(reply)
         for rule in self.rules:
             if rule.matches(op):
@@ -389,6 +393,15 @@ class Worker(SimWorker):
         return self.link.ops
 
     @property
+    def reads(self) -> list[Op]:
+        """Every read (get, list) this worker sent, in order (watches are not reads)."""
+        return self.link.reads
+
+    def listings(self, prefix: str) -> int:
+        """How many listings of exactly ``prefix`` this worker sent."""
+        return sum(op.method == "list" and op.key == prefix for op in self.link.reads)
+
+    @property
     def nonce(self) -> str:
         """This process's nonce."""
         return self.machine.nonce
@@ -522,7 +535,7 @@ class Worker(SimWorker):
 
     def _rule(
         self,
-        kind: WriteKind,
+        kind: OpKind,
         keyspace: Keyspace,
         key: str,
         action: Callable[[Op, Callable[[outcome.Outcome[Any]], None], int | None], None],
@@ -564,9 +577,12 @@ class Worker(SimWorker):
         return held
 
     def before_next(
-        self, kind: WriteKind, keyspace: Keyspace, key: str, fn: Callable[[], None]
+        self, kind: OpKind, keyspace: Keyspace, key: str, fn: Callable[[], None]
     ) -> None:
-        """Run ``fn`` (another writer's write, say) just before the next such write lands."""
+        """Run ``fn`` (another writer's write, say) just before the next such call lands.
+
+        ``kind`` may name a read too (``"list"``: the call whose key is the listed prefix).
+        """
 
         def first(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
             def arrive() -> None:

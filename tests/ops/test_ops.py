@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from spate import ConfigError
@@ -15,6 +16,7 @@ from spate._core.records import (
     ProgressRecord,
     SpecRecord,
     Status,
+    Verdict,
     decode,
     encode,
 )
@@ -101,6 +103,38 @@ async def test_requeue_resets_attempts_bumps_the_epoch_and_clears_the_owner() ->
         None,
     )
     assert record.watermark == 10  # progress is kept: the retry resumes
+
+
+async def test_requeue_clears_the_published_verdict_so_a_worker_started_now_finishes_the_job() -> (
+    None
+):
+    store = MemoryStore()
+    await seed_job(store)
+    entry = await store.get(Keyspace.DURABLE, KEYS.plan)
+    assert entry is not None
+    stalled = Verdict(all_complete=False, completed=1, quarantined=1)
+    plan = attrs.evolve(decode(PlanRecord, entry.key, entry.value), verdict=stalled)
+    await store.update(Keyspace.DURABLE, KEYS.plan, encode(plan), entry.revision)
+    assert await requeue(store, JOB, ["b"]) == ["b"]
+    entry = await store.get(Keyspace.DURABLE, KEYS.plan)
+    assert entry is not None
+    assert decode(PlanRecord, entry.key, entry.value) == attrs.evolve(
+        plan, verdict=None, updated_at_ms=decode(PlanRecord, entry.key, entry.value).updated_at_ms
+    )
+
+
+async def test_requeue_rewrites_a_final_plan_record_without_a_verdict_too() -> None:
+    # A leader judging right now listed the job before the requeue: its verdict's CAS expects
+    # the plan record's revision from before its listing, and this write makes it lose.
+    store = MemoryStore()
+    await seed_job(store)
+    before = await store.get(Keyspace.DURABLE, KEYS.plan)
+    assert before is not None
+    await requeue(store, JOB, ["b"])
+    after = await store.get(Keyspace.DURABLE, KEYS.plan)
+    assert after is not None
+    assert after.revision > before.revision
+    assert decode(PlanRecord, after.key, after.value).verdict is None
 
 
 async def test_requeue_refuses_splits_that_are_not_quarantined_and_changes_nothing_for_them() -> (
