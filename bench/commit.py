@@ -27,8 +27,8 @@ import trio
 
 from bench._fleet import JOB, RecordingStore, idle, planner_of, split_id, start_member
 from bench._harness import (
+    DURABLE,
     Backend,
-    D,
     Options,
     Row,
     backends,
@@ -54,16 +54,16 @@ KEYS = Keys(JOB)
 
 async def _template(store: Store, split: str) -> bytes:
     """The stored progress record of ``split``: raw CAS writes a value of the same size."""
-    entry = await store.get(D, KEYS.split(split))
+    entry = await store.get(DURABLE, KEYS.split(split))
     assert entry is not None, f"no progress record for {split}"
     return entry.value
 
 
 async def _raw_revision(store: Store, key: str, value: bytes) -> int:
-    entry = await store.get(D, key)
+    entry = await store.get(DURABLE, key)
     if entry is not None:
         return entry.revision
-    created = await store.create(D, key, value)
+    created = await store.create(DURABLE, key, value)
     assert isinstance(created, Won), created
     return created.revision
 
@@ -239,10 +239,10 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             def updater(key: str) -> Callable[[], Awaitable[None]]:
                 async def step() -> None:
                     try:
-                        result = await store.update(D, key, value, revisions[key])
+                        result = await store.update(DURABLE, key, value, revisions[key])
                     except StoreUnavailable:
                         errors["raw"] += 1
-                        entry = await store.get(D, key)
+                        entry = await store.get(DURABLE, key)
                         assert entry is not None
                         revisions[key] = entry.revision
                         return

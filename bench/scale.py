@@ -47,7 +47,7 @@ import trio.testing
 
 from bench._fleet import JOB, planner_of, split_id, start_member
 from bench._harness import (
-    D,
+    DURABLE,
     Options,
     Row,
     fmt_bytes,
@@ -101,13 +101,13 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
         targets = [KEYS.split(s) for s in foreign[: min(len(foreign), 1000)]]
         current = {}
         for key in targets:
-            entry = await store.get(D, key)
+            entry = await store.get(DURABLE, key)
             assert entry is not None
             current[key] = entry
         unwatched = {f"raw.cpu.{n}": current[k].value for n, k in enumerate(targets)}
         revisions = {}
         for key, value in unwatched.items():
-            created = await store.create(D, key, value)
+            created = await store.create(DURABLE, key, value)
             assert isinstance(created, Won)
             revisions[key] = created.revision
         for key, entry in current.items():
@@ -118,7 +118,7 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
             cpu = time.process_time()
             for n in range(events):
                 key = keys[n % len(keys)]
-                result = await store.update(D, key, values[key], revisions[key])
+                result = await store.update(DURABLE, key, values[key], revisions[key])
                 assert isinstance(result, Won), result
                 revisions[key] = result.revision
             await _quiet()
@@ -148,7 +148,7 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
         async def flip(target: str) -> float:
             cpu = time.process_time()
             for n in range(changes):
-                result = await store.update(D, target, flips[n % 2], revisions[target])
+                result = await store.update(DURABLE, target, flips[n % 2], revisions[target])
                 assert isinstance(result, Won), result
                 revisions[target] = result.revision
                 await trio.testing.wait_all_tasks_blocked()
@@ -168,7 +168,7 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
             )
             out["join"] = time.perf_counter() - began
             await _quiet()
-            listed = await store.list(D, KEYS.prefix)
+            listed = await store.list(DURABLE, KEYS.prefix)
             out["record_bytes"] = sum(len(e.value) for e in listed) / size
             gc.collect()
             tracemalloc.start()
