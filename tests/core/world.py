@@ -110,13 +110,16 @@ WriteKind = Literal["create", "update", "delete"]
 
 
 def config(**overrides: Any) -> Config:
-    """Test timings: short intervals, no rebalance delay (as the runtime tests use)."""
+    """Test timings: short intervals, no rebalance delay or debounce (as the runtime tests use)."""
     base: dict[str, Any] = {
         "op_timeout": 1.0,
         "max_in_flight": 8,
         "reconcile_interval": 5.0,
         "replan_interval": 10.0,
         "rebalance_delay": 0.0,
+        # No join window or debounce: a lone test worker's job is placed at once (the join
+        # window and the debounce have tests of their own that set them).
+        "membership_debounce": 0.0,
         "drain_deadline": 3.0,
         "planner_thread": False,
     }
