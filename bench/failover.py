@@ -280,8 +280,16 @@ async def handover(backend: Backend, *, victim_leads: bool, held: int) -> tuple[
             survivor = await _join(nursery, survivor_store, config, 2 * held)
             await survivor.until(lambda: survivor.c.is_leader, 60, "lead")
             await nursery.start(victim)
-        await survivor.until(lambda: len(survivor.owned) == held, 60, "balance")
-        await until_victim_holds(held)
+
+        # Settled: every split held by one of the two. The leader balances within a band
+        # (32 splits on two workers may settle 17 and 15), so wait for the fleet to stop
+        # moving splits rather than for an exact half.
+        def settled() -> bool:
+            return bool(survivor.owned) and len(survivor.owned) + len(handlers) == 2 * held
+
+        await survivor.until(settled, 60, "balance")
+        await trio.sleep(config.drain_deadline)
+        await survivor.until(settled, 60, "balance")
         value = b"x" * 160  # about a progress record
         rtt = median(await raw_cas_latencies(survivor_store, "raw.rtt", value, 100))
         everything = {split_id(n) for n in range(2 * held)}
