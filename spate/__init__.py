@@ -6,6 +6,11 @@ contract a store adapter implements), :mod:`spate.telemetry` (tracing and metric
 :mod:`spate.ops` (operator actions: status, requeue); every module with an underscore is private.
 """
 
+# The public submodules, so that `import spate` is enough to reach spate.store.Won (as trio's
+# own submodules are reachable from `import trio`).
+from spate import ops as ops
+from spate import store as store
+from spate import telemetry as telemetry
 from spate._config import Config
 from spate._errors import (
     ConfigError,
