@@ -8,13 +8,15 @@ end runs the same job.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from spate import Config, Plan, PlanContext, Planner, SplitSpec
+from spate import Config, Event, Plan, PlanContext, Planner, SplitSpec
 from spate._core.records import Keys
 
 JOB = "job"
 KEYS = Keys(JOB)
+
+_E = TypeVar("_E", bound=Event)
 
 
 def config(**overrides: Any) -> Config:
@@ -50,3 +52,22 @@ def planner_of(
         )
 
     return plan
+
+
+class EventLog:
+    """The events a test worker emitted and when: both harnesses' workers keep one."""
+
+    events: list[Event]
+    times: list[float]
+
+    def of(self, kind: type[_E], split: str | None = None) -> list[_E]:
+        """The events of ``kind`` emitted so far (about ``split``, if given)."""
+        return [
+            e
+            for e in self.events
+            if isinstance(e, kind) and (split is None or getattr(e, "split", None) == split)
+        ]
+
+    def time_of(self, event: Event) -> float:
+        """When ``event`` was emitted."""
+        return self.times[self.events.index(event)]

@@ -45,7 +45,7 @@ from __future__ import annotations
 import collections
 import random
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import attrs
 import outcome
@@ -81,7 +81,7 @@ from spate_testing.sim.model import Link, ModelStore, WatchSink
 from spate_testing.sim.process import SimWorker
 from spate_testing.sim.recorder import RecordingMetrics
 from spate_testing.sim.workload import Workload
-from tests.common import JOB, KEYS, config, planner_of
+from tests.common import JOB, KEYS, EventLog, config, planner_of
 
 __all__ = [
     "JOB",
@@ -100,7 +100,6 @@ __all__ = [
 LEASE = 9.0
 """The lease (and the store's TTL) of every world."""
 
-_E = TypeVar("_E", bound=Event)
 WriteKind = Literal["create", "update", "delete"]
 OpKind = Literal["get", "list", "create", "update", "delete"]
 
@@ -328,7 +327,7 @@ Handler = Callable[["Worker", Event], None]
 """A test's event handler: called at the next turn after each event, as a consumer would be."""
 
 
-class Worker(SimWorker):
+class Worker(EventLog, SimWorker):
     """One worker process: a machine, its runtime model, and what it emitted."""
 
     def __init__(
@@ -363,18 +362,6 @@ class Worker(SimWorker):
         handler = self._on_event
         if handler is not None:
             self._soon(lambda: handler(self, event))
-
-    def of(self, kind: type[_E], split: str | None = None) -> list[_E]:
-        """The events of ``kind`` emitted so far (about ``split``, if given)."""
-        return [
-            e
-            for e in self.events
-            if isinstance(e, kind) and (split is None or getattr(e, "split", None) == split)
-        ]
-
-    def time_of(self, event: Event) -> float:
-        """When ``event`` was emitted."""
-        return self.times[self.events.index(event)]
 
     @property
     def counts(self) -> collections.Counter[str]:

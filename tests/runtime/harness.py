@@ -25,7 +25,7 @@ from spate import (
 from spate._core.records import ProgressRecord, decode
 from spate.store import Delete, Keyspace, Put, Revision, SnapshotDone, Store, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
-from tests.common import JOB, KEYS, config, planner_of
+from tests.common import JOB, KEYS, EventLog, config, planner_of
 
 TTL = 9.0
 E = TypeVar("E", bound=Event)
@@ -61,7 +61,7 @@ class Recorder(MetricsHooks):
 
 
 @attrs.define(eq=False)
-class Worker:
+class Worker(EventLog):
     """A coordinator running in the background, with its events recorded."""
 
     instance: str
@@ -79,16 +79,6 @@ class Worker:
     def c(self) -> Coordinator:
         assert self.coord is not None
         return self.coord
-
-    def of(self, kind: type[E], split: str | None = None) -> list[E]:
-        return [
-            e
-            for e in self.events
-            if isinstance(e, kind) and (split is None or getattr(e, "split", None) == split)
-        ]
-
-    def time_of(self, event: Event) -> float:
-        return self.times[self.events.index(event)]
 
     def _record(self, event: Event) -> None:
         self.events.append(event)
