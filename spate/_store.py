@@ -387,7 +387,7 @@ class Store(Protocol):
         ...
 
     def watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
         """Watch every key starting with ``prefix``.
 

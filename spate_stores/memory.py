@@ -72,6 +72,7 @@ MAX_BATCH = 64
 class _Watcher:
     prefix: str
     send: trio.MemorySendChannel[WatchEvent]
+    exact: bool = False
 
 
 @attrs.define
@@ -123,7 +124,7 @@ class _Table:
 
     def _publish(self, key: str, event: WatchEvent) -> None:
         for watcher in self.watchers:
-            if key.startswith(watcher.prefix):
+            if key == watcher.prefix if watcher.exact else key.startswith(watcher.prefix):
                 # Unbounded channel: a writer never waits for a slow watcher.
                 watcher.send.send_nowait(event)
 
@@ -458,14 +459,14 @@ class MemoryStore:
             return Conflict()
         return Won(table.remove(key))
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         """Snapshot, SnapshotDone, then live events in revision order (see the contract)."""
         validate_prefix(prefix)
-        return self._watch(keyspace, prefix)
+        return self._watch(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         table = await self._enter(keyspace)
         send, receive = trio.open_memory_channel[WatchEvent](math.inf)
@@ -476,8 +477,11 @@ class MemoryStore:
         # it is handed out (a list of a few hundred thousand events built at once cost the
         # watcher full garbage collections, and kept them all alive until the last).
         entries = table.entries
-        snapshot = [entries[k] for k in sorted(entries) if k.startswith(prefix)]
-        watcher = _Watcher(prefix, send)
+        if exact:
+            snapshot = [entries[prefix]] if prefix in entries else []
+        else:
+            snapshot = [entries[k] for k in sorted(entries) if k.startswith(prefix)]
+        watcher = _Watcher(prefix, send, exact)
         table.watchers.append(watcher)
         self._watch_channels.add(send)
         try:

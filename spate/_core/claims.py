@@ -58,7 +58,7 @@ from spate._core.view import (
 from spate._errors import StoreUnavailable
 from spate._events import Gained, Quarantined
 from spate._metrics import AcquireReason
-from spate._store import Keyspace, Won
+from spate._store import Entry, Keyspace, Won
 
 __all__ = ["Claims"]
 
@@ -101,6 +101,8 @@ class Claims(Tenancies):
         self._dirty: set[str] = set()
         self._sweep = True
         self._slots_left = 0
+        self._to_read: set[str] = set()
+        """A follower's assigned splits whose records it must read before it can claim them."""
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -109,8 +111,14 @@ class Claims(Tenancies):
         host = self.host
         view = host.view
         slots = host.config.max_in_flight - len(self.owned) - self.claiming
-        self._dirty.update(self.retry_at.pop_due(now))
+        due = list(self.retry_at.pop_due(now))
+        self._dirty.update(due)
         self._dirty |= view.take_spec_arrivals()
+        if not host.sees_job:
+            # A follower learns a split's records only by reading them: a claim or quarantine
+            # held back after a refusal is retried on what the store holds now.
+            self._to_read.update(s for s in due if s in self.assigned)
+            self._read_share()
         if self._sweep or slots > self._slots_left:
             self._sweep = False
             ids = set(view.near_quarantine)
@@ -153,6 +161,51 @@ class Claims(Tenancies):
     def next_deadline(self) -> float:
         """When a split held back after an error may be tried again."""
         return self.retry_at.next()
+
+    # -- a follower's share ------------------------------------------------------------------
+
+    def reread_share(self) -> None:
+        """Read every assigned split not held again (the backstop; a view left stale)."""
+        self._to_read.update(s for s in self.assigned if s not in self.owned)
+
+    def _read_share(self) -> None:
+        for split in sorted(self._to_read - self.busy):
+            if split in self.retry_at:
+                continue  # read when its retry comes due
+            self._to_read.discard(split)
+            if split not in self.owned:
+                self._begin(split, self._read_split(split))
+
+    def _read_split(self, split: str) -> Flow[None]:
+        """Point reads of one split's records: its progress record, spec and lease.
+
+        A follower watches none of them (DESIGN §4b): this is how it learns a split it is
+        assigned, and how it learns again once it was told the split came free. The progress
+        record first: a lease or spec folded before it waits in the view for it.
+        """
+        host, view = self.host, self.host.view
+        key = host.keys.split(split)
+        try:
+            progress: Entry | None = yield Op("get", DURABLE, key)
+            if progress is None:
+                return  # not seeded yet: the next assignment write or the backstop looks again
+            host.fold(view.apply_put(DURABLE, progress))
+            state = view.splits.get(split)
+            if state is not None and state.spec is None:
+                spec: Entry | None = yield Op("get", DURABLE, host.keys.spec(split))
+                if spec is not None:
+                    host.fold(view.apply_put(DURABLE, spec))
+            lease: Entry | None = yield Op("get", EPHEMERAL, key)
+        except StoreUnavailable as exc:
+            logger.debug("split %s: reading its records failed (%s); retrying later", split, exc)
+            self._retry_later(split)
+            return
+        if split in self.owned:
+            return  # claimed meanwhile (not by this flow): the claim's own writes are newer
+        if lease is None:
+            host.fold(view.apply_delete(EPHEMERAL, key, None))
+        else:
+            host.fold(view.apply_put(EPHEMERAL, lease))
 
     def _begin(self, split: str, flow: Flow[None]) -> None:
         self.busy.add(split)
@@ -218,6 +271,7 @@ class Claims(Tenancies):
             self.assignment_seen = False
             self.assigned = frozenset()
             self.awaiting.clear()
+            self._to_read.clear()
             self._sweep = True
             return
         record = notice.record
@@ -227,6 +281,10 @@ class Claims(Tenancies):
             return
         self.assign_generation = record.generation
         named = frozenset(record.splits)
+        if not self.host.sees_job:
+            # Every write of its assignment record tells a follower to read its share again:
+            # a new split to learn, or a nudge that one it waits for came free.
+            self._to_read.update(s for s in named if s not in self.owned)
         for split in named - self.assigned:
             if split not in self.owned:
                 self.awaiting[split] = now

@@ -94,6 +94,11 @@ class Host(Protocol):
         """Whether this worker is leaving the job (it claims nothing new)."""
         ...
 
+    @property
+    def sees_job(self) -> bool:
+        """Whether the view holds the whole job (the leader's), not a follower's share."""
+        ...
+
     def now(self) -> float:
         """The machine's clock (injected; the runtime passes Trio's)."""
         ...

@@ -115,6 +115,8 @@ class Leadership:
         """Member -> the splits its assignment write in flight names (until it lands or fails)."""
         self._writing_split: dict[str, set[str]] = {}
         """Split -> the members whose assignment write in flight names it."""
+        self._nudges: set[str] = set()
+        """Members to tell that a split their record names has come free (see nudge_for)."""
 
     @property
     def leading(self) -> bool:
@@ -132,6 +134,8 @@ class Leadership:
         plan = self.host.view.plan
         if not self.leading or plan is None or plan.generation != self.generation:
             return None
+        if not self.host.sees_job:
+            return None  # its view is still a follower's share: it would judge a subset
         return None if self._run is not None else self.generation
 
     @property
@@ -156,6 +160,8 @@ class Leadership:
             return
         if view.plan is None or view.plan.generation != self.generation:
             return  # the generation bump has not landed: no unfenced leader write
+        if not self.host.sees_job:
+            return  # the whole job's snapshots are not in yet: placing now would place a share
         if (
             self.plan_now
             and self._run is None
@@ -166,6 +172,8 @@ class Leadership:
             # on the revision that write replaces, lose, and step this leader down.)
             self._start_plan(now)
         self._publish(now)
+        if self._nudges:
+            self._send_nudges()
 
     def next_deadline(self, now: float) -> float:
         """The next time-based leader decision (grace windows, retries, debounce)."""
@@ -198,6 +206,74 @@ class Leadership:
         self.departed.pop(instance, None)
         if new:
             self._membership_changed(now)
+
+    def sees_job_now(self, now: float) -> None:
+        """This leader's view holds the whole job now: honour the departures it did not see.
+
+        Followers do not watch presence, so a worker that becomes leader has seen no peer
+        leave. An instance with an assignment record but no presence left while someone else
+        led (or just now): its grace window opens here, so a successor still withholds a
+        restarting pod's splits for ``rebalance_delay`` (counted from now, the conservative
+        side of when it really left).
+        """
+        view = self.host.view
+        for instance in view.assignments:
+            if instance not in view.presence and instance != self.host.instance:
+                self.departed.setdefault(instance, now)
+
+    def nudge_for(self, split: str) -> None:
+        """``split``'s lease is gone: tell the members it is assigned to that it is free.
+
+        A follower reads no lease but its own, so one that was given a split still leased to
+        its previous owner (a revocation draining, a dead owner's lease not yet expired) waits
+        for this: a rewrite of its assignment record, the one key it watches, after which it
+        reads the split again. Nobody is nudged for a finished split, nor the owner named by
+        its record (whose own lease it is), nor this leader (it sees every lease itself).
+        """
+        if not self.leading:
+            return
+        view = self.host.view
+        state = view.splits.get(split)
+        if (
+            state is None
+            or state.progress.status is not Status.RUNNABLE
+            or state.progress.completed
+        ):
+            return
+        for instance in view.assigned.get(split, ()):
+            if instance != state.progress.owner and instance != self.host.instance:
+                self._nudges.add(instance)
+
+    def _send_nudges(self) -> None:
+        for instance in sorted(self._nudges):
+            if instance in self._publishing:
+                continue  # a write in flight: the follower reads its share again on it anyway
+            self._nudges.discard(instance)
+            current = self.host.view.assignments.get(instance)
+            if current is None or current[0].generation != self.generation:
+                continue
+            self._publishing.add(instance)
+            self.host.start(self._nudge(instance, current[0], current[1]))
+
+    def _nudge(self, instance: str, record: AssignmentRecord, revision: int) -> Flow[None]:
+        host, view = self.host, self.host.view
+        key = host.keys.assign(instance)
+        try:
+            yield Hold(DURABLE, key)
+            current = view.assignments.get(instance)
+            if not self.leading or current is None or current[1] != revision:
+                return  # rewritten since: that write was the nudge
+            try:
+                result = yield Op(
+                    "update", DURABLE, key, encode(record), expected=revision, operation="assign"
+                )
+            except StoreUnavailable as exc:
+                logger.debug("nudging %s failed (%s); its backstop reads again", instance, exc)
+                return
+            if isinstance(result, Won):
+                host.fold(view.put_assignment(instance, record, result.revision))
+        finally:
+            self._publishing.discard(instance)
 
     def _membership_changed(self, now: float) -> None:
         debounce = self.host.config.membership_debounce
@@ -246,6 +322,7 @@ class Leadership:
         """Stop leading; ``resign`` also deletes the leader key so a successor is elected now."""
         rev, self.rev = self.rev, None
         self.plan_now = False
+        self._nudges.clear()
         self._drop_index()
         self.host.metrics.placement(None)
         if self._run is not None:

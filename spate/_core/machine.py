@@ -49,6 +49,7 @@ from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
 from spate._core.revocation import Revocations
 from spate._core.schedule import heartbeat_delay, reconcile_interval
+from spate._core.scopes import Scopes, WatchScope
 from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
 from spate._core.verdict import VerdictJudge
 from spate._core.view import (
@@ -81,6 +82,8 @@ HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
 
 RECHECK_AFTER = 0.1
 """Seconds before the machine looks again at a rule whose deadline passed without it acting."""
+HANDOVER_POLL = 0.5
+"""Seconds between a leaving follower's reads of where its handed-back splits went."""
 
 
 class Effects(Protocol):
@@ -166,8 +169,13 @@ class Machine:
         )
         self.presence_rev = 0
         self._parting = False
-        self._snapshots_pending = {Keyspace.DURABLE, Keyspace.EPHEMERAL}
-        self._watch_since: dict[Keyspace, int] = {}
+        self.scopes = Scopes(self.keys, instance)
+        self._ready = False
+        self._handing_over: list[str] = []
+        """After a departure, the splits it handed back (a follower polls for their new owners)."""
+        self._handover_poll_at = 0.0
+        self._handover_polling = False
+        self._handover_seen = False
         self._reconciling = False
         # The components, and the two narrow links between them (see spate._core.host).
         self._claims = Claims(self)
@@ -190,8 +198,13 @@ class Machine:
 
     @property
     def ready(self) -> bool:
-        """Whether both watches delivered their first snapshot (the rules may run)."""
-        return not self._snapshots_pending
+        """Whether the first watches delivered their snapshots (the rules may run)."""
+        return self._ready
+
+    @property
+    def sees_job(self) -> bool:
+        """Whether the view holds the whole job (leading, its prefix snapshots folded)."""
+        return self.scopes.sees_job
 
     def now(self) -> float:
         """The injected clock."""
@@ -261,9 +274,13 @@ class Machine:
         return split in self._claims.owned
 
     @property
-    def watch_prefix(self) -> str:
-        """The key prefix of the job: what the watches and the reconcile listing cover."""
-        return self.keys.prefix
+    def watches(self) -> tuple[WatchScope, ...]:
+        """The watches this worker wants open now (see :mod:`spate._core.scopes`).
+
+        A follower's three exact keys, or the leader's two prefixes. A runtime looks again
+        after every step and opens or closes watches to match.
+        """
+        return self.scopes.wanted
 
     def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.commit <spate.Coordinator.commit>`: one fenced CAS.
@@ -291,10 +308,14 @@ class Machine:
     def handed_over(self, splits: Iterable[str]) -> bool:
         """After a departure, whether ``splits`` have moved on (see ``wait_handed_over``).
 
-        Answered from the view alone: each is owned elsewhere or finished, or nobody is going
-        to take the rest.
+        Answered from the view: each is owned elsewhere or finished, or nobody is going to
+        take the rest. A follower's view knows that only once it has read those splits and
+        the members since it left (see :meth:`_poll_handover`).
         """
-        return self.view.handed_over(self.instance, splits)
+        wanted = list(splits)
+        if wanted and not self.sees_job and not self._handover_seen:
+            return False
+        return self.view.handed_over(self.instance, wanted)
 
     def replan_tick(self) -> None:
         """The replan interval passed: an open plan is asked for again (leader only)."""
@@ -320,6 +341,10 @@ class Machine:
     def step(self) -> None:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
+        if self.scopes.read_whole_job(self._leader.leading) and not self._leader.leading:
+            # Back to a follower's watches: what the leader's watches told it of its own
+            # share may be stale by now, so it reads its share again.
+            self._claims.reread_share()
         self._leader.prune_departed(now)
         # A published verdict ends the job here before any other rule acts on it.
         self._verdict.observe()
@@ -329,8 +354,10 @@ class Machine:
                 self._claims.step(now)
                 self._revocations.step(now)
             self._verdict.step(now)
+        poll = self._poll_handover(now)
         self._report_gauges()
         for deadline in (
+            poll,
             self._leader.next_deadline(now),
             self._revocations.next_deadline(),
             self._verdict.next_deadline(),
@@ -359,17 +386,22 @@ class Machine:
 
     # -- watches -----------------------------------------------------------------------------
 
-    def watch_opening(self, keyspace: Keyspace) -> None:
+    def watch_opening(self, scope: WatchScope) -> None:
         """A watch is about to open: keys learned from now on outlive its snapshot."""
-        self._watch_since[keyspace] = self.view.seq
+        self.scopes.opening(scope, self.view.seq)
 
-    def watch_snapshot(self, keyspace: Keyspace, entries: list[Entry]) -> None:
-        """A watch's snapshot arrived: fold it as an authoritative listing."""
-        since = self._watch_since.get(keyspace, self.view.seq)
-        self.fold(self.view.apply_listing(keyspace, entries, since=since))
+    def watch_snapshot(self, scope: WatchScope, entries: list[Entry]) -> None:
+        """A watch's snapshot arrived: fold it as an authoritative listing of its scope."""
+        since = self.scopes.since(scope, self.view.seq)
+        keyspace = scope.keyspace
+        self.fold(self.view.apply_listing(keyspace, entries, since=since, covers=scope.covers))
         if keyspace is Keyspace.EPHEMERAL:
             self.placement_changes.owe()
-        self._snapshots_pending.discard(keyspace)
+        self.scopes.snapshot_folded(scope)
+        if self.scopes.ready:
+            self._ready = True
+        if self.scopes.sees_job:
+            self._leader.sees_job_now(self.now())
 
     def watch_put(self, keyspace: Keyspace, entry: Entry) -> bool:
         """A live watch put; ``False`` when it changed nothing (the echo of an own write)."""
@@ -432,6 +464,8 @@ class Machine:
         for notice in notices:
             if isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
                 self._claims.on_notice(notice)
+                if isinstance(notice, LeaseGone):
+                    self._leader.nudge_for(notice.split)
             elif isinstance(notice, AssignmentChanged | AssignmentGone):
                 if notice.instance == self.instance:
                     self._claims.on_assignment(notice)
@@ -598,6 +632,16 @@ class Machine:
 
     def _reconcile_flow(self) -> Flow[None]:
         started = self.now()
+        if not self.sees_job:
+            # A follower's backstop reads its own keys again, never the job (DESIGN §4b).
+            try:
+                for scope in self.scopes.follower:
+                    yield from self.reread(scope.keyspace, scope.key)
+                self._claims.reread_share()
+                self.metrics.reconcile_duration(self.now() - started)
+            finally:
+                self._reconciling = False
+            return
         try:
             for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
                 since = self.view.seq
@@ -615,6 +659,46 @@ class Machine:
 
     # -- leaving -----------------------------------------------------------------------------
 
+    def _poll_handover(self, now: float) -> float:
+        """A leaving follower reads where its handed-back splits went; the next poll's time.
+
+        ``wait_handed_over`` is answered from the view, but a follower's view hears nothing of
+        another worker's claim: so while it waits it reads those splits' progress records, and
+        the members' presence and assignment records (``O(workers)``: to know whether anyone
+        can take the rest), every :data:`HANDOVER_POLL` seconds.
+        """
+        if not self._parting or not self._handing_over or self.sees_job:
+            return math.inf
+        if self._handover_seen and self.view.handed_over(self.instance, self._handing_over):
+            return math.inf
+        if not self._handover_polling and now >= self._handover_poll_at:
+            self._handover_polling = True
+            self._handover_poll_at = now + HANDOVER_POLL
+            self.start(self._handover_reads())
+        return self._handover_poll_at
+
+    def _handover_reads(self) -> Flow[None]:
+        try:
+            for split in self._handing_over:
+                yield from self.reread(Keyspace.DURABLE, self.keys.split(split))
+            for keyspace, prefix in (
+                (Keyspace.EPHEMERAL, self.keys.worker("")),
+                (Keyspace.DURABLE, self.keys.assign("")),
+            ):
+                since = self.view.seq
+                try:
+                    entries = yield Op("list", keyspace, prefix)
+                except StoreUnavailable:
+                    return
+                self.fold(
+                    self.view.apply_listing(
+                        keyspace, entries, since=since, covers=prefix_of(prefix)
+                    )
+                )
+            self._handover_seen = True
+        finally:
+            self._handover_polling = False
+
     def release_all_flow(self, splits: list[str]) -> Flow[None]:
         """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
         outcomes = yield Fork(tuple(self._claims.release_flow(split) for split in splits))
@@ -627,6 +711,7 @@ class Machine:
         self.request_step()
         self._leader.demote(resign=True)
         claims = self._claims
+        self._handing_over = sorted(claims.owned)
         # Every split is handed back at once (their writes go to different keys); once every
         # owner is cleared, the leases are dropped at once and the presence key with them. So
         # leaving takes two writes' time however many splits are held, and the leader sees
@@ -670,6 +755,11 @@ class Machine:
             self.fold(self.view.forget_own(Keyspace.EPHEMERAL, key, self.presence_rev))
         elif isinstance(result, Conflict):
             logger.debug("presence key already gone or rewritten")
+
+
+def prefix_of(prefix: str) -> Callable[[str], bool]:
+    """Whether a key starts with ``prefix`` (what a listing of ``prefix`` speaks for)."""
+    return lambda key: key.startswith(prefix)
 
 
 def _presence_or_none(entry: Entry) -> PresenceRecord | None:

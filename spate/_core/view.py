@@ -24,7 +24,7 @@ Status tallies (runnable / completed / quarantined) are kept incrementally;
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TypeAlias
 
 import attrs
@@ -339,19 +339,28 @@ class View:
         return []
 
     def apply_listing(
-        self, keyspace: Keyspace, entries: Iterable[Entry], *, since: int
+        self,
+        keyspace: Keyspace,
+        entries: Iterable[Entry],
+        *,
+        since: int,
+        covers: Callable[[str], bool] | None = None,
     ) -> list[Notice]:
         """Fold an authoritative listing (or watch snapshot) of the job's keys in ``keyspace``.
 
         ``since`` is :attr:`seq` when the listing started: tracked keys learned before it and
-        absent from the listing are deleted. In the durable keyspace only assignment records
-        are pruned this way (nothing else is ever deleted by the protocol).
+        absent from the listing are deleted. ``covers`` says which keys the listing speaks for
+        (an exact-key watch's snapshot speaks for its one key; by default, for all of them).
+        In the durable keyspace only assignment records are pruned this way (nothing else is
+        ever deleted by the protocol).
         """
         listed = list(entries)
         present = {e.key for e in listed}
         notices: list[Notice] = []
         for key, known in list(self._known[keyspace].items()):
             if key in present or known[1] > since:
+                continue
+            if covers is not None and not covers(key):
                 continue
             found = self.keys.classify(key)
             if keyspace is Keyspace.DURABLE and (found is None or found[0] is not KeyKind.ASSIGN):
@@ -362,7 +371,7 @@ class View:
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
         tombs = self._tombs[keyspace]
-        for key in [k for k, t in tombs.items() if t[1] <= since]:
+        for key in [k for k, t in tombs.items() if t[1] <= since and (covers is None or covers(k))]:
             del tombs[key]
         return notices
 

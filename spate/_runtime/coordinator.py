@@ -29,8 +29,8 @@ from spate._metrics import MetricsHooks
 from spate._plan import Planner, default_instance_id, validate_instance, validate_job
 from spate._runtime.loop import Runtime, stopped_error
 from spate._runtime.probe import probe_store
-from spate._runtime.pumps import heartbeat_ticker, interval_ticker, watch_pump
-from spate._store import Keyspace, Store
+from spate._runtime.pumps import heartbeat_ticker, interval_ticker, watch_pumps
+from spate._store import Store
 from spate.telemetry import metrics_for
 
 __all__ = ["Coordinator", "open_coordinator"]
@@ -276,8 +276,7 @@ async def open_coordinator(
                 await _startup(runtime)
                 nursery.start_soon(runtime.run)
                 nursery.start_soon(runtime.alarm_task)
-                for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
-                    nursery.start_soon(watch_pump, runtime, keyspace)
+                nursery.start_soon(watch_pumps, runtime)
                 nursery.start_soon(heartbeat_ticker, runtime)
                 nursery.start_soon(
                     interval_ticker,

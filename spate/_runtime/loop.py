@@ -113,6 +113,8 @@ class Runtime:
         self._step_requested = False
         self._bulk = Deferral()
         self._waiters: dict[trio.Event, Callable[[], bool]] = {}
+        self._watches = self.machine.watches
+        self._watches_moved = trio.Event()
         self.driver: Driver
         self.nursery: trio.Nursery
 
@@ -148,6 +150,11 @@ class Runtime:
         fn = self.machine.watch_input(keyspace, event, self.driver.hold_back if hold else None)
         if fn is not None:
             self.post(fn)
+
+    async def watches_changed(self) -> None:
+        """Return once the machine wants other watches than when last asked (leadership moved)."""
+        await self._watches_moved.wait()
+        self._watches_moved = trio.Event()
 
     def _on_loop(self) -> bool:
         return trio.lowlevel.current_task() is self._loop_task
@@ -275,6 +282,9 @@ class Runtime:
                 if changed and self.ready.is_set():
                     self._step_requested = False
                     self._guarded(machine.step)
+                if machine.watches is not self._watches:
+                    self._watches = machine.watches
+                    self._watches_moved.set()
                 if self._waiters:
                     self._wake_waiters()
                 self._bulk.hold(machine.bulk_records)

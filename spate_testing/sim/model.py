@@ -56,6 +56,10 @@ __all__ = ["Link", "ModelStore", "WatchSink"]
 class _Watcher:
     prefix: str
     deliver: Callable[[WatchEvent], None]
+    exact: bool = False
+
+    def covers(self, key: str) -> bool:
+        return key == self.prefix if self.exact else key.startswith(self.prefix)
 
 
 @attrs.define(eq=False)
@@ -232,25 +236,34 @@ class ModelStore:
     # -- watches -------------------------------------------------------------------------------
 
     def watch(
-        self, keyspace: Keyspace, prefix: str, deliver: Callable[[WatchEvent], None]
+        self,
+        keyspace: Keyspace,
+        prefix: str,
+        deliver: Callable[[WatchEvent], None],
+        *,
+        exact: bool = False,
     ) -> tuple[builtins.list[Entry], Callable[[], None]]:
-        """The snapshot under ``prefix`` and a way to stop; later changes go to ``deliver``.
+        """The snapshot under ``prefix`` (of the key ``prefix`` if ``exact``) and a way to stop.
 
-        Snapshot and registration happen at one instant, so no change falls between them.
+        Later changes go to ``deliver``. Snapshot and registration happen at one instant, so
+        no change falls between them.
         """
         table = self._tables[keyspace]
-        watcher = _Watcher(prefix, deliver)
+        watcher = _Watcher(prefix, deliver, exact)
         table.watchers.append(watcher)
 
         def stop() -> None:
             if watcher in table.watchers:
                 table.watchers.remove(watcher)
 
+        if exact:
+            entry = self.get(keyspace, prefix)
+            return ([] if entry is None else [entry]), stop
         return self.list(keyspace, prefix), stop
 
     def _publish(self, table: _Table, key: str, event: WatchEvent) -> None:
         for watcher in list(table.watchers):
-            if key.startswith(watcher.prefix):
+            if watcher.covers(key):
                 watcher.deliver(event)
 
 
@@ -494,7 +507,9 @@ class Link:
 
     # -- watches -------------------------------------------------------------------------------
 
-    def watch(self, keyspace: Keyspace, prefix: str, sink: WatchSink) -> Callable[[], None]:
+    def watch(
+        self, keyspace: Keyspace, prefix: str, sink: WatchSink, *, exact: bool = False
+    ) -> Callable[[], None]:
         """Open a watch after the link's latency; returns a function that closes it."""
         watch = _Watch(keyspace, sink, self._generation)
         self._watches.append(watch)
@@ -517,7 +532,7 @@ class Link:
                 self.injected["unavailable"] += 1
                 return self._break(watch, "injected unavailability opening the watch")
             entries, watch.stop = self.model.watch(
-                keyspace, prefix, lambda event: self._queue(watch, event)
+                keyspace, prefix, lambda event: self._queue(watch, event), exact=exact
             )
             watch.live = True
             sink.snapshot(entries)

@@ -47,6 +47,7 @@ from spate._core.backoff import RETRY_BACKOFF, REWATCH_BACKOFF, Backoff
 from spate._core.flows import Flow
 from spate._core.machine import Machine
 from spate._core.records import UnreadableRecord
+from spate._core.scopes import WatchScope
 from spate._core.startup import Retry, StartupStep, StartupTries
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
@@ -132,6 +133,9 @@ class SimWorker:
             redeliver=lambda keyspace, event: self.watch_event(keyspace, event, hold=False),
         )
         self.ready = False
+        self._opened = False
+        self._watches: tuple[WatchScope, ...] = ()
+        self._watching: dict[WatchScope, _Watching] = {}
         self._alarm: Timer | None = None
         self._step_soon = False
         self._leaving: tuple[list[str], Timer] | None = None
@@ -237,6 +241,8 @@ class SimWorker:
             self.handlers.dispatch_pending()
         if changed and self.ready:
             machine.step()
+        if self._opened and machine.watches is not self._watches and not self.stopped:
+            self._sync_watches()
         if self._leaving is not None:
             self._check_handed_over()
 
@@ -295,8 +301,8 @@ class SimWorker:
         abandon = self._start_step(step, done)
 
     def _open(self) -> None:
-        for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
-            self._watch(keyspace, Backoff.of(REWATCH_BACKOFF))
+        self._opened = True
+        self._sync_watches()
         self._heartbeat(0)
         machine = self.machine
         reconcile = machine.reconcile_interval(
@@ -313,10 +319,24 @@ class SimWorker:
         if fn is not None:
             self.guarded(lambda: self.input(fn))()
 
-    def _watch(self, keyspace: Keyspace, backoff: Backoff) -> None:
-        """Open a watch of ``keyspace`` (as the runtime's watch pump: re-opened on a break)."""
-        self.input(partial(self.machine.watch_opening, keyspace))
-        _Watching(self, keyspace, backoff).open()
+    def _sync_watches(self) -> None:
+        """Open and close watches to match the machine's wish (as the runtime's pumps do)."""
+        wanted = self.machine.watches
+        self._watches = wanted
+        for scope in [s for s in self._watching if s not in wanted]:
+            self._watching.pop(scope).stop()
+        for scope in wanted:
+            if scope not in self._watching:
+                self._watch(scope, Backoff.of(REWATCH_BACKOFF))
+
+    def _watch(self, scope: WatchScope, backoff: Backoff) -> None:
+        """Open the watch ``scope`` (as the runtime's watch pump: re-opened on a break)."""
+        if self.stopped or self.machine.watches is not self._watches or scope not in self._watches:
+            return
+        watching = _Watching(self, scope, backoff)
+        self._watching[scope] = watching
+        self.input(partial(self.machine.watch_opening, scope))
+        watching.open()
 
     def _heartbeat(self, round_: int) -> None:
         def beat() -> None:
@@ -462,9 +482,10 @@ class SimWorker:
 class _Watching:
     """One opening of a watch: its snapshot, its live events, and at most one re-watch."""
 
-    def __init__(self, worker: SimWorker, keyspace: Keyspace, backoff: Backoff) -> None:
+    def __init__(self, worker: SimWorker, scope: WatchScope, backoff: Backoff) -> None:
         self._worker = worker
-        self._keyspace = keyspace
+        self._scope = scope
+        self._keyspace = scope.keyspace
         self._backoff = backoff
         self._opened = False
         self._ended = False
@@ -473,7 +494,8 @@ class _Watching:
 
     def open(self) -> None:
         worker = self._worker
-        self._close = worker.link.watch(self._keyspace, worker.machine.watch_prefix, self)
+        scope = self._scope
+        self._close = worker.link.watch(scope.keyspace, scope.key, self, exact=scope.exact)
         # Establishing the watch is bounded by the operation timeout; its live tail is not.
         self._deadline = worker.later(worker.op_timeout, self._too_slow)
 
@@ -485,7 +507,7 @@ class _Watching:
             self._deadline.cancel()
         self._backoff.reset()
         machine = self._worker.machine
-        self._input(partial(machine.watch_snapshot, self._keyspace, entries))
+        self._input(partial(machine.watch_snapshot, self._scope, entries))
 
     def event(self, event: WatchEvent) -> None:
         if self._ended:
@@ -503,7 +525,16 @@ class _Watching:
             self._deadline.cancel()
         self._close()
         worker = self._worker
-        worker.later(self._backoff.delay(), lambda: worker._watch(self._keyspace, self._backoff))
+        worker.later(self._backoff.delay(), lambda: worker._watch(self._scope, self._backoff))
+
+    def stop(self) -> None:
+        """The watch is no longer wanted: close it, and open no other in its place."""
+        if self._ended:
+            return
+        self._ended = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._close()
 
     def _too_slow(self) -> None:
         if not self._opened:

@@ -60,7 +60,6 @@ from spate import (
     RevokeRequested,
     StoreUnavailable,
 )
-from spate._core.backoff import REWATCH_BACKOFF, Backoff
 from spate._core.flows import Flow, Op
 from spate._core.records import ProgressRecord, decode
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
@@ -251,8 +250,10 @@ class _Link(Link):
 
     # -- a slow watch ----------------------------------------------------------------------------
 
-    def watch(self, keyspace: Keyspace, prefix: str, sink: WatchSink) -> Callable[[], None]:
-        return super().watch(keyspace, prefix, _GatedSink(self, keyspace, sink))
+    def watch(
+        self, keyspace: Keyspace, prefix: str, sink: WatchSink, *, exact: bool = False
+    ) -> Callable[[], None]:
+        return super().watch(keyspace, prefix, _GatedSink(self, keyspace, sink), exact=exact)
 
     def hear(self, keyspace: Keyspace) -> None:
         self.gates.pop(keyspace, None)
@@ -499,8 +500,8 @@ class Worker(EventLog, SimWorker):
         if self._ticking:
             super()._open()
             return
-        for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
-            self._watch(keyspace, Backoff.of(REWATCH_BACKOFF))
+        self._opened = True
+        self._sync_watches()
 
     # -- deaths and faults ---------------------------------------------------------------------
 

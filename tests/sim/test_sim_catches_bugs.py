@@ -35,7 +35,7 @@ ZOMBIE = Scenario(
     rates=FaultRates(),
     chaos_seconds=20.0,
     # w0 stalls for two leases: its splits move to w1, then its queued commits land late.
-    script=(Scripted(at=2.0, what="freeze", target="w0", duration=2 * LEASE),),
+    script=(Scripted(at=4.0, what="freeze", target="w0", duration=2 * LEASE),),
 )
 
 

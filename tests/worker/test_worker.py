@@ -338,27 +338,31 @@ async def test_cancelling_run_worker_hands_its_splits_over_without_waiting_for_e
 
 
 class _CountingReads(MemoryStore):
-    """A memory store client that notes every watch it opens and every listing it makes."""
+    """A memory store client that notes every watch it opens and every read it makes."""
 
     def __init__(self, server: MemoryServer) -> None:
         super().__init__(server=server, ephemeral_ttl=TTL)
         self.reads: list[str] = []
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         self.reads.append(f"watch {keyspace.value} {prefix}")
-        return super().watch(keyspace, prefix)
+        return super().watch(keyspace, prefix, exact=exact)
 
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         self.reads.append(f"list {keyspace.value} {prefix}")
         return await super().list(keyspace, prefix)
 
+    async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
+        self.reads.append(f"get {keyspace.value} {key}")
+        return await super().get(keyspace, key)
 
-async def test_a_leaving_worker_waits_for_new_owners_from_its_own_watches(
+
+async def test_a_leaving_worker_waits_for_new_owners_from_its_own_keys(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # The wait after a departure is answered from the view the coordinator already keeps: it
-    # used to open two watches of its own, each listing the job's keys again (all of them,
-    # however large the job).
+    # A leaving worker learns where its splits went by reading their progress records, and
+    # whether anyone can take the rest from the members' presence and assignment records: it
+    # never lists or watches the job (it used to list every key of it, however large).
     server = MemoryServer()
     store = _CountingReads(server)
     reads_before: list[int] = []
@@ -369,7 +373,12 @@ async def test_a_leaving_worker_waits_for_new_owners_from_its_own_watches(
         leaving_store=store,
         before_leaving=lambda: reads_before.append(len(store.reads)),
     )
-    assert store.reads[reads_before[0] :] == []
+    held = {f"get durable job.split.s{n:02d}" for n in range(6)}
+    members = {"list ephemeral job.worker.", "list durable job.assign."}
+    exact = {"watch ephemeral job.leader", "watch durable job.plan", "watch durable job.assign.a"}
+    after = set(store.reads[reads_before[0] :])
+    assert after <= held | members | exact, after - (held | members | exact)
+    assert held & after
     # it returned only once every split it had was owned by the other worker
     assert leave.owners_when_left == {f"s{n:02d}": "b" for n in range(6)}
     assert leave.left < 10.0  # long before its leave deadline
