@@ -23,8 +23,9 @@ The rules, each with the race it prevents:
   set by the tenancy's first advancing commit), so the deaths of workers never quarantine a
   split that keeps moving forward, while a split that kills each owner before its first commit
   still runs out of attempts; a hand-back never counts. At ``max_attempts`` the split is
-  quarantined, by any worker, assigned or not and at any budget —
-  or a fleet of full workers could never reach the Stalled verdict.
+  quarantined by the leader, whatever its budget (or a fleet of full workers could never
+  reach the Stalled verdict), and only by the leader: it reads every tenancy's end, and a
+  follower's quarantine of a split nobody leases would change no key the leader watches.
 """
 
 from __future__ import annotations
@@ -151,7 +152,9 @@ class Claims(Tenancies):
             facts, held=self.owned, instance=host.instance, max_attempts=host.config.max_attempts
         ):
             if candidate.quarantine:
-                self._begin(candidate.split, self._quarantine(candidate))
+                if host.sees_job:
+                    # The leader's alone: it is the one that hears every tenancy end.
+                    self._begin(candidate.split, self._quarantine(candidate))
             elif candidate.split in self.assigned and slots > 0:
                 slots -= 1
                 self.claiming += 1

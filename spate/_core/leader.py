@@ -318,6 +318,18 @@ class Leadership:
             logger.warning("leadership lease expired")
             self.demote(resign=False)
 
+    def on_assignment(self, record: AssignmentRecord) -> None:
+        """An assignment record was written: one of a newer generation deposes this leader.
+
+        A newer leader's record proves it exists as surely as its plan record does, and a
+        leader reads that record on a watch of its own: when its plan watch is down (broken,
+        re-opening), two leaders would otherwise overwrite each other's records back and
+        forth.
+        """
+        if self.leading and record.generation > self.generation:
+            logger.warning("deposed: an assignment record of generation %d", record.generation)
+            self.demote(resign=False)
+
     def demote(self, *, resign: bool) -> None:
         """Stop leading; ``resign`` also deletes the leader key so a successor is elected now."""
         rev, self.rev = self.rev, None
@@ -754,9 +766,11 @@ class Leadership:
             or state.progress.completed
         ):
             return None
-        if self.departed and state.progress.owner in self.departed:
-            return None
         owner = state.current_owner
+        if self.departed and owner in self.departed:
+            # (The lease's owner first: this leader reads a claimed split's progress record
+            # when its lease appears, which may be before the claim's own write landed.)
+            return None
         # Each member's assignment as this leader last decided it: the write in flight when
         # there is one (the records of one publish land one by one, and a member's stale record
         # would anchor the split where it no longer goes), else its record of this generation.

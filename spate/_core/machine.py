@@ -45,6 +45,7 @@ from spate._core.echo import is_echo
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
+from spate._core.ownership import OwnershipReads
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
 from spate._core.revocation import Revocations
@@ -82,6 +83,8 @@ HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
 
 RECHECK_AFTER = 0.1
 """Seconds before the machine looks again at a rule whose deadline passed without it acting."""
+LIST_RETRY = 1.0
+"""Seconds before a new leader's failed listing of the job is tried again."""
 HANDOVER_POLL = 0.5
 """Seconds between a leaving follower's reads of where its handed-back splits went."""
 
@@ -183,6 +186,10 @@ class Machine:
         self._claims.drains = self._revocations
         self._leader = Leadership(self, planner)
         self._verdict = VerdictJudge(self, lead=self._leader)
+        self._ownership = OwnershipReads(self)
+        self._listing = False
+        self._list_retry_at = 0.0
+        self._saw_job = False
 
     # -- the Host face (what the components use) -----------------------------------------------
 
@@ -341,10 +348,18 @@ class Machine:
     def step(self) -> None:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
-        if self.scopes.read_whole_job(self._leader.leading) and not self._leader.leading:
-            # Back to a follower's watches: what the leader's watches told it of its own
-            # share may be stale by now, so it reads its share again.
-            self._claims.reread_share()
+        if self.scopes.read_whole_job(self._leader.leading):
+            self._saw_job = False
+            if not self._leader.leading:
+                # Back to a follower's watches: what it learned of its own share while it
+                # led may be stale by now, so it reads its share again.
+                self._ownership.clear()
+                self._claims.reread_share()
+        if self.scopes.wants_listing and not self._listing and now >= self._list_retry_at:
+            self._listing = True
+            self.start(self._list_job())
+        if self._leader.leading:
+            self._ownership.step(now)
         self._leader.prune_departed(now)
         # A published verdict ends the job here before any other rule acts on it.
         self._verdict.observe()
@@ -358,6 +373,8 @@ class Machine:
         self._report_gauges()
         for deadline in (
             poll,
+            self._ownership.next_deadline(),
+            self._list_retry_at if self.scopes.wants_listing else math.inf,
             self._leader.next_deadline(now),
             self._revocations.next_deadline(),
             self._verdict.next_deadline(),
@@ -400,8 +417,29 @@ class Machine:
         self.scopes.snapshot_folded(scope)
         if self.scopes.ready:
             self._ready = True
-        if self.scopes.sees_job:
+        self._note_sees_job()
+
+    def _note_sees_job(self) -> None:
+        if self.scopes.sees_job and not self._saw_job:
+            self._saw_job = True
             self._leader.sees_job_now(self.now())
+
+    def _list_job(self) -> Flow[None]:
+        """The new leader's one listing of the durable keyspace: the whole job, once."""
+        since = self.view.seq
+        try:
+            entries: list[Entry] = yield Op("list", Keyspace.DURABLE, self.keys.prefix)
+        except StoreUnavailable as exc:
+            logger.warning("listing the job failed (%s); retrying", exc)
+            self._list_retry_at = self.now() + LIST_RETRY
+            return
+        finally:
+            self._listing = False
+        if not self.scopes.whole_job:
+            return  # it stopped leading meanwhile
+        self.fold(self.view.apply_listing(Keyspace.DURABLE, entries, since=since))
+        self.scopes.listed = True
+        self._note_sees_job()
 
     def watch_put(self, keyspace: Keyspace, entry: Entry) -> bool:
         """A live watch put; ``False`` when it changed nothing (the echo of an own write)."""
@@ -466,7 +504,14 @@ class Machine:
                 self._claims.on_notice(notice)
                 if isinstance(notice, LeaseGone):
                     self._leader.nudge_for(notice.split)
+                if self._leader.leading and (
+                    isinstance(notice, LeaseGone)
+                    or (isinstance(notice, LeaseChanged) and notice.new_tenancy)
+                ):
+                    self._ownership.note(notice.split)
             elif isinstance(notice, AssignmentChanged | AssignmentGone):
+                if isinstance(notice, AssignmentChanged):
+                    self._leader.on_assignment(notice.record)
                 if notice.instance == self.instance:
                     self._claims.on_assignment(notice)
             elif isinstance(notice, PresenceChanged):
@@ -476,6 +521,15 @@ class Machine:
                     self._leader.on_departure(notice.instance, self.now())
             elif isinstance(notice, LeaderChanged | LeaderGone | PlanChanged):
                 self._leader.on_notice(notice)
+                if (
+                    isinstance(notice, PlanChanged)
+                    and notice.previous is not None
+                    and notice.previous.verdict is not None
+                    and notice.plan.verdict is None
+                ):
+                    # The operator reopened the job (spate requeue): progress records moved
+                    # that no lease event tells the leader of.
+                    self.scopes.relist()
 
     def _on_presence(self, notice: PresenceChanged) -> None:
         if notice.instance == self.instance:

@@ -6,10 +6,13 @@ reads of the few keys that concern it: the records of a split it is assigned, wh
 claim it. So what a follower reads does not grow with the job or the fleet, and a plain commit of
 another worker is delivered to it not at all.
 
-Only the leader watches the job's whole prefix in both keyspaces, because only the leader places
-work, and placing needs every split's status and every worker's presence. It switches its watches
-when it wins the leader key and back when it stops leading; until the snapshots of its prefix
-watches are folded, it decides no placement (:attr:`Scopes.sees_job`).
+Only the leader reads the job, and it reads *ownership*, not progress: it watches the whole
+ephemeral keyspace (presence, leases, the leader key) and, of the durable one, the same two exact
+keys as a follower. It lists the durable keyspace once when it wins the leader key (specs,
+progress records, assignment records: the whole job), and later learns a progress record by a
+point read when that split's ownership changes (:mod:`spate._core.ownership`). So a plain commit
+touches no key anyone watches. The leader decides no placement until its watches' snapshots and
+that listing are folded (:attr:`Scopes.sees_job`).
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ class Scopes:
         )
         self.leader: tuple[WatchScope, ...] = (
             WatchScope(ephemeral, keys.prefix, exact=False),
-            WatchScope(durable, keys.prefix, exact=False),
+            *self.follower[1:],
         )
         self.whole_job = False
+        self.listed = False
+        """Whether the leader's listing of the durable keyspace is in (see :attr:`sees_job`)."""
         self._pending: set[WatchScope] = set(self.follower)
         self._opened_at: dict[WatchScope, int] = {}
 
@@ -66,16 +71,28 @@ class Scopes:
 
     @property
     def sees_job(self) -> bool:
-        """Whether this worker's view holds the whole job (leading, its snapshots folded)."""
-        return self.whole_job and not self._pending
+        """Whether this worker's view holds the whole job (leading, snapshots and listing in)."""
+        return self.whole_job and self.listed and not self._pending
+
+    @property
+    def wants_listing(self) -> bool:
+        """Whether the leader's listing of the durable keyspace is due."""
+        return self.whole_job and not self.listed
 
     def read_whole_job(self, whole: bool) -> bool:
         """Switch between the follower's and the leader's watches; whether anything changed."""
         if whole == self.whole_job:
             return False
+        before = set(self.wanted)
         self.whole_job = whole
-        self._pending = set(self.wanted)
+        self.listed = False
+        # A watch wanted in both roles stays open: its snapshot is in (or still pending).
+        self._pending = {s for s in self.wanted if s not in before or s in self._pending}
         return True
+
+    def relist(self) -> None:
+        """The durable keyspace changed behind the leader's back (a requeue): list it again."""
+        self.listed = False
 
     def opening(self, scope: WatchScope, seq: int) -> None:
         """``scope``'s watch is about to open; the view's sequence number is ``seq``."""

@@ -74,6 +74,8 @@ class LeaseChanged:
     split: str
     lease: LeaseRecord
     revision: int
+    new_tenancy: bool = True
+    """Whether it names another tenancy than the lease before it (a claim, not a renewal)."""
 
 
 @attrs.frozen
@@ -389,13 +391,17 @@ class View:
         self._remember(Keyspace.EPHEMERAL, key, revision)
         state = self.splits.get(split)
         if state is None:
+            pending = self._pending_leases.get(split)
+            previous = None if pending is None else pending[0]
             self._pending_leases[split] = (lease, revision)
         else:
+            previous = state.lease
             if state.current_owner != lease.owner:
                 self._touch_assignment(split)
             state.lease, state.lease_rev = lease, revision
             self._check_near_quarantine(split, state)
-        return [LeaseChanged(split, lease, revision)]
+        new = previous is None or (previous.nonce, previous.epoch) != (lease.nonce, lease.epoch)
+        return [LeaseChanged(split, lease, revision, new_tenancy=new)]
 
     def _drop_lease(self, split: str, revision: int | None) -> list[Notice]:
         self._pending_leases.pop(split, None)
