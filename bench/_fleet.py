@@ -332,13 +332,13 @@ class RecordingStore:
         self._count("delete", keyspace, key)
         return await self.inner.delete(keyspace, key, expected)
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self._watch(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self._watch(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         self.calls[("watch", keyspace.value)] += 1
-        async with self.inner.watch(keyspace, prefix) as events:
+        async with self.inner.watch(keyspace, prefix, exact=exact) as events:
             yield events

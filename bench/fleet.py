@@ -167,14 +167,14 @@ class Tally(RecordingStore):
         self.listed[index] += len(entries)
         return entries
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self._counted_watch(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self._counted_watch(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _counted_watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with self._watch(keyspace, prefix) as events:
+        async with super().watch(keyspace, prefix, exact=exact) as events:
             yield _Counted(events, self, keyspace)
 
 

@@ -380,17 +380,17 @@ class FaultyStore:
         if what == "delete" and keyspace is Keyspace.EPHEMERAL and isinstance(result, Won):
             self._own_deletes.add((key, result.revision))
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         """The inner watch, with drops, duplicates, silent expiry, freeze and partition."""
-        return self._watch(keyspace, prefix)
+        return self._watch(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         await self._gate("watch")
         async with (
-            self.inner.watch(keyspace, prefix) as events,
+            self.inner.watch(keyspace, prefix, exact=exact) as events,
             aclosing(self._filter(keyspace, events, self._partition_generation)) as filtered,
         ):
             yield filtered

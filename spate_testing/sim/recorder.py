@@ -123,9 +123,9 @@ class RecordingStore:
         """Delegate."""
         return await self.inner.list(keyspace, prefix)
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         """Delegate."""
-        return self.inner.watch(keyspace, prefix)
+        return self.inner.watch(keyspace, prefix, exact=exact)
 
     def session(self) -> AbstractAsyncContextManager[Session]:
         """Delegate."""

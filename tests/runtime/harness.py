@@ -252,12 +252,14 @@ class HookStore:
             "delete", keyspace, key, lambda: self.inner.delete(keyspace, key, expected)
         )
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self._watch(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self._watch(keyspace, prefix, exact)
 
     @asynccontextmanager
-    async def _watch(self, keyspace: Keyspace, prefix: str) -> AsyncIterator[AsyncIterator[Any]]:
-        async with self.inner.watch(keyspace, prefix) as events:
+    async def _watch(
+        self, keyspace: Keyspace, prefix: str, exact: bool
+    ) -> AsyncIterator[AsyncIterator[Any]]:
+        async with self.inner.watch(keyspace, prefix, exact=exact) as events:
             yield self._gated(keyspace, events)
 
     async def _gated(self, keyspace: Keyspace, events: AsyncIterator[Any]) -> AsyncIterator[Any]:

@@ -124,8 +124,8 @@ class SessionMemoryStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> Any:
         return await self.inner.list(keyspace, prefix)
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self.inner.watch(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self.inner.watch(keyspace, prefix, exact=exact)
 
     async def create(
         self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None

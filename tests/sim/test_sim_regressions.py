@@ -97,7 +97,7 @@ def test_a_stale_own_lease_does_not_spin_the_claim_loop() -> None:
 class _WatchesNeverOpen(FaultyStore):
     """Reads and writes work; every watch fails to open (as after a partition mid-start)."""
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         raise StoreUnavailable(f"{self!r}: cannot open a watch")
 
 
@@ -190,14 +190,14 @@ class _LeaderKeyUnseen(FaultyStore):
         await super().create(keyspace, key, value, **named)
         raise StoreUnavailable("the election's reply was lost")
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self._quiet_watch(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self._quiet_watch(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _quiet_watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with super().watch(keyspace, prefix) as events:
+        async with super().watch(keyspace, prefix, exact=exact) as events:
             if keyspace is Keyspace.DURABLE:
                 yield events
                 return
@@ -295,14 +295,14 @@ class _AssignmentEchoLost(FaultyStore):
             raise StoreUnavailable("the assignment's reply was lost")
         return result
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self._without_assignments(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self._without_assignments(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _without_assignments(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with super().watch(keyspace, prefix) as events:
+        async with super().watch(keyspace, prefix, exact=exact) as events:
 
             async def filtered() -> AsyncIterator[WatchEvent]:
                 async for event in events:
@@ -371,14 +371,14 @@ class _RewriteBehindTheView(FaultyStore):
             await self._interfere(write.keyspace, write.key)
         return await super().write_many(writes, **named)
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
-        return self._hiding(keyspace, prefix)
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
+        return self._hiding(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _hiding(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with super().watch(keyspace, prefix) as events:
+        async with super().watch(keyspace, prefix, exact=exact) as events:
 
             async def filtered() -> AsyncIterator[WatchEvent]:
                 async for event in events:

@@ -90,9 +90,9 @@ class RecordingStore:
         return await self.inner.delete(keyspace, key, expected)
 
     def watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        return self.inner.watch(keyspace, prefix)
+        return self.inner.watch(keyspace, prefix, exact=exact)
 
 
 def uncovered(noted: Iterable[Noted], finished: Iterable[ReadableSpan]) -> list[str]:

@@ -344,9 +344,9 @@ class _CountingReads(MemoryStore):
         super().__init__(server=server, ephemeral_ttl=TTL)
         self.reads: list[str] = []
 
-    def watch(self, keyspace: Keyspace, prefix: str) -> Any:
+    def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         self.reads.append(f"watch {keyspace.value} {prefix}")
-        return super().watch(keyspace, prefix)
+        return super().watch(keyspace, prefix, exact=exact)
 
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         self.reads.append(f"list {keyspace.value} {prefix}")
