@@ -174,7 +174,7 @@ class Tally(RecordingStore):
     async def _counted_watch(
         self, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with self._watch(keyspace, prefix, exact) as events:
+        async with super().watch(keyspace, prefix, exact=exact) as events:
             yield _Counted(events, self, keyspace)
 
 

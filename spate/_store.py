@@ -389,13 +389,23 @@ class Store(Protocol):
     def watch(
         self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        """Watch every key starting with ``prefix``.
+        """Watch every key starting with ``prefix`` (or, with ``exact=True``, that one key).
 
         The iterator yields a :class:`Put` for every entry that exists when the watch starts,
         then one :class:`SnapshotDone`, then live :class:`Put` / :class:`Delete` events in
         revision order, with no gap between the snapshot and the live events. Expiries are
         delivered as Delete when ``capabilities.expiry_reaches_watchers``. A watch that
         breaks raises :class:`~spate.StoreUnavailable`; the caller opens a new one.
+
+        With ``exact=True``, ``prefix`` is a whole key (refused with
+        :class:`~spate.StoreError` unless :func:`validate_key` accepts it, so the empty
+        prefix is refused too) and the watch covers that key alone, with every guarantee
+        above: its snapshot is the key's entry if it exists (zero or one Put), then
+        SnapshotDone, then the key's own Puts and Deletes. A key that merely starts with it
+        (``assign.w1`` and ``assign.w10``) is never delivered, and a store should not even
+        send it over the wire. Use it to follow a few known keys: a prefix watch of one key
+        costs every write under that prefix (and on NATS, every write under the prefix's
+        last whole token), where an exact watch costs only that key's writes.
         """
         ...
 

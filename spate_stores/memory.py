@@ -68,11 +68,73 @@ MAX_BATCH = 64
 """The most writes one ``write_many`` call carries (a group commit's size)."""
 
 
-@attrs.define
+@attrs.define(eq=False)  # compared and hashed by identity: a member of its key's watchers
 class _Watcher:
     prefix: str
+    exact: bool
     send: trio.MemorySendChannel[WatchEvent]
-    exact: bool = False
+
+
+@attrs.define
+class _Watchers:
+    """The watchers of one keyspace, indexed so a write costs only the watchers it reaches.
+
+    A fleet holds thousands of exact watches (each follower's plan, assignment and leader
+    keys) and a handful of distinct prefixes, so a write looks its key up among the exact
+    watchers once, and its prefixes up once per distinct length of a watched prefix, instead
+    of testing every watcher.
+    """
+
+    # Insertion-ordered dicts used as sets: a watch closes in O(1) however many share a key.
+    exact: dict[str, dict[_Watcher, None]] = attrs.field(factory=dict)
+    prefixes: dict[str, dict[_Watcher, None]] = attrs.field(factory=dict)
+    # How many distinct watched prefixes have each length, and those lengths ascending.
+    length_counts: dict[int, int] = attrs.field(factory=dict)
+    lengths: tuple[int, ...] = ()
+
+    def add(self, watcher: _Watcher) -> None:
+        index = self.exact if watcher.exact else self.prefixes
+        group = index.get(watcher.prefix)
+        if group is None:
+            group = index[watcher.prefix] = {}
+            if not watcher.exact:
+                self._count_length(len(watcher.prefix), +1)
+        group[watcher] = None
+
+    def remove(self, watcher: _Watcher) -> None:
+        index = self.exact if watcher.exact else self.prefixes
+        group = index[watcher.prefix]
+        del group[watcher]
+        if not group:
+            del index[watcher.prefix]
+            if not watcher.exact:
+                self._count_length(len(watcher.prefix), -1)
+
+    def _count_length(self, length: int, change: int) -> None:
+        count = self.length_counts.get(length, 0) + change
+        if count:
+            self.length_counts[length] = count
+        else:
+            del self.length_counts[length]
+        self.lengths = tuple(sorted(self.length_counts))
+
+    def publish(self, key: str, event: WatchEvent) -> None:
+        # Unbounded channels: a writer never waits for a slow watcher.
+        group = self.exact.get(key)
+        if group is not None:
+            for watcher in group:
+                watcher.send.send_nowait(event)
+        prefixes = self.prefixes
+        if not prefixes:
+            return
+        size = len(key)
+        for length in self.lengths:
+            if length > size:
+                break
+            group = prefixes.get(key[:length])
+            if group is not None:
+                for watcher in group:
+                    watcher.send.send_nowait(event)
 
 
 @attrs.define
@@ -85,7 +147,7 @@ class _Table:
     # (deadline, key) pairs; stale pairs (key rewritten or deleted since) are skipped on pop.
     heap: list[tuple[float, str]] = attrs.field(factory=list)
     revision: Revision = 0
-    watchers: list[_Watcher] = attrs.field(factory=list)
+    watchers: _Watchers = attrs.field(factory=_Watchers)
 
     def next_deadline(self) -> float:
         while self.heap:
@@ -109,24 +171,18 @@ class _Table:
             deadline = now + self.ttl
             self.deadlines[key] = deadline
             heapq.heappush(self.heap, (deadline, key))
-        self._publish(key, Put(entry))
+        self.watchers.publish(key, Put(entry))
         return self.revision
 
     def _remove(self, key: str) -> Revision:
         del self.entries[key]
         self.deadlines.pop(key, None)
         self.revision += 1
-        self._publish(key, Delete(key, self.revision))
+        self.watchers.publish(key, Delete(key, self.revision))
         return self.revision
 
     def remove(self, key: str) -> Revision:
         return self._remove(key)
-
-    def _publish(self, key: str, event: WatchEvent) -> None:
-        for watcher in self.watchers:
-            if key == watcher.prefix if watcher.exact else key.startswith(watcher.prefix):
-                # Unbounded channel: a writer never waits for a slow watcher.
-                watcher.send.send_nowait(event)
 
 
 class MemoryServer:
@@ -460,13 +516,19 @@ class MemoryStore:
         return Won(table.remove(key))
 
     def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
-        """Snapshot, SnapshotDone, then live events in revision order (see the contract)."""
-        validate_prefix(prefix)
-        return self._watch(keyspace, prefix, exact)
+        """Snapshot, SnapshotDone, then live events in revision order (see the contract).
+
+        With ``exact=True`` the watch follows the key ``prefix`` alone.
+        """
+        if exact:
+            validate_key(prefix)
+        else:
+            validate_prefix(prefix)
+        return self._watch(keyspace, prefix, exact=exact)
 
     @asynccontextmanager
     async def _watch(
-        self, keyspace: Keyspace, prefix: str, exact: bool
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         table = await self._enter(keyspace)
         send, receive = trio.open_memory_channel[WatchEvent](math.inf)
@@ -478,11 +540,12 @@ class MemoryStore:
         # watcher full garbage collections, and kept them all alive until the last).
         entries = table.entries
         if exact:
-            snapshot = [entries[prefix]] if prefix in entries else []
+            found = entries.get(prefix)
+            snapshot = [] if found is None else [found]
         else:
             snapshot = [entries[k] for k in sorted(entries) if k.startswith(prefix)]
-        watcher = _Watcher(prefix, send, exact)
-        table.watchers.append(watcher)
+        watcher = _Watcher(prefix, exact, send)
+        table.watchers.add(watcher)
         self._watch_channels.add(send)
         try:
             yield _WatchIterator(self, table, receive, snapshot)

@@ -271,6 +271,18 @@ class EtcdStore:
                 # The pinned revision was compacted between pages: list again from now.
         raise errors.compacted_during_listing(self._config.endpoint)
 
+    async def _range_one(self, key: str, raw: bytes) -> tuple[list[Entry], int]:
+        """The entry of one key (0 or 1) and the revision it was read at."""
+        doing = f"reading {key!r} to watch it"
+        try:
+            reply = await self._gateway.call("/v3/kv/range", range_request(raw), doing=doing)
+        except ReplyError as exc:  # unpinned, so never compacted; nothing else passes through
+            raise self._unexpected(exc, doing) from None
+        kvs, _ = parse_kvs(reply)
+        # A range with no range_end matches its key exactly; the check is defensive.
+        entries = [Entry(key, kv.value, kv.mod_revision) for kv in kvs if kv.key == raw]
+        return entries, header_revision(reply)
+
     def _unexpected(self, exc: ReplyError, doing: str) -> StoreError:
         return errors.refused(self._config.endpoint, doing, exc.error.message)
 
@@ -499,19 +511,33 @@ class EtcdStore:
         return Won(header_revision(reply)) if txn_succeeded(reply) else Conflict()
 
     def watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        """List ``prefix`` at revision R, then stream events from R + 1 (see the contract)."""
-        validate_prefix(prefix)
-        return self._watch(keyspace, prefix)
+        """List ``prefix`` at revision R, then stream events from R + 1 (see the contract).
+
+        With ``exact=True`` both the read and the watch name the one key (no ``range_end``),
+        so etcd sends nothing about any other key.
+        """
+        if exact:
+            validate_key(prefix)
+        else:
+            validate_prefix(prefix)
+        return self._watch(keyspace, prefix, exact)
 
     @asynccontextmanager
-    async def _watch(self, keyspace: Keyspace, prefix: str) -> AsyncIterator[WatchIterator]:
+    async def _watch(
+        self, keyspace: Keyspace, prefix: str, exact: bool
+    ) -> AsyncIterator[WatchIterator]:
         self._check_open(keyspace)
         assert self._nursery is not None
-        snapshot, revision = await self._range_all(keyspace, prefix)
         start = self._layout.key(keyspace, prefix)
+        if exact:
+            snapshot, revision = await self._range_one(prefix, start)
+            end = None
+        else:
+            snapshot, revision = await self._range_all(keyspace, prefix)
+            end = prefix_end(start)
         async with open_watch_stream(
-            self._gateway, self._nursery, start, prefix_end(start), revision + 1
+            self._gateway, self._nursery, start, end, revision + 1
         ) as source:
             yield WatchIterator(snapshot, revision, source, self._layout, keyspace, self._gateway)

@@ -165,10 +165,12 @@ async def open_watch_stream(
     gateway: Gateway,
     nursery: trio.Nursery,
     key: bytes,
-    range_end: bytes,
+    range_end: bytes | None,
     start_revision: int,
 ) -> AsyncIterator[WatchSource]:
     """Start a watch of ``[key, range_end)`` from ``start_revision``; yield its source.
+
+    With no ``range_end`` it watches the one key ``key``.
 
     Returns once etcd acknowledged the watch. Background work (the HTTP reader) runs in
     ``nursery``, the store's, so no exception group wraps the caller's own exceptions.

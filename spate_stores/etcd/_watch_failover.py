@@ -84,7 +84,7 @@ async def _created(gateway: Gateway, sock: GatewaySocket, revision: int) -> None
 async def _pump(
     gateway: Gateway,
     key: bytes,
-    range_end: bytes,
+    range_end: bytes | None,
     revision: int,
     send: trio.MemorySendChannel[str | Exception],
     source: ResumingSource,
@@ -148,9 +148,11 @@ async def _deliver(send: trio.MemorySendChannel[str | Exception], exc: Exception
 
 @asynccontextmanager
 async def resuming_watch(
-    gateway: Gateway, nursery: trio.Nursery, key: bytes, range_end: bytes, revision: int
+    gateway: Gateway, nursery: trio.Nursery, key: bytes, range_end: bytes | None, revision: int
 ) -> AsyncIterator[ResumingSource]:
     """Watch ``[key, range_end)`` from ``revision``, resuming on other members; yield the source.
+
+    With no ``range_end`` it watches the one key ``key`` (and resumes watching that key).
 
     Returns once a member acknowledged the watch (raising StoreUnavailable/StoreError if none
     did). The task serving it runs in ``nursery`` (the store's) and ends with the context.

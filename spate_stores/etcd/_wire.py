@@ -182,15 +182,16 @@ def lease_revoke(lease: int) -> Json:
     return {"ID": str(lease)}
 
 
-def watch_create(key: bytes, range_end: bytes, start_revision: int) -> Json:
-    """A watch ``create_request`` for ``[key, range_end)`` from ``start_revision``."""
-    return {
-        "create_request": {
-            "key": b64(key),
-            "range_end": b64(range_end),
-            "start_revision": str(start_revision),
-        }
-    }
+def watch_create(key: bytes, range_end: bytes | None, start_revision: int) -> Json:
+    """A watch ``create_request`` for ``[key, range_end)`` from ``start_revision``.
+
+    With no ``range_end`` the watch covers the one key ``key``.
+    """
+    request: Json = {"key": b64(key)}
+    if range_end is not None:
+        request["range_end"] = b64(range_end)
+    request["start_revision"] = str(start_revision)
+    return {"create_request": request}
 
 
 def watch_progress() -> Json:

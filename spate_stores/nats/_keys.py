@@ -23,6 +23,7 @@ __all__ = [
     "bucket_name",
     "decode_key",
     "encode_key",
+    "key_filter",
     "prefix_filter",
 ]
 
@@ -66,6 +67,17 @@ def decode_key(suffix: str) -> str:
     if _EMPTY_TOKEN not in suffix:
         return suffix
     return ".".join("" if token == _EMPTY_TOKEN else token for token in suffix.split("."))
+
+
+def key_filter(key: str) -> str:
+    """The server-side subject filter suffix for exactly one (valid) key.
+
+    It is the key's own subject suffix, with no wildcard: keys never contain ``*`` or ``>``
+    and :func:`encode_key` leaves no token empty, so the server matches that one subject and
+    sends nothing about ``key`` + anything (``assign.w1`` never receives ``assign.w10``, nor
+    ``plan`` receive ``plan.x``).
+    """
+    return encode_key(key)
 
 
 def prefix_filter(prefix: str) -> tuple[str, bool]:

@@ -335,24 +335,34 @@ class NatsStore:
             return Conflict()
 
     def watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        """Snapshot, SnapshotDone, then live events in revision order (see the contract)."""
-        validate_prefix(prefix)
-        return self._watch(self._bucket(keyspace), keyspace, prefix)
+        """Snapshot, SnapshotDone, then live events in revision order (see the contract).
+
+        With ``exact=True`` the consumer filters on the key's own subject, so the server
+        sends only that key's messages (a prefix ending inside a token is filtered here,
+        after the server sent every message under its last whole token).
+        """
+        if exact:
+            validate_key(prefix)
+        else:
+            validate_prefix(prefix)
+        return self._watch(self._bucket(keyspace), keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _watch(
-        self, bucket: Bucket, keyspace: Keyspace, prefix: str
+        self, bucket: Bucket, keyspace: Keyspace, prefix: str, exact: bool
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        watch = self._key_watch(bucket, keyspace, prefix)
+        watch = self._key_watch(bucket, keyspace, prefix, exact=exact)
         await watch.start()
         try:
             yield watch
         finally:
             await watch.aclose()
 
-    def _key_watch(self, bucket: Bucket, keyspace: Keyspace, prefix: str) -> KeyWatch:
+    def _key_watch(
+        self, bucket: Bucket, keyspace: Keyspace, prefix: str, *, exact: bool = False
+    ) -> KeyWatch:
         ttl = self._options.ttl
         return KeyWatch(
             self.connection,
@@ -362,6 +372,7 @@ class NatsStore:
             heartbeat=self._heartbeat,
             resume_window=0.75 * ttl if keyspace is Keyspace.EPHEMERAL else None,
             timeout=self._options.connect.timeout,
+            exact=exact,
         )
 
 

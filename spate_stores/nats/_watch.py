@@ -35,7 +35,7 @@ from spate_stores.nats._bucket import Bucket
 from spate_stores.nats._connection import ConnectionLost, NatsConnection, Subscription
 from spate_stores.nats._errors import ApiError
 from spate_stores.nats._jetstream import JetStream, is_tombstone
-from spate_stores.nats._keys import decode_key, prefix_filter
+from spate_stores.nats._keys import decode_key, key_filter, prefix_filter
 from spate_stores.nats._protocol import Msg
 
 __all__ = ["KeyWatch", "parse_ack_subject"]
@@ -70,7 +70,10 @@ def parse_ack_subject(reply: str) -> tuple[int, int, int] | None:
 
 
 class KeyWatch:
-    """The event stream of one watch (or, with ``snapshot_only``, one listing)."""
+    """The event stream of one watch (or, with ``snapshot_only``, one listing).
+
+    It follows every key under ``prefix``, or with ``exact`` the one key ``prefix``.
+    """
 
     def __init__(
         self,
@@ -82,12 +85,17 @@ class KeyWatch:
         heartbeat: float,
         resume_window: float | None,
         timeout: float,
+        exact: bool = False,
     ) -> None:
         self._conn = connection
         self._js = js
         self._bucket = bucket
         self._prefix = prefix
-        filter_suffix, self._exact = prefix_filter(prefix)
+        if exact:
+            # One subject, no wildcard: the server sends this key's messages and no other's.
+            filter_suffix, self._filtered_by_server = key_filter(prefix), True
+        else:
+            filter_suffix, self._filtered_by_server = prefix_filter(prefix)
         self._filter = bucket.subject_prefix + filter_suffix
         self._heartbeat = heartbeat
         self._resume_window = resume_window
@@ -286,7 +294,7 @@ class KeyWatch:
 
     def _apply(self, msg: Msg, revision: int) -> None:
         key = decode_key(msg.subject[len(self._bucket.subject_prefix) :])
-        if not self._exact and not key.startswith(self._prefix):
+        if not self._filtered_by_server and not key.startswith(self._prefix):
             return
         tombstone = is_tombstone(msg.headers)
         if self._snapshot is not None:

@@ -21,7 +21,16 @@ import pytest
 pytest.register_assert_rewrite(
     *(
         f"spate_testing.conformance.{name}"
-        for name in ("_cas", "_concurrency", "_data", "_expiry", "_session", "_support", "_watch")
+        for name in (
+            "_cas",
+            "_concurrency",
+            "_data",
+            "_exact_watch",
+            "_expiry",
+            "_session",
+            "_support",
+            "_watch",
+        )
     )
 )
 

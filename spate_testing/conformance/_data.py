@@ -8,6 +8,7 @@ import trio
 from spate import StoreError, ValueTooLarge
 from spate.store import Entry, Keyspace
 from spate_testing.conformance._support import (
+    INVALID_KEYS,
     KEYSPACES,
     NAMESPACE,
     OTHER_NAMESPACE,
@@ -18,9 +19,6 @@ from spate_testing.conformance._support import (
 )
 
 __all__ = ["DataConformance"]
-
-INVALID_KEYS = ["", "a/b", "a b", "clé", "tab\tkey", "star*", "new\nline", "colon:key"]
-"""Keys outside ``[A-Za-z0-9._-]``; ``/`` is reserved for the store's namespace separator."""
 
 
 class DataConformance:

@@ -9,6 +9,7 @@ from spate_testing.conformance._batched import BatchedConformance
 from spate_testing.conformance._cas import CasConformance
 from spate_testing.conformance._concurrency import ConcurrencyConformance
 from spate_testing.conformance._data import DataConformance
+from spate_testing.conformance._exact_watch import ExactWatchConformance
 from spate_testing.conformance._expiry import ExpiryConformance
 from spate_testing.conformance._session import SessionConformance
 from spate_testing.conformance._watch import WatchConformance
@@ -24,6 +25,7 @@ class StoreConformance(
     ExpiryConformance,
     SessionConformance,
     WatchConformance,
+    ExactWatchConformance,
 ):
     """Every rule of the store contract (:mod:`spate.store`) as a pytest test.
 

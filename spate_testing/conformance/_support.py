@@ -22,6 +22,7 @@ from spate.store import (
 )
 
 __all__ = [
+    "INVALID_KEYS",
     "KEYSPACES",
     "NAMESPACE",
     "OTHER_NAMESPACE",
@@ -51,6 +52,9 @@ KEYSPACES = pytest.mark.parametrize(
     "keyspace", [Keyspace.DURABLE, Keyspace.EPHEMERAL], ids=["durable", "ephemeral"]
 )
 """Parametrize a test over both keyspaces (CAS must be exact in each)."""
+
+INVALID_KEYS = ["", "a/b", "a b", "clé", "tab\tkey", "star*", "new\nline", "colon:key"]
+"""Keys outside ``[A-Za-z0-9._-]``; ``/`` is reserved for the store's namespace separator."""
 
 EVENT_TIMEOUT = 10.0
 """Seconds a test waits for a watch event it expects right away (the write already landed)."""

@@ -27,6 +27,7 @@ from spate.store import (
     WatchEvent,
     Won,
     WriteResult,
+    validate_key,
     validate_prefix,
 )
 from spate_stores.memory import MemoryServer, MemoryStore
@@ -92,16 +93,16 @@ class Wrapper:
         return await self.inner.delete(keyspace, key, expected)
 
     def watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        return self._watch(keyspace, prefix)
+        return self._watch(keyspace, prefix, exact)
 
     @asynccontextmanager
     async def _watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool = False
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         async with (
-            self.inner.watch(keyspace, prefix) as events,
+            self.inner.watch(keyspace, prefix, exact=exact) as events,
             aclosing(self.events(keyspace, events)) as transformed,
         ):
             yield transformed
@@ -302,9 +303,9 @@ class WatchHasGap(Wrapper):
 
     @asynccontextmanager
     async def _watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, exact: bool = False
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with self.inner.watch(keyspace, prefix) as first:
+        async with self.inner.watch(keyspace, prefix, exact=exact) as first:
             snapshot: list[WatchEvent] = []
             async for event in first:
                 snapshot.append(event)
@@ -312,7 +313,7 @@ class WatchHasGap(Wrapper):
                     break
         for _ in range(3):
             await trio.lowlevel.checkpoint()
-        async with self.inner.watch(keyspace, prefix) as live:
+        async with self.inner.watch(keyspace, prefix, exact=exact) as live:
             async for event in live:
                 if isinstance(event, SnapshotDone):
                     break
@@ -325,6 +326,27 @@ class WatchHasGap(Wrapper):
 
             async with aclosing(combined()) as events:
                 yield events
+
+
+class ExactWatchIsAPrefixWatch(Wrapper):
+    """An exact watch validates its key but watches it as a prefix (``assign.w1`` gets ``w10``)."""
+
+    def watch(
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        if exact:
+            validate_key(prefix)
+        return self._watch(keyspace, prefix, exact=False)
+
+
+class ExactWatchTakesAnyPrefix(Wrapper):
+    """An exact watch checks its key as a prefix would, so the empty key watches everything."""
+
+    def watch(
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        validate_prefix(prefix)
+        return self._watch(keyspace, prefix, exact=exact and prefix != "")
 
 
 class SilentExpiryDeclaredLoud(Wrapper):
@@ -435,9 +457,9 @@ class KeyspacesShared(Wrapper):
         return await self.inner.delete(Keyspace.EPHEMERAL, key, expected)
 
     def watch(
-        self, keyspace: Keyspace, prefix: str
+        self, keyspace: Keyspace, prefix: str, *, exact: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        return self._watch(Keyspace.EPHEMERAL, prefix)
+        return self._watch(Keyspace.EPHEMERAL, prefix, exact)
 
 
 class SessionOutlivesCoordinator(Wrapper):
@@ -510,6 +532,8 @@ BROKEN: dict[str, type[Wrapper]] = {
     "watch-omits-snapshot-done": WatchOmitsSnapshotDone,
     "watch-reorders-events": WatchReordersEvents,
     "watch-has-gap": WatchHasGap,
+    "exact-watch-is-a-prefix-watch": ExactWatchIsAPrefixWatch,
+    "exact-watch-takes-any-prefix": ExactWatchTakesAnyPrefix,
     "silent-expiry-declared-loud": SilentExpiryDeclaredLoud,
     "expiry-never-happens": ExpiryNeverHappens,
     "expiry-happens-early": ExpiryHappensEarly,

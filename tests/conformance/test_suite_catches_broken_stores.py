@@ -29,6 +29,8 @@ CATCHERS = {
     "watch-omits-snapshot-done": "test_watch_starts_with_snapshot_then_snapshot_done",
     "watch-reorders-events": "test_watch_delivers_live_puts_and_deletes_in_order",
     "watch-has-gap": "test_watch_has_no_gap_between_snapshot_and_live_events",
+    "exact-watch-is-a-prefix-watch": "test_exact_watch_sees_only_its_key",
+    "exact-watch-takes-any-prefix": "test_exact_watch_refuses_an_invalid_key",
     "silent-expiry-declared-loud": "test_watch_reports_per_key_expiry_as_delete",
     "expiry-never-happens": "test_per_key_entry_is_gone_within_slack_after_ttl",
     "expiry-happens-early": "test_ephemeral_entry_lives_at_least_ttl_after_create",

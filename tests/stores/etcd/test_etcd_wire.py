@@ -105,6 +105,14 @@ def test_watch_create_starts_at_a_revision() -> None:
     }
 
 
+def test_watch_create_without_range_end_watches_one_key() -> None:
+    # etcd reads an absent range_end as "this key only"; an empty one would mean the same,
+    # but a range_end of b"\x00" would mean every key after it.
+    assert watch_create(b"a/k", None, 15) == {
+        "create_request": {"key": "YS9r", "start_revision": "15"}
+    }
+
+
 def test_omitted_fields_read_as_protobuf_defaults() -> None:
     empty = {"header": HEADER}
     assert parse_kvs(empty) == ([], False)

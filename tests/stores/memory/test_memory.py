@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import math
+from contextlib import AsyncExitStack
 
 import pytest
 import trio
 import trio.testing
 
 from spate import ConfigError, StoreError, StoreUnavailable
-from spate.store import Create, Delete, Entry, Keyspace, Put, SnapshotDone, Swap, Won
+from spate.store import (
+    Create,
+    Delete,
+    Entry,
+    Keyspace,
+    Put,
+    SnapshotDone,
+    Swap,
+    WatchEvent,
+    Won,
+)
 from spate_stores.memory import MemoryServer, MemoryStore
 
 DURABLE = Keyspace.DURABLE
@@ -169,6 +180,53 @@ async def test_a_slow_watcher_never_holds_up_writers() -> None:
                 await store.create(DURABLE, f"k{n}", b"v")
         assert await events.__anext__() == SnapshotDone()
         assert isinstance(await events.__anext__(), Put)
+
+
+async def test_exact_and_prefix_watchers_of_one_key_each_get_their_events_in_order() -> None:
+    specs = [("a.b", True), ("a.b", True), ("a.b", False), ("a", False), ("", False)]
+    specs += [("a.b2", True), ("z", False)]
+    async with MemoryStore() as store, AsyncExitStack() as stack:
+        watches = [
+            await stack.enter_async_context(store.watch(DURABLE, prefix, exact=exact))
+            for prefix, exact in specs
+        ]
+        for events in watches:
+            assert await events.__anext__() == SnapshotDone()
+        written: list[WatchEvent] = []
+        for key in ("a.b2", "a.b", "a.b.c"):
+            won = await store.create(DURABLE, key, b"v")
+            assert isinstance(won, Won)
+            written.append(Put(Entry(key, b"v", won.revision)))
+        gone = await store.delete(DURABLE, "a.b")
+        assert isinstance(gone, Won)
+        everything = [*written, Delete("a.b", gone.revision)]
+        expected: list[list[WatchEvent]] = [
+            [written[1], everything[-1]],
+            [written[1], everything[-1]],
+            everything,
+            everything,
+            everything,
+            [written[0]],
+            [],
+        ]
+        for spec, events, wanted in zip(specs, watches, expected, strict=True):
+            got = []
+            while True:
+                with trio.move_on_after(0.01):
+                    got.append(await events.__anext__())
+                    continue
+                break
+            assert got == wanted, spec
+
+
+async def test_closed_watches_leave_nothing_for_writes_to_visit() -> None:
+    async with MemoryStore() as store:
+        async with AsyncExitStack() as stack:
+            for n in range(50):
+                for prefix, exact in [(f"k{n}", True), ("k", False), (f"k{n}", False), ("", False)]:
+                    await stack.enter_async_context(store.watch(DURABLE, prefix, exact=exact))
+        watchers = store.server._table("", DURABLE).watchers
+        assert (watchers.exact, watchers.prefixes, watchers.lengths) == ({}, {}, ())
 
 
 async def test_process_shared_store_must_be_entered_before_use() -> None:

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 from spate import ConfigError, StoreError
 from spate.store import Keyspace
 from spate_stores.nats import NatsStore, parse_url
-from spate_stores.nats._keys import bucket_name, decode_key, encode_key, prefix_filter
+from spate_stores.nats._keys import (
+    bucket_name,
+    decode_key,
+    encode_key,
+    key_filter,
+    prefix_filter,
+)
 from spate_stores.nats._watch import parse_ack_subject
 
 keys = st.from_regex(r"[A-Za-z0-9._-]{1,40}", fullmatch=True)
@@ -57,6 +63,25 @@ def test_prefix_filters() -> None:
     assert prefix_filter("split") == (">", False)
     assert prefix_filter("job.spl") == ("job.>", False)
     assert prefix_filter(".") == ("=.>", True)
+
+
+@given(keys, keys)
+def test_key_filter_matches_its_key_and_no_other(key: str, other: str) -> None:
+    filter_ = key_filter(key)
+    assert not {"*", ">"} & set(filter_.split("."))
+    assert _subject_matches(filter_, encode_key(key))
+    assert _subject_matches(filter_, encode_key(other)) == (key == other)
+
+
+def test_key_filters_exclude_keys_that_only_start_with_the_key() -> None:
+    for key, longer in (
+        ("x.assign.w1", "x.assign.w10"),
+        ("x.plan", "x.plan2"),
+        ("x.plan", "x.plan.y"),
+    ):
+        assert _subject_matches(key_filter(key), encode_key(key))
+        assert not _subject_matches(key_filter(key), encode_key(longer))
+    assert key_filter("a..b.") == "a.=.b.="
 
 
 def test_bucket_names_are_distinct_per_namespace_and_keyspace() -> None:

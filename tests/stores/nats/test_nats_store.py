@@ -221,6 +221,32 @@ async def test_consumer_deleted_server_side_is_noticed_by_missed_heartbeats(
         assert events.consumer_name != consumer
 
 
+async def test_an_exact_watch_is_sent_only_its_key(
+    spate_nats_server: NatsServer, namespace: str
+) -> None:
+    # A prefix ending inside a token is filtered here, after the server sent every message
+    # under its last whole token: a follower's watch of job.plan would receive every commit.
+    async with (
+        open_store(spate_nats_server.store_url(namespace)) as store,
+        store.watch(DURABLE, "job.plan", exact=True) as exact,
+        store.watch(DURABLE, "job.plan") as prefix,
+    ):
+        assert isinstance(store, NatsStore)
+        for events in (exact, prefix):
+            assert await next_event(events) == SnapshotDone()
+        for n in range(20):
+            await store.create(DURABLE, f"job.split.{n}", b"progress")
+        won = rev(await store.create(DURABLE, "job.plan", b"plan"))
+        delivered = []
+        for events in (exact, prefix):
+            assert await next_event(events) == Put(Entry("job.plan", b"plan", won))
+            assert isinstance(events, KeyWatch)
+            stream = store.bucket(DURABLE).stream
+            info = await store._jetstream().api(f"CONSUMER.INFO.{stream}.{events.consumer_name}")
+            delivered.append(info["delivered"]["consumer_seq"])
+        assert delivered == [1, 21]
+
+
 async def test_large_snapshot_goes_through_flow_control(
     spate_nats_server: NatsServer, namespace: str
 ) -> None:
