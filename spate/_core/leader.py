@@ -25,6 +25,21 @@ The rules, each with the race it prevents:
   nothing). The splits of a departed worker are withheld for
   ``rebalance_delay`` so a restarting worker reclaims its own; records of instances gone past
   that window are deleted.
+- **Gathering**: the first assignment of a *new job* (the leader sees no assignment record at
+  all: no worker can have claimed a split, since claims follow assignments) waits until
+  membership has been quiet for ``membership_debounce`` (the join window), each arrival or
+  departure extending it, but never past ``JOIN_WINDOWS`` windows after leadership began (a
+  steady trickle of joins must not postpone the first assignment for ever). A fleet started
+  together then places each split once: published at once, the first worker to see the plan
+  would be given everything and the others would take it back from it, a drain each.
+- **Moves with a cause**: the placement's spread and balance steps, which move running splits,
+  run only when a *rebalance is owed*: a join or departure since the last one (or leadership
+  began: a new leader cannot know what changed while nobody led). Completions, claims and
+  hand-backs alone never move a running split; the debounce still hands unowned splits out
+  at once. A rebalance that moved a running split is followed by no other within
+  ``drain_deadline``, so no split moves twice within a drain window (the owed rebalance waits
+  for it). At the end of a bounded job (a final plan with nothing unowned to place) running
+  splits never move: an idle lane there is for splitting, and a move would only add a drain.
 """
 
 from __future__ import annotations
@@ -71,6 +86,8 @@ PUBLISH_RETRY = 1.0
 """Seconds before an assignment publish that hit a store error is retried."""
 ELECTION_RETRY_DIVISOR = 10
 """A failed or lost election is retried after this fraction of the lease (not at once)."""
+JOIN_WINDOWS = 3
+"""A new job's first assignment waits at most this many join windows after leadership began."""
 
 
 @attrs.define(eq=False)
@@ -115,6 +132,19 @@ class Leadership:
         """Member -> the splits its assignment write in flight names (until it lands or fails)."""
         self._writing_split: dict[str, set[str]] = {}
         """Split -> the members whose assignment write in flight names it."""
+        self._lead_since = 0.0
+        self._join_until = 0.0
+        """While the job is new: when its first assignment may be published."""
+        self._gathered = True
+        """Whether the join window is over (or never applied) in this leadership."""
+        self._rebalance_owed = True
+        """A membership change (or leadership) since the last rebalance."""
+        self._rebalance_unfinished = False
+        """The last rebalance could not start every write: the next publish carries it on."""
+        self._rebalanced_at = -math.inf
+        """When a rebalance last moved a running split."""
+        self._wake_at = math.inf
+        """When a rebalance held back by the drain window is owed again."""
 
     @property
     def leading(self) -> bool:
@@ -165,6 +195,9 @@ class Leadership:
             # (A plan record write in flight is the verdict's: a run started now would publish
             # on the revision that write replaces, lose, and step this leader down.)
             self._start_plan(now)
+        if now >= self._wake_at:
+            self._wake_at = math.inf
+            self.host.placement_changes.owe()
         self._publish(now)
 
     def next_deadline(self, now: float) -> float:
@@ -173,9 +206,11 @@ class Leadership:
         delay = self.host.config.rebalance_delay
         if self.departed and delay > 0:
             times.append(min(self.departed.values()) + delay)
-        for t in (self._debounce_until, self._publish_not_before):
+        for t in (self._debounce_until, self._publish_not_before, self._wake_at):
             if t > now:
                 times.append(t)
+        if self.leading and not self._gathered and self._join_until > now:
+            times.append(self._join_until)
         if self.plan_now and self._retry_at > now:
             times.append(self._retry_at)
         if not self.leading and self._elect_after > now:
@@ -200,9 +235,26 @@ class Leadership:
             self._membership_changed(now)
 
     def _membership_changed(self, now: float) -> None:
+        self._rebalance_owed = True
         debounce = self.host.config.membership_debounce
         if debounce > 0:
             self._debounce_until = now + debounce
+            if not self._gathered:
+                self._join_until = min(
+                    max(self._join_until, now + debounce),
+                    self._lead_since + JOIN_WINDOWS * debounce,
+                )
+
+    def _gathering(self, now: float) -> bool:
+        """Whether a new job's first assignment still waits for the fleet to gather."""
+        if self._gathered:
+            return False
+        if self.host.view.assignments or now >= self._join_until:
+            # Gathered: the join window was the debounce of this first placement.
+            self._gathered = True
+            self._debounce_until = min(self._debounce_until, now)
+            return False
+        return True
 
     def prune_departed(self, now: float) -> None:
         """Expire grace windows (on every worker, so the map never grows without bound)."""
@@ -316,6 +368,7 @@ class Leadership:
                 continue
             if isinstance(result, Won):
                 host.fold(host.view.put_plan(bumped, result.revision))
+                self._began_leading(host.now())
                 # Every new leader plans at least once, even a final plan: a predecessor may
                 # have died between seeding and publishing.
                 self.plan_now = True
@@ -336,6 +389,16 @@ class Leadership:
             host.fold(host.view.apply_put(DURABLE, entry))
         # Never lead without the fence.
         self.demote(resign=True)
+
+    def _began_leading(self, now: float) -> None:
+        """The fence landed: a new job waits for the fleet, and a rebalance is owed."""
+        self._lead_since = now
+        self._join_until = now + self.host.config.membership_debounce
+        self._gathered = False
+        self._rebalance_owed = True
+        self._rebalance_unfinished = False
+        self._rebalanced_at = -math.inf
+        self._wake_at = math.inf
 
     def heartbeat(self) -> None:
         """Renew the leader key (while leading); give back a key of ours we do not lead by."""
@@ -552,7 +615,7 @@ class Leadership:
     def _publish(self, now: float) -> None:
         host, view = self.host, self.host.view
         changes = host.placement_changes
-        if not changes.owed or now < self._publish_not_before:
+        if not changes.owed or now < self._publish_not_before or self._gathering(now):
             return
         members = {
             i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
@@ -565,8 +628,14 @@ class Leadership:
         debouncing = now < self._debounce_until
         if debouncing and not index.has_unowned() and not self.departed:
             return  # nothing unowned to hand out; the rebalance waits for the quiet period
+        rebalance = not debouncing and self._rebalance_allowed(now)
+        index.set_rebalance(rebalance)
         changes.settle(still_owed=debouncing)  # while debouncing, the full rebalance is owed
         changed = index.take_changed()
+        if rebalance:
+            self._rebalance_owed = self._rebalance_unfinished = False
+            if index.moves_running():
+                self._rebalanced_at = now
         moved = changes.take_assignment_changes()
         if moved:
             self._recheck |= moved
@@ -604,6 +673,9 @@ class Leadership:
                 continue  # unchanged: the common case, and free
             if instance in self._publishing:
                 changes.owe()
+                # Its moves are still to be written: the next publish carries this rebalance
+                # on (without a rebalance it would drop them, and leave the imbalance).
+                self._rebalance_unfinished |= rebalance
                 continue
             self._recheck.discard(instance)
             self._publishing.add(instance)
@@ -617,6 +689,18 @@ class Leadership:
             ):
                 self._publishing.add(instance)
                 host.start(self._delete_assignment(instance))
+
+    def _rebalance_allowed(self, now: float) -> bool:
+        """Whether this publish may move running splits for balance (see the module text)."""
+        if self._rebalance_unfinished:
+            return True
+        if not self._rebalance_owed:
+            return False
+        resume = self._rebalanced_at + self.host.config.drain_deadline
+        if now < resume:
+            self._wake_at = min(self._wake_at, resume)
+            return False
+        return True
 
     def _placement_index(self) -> PlacementIndex:
         """The index, fed every placement input that moved since the last publish.

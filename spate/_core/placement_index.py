@@ -25,9 +25,14 @@ job across those domains before it balances workers:
    give away: the largest share of the job one domain holds is as small as the workers' lane
    budgets allow (exactly so for equal weights; within one split's weight otherwise), around
    the splits pinned by an honoured affinity.
-5. **Balance**: the same improvement among the workers of each domain.
+5. **Balance**: the same improvement among the workers of each domain, within a band: a move
+   is made only while some worker's load lies outside the domain's mean by ``max(10%, the
+   lightest split's weight)`` (see :class:`~spate._core.placement.Band`).
 
-Nothing is moved that the steps do not need to move, so the result is a fixpoint (a placement
+Steps 4 and 5 run only when a *rebalance is allowed* (an input of the placement: the leader
+allows one after a membership change, see :mod:`spate._core.leader`); otherwise the placement
+is sticky, affinity and fill alone, and no running split moves for balance. Either way,
+nothing is moved that the steps do not need to move, so the result is a fixpoint (a placement
 fed back as the owners maps to itself), and a lost domain moves only its own splits. Every
 tie is broken by a seeded hash, so every leader computes the same answer. Without a locality on
 any worker there are no domains and no affinities: sticky, fill, then balance among all workers.
@@ -71,6 +76,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from spate._core.placement import (
     MAX_IMPROVING_MOVES,
+    Band,
     Member,
     Placement,
     WeightBins,
@@ -92,16 +98,19 @@ def solve_placement(
     default_cap: int,
     seed: int,
     isolation_tier: int = 0,
+    rebalance: bool = True,
 ) -> dict[str, tuple[str, ...]]:
     """The whole placement from scratch: member -> sorted split ids (the rest is the queue).
 
     ``members`` maps each live instance to its lane budget and locality; ``splits`` holds the
     assignable splits (runnable, spec seen; :attr:`Placement.locality` is the affinity);
-    ``reserved`` splits are withheld. Deterministic in its arguments, and a fixpoint: a
+    ``reserved`` splits are withheld; ``rebalance`` allows the spread and balance steps.
+    Deterministic in its arguments, and a fixpoint: a
     placement fed back as the owners maps to itself. A fresh :class:`PlacementIndex`, solved
     once: what the leader's index answers for the same inputs.
     """
     index = PlacementIndex(default_cap=default_cap, seed=seed, isolation_tier=isolation_tier)
+    index.set_rebalance(rebalance)
     index.set_members(members)
     index.load({s: p for s, p in splits.items() if s not in reserved})
     return index.assignment()
@@ -134,6 +143,7 @@ class PlacementIndex:
         self._before: dict[str, str | None] = {}  # split -> its member in the last answer
         self._changed: set[str] = set()
         self._totals: dict[str, tuple[int, int]] = {}
+        self._rebalance = True
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -156,6 +166,24 @@ class PlacementIndex:
             self._members = dict(members)
             self._rebuild()
         self._dirty = self._all_changed = True
+
+    def set_rebalance(self, allowed: bool) -> None:
+        """Whether the spread and balance steps may move splits (running ones among them).
+
+        A change re-solves: the splits those steps moved (or would now move) are the ones the
+        answer changes, and the change tracking compares them as it compares any other.
+        """
+        if allowed != self._rebalance:
+            self._rebalance = allowed
+            self._dirty = True
+
+    def moves_running(self) -> bool:
+        """Whether the answer places some split with a live owner on another member."""
+        self.solve()
+        return any(
+            target is not None and self._where(split) is not None
+            for split, target in self._result.items()
+        )
 
     def update(self, split: str, placement: Placement | None) -> None:
         """A split's placement input changed (``None``: it left the pool)."""
@@ -496,7 +524,9 @@ class PlacementIndex:
             origin.setdefault(split, None)
             self._bins_add(final[split], -negative, split)
         limit = MAX_IMPROVING_MOVES
-        if self._domains:
+        if not self._rebalance:
+            pass  # no spread, no balance: sticky, affinity and fill alone
+        elif self._domains:
             limit += 4 * len(self._inputs)
             self._spread(load, count, final, origin, limit)
             groups: dict[str, list[str]] = {}
@@ -764,8 +794,9 @@ class PlacementIndex:
     ) -> None:
         """The balance among ``group`` (all members, or one domain's), on the kept bins."""
         cap, bins = self._cap, self._bins
+        band = Band.of(group, load, bins)
         for _ in range(limit):
-            step = best_transfer(group, load, count, cap, bins)
+            step = best_transfer(group, load, count, cap, bins, band)
             if step is None:
                 break
             target, source, (_, _, split, weight) = step
