@@ -15,7 +15,8 @@ must follow, and the property tests hold the index equal to it, answer for answe
   :func:`desired_assignment`.
 
 Both take ``rebalance``: without it the improving steps (spread, balance, improve) do not run,
-and the placement is sticky, affinity and fill alone.
+and the placement is sticky, affinity and fill alone. Both take ``held``: splits the improving
+steps leave where the sticky and fill steps put them.
 
 The rules themselves (what a locality, a domain and an affinity are; the steps and the
 guarantees they give) are written down once, in :mod:`spate._core.placement_index`.
@@ -51,6 +52,7 @@ def desired_assignment(
     default_cap: int,
     seed: int,
     rebalance: bool = True,
+    held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """The reference placement without localities: member -> sorted split ids (the rest queue).
 
@@ -64,7 +66,8 @@ def desired_assignment(
     its cap, heaviest first), *fill* (each remaining split, heaviest first, to the member with
     spare budget and the least load, ties by member hash), *improve* (repeatedly the single
     move that most lowers the sum of squared loads while a load lies outside the
-    :class:`~spate._core.placement.Band`, until none does; only when ``rebalance``).
+    :class:`~spate._core.placement.Band`, until none does; only when ``rebalance``, and never
+    moving a ``held`` split).
     """
     if not members:
         return {}
@@ -104,7 +107,7 @@ def desired_assignment(
             heapq.heappush(spare, (load[member], h, member))
 
     if rebalance:
-        _improve(names, cap, load, placed, weight_of, seed)
+        _improve(names, cap, load, placed, weight_of, seed, frozenset(held))
     return {m: tuple(sorted(placed[m])) for m in names}
 
 
@@ -115,6 +118,7 @@ def _improve(
     placed: dict[str, list[str]],
     weight_of: dict[str, int],
     seed: int,
+    held: frozenset[str],
 ) -> None:
     count = {m: len(placed[m]) for m in names}
     bins = {m: WeightBins() for m in names}
@@ -122,8 +126,9 @@ def _improve(
     split_hash: dict[str, int] = {}
     for m in names:
         for split in placed[m]:
-            split_hash[split] = stable_hash_str(seed, split)
-            bins[m].add(weight_of[split], (split_hash[split], split))
+            if split not in held:
+                split_hash[split] = stable_hash_str(seed, split)
+                bins[m].add(weight_of[split], (split_hash[split], split))
     band = Band.of(names, load, bins)
     for _ in range(MAX_IMPROVING_MOVES):
         step = best_transfer(names, load, count, cap, bins, band)
@@ -181,6 +186,7 @@ def place(
     seed: int,
     isolation_tier: int = 0,
     rebalance: bool = True,
+    held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """The reference placement: member -> sorted split ids (splits in no list are the queue).
 
@@ -200,6 +206,7 @@ def place(
             default_cap=default_cap,
             seed=seed,
             rebalance=rebalance,
+            held=held,
         )
     names = sorted(members)
     state = _State(
@@ -278,6 +285,7 @@ def place(
     # 4. spread across domains, 5. balance inside each domain: only when a rebalance is allowed
     if not rebalance:
         return {m: tuple(sorted(state.placed[m])) for m in names}
+    state.pinned.update(held)  # held: moved by neither step, as an honoured affinity is not
     lightest = min((w for w, _, _ in pool), default=1)
     _spread(state, lightest, max_moves=MAX_IMPROVING_MOVES + 4 * len(pool))
     by_domain: dict[str, list[str]] = {}

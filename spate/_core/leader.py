@@ -36,10 +36,15 @@ The rules, each with the race it prevents:
   run only when a *rebalance is owed*: a join or departure since the last one (or leadership
   began: a new leader cannot know what changed while nobody led). Completions, claims and
   hand-backs alone never move a running split; the debounce still hands unowned splits out
-  at once. A rebalance that moved a running split is followed by no other within
-  ``drain_deadline``, so no split moves twice within a drain window (the owed rebalance waits
-  for it). At the end of a bounded job (a final plan with nothing unowned to place) running
-  splits never move: an idle lane there is for splitting, and a move would only add a drain.
+  at once. At the end of a bounded job no member comes or goes, so running splits stay put:
+  an idle lane there is for splitting, and a move would only add a drain.
+- **One drain per split per window**: a running split a rebalance moved is *held* for
+  ``drain_deadline``: no rebalance in that window moves it again (its first drain may still be
+  under way). The window holds that split, not the fleet: a second join right after the first
+  is still served at once from the splits nobody moved, so a live worker with free lanes never
+  waits out a drain window idle while another holds more than its share (two workers joining
+  10 ms apart, the second was once left idle for the whole job). When the window of a held
+  split ends, the rebalance runs once more, for what holding it kept from moving.
 """
 
 from __future__ import annotations
@@ -141,10 +146,12 @@ class Leadership:
         """A membership change (or leadership) since the last rebalance."""
         self._rebalance_unfinished = False
         """The last rebalance could not start every write: the next publish carries it on."""
-        self._rebalanced_at = -math.inf
-        """When a rebalance last moved a running split."""
+        self._held_back = False
+        """The last rebalance left a move undone for a held split: owed when a hold ends."""
+        self._held: dict[str, tuple[float, str]] = {}
+        """Split -> when a rebalance moved it while it ran, and to whom (see :meth:`_holding`)."""
         self._wake_at = math.inf
-        """When a rebalance held back by the drain window is owed again."""
+        """When the first hold may end: the leader looks again then."""
 
     @property
     def leading(self) -> bool:
@@ -397,7 +404,8 @@ class Leadership:
         self._gathered = False
         self._rebalance_owed = True
         self._rebalance_unfinished = False
-        self._rebalanced_at = -math.inf
+        self._held.clear()
+        self._held_back = False
         self._wake_at = math.inf
 
     def heartbeat(self) -> None:
@@ -628,14 +636,18 @@ class Leadership:
         debouncing = now < self._debounce_until
         if debouncing and not index.has_unowned() and not self.departed:
             return  # nothing unowned to hand out; the rebalance waits for the quiet period
-        rebalance = not debouncing and self._rebalance_allowed(now)
+        held = self._holding(now)
+        rebalance = not debouncing and (self._rebalance_owed or self._rebalance_unfinished)
         index.set_rebalance(rebalance)
+        if rebalance:
+            index.set_held(held)
         changes.settle(still_owed=debouncing)  # while debouncing, the full rebalance is owed
         changed = index.take_changed()
+        moving: set[str] = set()
         if rebalance:
             self._rebalance_owed = self._rebalance_unfinished = False
-            if index.moves_running():
-                self._rebalanced_at = now
+            moving = index.moves_running()
+            self._held_back = index.held_back()
         moved = changes.take_assignment_changes()
         if moved:
             self._recheck |= moved
@@ -681,6 +693,12 @@ class Leadership:
             self._publishing.add(instance)
             self._writing_started(instance, splits)
             host.start(self._write_assignment(instance, splits))
+            if moving:
+                # Held once its move is written: a move whose write waits is not made yet,
+                # and the publish that carries the rebalance on must still be free to make it.
+                for split in moving.intersection(splits):
+                    self._held.setdefault(split, (now, instance))
+        self._wake_for_holds(now)
         for instance in list(view.assignments):
             if (
                 instance not in view.presence
@@ -690,17 +708,45 @@ class Leadership:
                 self._publishing.add(instance)
                 host.start(self._delete_assignment(instance))
 
-    def _rebalance_allowed(self, now: float) -> bool:
-        """Whether this publish may move running splits for balance (see the module text)."""
-        if self._rebalance_unfinished:
-            return True
-        if not self._rebalance_owed:
-            return False
-        resume = self._rebalanced_at + self.host.config.drain_deadline
-        if now < resume:
-            self._wake_at = min(self._wake_at, resume)
-            return False
-        return True
+    def _holding(self, now: float) -> frozenset[str]:
+        """The splits a rebalance moved and holds still (see the module text).
+
+        A hold lasts a drain window, and past it for as long as the move has not landed (the
+        split's owner is not yet the member it was moved to), up to a second window: a drain
+        forced at its deadline is still in transit, and moving it again then would ask for a
+        second drain of a split whose first has only just been forced. A hold that ends owes
+        a rebalance: the one it held back.
+        """
+        window = self.host.config.drain_deadline
+        view = self.host.view
+        ended = []
+        for split, (since, target) in self._held.items():
+            if now < since + window:
+                continue
+            state = view.splits.get(split)
+            landed = (
+                state is None
+                or state.progress.status is not Status.RUNNABLE
+                or state.progress.completed
+                or state.current_owner == target
+                or target not in view.presence
+            )
+            if landed or now >= since + 2 * window:
+                ended.append(split)
+        for split in ended:
+            del self._held[split]
+        if ended and self._held_back:
+            self._held_back = False
+            self._rebalance_owed = True
+        return frozenset(self._held)
+
+    def _wake_for_holds(self, now: float) -> None:
+        """Have the leader look again when the next hold may end."""
+        window = self.host.config.drain_deadline
+        for since, _ in self._held.values():
+            at = since + window if now < since + window else since + 2 * window
+            if at > now:
+                self._wake_at = min(self._wake_at, at)
 
     def _placement_index(self) -> PlacementIndex:
         """The index, fed every placement input that moved since the last publish.

@@ -68,10 +68,11 @@ def _run(
     tier: int,
     *,
     rebalance: bool = True,
+    held: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[str, ...]]:
     return place(
         members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed,
-        isolation_tier=tier, rebalance=rebalance,
+        isolation_tier=tier, rebalance=rebalance, held=held,
     )  # fmt: skip
 
 
@@ -84,15 +85,16 @@ def place(
     seed: int,
     isolation_tier: int = 0,
     rebalance: bool = True,
+    held: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[str, ...]]:
     """The leader's placement from scratch, checked against the reference model on the way."""
     out = solve_placement(
         members, splits, reserved=reserved, default_cap=default_cap, seed=seed,
-        isolation_tier=isolation_tier, rebalance=rebalance,
+        isolation_tier=isolation_tier, rebalance=rebalance, held=held,
     )  # fmt: skip
     assert out == model_place(
         members, splits, reserved=reserved, default_cap=default_cap, seed=seed,
-        isolation_tier=isolation_tier, rebalance=rebalance,
+        isolation_tier=isolation_tier, rebalance=rebalance, held=held,
     )  # fmt: skip
     return out
 
@@ -239,6 +241,26 @@ def test_without_a_rebalance_a_running_split_moves_only_off_an_owner_over_its_bu
     assert _run(members, settled, reserved, seed, tier) == _run(
         members, settled, reserved, seed, tier
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets(affinity=False), st.data())
+def test_a_rebalance_never_moves_a_held_split_off_an_owner_within_its_budget(
+    fleet: tuple, data: st.DataObject
+) -> None:
+    members, splits, reserved, seed, tier = fleet
+    held = frozenset(data.draw(st.sets(st.sampled_from(sorted(splits) or ["none"]))))
+    out = _run(members, splits, reserved, seed, tier, held=held)
+    holder = {s: m for m, ids in out.items() for s in ids}
+    owned: dict[str, list[str]] = {}
+    for s, p in splits.items():
+        if s not in reserved and p.owner in members:
+            owned.setdefault(p.owner, []).append(s)
+    for m, ids in owned.items():
+        if len(ids) <= _cap(members[m]):
+            assert all(holder.get(s) == m for s in ids if s in held), m
+    # Still every lane filled that can be.
+    assert len(holder) == min(len(set(splits) - reserved), sum(_cap(m) for m in members.values()))
 
 
 @settings(max_examples=200, deadline=None)

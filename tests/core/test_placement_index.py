@@ -39,6 +39,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
         self.index = PlacementIndex(default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0)
         self.last: dict[str, tuple[str, ...]] = {}
         self.rebalance = True
+        self.held: frozenset[str] = frozenset()
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -135,6 +136,13 @@ class IndexAgainstBatch(RuleBasedStateMachine):
         self.rebalance = allowed
         self.index.set_rebalance(allowed)
 
+    @rule(data=st.data())
+    def hold(self, data: st.DataObject) -> None:
+        """The leader holds some splits still (moved for balance within a drain window)."""
+        pool = [*sorted(self.splits), "never-seen"]
+        self.held = frozenset(data.draw(st.sets(st.sampled_from(pool), max_size=4)))
+        self.index.set_held(self.held)
+
     @rule()
     def every_move_lands(self) -> None:
         """Every assignee claims what it was given; queued splits are handed back."""
@@ -150,7 +158,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
             return
         expected = place(
             self.members, self.splits, default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0,
-            rebalance=self.rebalance,
+            rebalance=self.rebalance, held=self.held,
         )  # fmt: skip
         assert self.index.assignment() == expected
         # The leader publishes only the members the index names as changed: every member
