@@ -63,11 +63,10 @@ class Config:
             assignment waits until membership has been quiet this long (each arrival extends
             it, up to three windows after leadership began), so a fleet started together
             places each split once instead of moving most of them off the first worker to
-            see the plan. The default, 2 s, was measured (``bench/makespan.py``): a fleet
-            started together then runs 60 s splits in 62 s with no move (0 s: 70 s, with up
-            to 56 moves and 15% of the work done twice; 3 s: 63 s); two seconds covers
-            workers started within a second or two of each other, and costs a new job
-            exactly its length once. Zero rebalances at once and places a new job at once.
+            see the plan. The default, 2 s, covers workers started within a second or two of
+            each other and costs a new job exactly its length once (``bench/makespan.py``: a
+            fleet started together runs 60 s splits in 62 s with no move; 3 s: 63 s, the
+            target's edge). Zero rebalances at once and places a new job at once.
         isolation_tier: The tier of the workers' localities whose domains the leader spreads
             the job across (0, the default, is the coarsest: ``zone-a`` of
             ``zone-a/rack-3/host-7``). Zero or more. Only matters when workers have a locality.
