@@ -9,10 +9,14 @@ must follow, and the property tests hold the index equal to it, answer for answe
   current owner while that member is under its cap, heaviest first), *fill* (each remaining
   split, heaviest first, to the member with spare budget and the least load, ties by member
   hash), *improve* (repeatedly the single move that most lowers the sum of squared loads,
-  until none does).
+  while some load lies outside the band, until none does).
 - :func:`place` — workers with localities: sticky, affinity, fill, spread across domains,
   balance inside each (see the index's module text); with no locality on any worker it is
   :func:`desired_assignment`.
+
+Both take ``rebalance``: without it the improving steps (spread, balance, improve) do not run,
+and the placement is sticky, affinity and fill alone. Both take ``held``: splits the improving
+steps leave where the sticky and fill steps put them.
 
 The rules themselves (what a locality, a domain and an affinity are; the steps and the
 guarantees they give) are written down once, in :mod:`spate._core.placement_index`.
@@ -27,6 +31,7 @@ import attrs
 
 from spate._core.placement import (
     MAX_IMPROVING_MOVES,
+    Band,
     Member,
     Placement,
     WeightBins,
@@ -46,6 +51,8 @@ def desired_assignment(
     reserved: Collection[str] = (),
     default_cap: int,
     seed: int,
+    rebalance: bool = True,
+    held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """The reference placement without localities: member -> sorted split ids (the rest queue).
 
@@ -58,7 +65,9 @@ def desired_assignment(
     Three passes: *sticky* (a split stays with its current owner while that member is under
     its cap, heaviest first), *fill* (each remaining split, heaviest first, to the member with
     spare budget and the least load, ties by member hash), *improve* (repeatedly the single
-    move that most lowers the sum of squared loads, until none does).
+    move that most lowers the sum of squared loads while a load lies outside the
+    :class:`~spate._core.placement.Band`, until none does; only when ``rebalance``, and never
+    moving a ``held`` split).
     """
     if not members:
         return {}
@@ -97,7 +106,8 @@ def desired_assignment(
         if len(placed[member]) < cap[member]:
             heapq.heappush(spare, (load[member], h, member))
 
-    _improve(names, cap, load, placed, weight_of, seed)
+    if rebalance:
+        _improve(names, cap, load, placed, weight_of, seed, frozenset(held))
     return {m: tuple(sorted(placed[m])) for m in names}
 
 
@@ -108,6 +118,7 @@ def _improve(
     placed: dict[str, list[str]],
     weight_of: dict[str, int],
     seed: int,
+    held: frozenset[str],
 ) -> None:
     count = {m: len(placed[m]) for m in names}
     bins = {m: WeightBins() for m in names}
@@ -115,10 +126,12 @@ def _improve(
     split_hash: dict[str, int] = {}
     for m in names:
         for split in placed[m]:
-            split_hash[split] = stable_hash_str(seed, split)
-            bins[m].add(weight_of[split], (split_hash[split], split))
+            if split not in held:
+                split_hash[split] = stable_hash_str(seed, split)
+                bins[m].add(weight_of[split], (split_hash[split], split))
+    band = Band.of(names, load, bins)
     for _ in range(MAX_IMPROVING_MOVES):
-        step = best_transfer(names, load, count, cap, bins)
+        step = best_transfer(names, load, count, cap, bins, band)
         if step is None:
             break
         target, source, (_, h, split, weight) = step
@@ -172,6 +185,8 @@ def place(
     default_cap: int,
     seed: int,
     isolation_tier: int = 0,
+    rebalance: bool = True,
+    held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """The reference placement: member -> sorted split ids (splits in no list are the queue).
 
@@ -190,6 +205,8 @@ def place(
             reserved=reserved,
             default_cap=default_cap,
             seed=seed,
+            rebalance=rebalance,
+            held=held,
         )
     names = sorted(members)
     state = _State(
@@ -265,7 +282,10 @@ def place(
     general.sort(key=lambda t: (-t[0], t[1]))
     _fill(state, general)
 
-    # 4. spread across domains, 5. balance inside each domain
+    # 4. spread across domains, 5. balance inside each domain: only when a rebalance is allowed
+    if not rebalance:
+        return {m: tuple(sorted(state.placed[m])) for m in names}
+    state.pinned.update(held)  # held: moved by neither step, as an honoured affinity is not
     lightest = min((w for w, _, _ in pool), default=1)
     _spread(state, lightest, max_moves=MAX_IMPROVING_MOVES + 4 * len(pool))
     by_domain: dict[str, list[str]] = {}
@@ -383,7 +403,7 @@ def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
 
 
 def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) -> None:
-    """Inside one domain: move unpinned splits between workers while that lowers imbalance."""
+    """Inside one domain: move unpinned splits between workers while a load is out of band."""
     if len(group) < 2 or _settled(
         {m: state.load[m] for m in group},
         {m: len(state.placed[m]) for m in group},
@@ -403,8 +423,9 @@ def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) 
     }
     members_of: dict[str, set[str]] = {m: set(state.placed[m]) for m in group}
     count = {m: len(state.placed[m]) for m in group}
+    band = Band.of(group, state.load, bins)
     for _ in range(max_moves):
-        step = best_transfer(group, state.load, count, state.cap, bins)
+        step = best_transfer(group, state.load, count, state.cap, bins, band)
         if step is None:
             break
         target, source, (_, h, split, weight) = step

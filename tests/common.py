@@ -20,14 +20,19 @@ _E = TypeVar("_E", bound=Event)
 
 
 def config(**overrides: Any) -> Config:
-    """Test timings: short intervals, no rebalance delay, inline planners (threads race the
-    mock clock)."""
+    """Test timings: short intervals, no rebalance delay or debounce, inline planners.
+
+    (A planner thread would race the mock clock.)
+    """
     base: dict[str, Any] = {
         "op_timeout": 1.0,
         "max_in_flight": 8,
         "reconcile_interval": 5.0,
         "replan_interval": 10.0,
         "rebalance_delay": 0.0,
+        # No join window or debounce: a lone test worker's job is placed at once (the join
+        # window and the debounce have tests of their own that set them).
+        "membership_debounce": 0.0,
         "drain_deadline": 3.0,
         "planner_thread": False,
     }

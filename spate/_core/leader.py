@@ -25,6 +25,26 @@ The rules, each with the race it prevents:
   nothing). The splits of a departed worker are withheld for
   ``rebalance_delay`` so a restarting worker reclaims its own; records of instances gone past
   that window are deleted.
+- **Gathering**: the first assignment of a *new job* (the leader sees no assignment record at
+  all: no worker can have claimed a split, since claims follow assignments) waits until
+  membership has been quiet for ``membership_debounce`` (the join window), each arrival or
+  departure extending it, but never past ``JOIN_WINDOWS`` windows after leadership began (a
+  steady trickle of joins must not postpone the first assignment for ever). A fleet started
+  together then places each split once: published at once, the first worker to see the plan
+  would be given everything and the others would take it back from it, a drain each.
+- **Moves with a cause**: the placement's spread and balance steps, which move running splits,
+  run only when a *rebalance is owed*: a join or departure since the last one (or leadership
+  began: a new leader cannot know what changed while nobody led). Completions, claims and
+  hand-backs alone never move a running split; the debounce still hands unowned splits out
+  at once. At the end of a bounded job no member comes or goes, so running splits stay put:
+  an idle lane there is for splitting, and a move would only add a drain.
+- **One drain per split per window**: a running split a rebalance moved is *held* for
+  ``drain_deadline``: no rebalance in that window moves it again (its first drain may still be
+  under way). The window holds that split, not the fleet: a second join right after the first
+  is still served at once from the splits nobody moved, so a live worker with free lanes never
+  waits out a drain window idle while another holds more than its share (two workers joining
+  10 ms apart, the second was once left idle for the whole job). When the window of a held
+  split ends, the rebalance runs once more, for what holding it kept from moving.
 """
 
 from __future__ import annotations
@@ -71,6 +91,8 @@ PUBLISH_RETRY = 1.0
 """Seconds before an assignment publish that hit a store error is retried."""
 ELECTION_RETRY_DIVISOR = 10
 """A failed or lost election is retried after this fraction of the lease (not at once)."""
+JOIN_WINDOWS = 3
+"""A new job's first assignment waits at most this many join windows after leadership began."""
 
 
 @attrs.define(eq=False)
@@ -117,6 +139,21 @@ class Leadership:
         """Split -> the members whose assignment write in flight names it."""
         self._nudges: set[str] = set()
         """Members to tell that a split their record names has come free (see nudge_for)."""
+        self._lead_since = 0.0
+        self._join_until = 0.0
+        """While the job is new: when its first assignment may be published."""
+        self._gathered = True
+        """Whether the join window is over (or never applied) in this leadership."""
+        self._rebalance_owed = True
+        """A membership change (or leadership) since the last rebalance."""
+        self._rebalance_unfinished = False
+        """The last rebalance could not start every write: the next publish carries it on."""
+        self._held_back = False
+        """The last rebalance left a move undone for a held split: owed when a hold ends."""
+        self._held: dict[str, tuple[float, str]] = {}
+        """Split -> when a rebalance moved it while it ran, and to whom (see :meth:`_holding`)."""
+        self._wake_at = math.inf
+        """When the first hold may end: the leader looks again then."""
 
     @property
     def leading(self) -> bool:
@@ -171,6 +208,9 @@ class Leadership:
             # (A plan record write in flight is the verdict's: a run started now would publish
             # on the revision that write replaces, lose, and step this leader down.)
             self._start_plan(now)
+        if now >= self._wake_at:
+            self._wake_at = math.inf
+            self.host.placement_changes.owe()
         self._publish(now)
         if self._nudges:
             self._send_nudges()
@@ -181,9 +221,11 @@ class Leadership:
         delay = self.host.config.rebalance_delay
         if self.departed and delay > 0:
             times.append(min(self.departed.values()) + delay)
-        for t in (self._debounce_until, self._publish_not_before):
+        for t in (self._debounce_until, self._publish_not_before, self._wake_at):
             if t > now:
                 times.append(t)
+        if self.leading and not self._gathered and self._join_until > now:
+            times.append(self._join_until)
         if self.plan_now and self._retry_at > now:
             times.append(self._retry_at)
         if not self.leading and self._elect_after > now:
@@ -276,9 +318,26 @@ class Leadership:
             self._publishing.discard(instance)
 
     def _membership_changed(self, now: float) -> None:
+        self._rebalance_owed = True
         debounce = self.host.config.membership_debounce
         if debounce > 0:
             self._debounce_until = now + debounce
+            if not self._gathered:
+                self._join_until = min(
+                    max(self._join_until, now + debounce),
+                    self._lead_since + JOIN_WINDOWS * debounce,
+                )
+
+    def _gathering(self, now: float) -> bool:
+        """Whether a new job's first assignment still waits for the fleet to gather."""
+        if self._gathered:
+            return False
+        if self.host.view.assignments or now >= self._join_until:
+            # Gathered: the join window was the debounce of this first placement.
+            self._gathered = True
+            self._debounce_until = min(self._debounce_until, now)
+            return False
+        return True
 
     def prune_departed(self, now: float) -> None:
         """Expire grace windows (on every worker, so the map never grows without bound)."""
@@ -405,6 +464,7 @@ class Leadership:
                 continue
             if isinstance(result, Won):
                 host.fold(host.view.put_plan(bumped, result.revision))
+                self._began_leading(host.now())
                 # Every new leader plans at least once, even a final plan: a predecessor may
                 # have died between seeding and publishing.
                 self.plan_now = True
@@ -425,6 +485,17 @@ class Leadership:
             host.fold(host.view.apply_put(DURABLE, entry))
         # Never lead without the fence.
         self.demote(resign=True)
+
+    def _began_leading(self, now: float) -> None:
+        """The fence landed: a new job waits for the fleet, and a rebalance is owed."""
+        self._lead_since = now
+        self._join_until = now + self.host.config.membership_debounce
+        self._gathered = False
+        self._rebalance_owed = True
+        self._rebalance_unfinished = False
+        self._held.clear()
+        self._held_back = False
+        self._wake_at = math.inf
 
     def heartbeat(self) -> None:
         """Renew the leader key (while leading); give back a key of ours we do not lead by."""
@@ -641,7 +712,7 @@ class Leadership:
     def _publish(self, now: float) -> None:
         host, view = self.host, self.host.view
         changes = host.placement_changes
-        if not changes.owed or now < self._publish_not_before:
+        if not changes.owed or now < self._publish_not_before or self._gathering(now):
             return
         members = {
             i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
@@ -654,8 +725,18 @@ class Leadership:
         debouncing = now < self._debounce_until
         if debouncing and not index.has_unowned() and not self.departed:
             return  # nothing unowned to hand out; the rebalance waits for the quiet period
+        held = self._holding(now)
+        rebalance = not debouncing and (self._rebalance_owed or self._rebalance_unfinished)
+        index.set_rebalance(rebalance)
+        if rebalance:
+            index.set_held(held)
         changes.settle(still_owed=debouncing)  # while debouncing, the full rebalance is owed
         changed = index.take_changed()
+        moving: set[str] = set()
+        if rebalance:
+            self._rebalance_owed = self._rebalance_unfinished = False
+            moving = index.moves_running()
+            self._held_back = index.held_back()
         moved = changes.take_assignment_changes()
         if moved:
             self._recheck |= moved
@@ -693,11 +774,20 @@ class Leadership:
                 continue  # unchanged: the common case, and free
             if instance in self._publishing:
                 changes.owe()
+                # Its moves are still to be written: the next publish carries this rebalance
+                # on (without a rebalance it would drop them, and leave the imbalance).
+                self._rebalance_unfinished |= rebalance
                 continue
             self._recheck.discard(instance)
             self._publishing.add(instance)
             self._writing_started(instance, splits)
             host.start(self._write_assignment(instance, splits))
+            if moving:
+                # Held once its move is written: a move whose write waits is not made yet,
+                # and the publish that carries the rebalance on must still be free to make it.
+                for split in moving.intersection(splits):
+                    self._held.setdefault(split, (now, instance))
+        self._wake_for_holds(now)
         for instance in list(view.assignments):
             if (
                 instance not in view.presence
@@ -706,6 +796,46 @@ class Leadership:
             ):
                 self._publishing.add(instance)
                 host.start(self._delete_assignment(instance))
+
+    def _holding(self, now: float) -> frozenset[str]:
+        """The splits a rebalance moved and holds still (see the module text).
+
+        A hold lasts a drain window, and past it for as long as the move has not landed (the
+        split's owner is not yet the member it was moved to), up to a second window: a drain
+        forced at its deadline is still in transit, and moving it again then would ask for a
+        second drain of a split whose first has only just been forced. A hold that ends owes
+        a rebalance: the one it held back.
+        """
+        window = self.host.config.drain_deadline
+        view = self.host.view
+        ended = []
+        for split, (since, target) in self._held.items():
+            if now < since + window:
+                continue
+            state = view.splits.get(split)
+            landed = (
+                state is None
+                or state.progress.status is not Status.RUNNABLE
+                or state.progress.completed
+                or state.current_owner == target
+                or target not in view.presence
+            )
+            if landed or now >= since + 2 * window:
+                ended.append(split)
+        for split in ended:
+            del self._held[split]
+        if ended and self._held_back:
+            self._held_back = False
+            self._rebalance_owed = True
+        return frozenset(self._held)
+
+    def _wake_for_holds(self, now: float) -> None:
+        """Have the leader look again when the next hold may end."""
+        window = self.host.config.drain_deadline
+        for since, _ in self._held.values():
+            at = since + window if now < since + window else since + 2 * window
+            if at > now:
+                self._wake_at = min(self._wake_at, at)
 
     def _placement_index(self) -> PlacementIndex:
         """The index, fed every placement input that moved since the last publish.

@@ -5,7 +5,8 @@
 - :func:`validate_locality`, :func:`domain_of`, :func:`affinity_matches` — localities, failure
   domains and affinities.
 - :func:`best_transfer` over :class:`WeightBins` — the single move that lowers imbalance most
-  between members or domains.
+  between members or domains, within a :class:`Band` when one is given (the balance of
+  workers: a running split moves only for a real imbalance, never for exact balance).
 
 The leader's placement itself is :class:`spate._core.placement_index.PlacementIndex`; what it
 puts in each failure domain is :mod:`spate._core.placement_report`.
@@ -23,9 +24,11 @@ import attrs
 from spate._errors import ConfigError
 
 __all__ = [
+    "BAND_PERCENT",
     "INSORT_AT_MOST",
     "MAX_IMPROVING_MOVES",
     "MAX_LOCALITY_LENGTH",
+    "Band",
     "Member",
     "Placement",
     "Transfer",
@@ -40,6 +43,9 @@ __all__ = [
 MAX_IMPROVING_MOVES = 4096
 """Backstop on the improve pass (each move strictly lowers the sum of squared loads, so the
 pass ends on its own; this bound only caps pathological inputs)."""
+
+BAND_PERCENT = 10
+"""Half-width of the balance band, in percent of the mean load (KCL 3 and Dicer use ±10%)."""
 
 INSORT_AT_MOST = 64
 """Entries added to a sorted list since its last read that :func:`merge_sorted` inserts one by
@@ -140,25 +146,69 @@ Transfer: TypeAlias = tuple[str, str, tuple[int, int, str, int]]
 """(target, source, (gain, hash, split, weight)) of one improving move."""
 
 
+@attrs.frozen
+class Band:
+    """The loads a balance leaves alone: within ``max(10% of the mean, slack)`` of the mean.
+
+    A load is *over* the band when it exceeds the group's mean load by at least that much,
+    *under* it when it falls short by as much. The slack is the lightest movable split's
+    weight, so that with equal weights a small group still ends within one split of its mean
+    (4 splits on 2 workers end 2 and 2, not 3 and 1), while a large one is left alone within
+    10% (KCL 3's band): moving a running split costs a drain, and replays its uncommitted
+    tail when the drain is forced, which exact balance is not worth. Integer arithmetic: a
+    leader and the reference model must agree to the unit.
+    """
+
+    total: int
+    """The group's summed load."""
+    size: int
+    """Members (or domains) in the group."""
+    slack: int
+    """The least excess that counts (the lightest movable split's weight)."""
+
+    @classmethod
+    def of(
+        cls, groups: Sequence[str], load: Mapping[str, int], bins: Mapping[str, WeightBins]
+    ) -> Band:
+        """The band of ``groups`` around their mean load, its slack read from their bins."""
+        lightest = min((bins[g].weights[0] for g in groups if bins[g].weights), default=1)
+        return cls(sum(load[g] for g in groups), len(groups), lightest)
+
+    def over(self, load: int) -> bool:
+        """Whether ``load`` lies above the band (``size`` times the excess, to stay exact)."""
+        excess = load * self.size - self.total
+        return excess * 100 >= self.total * BAND_PERCENT and excess >= self.slack * self.size
+
+    def under(self, load: int) -> bool:
+        """Whether ``load`` lies below the band."""
+        shortfall = self.total - load * self.size
+        return shortfall * 100 >= self.total * BAND_PERCENT and shortfall >= self.slack * self.size
+
+
 def best_transfer(
     groups: Sequence[str],
     load: Mapping[str, int],
     count: Mapping[str, int],
     cap: Mapping[str, int],
     bins: Mapping[str, MoveSource],
+    band: Band | None = None,
 ) -> Transfer | None:
     """The one move that lowers imbalance most between ``groups`` (members or domains), or None.
 
     The gain of a move falls as the target's load rises, so the least-loaded group with spare
     budget (ties: first by name) is every split's best target; the source is the heavier group
-    whose best split gains most (ties: by hash, then id). Every improve pass (the
-    leader's index spreading domains and balancing workers, and the reference model that the
-    tests hold it equal to) takes its moves from here, so they agree move for move.
+    whose best split gains most (ties: by hash, then id). With a ``band``, a move is taken only
+    for a load outside it: any source when the target lies under the band, else only sources
+    over it (so a pass ends once every load is inside, or no split fits a gap). Every improve
+    pass (the leader's index spreading domains and balancing workers, and the reference model
+    that the tests hold it equal to) takes its moves from here, so they agree move for move.
     """
     targets = [g for g in groups if count[g] < cap[g]]
     if not targets:
         return None
     target = min(targets, key=lambda g: (load[g], g))
+    if band is not None and not band.under(load[target]):
+        groups = [g for g in groups if band.over(load[g])]
     best: tuple[int, int, str, int] | None = None
     source = ""
     for g in groups:

@@ -25,9 +25,16 @@ job across those domains before it balances workers:
    give away: the largest share of the job one domain holds is as small as the workers' lane
    budgets allow (exactly so for equal weights; within one split's weight otherwise), around
    the splits pinned by an honoured affinity.
-5. **Balance**: the same improvement among the workers of each domain.
+5. **Balance**: the same improvement among the workers of each domain, within a band: a move
+   is made only while some worker's load lies outside the domain's mean by ``max(10%, the
+   lightest split's weight)`` (see :class:`~spate._core.placement.Band`).
 
-Nothing is moved that the steps do not need to move, so the result is a fixpoint (a placement
+Steps 4 and 5 run only when a *rebalance is allowed* (an input of the placement: the leader
+allows one after a membership change, see :mod:`spate._core.leader`); otherwise the placement
+is sticky, affinity and fill alone, and no running split moves for balance. Splits *held*
+(another input: the leader holds a split it moved for balance within the last drain window)
+stay where the sticky and fill steps put them: steps 4 and 5 move the others. Either way,
+nothing is moved that the steps do not need to move, so the result is a fixpoint (a placement
 fed back as the owners maps to itself), and a lost domain moves only its own splits. Every
 tie is broken by a seeded hash, so every leader computes the same answer. Without a locality on
 any worker there are no domains and no affinities: sticky, fill, then balance among all workers.
@@ -67,10 +74,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Set
 
 from spate._core.placement import (
     MAX_IMPROVING_MOVES,
+    Band,
     Member,
     Placement,
     WeightBins,
@@ -92,16 +100,22 @@ def solve_placement(
     default_cap: int,
     seed: int,
     isolation_tier: int = 0,
+    rebalance: bool = True,
+    held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """The whole placement from scratch: member -> sorted split ids (the rest is the queue).
 
     ``members`` maps each live instance to its lane budget and locality; ``splits`` holds the
     assignable splits (runnable, spec seen; :attr:`Placement.locality` is the affinity);
-    ``reserved`` splits are withheld. Deterministic in its arguments, and a fixpoint: a
+    ``reserved`` splits are withheld; ``rebalance`` allows the spread and balance steps, which
+    leave the ``held`` splits where they are.
+    Deterministic in its arguments, and a fixpoint: a
     placement fed back as the owners maps to itself. A fresh :class:`PlacementIndex`, solved
     once: what the leader's index answers for the same inputs.
     """
     index = PlacementIndex(default_cap=default_cap, seed=seed, isolation_tier=isolation_tier)
+    index.set_rebalance(rebalance)
+    index.set_held(held)
     index.set_members(members)
     index.load({s: p for s, p in splits.items() if s not in reserved})
     return index.assignment()
@@ -134,6 +148,9 @@ class PlacementIndex:
         self._before: dict[str, str | None] = {}  # split -> its member in the last answer
         self._changed: set[str] = set()
         self._totals: dict[str, tuple[int, int]] = {}
+        self._rebalance = True
+        self._held: frozenset[str] = frozenset()
+        self._held_back = False
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -156,6 +173,41 @@ class PlacementIndex:
             self._members = dict(members)
             self._rebuild()
         self._dirty = self._all_changed = True
+
+    def set_rebalance(self, allowed: bool) -> None:
+        """Whether the spread and balance steps may move splits (running ones among them).
+
+        A change re-solves: the splits those steps moved (or would now move) are the ones the
+        answer changes, and the change tracking compares them as it compares any other.
+        """
+        if allowed != self._rebalance:
+            self._rebalance = allowed
+            self._dirty = True
+
+    def set_held(self, splits: Collection[str]) -> None:
+        """The splits the spread and balance steps must not move (see the module text).
+
+        The leader holds a split it moved for balance until a drain window has passed, so no
+        split is asked to drain twice in one; the other splits still serve a new member.
+        """
+        held = frozenset(splits)
+        if held != self._held:
+            self._held = held
+            self._dirty = True
+
+    def held_back(self) -> bool:
+        """Whether the held splits kept the last answer from a move it would have made."""
+        self.solve()
+        return self._held_back
+
+    def moves_running(self) -> set[str]:
+        """The splits with a live owner that the answer places on another member."""
+        self.solve()
+        return {
+            split
+            for split, target in self._result.items()
+            if target is not None and self._where(split) is not None
+        }
 
     def update(self, split: str, placement: Placement | None) -> None:
         """A split's placement input changed (``None``: it left the pool)."""
@@ -496,7 +548,10 @@ class PlacementIndex:
             origin.setdefault(split, None)
             self._bins_add(final[split], -negative, split)
         limit = MAX_IMPROVING_MOVES
-        if self._domains:
+        held = self._hold(final, origin, pinned_now) if self._rebalance and self._held else []
+        if not self._rebalance:
+            pass  # no spread, no balance: sticky, affinity and fill alone
+        elif self._domains:
             limit += 4 * len(self._inputs)
             self._spread(load, count, final, origin, limit)
             groups: dict[str, list[str]] = {}
@@ -507,6 +562,9 @@ class PlacementIndex:
                     self._balance(group, load, count, final, origin, limit)
         else:
             self._balance(self._names, load, count, final, origin, limit)
+        for member, weight, split in held:
+            self._bins_add(member, weight, split)
+        self._held_back = bool(held) and self._improvable(load, count)
         # Undo: the bins go back to the sticky state.
         for split, was in origin.items():
             w = max(1, self._inputs[split].weight)
@@ -525,6 +583,56 @@ class PlacementIndex:
                 self._moved_out.setdefault(was, set()).add(split)
         self._totals = {m: (count[m], load[m]) for m in self._names}
         return result, affine
+
+    def _improvable(self, load: Mapping[str, int], count: Mapping[str, int]) -> bool:
+        """Whether the spread or the balance would take one more move on the current bins."""
+        cap = self._cap
+        if self._domains:
+            domains = sorted(self._domain_bins)
+            dload = dict.fromkeys(domains, 0)
+            dcount = dict.fromkeys(domains, 0)
+            dcap = dict.fromkeys(domains, 0)
+            for m in self._names:
+                d = self._domain[m]
+                dload[d] += load[m]
+                dcount[d] += count[m]
+                dcap[d] += cap[m]
+            if len(domains) > 1 and best_transfer(domains, dload, dcount, dcap, self._domain_bins):
+                return True
+        groups: dict[str, list[str]] = {}
+        for m in self._names:
+            groups.setdefault(self._domain[m], []).append(m)
+        bins = self._bins
+        return any(
+            best_transfer(group, load, count, cap, bins, Band.of(group, load, bins)) is not None
+            for group in groups.values()
+            if len(group) > 1
+        )
+
+    def _hold(
+        self, final: Mapping[str, str], origin: Mapping[str, str | None], pinned_now: Set[str]
+    ) -> list[tuple[str, int, str]]:
+        """Take the held splits out of the bins (the improving steps move only what is there).
+
+        Returns (member, weight, split) of each taken out, to put back once the steps ran.
+        """
+        taken = []
+        for split in self._held:
+            p = self._inputs.get(split)
+            if p is None:
+                continue
+            if split in origin:  # taken off its owner by an earlier step: where it went now
+                member = final.get(split)
+                if member is None or split in pinned_now:
+                    continue
+            else:
+                member = self._owner(p)
+                if member is None or split in self._pinned:
+                    continue
+            weight = max(1, p.weight)
+            self._bins_remove(member, weight, split)
+            taken.append((member, weight, split))
+        return taken
 
     def _matching(self, affinity: str, matching: dict[str, list[str]]) -> list[str]:
         """The members whose locality satisfies ``affinity`` (cached in ``matching``)."""
@@ -764,8 +872,9 @@ class PlacementIndex:
     ) -> None:
         """The balance among ``group`` (all members, or one domain's), on the kept bins."""
         cap, bins = self._cap, self._bins
+        band = Band.of(group, load, bins)
         for _ in range(limit):
-            step = best_transfer(group, load, count, cap, bins)
+            step = best_transfer(group, load, count, cap, bins, band)
             if step is None:
                 break
             target, source, (_, _, split, weight) = step

@@ -26,10 +26,11 @@ def test_a_departing_worker_hands_back_every_split_at_once_and_the_other_claims_
     world = World()
     # A long membership debounce on both: it must not hold back a hand-over (released splits
     # are unowned, and unowned splits are handed out during the quiet period). It also keeps
-    # the newcomer from being given a share before the leave.
+    # the newcomer from being given a share before the leave. (A new job's first assignment
+    # waits out the same window as its join window, hence the long first wait.)
     cfg = config(max_in_flight=held, membership_debounce=1000.0)
     a = world.start("a", planner=planner_of(held), cfg=cfg)
-    world.run_until(lambda: len(a.owned) == held and a.leading)
+    world.run_until(lambda: len(a.owned) == held and a.leading, within=1100.0)
     b = world.start("b", planner=planner_of(held), cfg=cfg)
     world.run_for(1.0)
     assert len(a.owned) == held
@@ -60,7 +61,7 @@ def test_a_departing_follower_hands_back_at_once_and_the_leader_reassigns_at_onc
     # The leader fills its lanes; the follower is handed the rest (unowned splits are
     # handed out during the debounce), then the leader finishes its own so it has room.
     b = world.start("b", planner=planner_of(2 * held), cfg=cfg)
-    world.run_until(lambda: len(b.owned) == held and b.leading)
+    world.run_until(lambda: len(b.owned) == held and b.leading, within=1100.0)  # join window
     a = world.start("a", planner=planner_of(2 * held), cfg=cfg)
     world.run_until(lambda: len(a.owned) == held)
     for split in sorted(b.owned):

@@ -38,6 +38,8 @@ class IndexAgainstBatch(RuleBasedStateMachine):
         self.departed: list[str] = ["gone-worker"]  # splits may still name them as owner
         self.index = PlacementIndex(default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0)
         self.last: dict[str, tuple[str, ...]] = {}
+        self.rebalance = True
+        self.held: frozenset[str] = frozenset()
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -128,6 +130,19 @@ class IndexAgainstBatch(RuleBasedStateMachine):
             p = self.splits[split]
             self._set(split, Placement(p.weight, "gone-worker" if dead else None, p.locality))
 
+    @rule(allowed=st.booleans())
+    def allow_rebalance(self, allowed: bool) -> None:
+        """The leader allows a rebalance (a membership change) or not (anything else)."""
+        self.rebalance = allowed
+        self.index.set_rebalance(allowed)
+
+    @rule(data=st.data())
+    def hold(self, data: st.DataObject) -> None:
+        """The leader holds some splits still (moved for balance within a drain window)."""
+        pool = [*sorted(self.splits), "never-seen"]
+        self.held = frozenset(data.draw(st.sets(st.sampled_from(pool), max_size=4)))
+        self.index.set_held(self.held)
+
     @rule()
     def every_move_lands(self) -> None:
         """Every assignee claims what it was given; queued splits are handed back."""
@@ -142,8 +157,9 @@ class IndexAgainstBatch(RuleBasedStateMachine):
         if not self.members:
             return
         expected = place(
-            self.members, self.splits, default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0
-        )
+            self.members, self.splits, default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0,
+            rebalance=self.rebalance, held=self.held,
+        )  # fmt: skip
         assert self.index.assignment() == expected
         # The leader publishes only the members the index names as changed: every member
         # whose assignment differs from the last answer must be among them.

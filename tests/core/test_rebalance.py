@@ -184,3 +184,78 @@ def test_membership_debounce_delays_the_rebalance() -> None:
     world.start("b", planner=planner_of(4), cfg=cfg)
     world.run_until(lambda: bool(a.of(RevokeRequested)), within=LEASE)
     assert a.time_of(a.of(RevokeRequested)[0]) - joined >= 5.0
+
+
+def test_a_fleet_started_together_places_each_split_once() -> None:
+    world = World()
+    cfg = config(membership_debounce=2.0)
+    workers = [world.start(name, planner=planner_of(12), cfg=cfg) for name in ("a", "b", "c")]
+    world.run_until(lambda: all(len(w.owned) == 4 for w in workers), within=LEASE)
+    world.run_for(LEASE)
+    # The first assignment waited for the fleet to gather: nothing was given to the first
+    # worker to see the plan and taken back from it.
+    assert not any(w.of(RevokeRequested) for w in workers)
+    assert sum(len(w.of(Gained)) for w in workers) == 12
+    assert min(w.time_of(w.of(Gained)[0]) for w in workers) >= 2.0
+
+
+def test_a_trickle_of_joins_does_not_postpone_a_new_jobs_first_assignment_for_ever() -> None:
+    world = World()
+    cfg = config(membership_debounce=2.0)
+    a = world.start("a", planner=planner_of(24), cfg=cfg)
+    for n in range(12):  # a join every 1.5 s: each within the window of the one before
+        world.run_for(1.5)
+        world.start(f"w{n:02d}", planner=planner_of(24), cfg=cfg)
+        if a.of(Gained):
+            break
+    assert a.of(Gained)
+    assert a.time_of(a.of(Gained)[0]) <= 3 * 2.0 + 1.0  # three windows after leadership began
+
+
+def test_completions_alone_never_move_a_running_split() -> None:
+    world = World()
+    a = world.start("a", planner=planner_of(8), on_event=cooperative)
+    world.run_until(lambda: len(a.owned) == 8)
+    b = world.start("b", planner=planner_of(8), on_event=cooperative)
+    world.run_until(lambda: len(a.owned) == 4 and len(b.owned) == 4)
+    world.run_for(LEASE)
+    asked = len(a.of(RevokeRequested)) + len(b.of(RevokeRequested))
+    for split in sorted(b.owned)[:3]:  # b finishes three: 4 against 1, and nothing to place
+        world.wait(b.commit(split, Progress(100, completed=True)))
+    world.run_for(3 * LEASE)
+    assert len(a.of(RevokeRequested)) + len(b.of(RevokeRequested)) == asked
+    assert len(a.owned) == 4
+    assert len(b.owned) == 1
+
+
+def test_no_split_is_asked_to_drain_twice_within_a_drain_deadline() -> None:
+    world = World()
+    a = world.start("a", planner=planner_of(8))  # keeps its splits until forced (3 s)
+    world.run_until(lambda: len(a.owned) == 8)
+    b = world.start("b", planner=planner_of(8))
+    world.run_until(lambda: bool(a.of(RevokeRequested)))
+    first = {r.split for r in a.of(RevokeRequested)}
+    world.start("c", planner=planner_of(8))  # at once: its share comes from a's other splits
+    # Nothing on its way to b is redirected to c within the window: b gets all it was sent.
+    world.run_until(lambda: len(a.owned) <= 3 and first <= b.owned, within=3 * LEASE)
+    asked = [r.split for r in a.of(RevokeRequested)]
+    assert len(asked) == len(set(asked))  # no split asked back twice
+
+
+def test_a_second_join_right_after_a_first_is_served_at_once_not_after_a_drain_window() -> None:
+    # The partition test's fleet (6 splits, 4 lanes each, no debounce): a holds 4, b joins and
+    # its rebalance moves one of a's running splits; c joins 10 ms later. c must get its share
+    # from the splits nobody moved, at once: holding the whole fleet for the drain window left
+    # c idle until the job was over.
+    world = World()
+    cfg = config(max_in_flight=4, drain_deadline=30.0)
+    a = world.start("a", planner=planner_of(6), cfg=cfg, on_event=cooperative)
+    world.run_until(lambda: len(a.owned) == 4)
+    b = world.start("b", planner=planner_of(6), cfg=cfg, on_event=cooperative)
+    world.run_until(lambda: bool(a.of(RevokeRequested)), within=1.0)
+    world.run_for(0.01)
+    c = world.start("c", planner=planner_of(6), cfg=cfg, on_event=cooperative)
+    workers = (a, b, c)
+    world.run_until(lambda: all(len(w.owned) == 2 for w in workers), within=2.0)
+    asked = [r.split for w in workers for r in w.of(RevokeRequested)]
+    assert len(asked) == len(set(asked))  # still: no split asked back twice

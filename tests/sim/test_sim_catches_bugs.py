@@ -31,7 +31,13 @@ ZOMBIE = Scenario(
     initial_workers=2,
     max_workers=3,
     lease=LEASE,
-    config=Config(lease_duration=LEASE, planner_thread=False, max_in_flight=4, rebalance_delay=0.0),
+    config=Config(
+        lease_duration=LEASE,
+        planner_thread=False,
+        max_in_flight=4,
+        rebalance_delay=0.0,
+        membership_debounce=0.0,  # the scenario this test was tuned on places the job at once
+    ),
     rates=FaultRates(),
     chaos_seconds=20.0,
     # w0 stalls for two leases: its splits move to w1, then its queued commits land late.

@@ -428,7 +428,7 @@ async def test_a_lost_quarantine_waits_before_trying_again(
                 instance="dead",
                 planner=one.planner(),
                 handler=one.handle,
-                config=Config(planner_thread=False, max_attempts=1),
+                config=Config(planner_thread=False, max_attempts=1, membership_debounce=0.0),
                 leave_deadline=1.0,
             )
 
@@ -444,7 +444,9 @@ async def test_a_lost_quarantine_waits_before_trying_again(
         job="sim",
         instance="w1",
         planner=one.planner(),
-        config=Config(planner_thread=False, max_attempts=1, reconcile_interval=5.0),
+        config=Config(
+            planner_thread=False, max_attempts=1, reconcile_interval=5.0, membership_debounce=0.0
+        ),
     ):
         await trio.sleep(20.0)
     record = await inner.get(Keyspace.DURABLE, "sim.split.s00")

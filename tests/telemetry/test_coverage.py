@@ -56,6 +56,8 @@ def config() -> Config:
         max_in_flight=6,
         max_attempts=3,
         rebalance_delay=0.0,
+        # No join window: the fourth worker must join a running job (placed by the others).
+        membership_debounce=0.0,
         drain_deadline=LEASE,
         reconcile_interval=LEASE,
         replan_interval=60.0,

@@ -32,6 +32,9 @@ def config() -> Config:
         op_timeout=0.5,
         max_in_flight=4,
         rebalance_delay=0.0,
+        # No join window: the joins at 2 s and 6 s must find a placed job and take splits from
+        # it (revocations), not be included in the first placement.
+        membership_debounce=0.0,
         drain_deadline=LEASE,
         reconcile_interval=LEASE,
         planner_thread=False,

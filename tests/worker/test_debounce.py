@@ -120,6 +120,8 @@ async def test_debounce_never_delays_handing_out_unowned_splits(
 ) -> None:
     # a holds 4 of 12 splits (its cap); b joins, which opens a long quiet period. The 8
     # queued splits are unowned, so they go to b at once instead of after the quiet period.
+    # (b joins once a's first assignment is out: a new job's waits out the join window, the
+    # same 60 s, and would give b its share with a's.)
     server = MemoryServer()
     holders: dict[str, str] = {}
 
@@ -142,6 +144,6 @@ async def test_debounce_never_delays_handing_out_unowned_splits(
                     config=config(membership_debounce=60.0, max_in_flight=4),
                 )
             )
-            await trio.sleep(5)
+            await trio.sleep(65 if name == "a" else 5)
         await wait_until(lambda: sum(1 for h in holders.values() if h == "b") == 4, within=5)
         nursery.cancel_scope.cancel()

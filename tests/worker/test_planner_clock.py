@@ -58,7 +58,9 @@ def test_a_sync_planner_runs_in_a_thread_on_the_real_clock() -> None:
 def test_planner_thread_true_keeps_a_thread_even_under_a_mock_clock() -> None:
     # Autojump paused, so the thread cannot lose the race this setting opts into.
     threads = run_one_job(
-        spate.Config(planner_thread=True), trio.testing.MockClock(autojump_threshold=float("inf"))
+        # (No join window: a clock that never jumps would never end it.)
+        spate.Config(planner_thread=True, membership_debounce=0.0),
+        trio.testing.MockClock(autojump_threshold=float("inf")),
     )
     assert threads
     assert threading.current_thread().name not in threads

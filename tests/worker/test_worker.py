@@ -26,6 +26,9 @@ def config(**overrides: Any) -> spate.Config:
         "op_timeout": 1.0,
         "reconcile_interval": 5.0,
         "rebalance_delay": 0.0,
+        # No join window or debounce: a lone test worker's job is placed at once (the join
+        # window and the debounce have tests of their own that set them).
+        "membership_debounce": 0.0,
         "drain_deadline": 3.0,
         "planner_thread": False,
     }
