@@ -171,6 +171,8 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
     plan: PlanRecord | None = None
     progress: dict[str, tuple[ProgressRecord, int]] = {}
     weights: dict[str, int] = {}
+    by_session: dict[str, LeaseRecord] = {}
+    # Durable leases (stores with per-key TTLs): alive while their owner's session is.
     for entry in durable:
         kind = keys.classify(entry.key)
         try:
@@ -181,6 +183,8 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
                 progress[kind[1]] = (record, entry.revision)
             elif kind is not None and kind[0] is KeyKind.SPEC:
                 weights[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1]).weight
+            elif kind is not None and kind[0] is KeyKind.LEASE:
+                by_session[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
         except UnreadableRecord:
             unreadable.append(entry.key)
     leader: str | None = None
@@ -197,6 +201,10 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
                 leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value).owner
         except UnreadableRecord:
             unreadable.append(entry.key)
+    for split_id, lease in by_session.items():
+        session = presence.get(lease.owner)
+        if session is not None and session.nonce == lease.nonce:
+            leases[split_id] = lease.owner
     splits = {
         split_id: SplitStatus(
             id=split_id,

@@ -198,7 +198,11 @@ class Claims(Tenancies):
                 spec: Entry | None = yield Op("get", DURABLE, host.keys.spec(split))
                 if spec is not None:
                     host.fold(view.apply_put(DURABLE, spec))
-            lease: Entry | None = yield Op("get", EPHEMERAL, key)
+            lease_keyspace, lease_key = view.lease_keyspace, view.lease_key(split)
+            lease: Entry | None = yield Op("get", lease_keyspace, lease_key)
+            if lease is not None and view.session_leases:
+                # A lease lives by its owner's session: read that too, so the view can tell.
+                yield from self._read_session(decode(LeaseRecord, lease_key, lease.value))
         except StoreUnavailable as exc:
             logger.debug("split %s: reading its records failed (%s); retrying later", split, exc)
             self._retry_later(split)
@@ -206,9 +210,27 @@ class Claims(Tenancies):
         if split in self.owned:
             return  # claimed meanwhile (not by this flow): the claim's own writes are newer
         if lease is None:
+            host.fold(view.apply_delete(lease_keyspace, lease_key, None))
+        else:
+            host.fold(view.apply_put(lease_keyspace, lease))
+
+    def _read_session(self, lease: LeaseRecord) -> Flow[bool]:
+        """Read the session ``lease`` names (its owner's presence) into the view: alive or not.
+
+        On a per-key store this is the proof a takeover needs: a session is gone when its
+        presence record is absent or names another nonce, and a read says so of the store
+        itself, never of a stale view. Raises StoreUnavailable when the store cannot say.
+        """
+        host, view = self.host, self.host.view
+        if (lease.owner, lease.nonce) == (host.instance, host.nonce):
+            return True
+        key = host.keys.worker(lease.owner)
+        entry: Entry | None = yield Op("get", EPHEMERAL, key)
+        if entry is None:
             host.fold(view.apply_delete(EPHEMERAL, key, None))
         else:
-            host.fold(view.apply_put(EPHEMERAL, lease))
+            host.fold(view.apply_put(EPHEMERAL, entry))
+        return view.session_live(lease)
 
     def _begin(self, split: str, flow: Flow[None]) -> None:
         self.busy.add(split)
@@ -347,18 +369,35 @@ class Claims(Tenancies):
         self, split: str, kind: ClaimKind, state: SplitState, epoch: int
     ) -> Flow[int | None]:
         """Write the claim's lease (the first key): its revision, or None to try again later."""
-        host = self.host
-        key = host.keys.split(split)
+        host, view = self.host, self.host.view
+        keyspace, key = view.lease_keyspace, view.lease_key(split)
         lease = LeaseRecord(owner=host.instance, nonce=host.nonce, epoch=epoch)
-        yield Hold(EPHEMERAL, key)
-        if kind is ClaimKind.RECLAIM and state.lease is not None:
+        yield Hold(keyspace, key)
+        existing = state.lease if state.lease is not None else state.stale_lease
+        if view.session_leases and existing is not None:
+            # A durable lease key stands: it may be taken over only once its session is
+            # proven gone, by a read of the store made now (a stale view may not decide it).
+            try:
+                alive = yield from self._read_session(existing)
+            except StoreUnavailable as exc:
+                logger.warning("split %s: cannot tell whether its lease lives (%s)", split, exc)
+                self._retry_later(split)
+                return None
+            if alive and existing.owner != host.instance:
+                self._retry_later(split)
+                return None
             op = Op(
-                "update", EPHEMERAL, key, encode(lease), expected=state.lease_rev,
+                "update", keyspace, key, encode(lease), expected=state.lease_key_rev,
+                operation="claim-lease", split=split, epoch=epoch,
+            )  # fmt: skip
+        elif kind is ClaimKind.RECLAIM and state.lease is not None:
+            op = Op(
+                "update", keyspace, key, encode(lease), expected=state.lease_rev,
                 operation="claim-lease", split=split, epoch=epoch,
             )  # fmt: skip
         else:
             op = Op(
-                "create", EPHEMERAL, key, encode(lease), operation="claim-lease", split=split,
+                "create", keyspace, key, encode(lease), operation="claim-lease", split=split,
                 epoch=epoch,
             )  # fmt: skip
         # Refused: a peer won the lease (the watch brings its write), or our view of our own
@@ -485,6 +524,9 @@ class Claims(Tenancies):
             return  # a late commit of the dead tenancy moved the split forward: no blame
         stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
         stale_epoch = state.lease.epoch if state.lease is not None else state.progress.epoch
+        if state.stale_lease is not None:
+            # A durable lease key its dead session left behind: removed with the split.
+            stale_lease, stale_epoch = state.stale_lease_rev, state.stale_lease.epoch
         record = attrs.evolve(
             state.progress,
             epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write

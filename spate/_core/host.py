@@ -86,6 +86,9 @@ class Host(Protocol):
     placement_changes: PlacementChanges
     """What moved among the leader's placement inputs (the view and the leader report it)."""
     session: SessionFacts
+    presence_rev: int
+    presence_ok_at: float
+    """When the last presence write that landed was sent (a per-key store's session renewal)."""
     max_value_size: int
     """The store's largest value (a plan whose spec records exceed it is refused)."""
 

@@ -168,11 +168,18 @@ class Machine:
         self.tie_seed = fingerprint_hash(fingerprint)
         self.placement_changes = PlacementChanges()
         self.view = View(
-            self.keys, max_attempts=config.max_attempts, changes=self.placement_changes
+            self.keys,
+            max_attempts=config.max_attempts,
+            changes=self.placement_changes,
+            session_leases=not session.keeps_keys,
+            own=(instance, nonce),
         )
         self.presence_rev = 0
+        self.presence_ok_at = 0.0
+        """When the last presence write that landed was sent (on a per-key store, the session's
+        last confirmed renewal: every lease of this worker lives until at least then + TTL)."""
         self._parting = False
-        self.scopes = Scopes(self.keys, instance)
+        self.scopes = Scopes(self.keys, instance, durable_leases=not session.keeps_keys)
         self._ready = False
         self._handing_over: list[str] = []
         """After a departure, the splits it handed back (a follower polls for their new owners)."""
@@ -612,6 +619,7 @@ class Machine:
         """
         key = self.keys.worker(self.instance)
         value = self.presence_record()
+        sent = self.now()
         result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
         if not isinstance(result, Won):
             entry: Entry | None = yield Op("get", Keyspace.EPHEMERAL, key)
@@ -624,12 +632,13 @@ class Machine:
             if not isinstance(result, Won):
                 return False
         self.presence_rev = result.revision
+        self.presence_ok_at = sent
         return True
 
     # -- heartbeat, presence, reconcile -------------------------------------------------------
 
     def heartbeat(self) -> None:
-        """Renew presence, leadership and every due lease; fence starved splits."""
+        """Renew presence (the session, on a per-key store) and leadership; fence starved splits."""
         now = self.now()
         if not self._parting and not self.busy(Keyspace.EPHEMERAL, self.keys.worker(self.instance)):
             self.start(self._renew_presence())
@@ -649,6 +658,7 @@ class Machine:
         yield Hold(Keyspace.EPHEMERAL, key)
         if self._parting:
             return
+        sent = self.now()
         try:
             if self.presence_rev:
                 result = yield Op(
@@ -661,14 +671,21 @@ class Machine:
                 )
                 if isinstance(result, Won):
                     self.presence_rev = result.revision
+                    self.presence_ok_at = sent
                     return
             entry = yield Op("get", Keyspace.EPHEMERAL, key)
             if entry is None:
+                if self.view.session_leases and self.presence_rev:
+                    # The session expired: every lease it kept expired with it, and a peer may
+                    # be taking them over already. End those tenancies before a new presence
+                    # record could make their leases look alive again.
+                    self._claims.session_ended()
                 result = yield Op(
                     "create", Keyspace.EPHEMERAL, key, self.presence_record(), operation="announce"
                 )
                 if isinstance(result, Won):
                     self.presence_rev = result.revision
+                    self.presence_ok_at = sent
                 return
             record = _presence_or_none(entry)
             if record is not None and record.nonce != self.nonce:

@@ -627,13 +627,21 @@ class KeyKind(enum.Enum):
     PLAN = "plan"
     SPEC = "spec"
     SPLIT = "split"
+    LEASE = "lease"
     ASSIGN = "assign"
     LEADER = "leader"
     WORKER = "worker"
     PROBE = "_probe"
 
 
-_PREFIXED = (KeyKind.SPEC, KeyKind.SPLIT, KeyKind.ASSIGN, KeyKind.WORKER, KeyKind.PROBE)
+_PREFIXED = (
+    KeyKind.SPEC,
+    KeyKind.SPLIT,
+    KeyKind.LEASE,
+    KeyKind.ASSIGN,
+    KeyKind.WORKER,
+    KeyKind.PROBE,
+)
 
 
 _HEADS = {kind.value: kind for kind in _PREFIXED}
@@ -681,6 +689,19 @@ class Keys:
     def split(self, split: str) -> str:
         """Key of a split's progress record (durable) and lease (ephemeral)."""
         return f"{self.job}.split.{split}"
+
+    @property
+    def lease_prefix(self) -> str:
+        """Prefix of the durable lease keys (stores whose ephemeral keys live per key)."""
+        return f"{self.job}.lease."
+
+    def lease(self, split: str) -> str:
+        """Durable key of a split's lease on a store with per-key TTLs (see ``Keyspace``).
+
+        There a lease lives by its owner's session (its presence record), not by a TTL of
+        its own, so it is kept where nothing expires and renewed by nobody.
+        """
+        return f"{self.job}.lease.{split}"
 
     def assign(self, instance: str) -> str:
         """Durable key of an instance's assignment record."""

@@ -42,16 +42,21 @@ class WatchScope:
 class Scopes:
     """The watches this worker wants now, and which of them have delivered their snapshot."""
 
-    def __init__(self, keys: Keys, instance: str) -> None:
+    def __init__(self, keys: Keys, instance: str, *, durable_leases: bool = False) -> None:
         durable, ephemeral = Keyspace.DURABLE, Keyspace.EPHEMERAL
         self.follower: tuple[WatchScope, ...] = (
             WatchScope(ephemeral, keys.leader, exact=True),
             WatchScope(durable, keys.plan, exact=True),
             WatchScope(durable, keys.assign(instance), exact=True),
         )
+        # Where leases are durable keys alive by session (stores with per-key TTLs), the
+        # leader watches their prefix too: a claim writes one and an end of tenancy deletes
+        # one, and an expiry is its owner's presence going (in the ephemeral keyspace).
+        leases = (WatchScope(durable, keys.lease_prefix, exact=False),) if durable_leases else ()
         self.leader: tuple[WatchScope, ...] = (
             WatchScope(ephemeral, keys.prefix, exact=False),
             *self.follower[1:],
+            *leases,
         )
         self.whole_job = False
         self.listed = False

@@ -3,10 +3,12 @@
 :class:`~spate._core.claims.Claims` (how a split comes to be held) builds on this. The rules,
 each with the race it prevents:
 
-- **Renewals at a third of the lease**, each a CAS on the lease; a lost CAS reads back: our own
-  maybe-landed write is adopted, our instance id under a foreign nonce is fatal (two live
-  workers share an id), anyone else is a thief (Lost "fenced"). No successful lease write for a
-  whole lease means self-fence (Lost "starved") before peers must fight our zombie.
+- **Nothing is renewed per split: a lease lives by its session.** On a session store (etcd)
+  the session's keepalive keeps every lease key; on a store with per-key TTLs (memory, NATS)
+  a lease is a durable key naming its owner's session, the presence record the heartbeat
+  renews, and it is expired exactly when that session is gone (a claimant proves it by reading
+  the presence record). No confirmed session renewal for a whole lease means self-fence
+  (Lost "starved") before peers must fight our zombie.
 - **Commit is one CAS** on the progress record. A watermark never regresses (fatal: a source
   bug). A lost CAS reads back before reporting Fenced: our own maybe-landed commit is adopted.
   A completed commit hands the lease back.
@@ -28,7 +30,7 @@ import attrs
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.protocol import FAIL, attempts_after, exhausts_attempts
-from spate._core.records import LeaseRecord, ProgressRecord, Status, decode, encode
+from spate._core.records import ProgressRecord, Status, decode, encode
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
@@ -37,9 +39,6 @@ from spate._store import Entry, Keyspace, Won
 __all__ = ["Owned", "Tenancies", "committed"]
 
 logger = logging.getLogger("spate.claims")
-
-RENEW_GATE = 0.7
-"""A held lease is renewed on a heartbeat once this fraction of the renew interval has passed."""
 
 DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
@@ -127,7 +126,7 @@ class Tenancies:
     # -- leases --------------------------------------------------------------------------------
 
     def keep_leases(self, now: float) -> None:
-        """Renew every held lease that is due; fence the splits whose lease starved.
+        """Fence the held splits whose session starved (nothing is renewed per split).
 
         Also gives back the lease keys of this process's that it does not hold. Called on
         every heartbeat.
@@ -135,86 +134,51 @@ class Tenancies:
         host = self.host
         if self._stray:
             self._give_back_strays(now)
-        # Heartbeat ticks are jittered to 0.8-1.2 of a third of the lease. Gating renewals at a
-        # full third skipped every early tick, leaving gaps of up to two thirds of a lease (and
-        # almost a whole one under load); gating below the shortest tick renews on every beat.
-        renew_every = host.lease / 3 * RENEW_GATE
-        if host.session.keeps_keys:
-            # A session store keeps every lease key alive through the session's keepalive:
-            # nothing to renew per split. A key lives until at least the session's last
-            # confirmed keepalive plus the lease, and dies with a lost or replaced session.
-            for split, held in list(self.owned.items()):
-                if host.session.starved(held.session, now, host.lease):
-                    logger.warning("split %s: the store session kept no lease alive", split)
-                    self.drop(split, "starved")
+        if host.view.session_leases:
+            # A per-key store: every lease names this worker's session, its presence record,
+            # which the heartbeat renews; nothing is renewed per split. A lease lives until at
+            # least the last confirmed presence renewal plus the lease.
+            if self.owned and now - host.presence_ok_at >= host.lease:
+                logger.warning(
+                    "no presence renewal landed for a whole lease: ending %d tenancies",
+                    len(self.owned),
+                )
+                self.session_ended()
             return
+        # A session store keeps every lease key alive through the session's keepalive:
+        # nothing to renew per split. A key lives until at least the session's last
+        # confirmed keepalive plus the lease, and dies with a lost or replaced session.
         for split, held in list(self.owned.items()):
-            if now - held.last_ok >= host.lease:
-                logger.warning("split %s: no lease write succeeded for a whole lease", split)
+            if host.session.starved(held.session, now, host.lease):
+                logger.warning("split %s: the store session kept no lease alive", split)
                 self.drop(split, "starved")
-            elif now - held.last_ok >= renew_every and not host.busy(
-                EPHEMERAL, host.keys.split(split)
-            ):
-                host.start(self._renew(split, held))
 
-    def _renew(self, split: str, held: Owned) -> Flow[None]:
-        host = self.host
-        key = host.keys.split(split)
-        yield Hold(EPHEMERAL, key)
-        if self.owned.get(split) is not held:
-            return
-        lease = LeaseRecord(owner=host.instance, nonce=host.nonce, epoch=held.epoch)
-        try:
-            result = yield Op(
-                "update", EPHEMERAL, key, encode(lease), expected=held.lease_rev,
-                operation="renew", split=split, epoch=held.epoch,
-            )  # fmt: skip
-        except StoreUnavailable as exc:
-            logger.warning("split %s: renewal failed (%s); the next heartbeat retries", split, exc)
-            return
-        if isinstance(result, Won):
-            self._renewed(split, held, lease, result.revision)
-            return
-        try:
-            entry: Entry | None = yield Op("get", EPHEMERAL, key)
-        except StoreUnavailable:
-            return  # cannot tell; the next beat (or the self-fence) decides
-        if self.owned.get(split) is not held:
-            return
-        if entry is None:
+    def session_ended(self) -> None:
+        """This worker's session (on a per-key store: its presence) lapsed: end every tenancy.
+
+        Its leases expired with it, and a peer that proved the session gone may be taking
+        them over; the splits are lost as starved, like leases no renewal kept.
+        """
+        for split in sorted(self.owned):
             self.drop(split, "starved")
-            return
-        current = decode(LeaseRecord, key, entry.value)
-        if current.owner == host.instance and current.nonce == host.nonce:
-            # A renewal that reported an error but landed: the lease is still ours.
-            self._renewed(split, held, current, entry.revision)
-        elif current.owner == host.instance:
-            raise host.duplicate_instance(f"the lease of split {split!r}")
-        else:
-            self.drop(split, "fenced")
-
-    def _renewed(self, split: str, held: Owned, lease: LeaseRecord, revision: int) -> None:
-        held.lease_rev = max(held.lease_rev, revision)
-        held.last_ok = self.host.now()
-        self.host.fold(self.host.view.put_lease(split, lease, revision))
 
     def _drop_lease(self, split: str, lease_rev: int, epoch: int) -> Flow[None]:
         """Best-effort removal of a lease this worker wrote (guarded by its revision)."""
         host = self.host
-        key = host.keys.split(split)
-        yield Hold(EPHEMERAL, key)
+        keyspace, key = host.view.lease_keyspace, host.view.lease_key(split)
+        yield Hold(keyspace, key)
         try:
             result = yield Op(
-                "delete", EPHEMERAL, key, expected=lease_rev, operation="lease-release",
+                "delete", keyspace, key, expected=lease_rev, operation="lease-release",
                 split=split, epoch=epoch,
             )  # fmt: skip
         except StoreUnavailable as exc:
             logger.debug("split %s: lease clean-up failed (%s); it will expire", split, exc)
             return
         if isinstance(result, Won):
-            host.fold(host.view.forget_own(EPHEMERAL, key, lease_rev))
+            host.fold(host.view.forget_own(keyspace, key, lease_rev))
         else:
-            yield from host.reread(EPHEMERAL, key)  # so a later give-back is guarded rightly
+            yield from host.reread(keyspace, key)  # so a later give-back is guarded rightly
 
     def _drop_lease_of(self, split: str, held: Owned) -> Flow[None]:
         # Busy until the lease is gone: our own lingering lease must not read as a
@@ -222,7 +186,8 @@ class Tenancies:
         self.busy.add(split)
         try:
             # Hold first: a renewal in flight moves the revision this delete is guarded by.
-            yield Hold(EPHEMERAL, self.host.keys.split(split))
+            view = self.host.view
+            yield Hold(view.lease_keyspace, view.lease_key(split))
             yield from self._drop_lease(split, held.lease_rev, held.epoch)
         finally:
             self.busy.discard(split)
@@ -245,7 +210,7 @@ class Tenancies:
             if (
                 now - since < host.lease / 3
                 or split in self.busy
-                or host.busy(EPHEMERAL, host.keys.split(split))
+                or host.busy(host.view.lease_keyspace, host.view.lease_key(split))
             ):
                 continue
             del self._stray[split]

@@ -177,7 +177,16 @@ class SplitState:
     progress_rev: int
     spec: SpecRecord | None = None
     lease: LeaseRecord | None = None
+    """The live lease (on a per-key store: a lease whose session, its owner's presence, lives)."""
     lease_rev: int = 0
+    stale_lease: LeaseRecord | None = None
+    """A lease key whose session is gone (per-key stores): expired, kept only to take over."""
+    stale_lease_rev: int = 0
+
+    @property
+    def lease_key_rev(self) -> int:
+        """The revision of the split's lease key, live or stale (0 when there is none)."""
+        return self.lease_rev if self.lease is not None else self.stale_lease_rev
 
     @property
     def current_owner(self) -> str | None:
@@ -204,10 +213,25 @@ class View:
     """The folded state of one job as seen by one worker."""
 
     def __init__(
-        self, keys: Keys, *, max_attempts: int, changes: PlacementChanges | None = None
+        self,
+        keys: Keys,
+        *,
+        max_attempts: int,
+        changes: PlacementChanges | None = None,
+        session_leases: bool = False,
+        own: tuple[str, str] | None = None,
     ) -> None:
         self.keys = keys
         self.max_attempts = max_attempts
+        self.session_leases = session_leases
+        """Leases are durable keys alive by their owner's session (a per-key TTL store)."""
+        self._own = own
+        """This worker's (instance, nonce): its own session is alive for as long as it runs."""
+        self._leased_by: dict[str, set[str]] = {}
+        """Owner instance -> the splits whose durable lease key names it (live or stale)."""
+        self._lease_owner: dict[str, str] = {}
+        self._old_layout: set[str] = set()
+        """Splits whose previous-layout lease was reported (see :meth:`_old_layout_lease`)."""
         self.splits: dict[str, SplitState] = {}
         self.presence: dict[str, PresenceRecord | None] = {}
         self.assignments: dict[str, tuple[AssignmentRecord, int]] = {}
@@ -272,6 +296,11 @@ class View:
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
                 lease = decode(LeaseRecord, entry.key, entry.value)
+                if self.session_leases:
+                    # A lease of the previous layout (renewed by its owner, per key): the
+                    # worker that wrote it runs an older spate, which this one cannot share
+                    # a job with safely. Said once per key; the split is left alone.
+                    return self._old_layout_lease(name, entry.key, lease, entry.revision)
                 return self._fold_lease(name, entry.key, lease, entry.revision)
             if kind is KeyKind.WORKER:
                 try:
@@ -287,6 +316,9 @@ class View:
         if kind is KeyKind.SPLIT:
             record = decode(ProgressRecord, entry.key, entry.value, split=name)
             return self._fold_progress(name, entry.key, record, entry.revision)
+        if kind is KeyKind.LEASE:
+            lease = decode(LeaseRecord, entry.key, entry.value)
+            return self._fold_lease(name, entry.key, lease, entry.revision, Keyspace.DURABLE)
         if kind is KeyKind.SPEC:
             spec = decode(SpecRecord, entry.key, entry.value, split=name)
             self._fold_spec(name, entry.key, spec, entry.revision)
@@ -325,7 +357,7 @@ class View:
             if kind is KeyKind.WORKER:
                 self.presence.pop(name, None)
                 self._touch_assignment()
-                return [PresenceGone(name, revision)]
+                return [PresenceGone(name, revision), *self._recheck_sessions(name)]
             if kind is KeyKind.LEADER:
                 self.leader = None
                 return [LeaderGone(revision)]
@@ -334,6 +366,8 @@ class View:
             self._reassign(name, self.assignments.pop(name, None), None)
             self._touch_assignment()
             return [AssignmentGone(name)]
+        if kind is KeyKind.LEASE:
+            return self._drop_lease(name, revision)
         # The protocol never deletes plan, spec or progress records: someone else did. Keep
         # the view's copy (the terminal verdict refuses to judge while listing and view
         # disagree) and say so.
@@ -365,7 +399,9 @@ class View:
             if covers is not None and not covers(key):
                 continue
             found = self.keys.classify(key)
-            if keyspace is Keyspace.DURABLE and (found is None or found[0] is not KeyKind.ASSIGN):
+            if keyspace is Keyspace.DURABLE and (
+                found is None or found[0] not in (KeyKind.ASSIGN, KeyKind.LEASE)
+            ):
                 continue
             notices.extend(self.apply_delete(keyspace, key, None))
         for entry in listed:
@@ -380,32 +416,140 @@ class View:
     # -- typed puts (also used for the coordinator's own won writes) -----------------------
 
     def put_lease(self, split: str, lease: LeaseRecord, revision: int) -> list[Notice]:
-        """Fold a lease write."""
-        key = self.keys.split(split)
-        if self._stale(Keyspace.EPHEMERAL, key, revision):
+        """Fold a lease write (in the keyspace this store keeps leases in)."""
+        keyspace = self.lease_keyspace
+        key = self.lease_key(split)
+        if self._stale(keyspace, key, revision):
             return []
-        return self._fold_lease(split, key, lease, revision)
+        return self._fold_lease(split, key, lease, revision, keyspace)
 
-    def _fold_lease(self, split: str, key: str, lease: LeaseRecord, revision: int) -> list[Notice]:
+    @property
+    def lease_keyspace(self) -> Keyspace:
+        """Where leases live: durable keys alive by session (per-key stores), or ephemeral."""
+        return Keyspace.DURABLE if self.session_leases else Keyspace.EPHEMERAL
+
+    def lease_key(self, split: str) -> str:
+        """The key of ``split``'s lease (see :attr:`lease_keyspace`)."""
+        return self.keys.lease(split) if self.session_leases else self.keys.split(split)
+
+    def session_live(self, lease: LeaseRecord) -> bool:
+        """Whether ``lease``'s session lives, as far as this view knows.
+
+        On a per-key store a lease is alive while its owner's presence record (its session)
+        stands under the lease's nonce; this worker's own session lives while it runs (its
+        self-fence ends its tenancies first). An unreadable presence counts as alive: the
+        safe side, since a live lease is never taken over. On a session store a lease key
+        lives exactly as long as its session, so a lease the view holds is alive.
+        """
+        if not self.session_leases:
+            return True
+        if self._own is not None and (lease.owner, lease.nonce) == self._own:
+            return True
+        if lease.owner not in self.presence:
+            return False
+        presence = self.presence[lease.owner]
+        return presence is None or presence.nonce == lease.nonce
+
+    def _fold_lease(
+        self,
+        split: str,
+        key: str,
+        lease: LeaseRecord,
+        revision: int,
+        keyspace: Keyspace = Keyspace.EPHEMERAL,
+    ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember(Keyspace.EPHEMERAL, key, revision)
+        self._remember(keyspace, key, revision)
+        if keyspace is Keyspace.DURABLE:
+            self._index_lease(split, lease.owner)
         state = self.splits.get(split)
         if state is None:
             pending = self._pending_leases.get(split)
             previous = None if pending is None else pending[0]
             self._pending_leases[split] = (lease, revision)
-        else:
-            previous = state.lease
-            if state.current_owner != lease.owner:
-                self._touch_assignment(split)
+            new = previous is None or (previous.nonce, previous.epoch) != (lease.nonce, lease.epoch)
+            return [LeaseChanged(split, lease, revision, new_tenancy=new)]
+        return self._set_lease(split, state, lease, revision)
+
+    def _set_lease(
+        self, split: str, state: SplitState, lease: LeaseRecord, revision: int
+    ) -> list[Notice]:
+        """Put ``lease`` on ``state``: live, or (its session gone) stale."""
+        previous = state.lease
+        owner_before = state.current_owner
+        if self.session_live(lease):
             state.lease, state.lease_rev = lease, revision
-            self._check_near_quarantine(split, state)
+            state.stale_lease, state.stale_lease_rev = None, 0
+        else:
+            state.lease, state.lease_rev = None, 0
+            state.stale_lease, state.stale_lease_rev = lease, revision
+        if state.current_owner != owner_before:
+            self._touch_assignment(split)
+        self._check_near_quarantine(split, state)
+        if state.lease is None:
+            # A lease written under a session already gone: expired the moment it landed. Over
+            # a live one it is still news of its own (a holder learns its key was taken).
+            if previous is None:
+                return []
+            return [LeaseChanged(split, lease, revision), LeaseGone(split, None)]
         new = previous is None or (previous.nonce, previous.epoch) != (lease.nonce, lease.epoch)
         return [LeaseChanged(split, lease, revision, new_tenancy=new)]
 
+    def _old_layout_lease(
+        self, split: str, key: str, lease: LeaseRecord, revision: int
+    ) -> list[Notice]:
+        """A per-key store's lease in the ephemeral keyspace: written by an earlier release.
+
+        Read as the live lease it is (it lives by its own TTL, renewed by its owner), so the
+        split is not placed elsewhere while that worker holds it; and said loudly, because a
+        worker of this release claiming beside it would only find out at the progress
+        record's compare-and-swap.
+        """
+        if split not in self._old_layout:
+            self._old_layout.add(split)
+            logger.error(
+                "split %s is leased by %s under the lease layout of an earlier spate release "
+                "(a per-split key renewed on its own); this release keeps leases by session. "
+                "Upgrade every worker of a job together: stop the older workers (or let them "
+                "finish the job) before starting this release",
+                split,
+                lease.owner,
+            )
+        return self._fold_lease(split, key, lease, revision)
+
+    def _index_lease(self, split: str, owner: str | None) -> None:
+        before = self._lease_owner.pop(split, None)
+        if before is not None:
+            splits = self._leased_by[before]
+            splits.discard(split)
+            if not splits:
+                del self._leased_by[before]
+        if owner is not None:
+            self._lease_owner[split] = owner
+            self._leased_by.setdefault(owner, set()).add(split)
+
+    def _recheck_sessions(self, instance: str) -> list[Notice]:
+        """``instance``'s session changed: its leases live or expire with it."""
+        notices: list[Notice] = []
+        for split in sorted(self._leased_by.get(instance, ())):
+            state = self.splits.get(split)
+            if state is None:
+                continue
+            lease = state.lease if state.lease is not None else state.stale_lease
+            if lease is None:
+                continue
+            revision = state.lease_rev if state.lease is not None else state.stale_lease_rev
+            if (state.lease is not None) != self.session_live(lease):
+                notices.extend(self._set_lease(split, state, lease, revision))
+        return notices
+
     def _drop_lease(self, split: str, revision: int | None) -> list[Notice]:
         self._pending_leases.pop(split, None)
+        if self.session_leases:
+            self._index_lease(split, None)
         state = self.splits.get(split)
+        if state is not None:
+            state.stale_lease, state.stale_lease_rev = None, 0
         if state is not None and state.lease is not None:
             owner_before = state.current_owner
             state.lease, state.lease_rev = None, 0
@@ -431,8 +575,10 @@ class View:
         if state is None:
             lease, lease_rev = self._pending_leases.pop(split, (None, 0))
             state = self.splits[split] = SplitState(
-                record, revision, self._pending_specs.pop(split, None), lease, lease_rev
+                record, revision, self._pending_specs.pop(split, None)
             )
+            if lease is not None:
+                self._set_lease(split, state, lease, lease_rev)
             self._count(record.status, +1)
             self._touch_assignment(split)
         else:
@@ -478,7 +624,12 @@ class View:
         if new or _cap(before) != _cap(presence) or _locality(before) != _locality(presence):
             self._touch_assignment()
         nonce = None if presence is None else presence.nonce
-        return [PresenceChanged(instance, nonce, revision, new)]
+        notices: list[Notice] = [PresenceChanged(instance, nonce, revision, new)]
+        if self.session_leases and (
+            new or before is None or presence is None or before.nonce != nonce
+        ):
+            notices.extend(self._recheck_sessions(instance))
+        return notices
 
     def put_leader(self, leader: LeaderRecord, revision: int) -> list[Notice]:
         """Fold a leader-key write."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 
 import attrs
+import pytest
 
-from spate import Gained
+from spate import Gained, Lost
 from spate._core.records import ProgressRecord, Status, encode
 from spate.store import Keyspace
 
-from .world import KEYS, LEASE, World, planner_of
+from .world import KEYS, LEASE, World, config, planner_of
 
 
 def test_a_claim_whose_lease_lands_after_another_owner_finished_writes_nothing() -> None:
@@ -20,7 +21,7 @@ def test_a_claim_whose_lease_lands_after_another_owner_finished_writes_nothing()
     # revision, un-finishing the split at a lower epoch.
     world = World()
     a = world.start("a", planner=planner_of(1), wait=False)
-    held = a.hold_next("create", Keyspace.EPHEMERAL, KEYS.split("s00"))
+    held = a.hold_next("create", *a.lease_key("s00"))
     world.run_until(lambda: held.arrived)
     record, revision = world.record("s00")
     finished = attrs.evolve(
@@ -38,7 +39,7 @@ def test_a_claim_whose_lease_lands_after_another_owner_finished_writes_nothing()
     final, _ = world.record("s00")
     assert final == finished
     assert not a.of(Gained)
-    assert world.get(Keyspace.EPHEMERAL, KEYS.split("s00")) is None  # the stray lease is removed
+    assert world.get(*a.lease_key("s00")) is None  # the stray lease is removed
 
 
 def test_a_claim_whose_lease_lands_after_another_claim_never_lowers_the_epoch() -> None:
@@ -46,7 +47,7 @@ def test_a_claim_whose_lease_lands_after_another_claim_never_lowers_the_epoch() 
     # lease (it died at once), so a may take the split over — but only at a newer epoch.
     world = World()
     a = world.start("a", planner=planner_of(1), wait=False)
-    held = a.hold_next("create", Keyspace.EPHEMERAL, KEYS.split("s00"))
+    held = a.hold_next("create", *a.lease_key("s00"))
     world.run_until(lambda: held.arrived)
     record, revision = world.record("s00")
     taken: ProgressRecord = attrs.evolve(record, epoch=record.epoch + 1, owner="b")
@@ -59,16 +60,25 @@ def test_a_claim_whose_lease_lands_after_another_claim_never_lowers_the_epoch() 
     assert all(gained.epoch > taken.epoch for gained in a.of(Gained))
 
 
-def test_renewals_leave_slack_a_held_lease_is_renewed_on_every_heartbeat() -> None:
-    # Found by the benchmarks: renewing only once a full third of the lease had passed skipped
-    # every early (jittered) heartbeat, so leases went two thirds of their life unrenewed.
-    world = World()
-    a = world.start("a", planner=planner_of(2))
-    world.run_until(lambda: bool(a.of(Gained)))
-    start = world.now
+@pytest.mark.parametrize("sessions", [False, True], ids=["per-key", "session"])
+def test_nothing_is_renewed_per_split_the_session_alone_keeps_every_lease(sessions: bool) -> None:
+    # DESIGN §4b: renewals are O(workers). On a per-key store the heartbeat renews the
+    # presence record (the session every lease names) and, on the leader, the leader key; on a
+    # session store the session's keepalive keeps both. No split's lease is ever rewritten.
+    world = World(sessions=sessions)
+    a = world.start("a", planner=planner_of(8), cfg=config(max_in_flight=8))
+    world.run_until(lambda: len(a.owned) == 8)
+    mark = len(a.writes)
     world.run_for(20 * LEASE)
-    renewals = [t for t, op, _ in a.writes if op == "renew" and t >= start]
-    per_split = len(renewals) / 2
-    assert per_split >= 20 * 3 * 0.8  # about one renewal per heartbeat, three per lease
-    times = sorted({round(t, 6) for t in renewals})
-    assert max(b - a for a, b in itertools.pairwise(times)) <= 0.45 * LEASE
+    assert len(a.owned) == 8
+    assert not a.of(Lost)
+    kept = [op for _, op, _ in a.writes[mark:]]
+    assert "renew" not in kept
+    if not sessions:
+        beats = kept.count("presence-renew")
+        assert beats >= 20 * 3 * 0.8  # about one a heartbeat, three a lease
+        presence = sorted(t for t, op, _ in a.writes[mark:] if op == "presence-renew")
+        assert max(b - a for a, b in itertools.pairwise(presence)) <= 0.45 * LEASE
+    # A steady worker writes at most its presence and the leader key per heartbeat (about
+    # three a lease), whatever it holds: not one write per held split.
+    assert len(kept) <= 2 * 20 * 3 * 1.25, sorted(set(kept))

@@ -168,11 +168,11 @@ def test_zombie_commit_after_takeover_is_fenced() -> None:
     world.run_until(lambda: a.owned == {"s00"})
     a.freeze()  # a is paused: it hears nothing of what follows
     record, revision = world.record("s00")
-    lease = world.get(EPHEMERAL, KEYS.split("s00"))
+    lease = world.get(*a.lease_key("s00"))
     assert lease is not None
     thief = LeaseRecord(owner="thief", nonce="n", epoch=record.epoch + 1)
     assert isinstance(
-        world.write("update", EPHEMERAL, lease.key, encode(thief), lease.revision), Won
+        world.write("update", a.lease_key("s00")[0], lease.key, encode(thief), lease.revision), Won
     )
     taken = attrs.evolve(record, epoch=record.epoch + 1, owner="thief")
     assert isinstance(
@@ -206,30 +206,52 @@ def test_maybe_landed_commit_is_adopted() -> None:
     assert ("commit", "lost") in [(op, how) for _, op, how in a.writes]
 
 
-def test_maybe_landed_renewal_is_adopted() -> None:
+def test_a_maybe_landed_session_renewal_is_adopted() -> None:
+    # On a per-key store the presence record is the session every lease names: a renewal
+    # whose reply was lost (it landed) is read back at the next beat and adopted, and no
+    # tenancy is lost for it.
     world = World()
     a = world.start("a", planner=planner_of(1))
     world.run_until(lambda: a.owned == {"s00"})
-    a.deafen(EPHEMERAL, "")
-    a.lose_reply("update", EPHEMERAL, KEYS.split("s00"))
+    a.lose_reply("update", EPHEMERAL, KEYS.worker("a"))
     world.run_for(3 * LEASE)
-    a.hear(EPHEMERAL)
     world.settle()
     assert a.owned == {"s00"}
     assert not a.of(Lost)
-    outcomes = [how for _, op, how in a.writes if op == "renew"]
+    outcomes = [how for _, op, how in a.writes if op == "presence-renew"]
     assert "error" in outcomes
     assert "lost" in outcomes  # the next renewal lost, read back, and adopted its own write
+    assert outcomes[-1] == "won"
+
+
+def test_a_session_that_lapsed_ends_every_tenancy_before_the_worker_announces_again() -> None:
+    # The presence record expired (no renewal landed for a whole lease): every lease naming
+    # it expired too, and a peer may be taking them over. The worker ends those tenancies
+    # (Lost, starved) before it writes a presence record that would make them look alive.
+    world = World()
+    a = world.start("a", planner=planner_of(2))
+    world.run_until(lambda: a.owned == {"s00", "s01"})
+    assert world.get(EPHEMERAL, KEYS.worker("a")) is not None
+    a.partition()
+    world.run_for(LEASE + 0.1)
+    assert world.get(EPHEMERAL, KEYS.worker("a")) is None  # the session is gone
+    world.run_until(lambda: len(a.of(Lost)) == 2, within=LEASE)
+    assert {lost.split for lost in a.of(Lost)} == {"s00", "s01"}
+    assert {lost.reason for lost in a.of(Lost)} == {"starved"}
+    ended = max(a.time_of(lost) for lost in a.of(Lost))
+    a.heal()
+    world.run_until(lambda: world.get(EPHEMERAL, KEYS.worker("a")) is not None, within=LEASE)
+    assert world.now >= ended
 
 
 def test_thief_on_a_held_lease_means_lost_fenced() -> None:
     world = World()
     a = world.start("a", planner=planner_of(1))
     world.run_until(lambda: a.owned == {"s00"})
-    lease = world.get(EPHEMERAL, KEYS.split("s00"))
+    lease = world.get(*a.lease_key("s00"))
     assert lease is not None
     thief = LeaseRecord(owner="thief", nonce="n", epoch=9)
-    world.write("update", EPHEMERAL, lease.key, encode(thief), lease.revision)
+    world.write("update", a.lease_key("s00")[0], lease.key, encode(thief), lease.revision)
     world.run_until(lambda: bool(a.of(Lost, "s00")), within=1)
     assert a.of(Lost) == [Lost("s00", "fenced")]
 

@@ -37,6 +37,7 @@ def test_a_departing_worker_hands_back_every_split_at_once_and_the_other_claims_
     assert not b.owned
     a.slow_writes("update", Keyspace.DURABLE, KEYS.split_prefix, LATENCY)
     a.slow_writes("delete", Keyspace.EPHEMERAL, "", LATENCY)
+    a.slow_writes("delete", *a.lease_key(""), LATENCY)
     began = world.now
     world.wait(a.depart())
     left = world.now - began
@@ -69,6 +70,7 @@ def test_a_departing_follower_hands_back_at_once_and_the_leader_reassigns_at_onc
     assert not b.owned
     a.slow_writes("update", Keyspace.DURABLE, KEYS.split_prefix, LATENCY)
     a.slow_writes("delete", Keyspace.EPHEMERAL, "", LATENCY)
+    a.slow_writes("delete", *a.lease_key(""), LATENCY)
     began = world.now
     world.wait(a.depart())
     left = world.now - began
@@ -95,7 +97,7 @@ def test_a_departure_deletes_its_presence_once_its_hand_backs_landed_beside_its_
     landed = {(w.op, w.key): w.at for w in world.store_writes()[mark:] if w.actor == a.actor}
     splits = [KEYS.split(f"s0{n}") for n in range(4)]
     hand_backs = [landed[("update", key)] for key in splits]
-    lease_drops = [started[("delete", key)] for key in splits]
+    lease_drops = [started[("delete", a.lease_key(f"s0{n}")[1])] for n in range(4)]
     presence = started[("delete", KEYS.worker("a"))]
     assert presence >= max(hand_backs), "the presence went before the working set was empty"
     assert presence == min(lease_drops), "the presence waited for the lease drops"

@@ -6,7 +6,7 @@ each heartbeat is the test's call, so each protocol step can be checked one inpu
 
 from __future__ import annotations
 
-from spate import Gained, Plan, PlanContext, Progress, SplitSpec
+from spate import Gained, Lost, Plan, PlanContext, Progress, SplitSpec
 from spate.store import Entry, Keyspace
 
 from .world import KEYS, Worker, World
@@ -51,18 +51,19 @@ def test_a_commit_is_one_write_and_its_echo_changes_nothing() -> None:
 
 def test_time_is_the_injected_clock() -> None:
     world, w1 = lone_worker()
-    last_ok = w1.renewed_at["a"]
-    # The renewal cadence reads the world's clock: nothing is due before a third of the
-    # lease (gated at 0.7 of it), then every held lease is renewed.
-    before = len(w1.ops)
-    world.run_for(last_ok + 1.0 - world.now)
+    # The self-fence reads the world's clock: cut off from the store, the worker ends its
+    # tenancies once a whole lease has passed since its session's last confirmed renewal,
+    # not before.
+    renewed = w1.machine.presence_ok_at
+    w1.partition()
+    world.run_for(renewed + w1.lease - 0.01 - world.now)
     w1.heartbeat()
     world.settle()
-    assert not [op for op in w1.ops[before:] if op.operation == "renew"]
-    world.run_for(last_ok + w1.lease / 3 - world.now)
+    assert not w1.of(Lost)
+    world.run_for(0.01)
     w1.heartbeat()
     world.settle()
-    assert sorted(op.split for op in w1.ops[before:] if op.operation == "renew") == ["a", "b"]
+    assert {lost.split for lost in w1.of(Lost)} == {"a", "b"}
     world.run_for(1234.5 - world.now)
     assert w1.machine.now() == 1234.5
 

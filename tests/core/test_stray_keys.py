@@ -60,7 +60,7 @@ def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back(
     # it will not simply hold the split again.
     w1.drop_silently("a")
     w1.stop_claiming()
-    lease = world.get(EPHEMERAL, KEYS.split("a"))
+    lease = world.get(*w1.lease_key("a"))
     assert lease is not None
     # Not at once: a beat later (the key may be a claim's own write, not yet a holding).
     before = len(w1.ops)
@@ -72,7 +72,7 @@ def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back(
     world.settle()
     gave_back = [op for op in w1.ops[before:] if op.operation == "lease-release"]
     assert [(op.key, op.expected) for op in gave_back] == [(lease.key, lease.revision)]
-    assert world.get(EPHEMERAL, KEYS.split("a")) is None
+    assert world.get(*w1.lease_key("a")) is None
     record, _ = world.record("a")
     assert record.epoch == 1
 
@@ -82,18 +82,18 @@ def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:
     w1.drop_silently("b")
     # Leaving: otherwise the next step simply claims the split again, adopting the key.
     w1.stop_claiming()
-    lease_key = KEYS.split("b")
-    current = world.get(EPHEMERAL, lease_key)
+    leases, lease_key = w1.lease_key("b")
+    current = world.get(leases, lease_key)
     assert current is not None
     world.run_for(w1.lease / 3)
     # Rewritten under this process's nonce behind the machine's back: the give-back's
     # delete, guarded by the revision it knew, loses; the next beat tries the new one.
-    w1.deafen(EPHEMERAL, lease_key)
+    w1.deafen(leases, lease_key)
     lease = LeaseRecord(owner="w1", nonce=w1.nonce, epoch=1)
-    world.write("update", EPHEMERAL, lease_key, encode(lease), current.revision)
+    world.write("update", leases, lease_key, encode(lease), current.revision)
     w1.heartbeat()
     world.settle()
-    w1.hear(EPHEMERAL)
+    w1.hear(leases)
     world.run_for(w1.lease / 3)
     w1.heartbeat()
     world.settle()
@@ -101,7 +101,7 @@ def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:
     assert [op.expected for op in deletes][:1] == [current.revision]
     assert len(deletes) == 2
     # Nothing of this process's stands orphaned.
-    assert world.get(EPHEMERAL, lease_key) is None
+    assert world.get(leases, lease_key) is None
     assert not w1.stray_leases
 
 
@@ -113,12 +113,12 @@ def test_a_stray_lease_key_that_moved_unheard_is_read_again_and_given_back() -> 
     world, w1 = lone_worker()
     w1.drop_silently("b")
     w1.stop_claiming()  # claims nothing more: the split cannot simply be held again
-    lease_key = KEYS.split("b")
-    current = world.get(EPHEMERAL, lease_key)
+    leases, lease_key = w1.lease_key("b")
+    current = world.get(leases, lease_key)
     assert current is not None
-    w1.deafen(EPHEMERAL, lease_key)  # no watch event: the view keeps the old revision
-    world.write("update", EPHEMERAL, lease_key, current.value, current.revision)
-    moved = world.get(EPHEMERAL, lease_key)
+    w1.deafen(leases, lease_key)  # no watch event: the view keeps the old revision
+    world.write("update", leases, lease_key, current.value, current.revision)
+    moved = world.get(leases, lease_key)
     assert moved is not None
     for _ in range(3):
         world.run_for(w1.lease / 3)
@@ -126,7 +126,7 @@ def test_a_stray_lease_key_that_moved_unheard_is_read_again_and_given_back() -> 
         world.settle()
     deletes = [op for op in w1.ops if op.operation == "lease-release" and op.key == lease_key]
     assert [op.expected for op in deletes][:2] == [current.revision, moved.revision]
-    assert world.get(EPHEMERAL, lease_key) is None
+    assert world.get(leases, lease_key) is None
 
 
 def test_a_leader_key_that_moved_unheard_is_read_again_and_resigned() -> None:

@@ -421,6 +421,11 @@ class Worker(EventLog, SimWorker):
         """Whether ``splits`` have moved on since a departure (``wait_handed_over``'s test)."""
         return self.machine.handed_over(list(splits))
 
+    def lease_key(self, split: str) -> tuple[Keyspace, str]:
+        """Where ``split``'s lease lives on this world's store (durable on per-key stores)."""
+        view = self.machine.view
+        return view.lease_keyspace, view.lease_key(split)
+
     def drop_silently(self, split: str) -> None:
         """Stop holding ``split`` without writing (a loss noticed before its key went)."""
         self.machine._claims.drop(split, "fenced")

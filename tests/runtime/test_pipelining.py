@@ -47,7 +47,7 @@ async def test_commits_on_one_split_are_serialized(autojump_clock: trio.abc.Cloc
         nursery.cancel_scope.cancel()
 
 
-async def test_renewals_never_wait_behind_commits(autojump_clock: trio.abc.Clock) -> None:
+async def test_session_renewals_never_wait_behind_commits(autojump_clock: trio.abc.Clock) -> None:
     store = HookStore(client(MemoryServer()))
 
     async def slow_durable_writes(kind: str, keyspace: Keyspace, key: str) -> None:
@@ -72,10 +72,15 @@ async def test_renewals_never_wait_behind_commits(autojump_clock: trio.abc.Clock
         assert not w.of(Lost)
         assert len(w.c.owned) == 2
         renewed = sorted(
-            {t for t, op, outcome in w.metrics.writes if op == "renew" and outcome == "won"}
+            {
+                t
+                for t, op, outcome in w.metrics.writes
+                if op == "presence-renew" and outcome == "won"
+            }
         )
-        # Renewed on the heartbeat's cadence throughout: a held lease is due after a third of
-        # a lease, and the jittered tick comes at most 1.2 of that later.
+        # The session (on the memory store: the presence record, which every lease names) is
+        # renewed on the heartbeat's cadence throughout: the jittered tick comes at most 1.2
+        # of a third of a lease after the last.
         gaps = [b - a for a, b in itertools.pairwise(renewed)]
         assert len(renewed) >= 5 * 3 / 2
         assert max(gaps) <= 2 * 1.2 * TTL / 3

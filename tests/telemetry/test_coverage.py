@@ -299,7 +299,7 @@ async def test_the_fleet_check_fails_when_a_write_site_bypasses_fenced_write(
     async def renewals_bypass(
         store: Store, scope: fenced.Scope, operation: str, kind: str, *args: Any, **kw: Any
     ) -> WriteResult:
-        if operation == "renew":
+        if operation == "presence-renew":
             # What a write site that called the store directly would do.
             keyspace, key, value = args
             return await store.update(keyspace, key, value, kw["expected"])
@@ -311,7 +311,7 @@ async def test_the_fleet_check_fails_when_a_write_site_bypasses_fenced_write(
     problems = uncovered(noted, spans.all())
     renewals = [w for w in noted if w.kind == "update" and w.keyspace is Keyspace.EPHEMERAL]
     assert problems
-    assert all("no span was current" in p and "ephemeral:cov.split." in p for p in problems)
+    assert all("no span was current" in p and "ephemeral:cov.worker." in p for p in problems)
     assert len(problems) <= len(renewals)
 
 

@@ -183,7 +183,13 @@ async def test_spate_demo_exports_its_traces(nursery: trio.Nursery) -> None:
     spans = receiver.spans()
     assert {s.service for s in spans} == {"spate-demo"}
     names = {s.name for s in spans}
-    assert {"spate.claim", "spate.commit", "spate.renew", "spate.elect", "spate.assign"} <= names
+    assert {
+        "spate.claim",
+        "spate.commit",
+        "spate.presence-renew",
+        "spate.elect",
+        "spate.assign",
+    } <= names
     assert {"spate.fail", "spate.requeue"} <= names  # the poison split, and the operator's fix
     # Every late write the demo counts as refused by the fence arrived as a lost span.
     refused = re.search(r"late store writes refused (\d+)", output)

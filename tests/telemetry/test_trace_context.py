@@ -106,7 +106,7 @@ async def test_writes_nobody_asked_for_start_their_own_traces(
     loop_writes = [
         s
         for name in (
-            "spate.renew",
+            "spate.presence-renew",
             "spate.claim",
             "spate.claim-lease",
             "spate.elect",
@@ -114,7 +114,7 @@ async def test_writes_nobody_asked_for_start_their_own_traces(
         )
         for s in spans.named(name)
     ]
-    assert {s.name for s in loop_writes} >= {"spate.renew", "spate.claim", "spate.elect"}
+    assert {s.name for s in loop_writes} >= {"spate.presence-renew", "spate.claim", "spate.elect"}
     for span in loop_writes:
         assert span.parent is None, f"{span.name} hangs under {span.parent}"
         assert span.context.trace_id != deploy_trace
