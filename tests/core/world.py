@@ -28,13 +28,16 @@ The pieces a test drives:
 - deaths and faults: :meth:`Worker.kill`, :meth:`Worker.freeze`, :meth:`Worker.partition`,
   a write that fails, whose reply is lost, that is held in the network, or that another
   writer beats (:meth:`Worker.fail_next`, :meth:`Worker.lose_reply`, :meth:`Worker.hold_next`,
-  :meth:`Worker.before_next`), slow writes (:meth:`Worker.slow_writes`) and a slow watch
-  (:meth:`Worker.deafen`);
+  :meth:`Worker.before_next`), a read held in the network (:meth:`Worker.hold_next_read`),
+  watch events delivered by hand in one batch (:meth:`Worker.watch_batch`), slow writes
+  (:meth:`Worker.slow_writes`) and a slow watch (:meth:`Worker.deafen`);
 - the store as another client sees it: :meth:`World.get`, :meth:`World.record`,
   :meth:`World.write`;
 - what a worker said: :attr:`Worker.events`, :meth:`Worker.of`, :meth:`Worker.time_of`,
   :attr:`Worker.counts` (the metrics hooks), :attr:`Worker.writes` (every write and how it
-  ended), :attr:`Worker.reads` and :meth:`Worker.listings` (every read).
+  ended), :attr:`Worker.reads` and :meth:`Worker.listings` (every read), :attr:`Worker.calls`
+  (every call, reads and writes, in order), :attr:`Worker.watches` (the watches it keeps) and
+  :attr:`Worker.delivered` (every live event its watches delivered: who reads what).
 
 What a worker holds and leads is read from its machine in one place (the section "the
 machine's state" of :class:`Worker`).
@@ -62,6 +65,7 @@ from spate import (
 )
 from spate._core.flows import Flow, Op
 from spate._core.records import ProgressRecord, decode
+from spate._core.scopes import WatchScope
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.store import (
     Delete,
@@ -192,6 +196,8 @@ class _Link(Link):
         self.writes: list[tuple[float, str, str]] = []
         self.ops: list[Op] = []
         self.reads: list[Op] = []
+        self.calls: list[tuple[float, Op]] = []
+        self.delivered: list[tuple[float, Keyspace, str, str]] = []
         self.gates: dict[Keyspace, str] = {}
         self._gated: list[Callable[[], None]] = []
         self.answered: Callable[[], None] = lambda: None
@@ -204,6 +210,7 @@ class _Link(Link):
         *,
         lease: int | None = None,
     ) -> None:
+        self.calls.append((self._clock.now(), op))
         if op.is_write:
             self.ops.append(op)
             reply = self._counted(op, reply)
@@ -281,6 +288,9 @@ class _GatedSink:
             if isinstance(event, Delete)
             else ""
         )
+        if isinstance(event, Put | Delete):
+            kind = "put" if isinstance(event, Put) else "delete"
+            self.link.delivered.append((self.link._clock.now(), self.keyspace, key, kind))
         gate = self.link.gates.get(self.keyspace)
         if self.link._gated or (gate is not None and key.startswith(gate)):
             # Held in order: an event behind a held one waits for it too.
@@ -385,6 +395,16 @@ class Worker(EventLog, SimWorker):
         """Every read (get, list) this worker sent, in order (watches are not reads)."""
         return self.link.reads
 
+    @property
+    def calls(self) -> list[tuple[float, Op]]:
+        """Every store call (read or write) this worker sent: when, and what, in order."""
+        return self.link.calls
+
+    @property
+    def delivered(self) -> list[tuple[float, Keyspace, str, str]]:
+        """Every live event its watches delivered: when, keyspace, key, ``put``/``delete``."""
+        return self.link.delivered
+
     def listings(self, prefix: str) -> int:
         """How many listings of exactly ``prefix`` this worker sent."""
         return sum(op.method == "list" and op.key == prefix for op in self.link.reads)
@@ -399,6 +419,15 @@ class Worker(EventLog, SimWorker):
         changed = self.machine.watch_put(keyspace, entry)
         self.input(lambda: changed)
         return changed
+
+    def watch_batch(self, keyspace: Keyspace, entries: Iterable[Entry]) -> None:
+        """Deliver several watch puts by hand as one input (one step), as a runtime batch does."""
+        machine = self.machine
+
+        def batch() -> bool:
+            return any([machine.watch_put(keyspace, entry) for entry in entries])
+
+        self.input(batch)
 
     def request_step(self) -> None:
         """Count the machine's own requests for a step (state changed outside an input)."""
@@ -416,6 +445,11 @@ class Worker(EventLog, SimWorker):
     def leading(self) -> bool:
         """Whether this worker is the leader."""
         return self.machine.leading
+
+    @property
+    def watches(self) -> tuple[WatchScope, ...]:
+        """The watches this worker keeps open now."""
+        return self.machine.watches
 
     def handed_over(self, splits: Iterable[str]) -> bool:
         """Whether ``splits`` have moved on since a departure (``wait_handed_over``'s test)."""
@@ -565,6 +599,17 @@ class Worker(EventLog, SimWorker):
         def hold(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
             held.arrived = True
             held._land = lambda: reply(outcome.Value(self.link.land(op, lease)))
+
+        self._rule(kind, keyspace, key, hold)
+        return held
+
+    def hold_next_read(self, kind: Literal["get", "list"], keyspace: Keyspace, key: str) -> Held:
+        """The next such read waits in the network until released, then is answered."""
+        held = Held()
+
+        def hold(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
+            held.arrived = True
+            held._land = lambda: Link.call(self.link, op, reply, lease=lease)
 
         self._rule(kind, keyspace, key, hold)
         return held
