@@ -1,32 +1,35 @@
-"""Fleet scale: what one commit, one join and one ownership change cost a fleet of W workers.
+"""Fleet scale: what one commit, one join, one ownership change and one takeover cost a fleet.
 
-The "before" figures of the fleet-scale issue. Every worker is a :func:`spate.run_worker` in
-this one process, on one shared memory store, under Trio's ``MockClock``: virtual time drives
-leases and timers, and the CPU is real (``time.process_time`` of the process, which is the
-whole fleet's CPU, since the fleet is this one process). Each worker reaches the store through
-its own :class:`Tally`, a wrapper that counts, for that worker, the entries its watches deliver
-(snapshot entries apart from live Put/Delete events), the records ``list`` and ``get`` return,
-and its writes. The counts are exact; only the CPU figures are noisy.
+Every worker is a :func:`spate.run_worker` in this one process, on one shared memory store,
+under Trio's ``MockClock``: virtual time drives leases and timers, and the CPU is real
+(``time.process_time`` of the process, which is the whole fleet's CPU, since the fleet is this
+one process). Each worker reaches the store through its own :class:`Tally`, a wrapper that
+counts, for that worker alone, the entries its watches deliver (snapshot entries apart from
+live Put/Delete events), the records ``list`` and ``get`` return, and its calls and writes;
+its metrics hooks count its reconciles. The counts are exact and per worker; only the CPU
+figures are noisy, and they are the fleet's.
 
-* **Fleets of 8, 64 and 256 workers** (``--quick``: 8 and 64), 4 lanes each, a job of 4
-  splits per worker plus a few waiting ones. Once every lane is full and the fleet has
-  settled, the held splits commit (each split 20 times at 8 workers, 4 at 64; one split per
-  worker once at 256, to keep the suite to minutes: each row says how many), the commits
-  spread evenly over virtual time so each is seen on its own. Reported: live watch events
-  delivered to all workers per commit, and fleet CPU per commit (the commit phase's CPU minus
-  that of an equally long idle phase of the same fleet, over the commits), with its ratio to
-  8 workers. 1,024 workers are not run by default: every write of the fleet's start reaches
-  every worker, so the start alone grows as W² (tens of minutes at 1,024); its row says so,
-  with the start's cost at the sizes that ran, and ``BENCH_FLEET_SIZES=8,1024`` runs it.
-  Then a split held by a follower completes, one at a time, and its lane takes a waiting
-  split: per such ownership change, the calls and records the *leader's* wrapper sees, and the
-  fleet's CPU (the leader's own share cannot be told apart in one process; a plain commit's
-  fleet CPU is beside it).
-* **A late joiner of a large job** (100,000 splits; ``--quick``: 10,000): a fleet of 4 workers
-  holds its lanes, then a fifth, not leading, joins: the records its watches' snapshots,
-  listings and reads returned until its first split was handed to its handler. Then the
-  fleet runs three reconcile intervals: the records one follower's backstop listings return,
-  per reconcile.
+* **Fleets of 8, 64, 256 and 1,024 workers** (``--quick``: 8 and 64; ``BENCH_FLEET_SIZES``
+  picks others), 4 lanes each, a job of 4 splits per worker plus a few waiting ones. Once
+  every lane is full and the fleet has settled, every held split commits (20 times at 8
+  workers, 4 at 64, 2 at 256, once at 1,024), the commits spread evenly over virtual time so
+  each is seen on its own. Reported: live watch events delivered to all workers per commit,
+  and fleet CPU per commit (the commit phase's CPU minus the mean of an equally long idle
+  phase before and after it, over the commits), with its ratio to 8 workers; and how long
+  the fleet's start took. Then a split held by a follower completes, one at a time, and its
+  lane takes a waiting split: per such ownership change, the calls and records of the
+  *leader's* own wrapper, those of all the followers' wrappers together, and the fleet's CPU
+  (less what the idle fleet spends in the same virtual time).
+* **A large job** (100,000 splits; ``--quick``: 10,000), 8 lanes per worker: a fleet of 4
+  workers holds its lanes, then a fifth, not leading, joins: the records its watches'
+  snapshots, listings and reads returned until its first split was handed to its handler.
+  Then the fleet runs three and a half reconcile intervals: every record the late joiner
+  read meanwhile (point reads and listings), per reconcile it ran, against its own keys.
+  Then the leader is killed (no hand-back): the records its successor reads to take over the
+  job, and the process CPU from its listing of the job until the fleet is quiet again with
+  the job placed.
+* **A steady fleet's writes**: 4 workers holding 8 splits each, for 10 leases of virtual
+  time: every store write of the fleet per third of a lease, by kind.
 
 Nothing is asserted; the figures are reported beside the issue's targets. Run alone with
 ``python -m bench --only fleet --stores memory``.
@@ -34,6 +37,8 @@ Nothing is asserted; the figures are reported beside the issue's targets. Run al
 
 from __future__ import annotations
 
+import collections
+import gc
 import math
 import os
 import time
@@ -47,8 +52,8 @@ import trio.testing
 
 from bench._fleet import JOB, RecordingStore, planner_of
 from bench._harness import Options, Row, fmt_seconds, namespace
-from spate import Config, SplitHandle, run_worker
-from spate._core.records import Keys, LeaderRecord, decode
+from spate import Config, MetricsHooks, SplitHandle, run_worker
+from spate._core.records import AssignmentRecord, Keys, LeaderRecord, decode
 from spate.store import Entry, Keyspace, SnapshotDone, Store, WatchEvent
 from spate_stores.memory import MemoryStore
 
@@ -56,14 +61,10 @@ SIZES = (8, 64, 256, 1_024)
 QUICK_SIZES = (8, 64)
 LANES = 4
 """Splits per worker (its ``max_in_flight``), as in the issue's measurement."""
-ROUNDS = {8: 20, 64: 4}
-"""Commits per split at each fleet size (the issue's 20 where the suite can afford it; 1 above)."""
-EVERY = {8: 1, 64: 1}
-"""At each fleet size one split in this many commits (every split up to 64 workers; above,
-one split per worker: the figures are per commit, and a commit costs the fleet O(workers))."""
+ROUNDS = {8: 20, 64: 4, 256: 2, 1_024: 1}
+"""Commits per split at each fleet size (the issue's 20 at 8 workers; fewer above, where
+there are more splits: at least 640 commits at every size, every held split committing)."""
 QUICK_ROUNDS = 5
-MAX_SIZE = 256
-"""The largest fleet of a full run (see :func:`_skipped_row`; BENCH_FLEET_SIZES overrides)."""
 CHANGES = 16
 """Ownership changes measured per fleet (splits that complete, a waiting one taking the lane)."""
 TTL = 600.0
@@ -76,6 +77,12 @@ LARGE_FLEET = 4
 """Workers already running the large job when the late joiner comes."""
 LARGE_LANES = 8
 RECONCILES = 3
+SETTLE = 10.0
+"""Virtual seconds a takeover is given after its listing (debounce and rebalance included)."""
+STEADY_WORKERS = 4
+STEADY_LANES = 8
+STEADY_TTL = 9.0
+STEADY_LEASES = 10
 KEYSPACES = (Keyspace.DURABLE, Keyspace.EPHEMERAL)
 
 Order = Callable[[SplitHandle], Awaitable[None]]
@@ -129,6 +136,12 @@ class Tally(RecordingStore):
         """``list`` calls (durable, ephemeral)."""
         self.got = 0
         """Records returned by ``get`` (a miss returns none)."""
+        self.listing_began: float | None = None
+        """Process CPU time when its first durable listing since the reset began."""
+        self.listing_returned: float | None = None
+        """Process CPU time when that listing returned."""
+        self.listed_by: collections.Counter[str] = collections.Counter()
+        """Records listed, by keyspace and prefix (``durable bench.split.``)."""
 
     def reset(self) -> None:
         """Zero every counter (the recorder's calls too)."""
@@ -138,6 +151,8 @@ class Tally(RecordingStore):
         self.listed = [0, 0]
         self.lists = [0, 0]
         self.got = 0
+        self.listing_began = self.listing_returned = None
+        self.listed_by.clear()
 
     @property
     def records_read(self) -> int:
@@ -160,11 +175,29 @@ class Tally(RecordingStore):
             self.got += 1
         return entry
 
+    @property
+    def gets(self) -> int:
+        """``get`` calls (hits and misses)."""
+        return sum(n for (op, _), n in self.calls.items() if op == "get")
+
+    def ops(self) -> dict[str, int]:
+        """Calls by operation (each write of a group counts as the write it is)."""
+        found: collections.Counter[str] = collections.Counter()
+        for (op, _), count in self.calls.items():
+            found[op] += count
+        return dict(found)
+
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
+        first = keyspace is Keyspace.DURABLE and self.listing_began is None
+        if first:
+            self.listing_began = time.process_time()
         entries = await super().list(keyspace, prefix)
+        if first:
+            self.listing_returned = time.process_time()
         index = KEYSPACES.index(keyspace)
         self.lists[index] += 1
         self.listed[index] += len(entries)
+        self.listed_by[f"{keyspace.value} {prefix}"] += len(entries)
         return entries
 
     def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
@@ -178,6 +211,22 @@ class Tally(RecordingStore):
             yield _Counted(events, self, keyspace)
 
 
+class _Counts(MetricsHooks):
+    """One worker's metrics hooks, counting its reconciles."""
+
+    def __init__(self) -> None:
+        self.reconciles = 0
+        self.placements = 0
+        """Placements published while leading."""
+
+    def reconcile_duration(self, seconds: float) -> None:
+        self.reconciles += 1
+
+    def placement(self, report: object) -> None:
+        if report is not None:
+            self.placements += 1
+
+
 @attrs.define(eq=False)
 class _Fleet:
     """Workers of one job sharing a store, each through its own tally, and what they hold."""
@@ -187,6 +236,8 @@ class _Fleet:
     planner: Callable[..., Any]
     nursery: trio.Nursery
     tallies: dict[str, Tally] = attrs.field(factory=dict)
+    counts: dict[str, _Counts] = attrs.field(factory=dict)
+    scopes: dict[str, trio.CancelScope] = attrs.field(factory=dict)
     held: dict[str, dict[str, SplitHandle]] = attrs.field(factory=dict)
     """Instance -> its handlers' splits."""
     orders: dict[str, trio.MemorySendChannel[Order]] = attrs.field(factory=dict)
@@ -201,6 +252,8 @@ class _Fleet:
         """Start one worker (in the background); returns its tally."""
         tally = Tally(self.store)
         self.tallies[instance] = tally
+        self.counts[instance] = _Counts()
+        self.scopes[instance] = trio.CancelScope()
         self.held[instance] = {}
         self.nursery.start_soon(self._run, instance, tally)
         return tally
@@ -228,17 +281,23 @@ class _Fleet:
                     del self.orders[split.id]
                 self._poke()
 
-        await run_worker(
-            tally,
-            job=JOB,
-            instance=instance,
-            planner=self.planner,
-            handler=handler,
-            config=self.config,
-            # The fleet is torn down by cancellation: no graceful leave (at 1,024 workers the
-            # hand-backs alone would cost more than the measurement).
-            leave_deadline=0.0,
-        )
+        with self.scopes[instance]:
+            await run_worker(
+                tally,
+                job=JOB,
+                instance=instance,
+                planner=self.planner,
+                handler=handler,
+                config=self.config,
+                metrics=self.counts[instance],
+                # The fleet is torn down by cancellation: no graceful leave (at 1,024 workers
+                # the hand-backs alone would cost more than the measurement).
+                leave_deadline=0.0,
+            )
+
+    def kill(self, instance: str) -> None:
+        """Stop one worker at once: no hand-back; its ephemeral keys lapse after the TTL."""
+        self.scopes[instance].cancel()
 
     def _poke(self) -> None:
         self.changed.set()
@@ -259,9 +318,21 @@ class _Fleet:
 
     async def leader(self) -> str:
         """The instance the leader key names (read past the tallies: it is not counted)."""
+        found = await self.leader_now()
+        assert found is not None, "the fleet has no leader"
+        return found
+
+    async def leader_now(self) -> str | None:
+        """The instance the leader key names, if any (not counted)."""
         entry = await self.store.get(Keyspace.EPHEMERAL, Keys(JOB).leader)
-        assert entry is not None, "the fleet has no leader"
-        return decode(LeaderRecord, entry.key, entry.value).owner
+        return None if entry is None else decode(LeaderRecord, entry.key, entry.value).owner
+
+    async def assigned(self, instance: str) -> tuple[str, ...]:
+        """The splits ``instance``'s assignment record names (not counted)."""
+        entry = await self.store.get(Keyspace.DURABLE, Keys(JOB).assign(instance))
+        if entry is None:
+            return ()
+        return decode(AssignmentRecord, entry.key, entry.value).splits
 
     def reset(self) -> None:
         """Zero every worker's counters."""
@@ -308,7 +379,10 @@ def _waits(count: int, offset: float) -> Order:
     """What :func:`_commits` does without committing: the idle baseline of a commit phase."""
 
     async def order(split: SplitHandle) -> None:
-        await trio.sleep(offset + (count - 1) * PERIOD)
+        # The same sleeps as the commits, so the baseline takes away their timers' cost too.
+        await trio.sleep(offset)
+        for _ in range(count - 1):
+            await trio.sleep(PERIOD)
 
     return order
 
@@ -321,11 +395,43 @@ async def _complete(split: SplitHandle) -> None:
 async def _phase(fleet: _Fleet, orders: dict[str, Order]) -> float:
     """Send ``orders`` to their splits; the process CPU until all are carried out, quiet."""
     target = fleet.done + len(orders)
+    gc.collect()  # a collection owed by the last phase is not this one's
     started = time.process_time()
     for split, order in orders.items():
         fleet.orders[split].send_nowait(order)
     await fleet.until(lambda: fleet.done >= target)
     return time.process_time() - started
+
+
+@attrs.frozen
+class _Traffic:
+    """Store calls and records read by some workers over some ownership changes."""
+
+    calls: dict[str, int]
+    records: int
+    live: int
+    writes: int
+
+    @classmethod
+    def of(cls, tallies: list[Tally]) -> _Traffic:
+        calls: collections.Counter[str] = collections.Counter()
+        for tally in tallies:
+            calls.update(tally.ops())
+        return cls(
+            calls=dict(calls),
+            records=sum(t.records_read for t in tallies),
+            live=sum(sum(t.live) for t in tallies),
+            writes=sum(t.write_count for t in tallies),
+        )
+
+    def per(self, changes: int) -> str:
+        """Its calls per change by operation, then its records."""
+        calls = ", ".join(f"{op} {n / changes:.1f}" for op, n in sorted(self.calls.items()))
+        return (
+            f"{sum(self.calls.values()) / changes:.1f} calls ({calls or 'none'}), "
+            f"{self.records / changes:.1f} records read ({self.live / changes:.1f} of them live "
+            f"watch events), {self.writes / changes:.1f} writes"
+        )
 
 
 @attrs.frozen
@@ -336,16 +442,20 @@ class _Point:
     commits: int
     live: tuple[int, int]
     cpu_commits: float
-    cpu_idle: float
+    cpu_idle: tuple[float, float]
+    """The idle phases' CPU (before and after the commit phase)."""
+    idle_virtual: float
+    """Virtual seconds of one idle phase."""
     changes: int
-    leader_calls: dict[str, int]
-    leader_records: int
-    leader_live: int
-    leader_writes: int
+    leader: _Traffic
+    followers: _Traffic
     cpu_changes: float
+    changes_virtual: float
+    """Virtual seconds the changes took, in all."""
     cpu_plain: float
-    start_deliveries: int
+    start_records: int
     start_wall: float
+    start_cpu: float
     wall: float
 
     @property
@@ -354,11 +464,23 @@ class _Point:
 
     @property
     def cpu_per_commit(self) -> float:
-        return max(0.0, self.cpu_commits - self.cpu_idle) / self.commits
+        return max(0.0, self.cpu_commits - sum(self.cpu_idle) / 2) / self.commits
+
+    @property
+    def idle_rate(self) -> float:
+        """The idle fleet's CPU per virtual second."""
+        return sum(self.cpu_idle) / 2 / self.idle_virtual if self.idle_virtual else 0.0
+
+    @property
+    def cpu_per_change(self) -> float:
+        """The fleet's CPU per change, less the idle fleet's over the same virtual time."""
+        net = self.cpu_changes - self.idle_rate * self.changes_virtual
+        return max(0.0, net) / self.changes
 
 
-async def _fleet_point(workers: int, rounds: int, every: int) -> _Point:
+async def _fleet_point(workers: int, rounds: int) -> _Point:
     began = time.monotonic()
+    began_cpu = time.process_time()
     total = workers * LANES
     async with (
         MemoryStore(namespace=namespace("fleet"), ephemeral_ttl=TTL) as store,
@@ -368,20 +490,23 @@ async def _fleet_point(workers: int, rounds: int, every: int) -> _Point:
         for number in range(workers):
             fleet.start(f"w{number:04d}")
         await fleet.until(lambda: fleet.holding() == total)
-        start_deliveries = sum(t.records_read for t in fleet.tallies.values())
+        start_records = sum(t.records_read for t in fleet.tallies.values())
         start_wall = time.monotonic() - began
+        start_cpu = time.process_time() - began_cpu
         await trio.sleep(PERIOD)  # settle: any rebalancing done
         await fleet.until(lambda: fleet.holding() == total)
-        held = sorted(split for h in fleet.held.values() for split in h)
-        chosen = held[::every]
+        chosen = sorted(split for h in fleet.held.values() for split in h)
         spread = PERIOD / len(chosen)
         idle = {s: _waits(rounds, i * spread) for i, s in enumerate(chosen)}
-        cpu_idle = await _phase(fleet, idle)
+        at = trio.current_time()
+        cpu_before = await _phase(fleet, idle)
+        idle_virtual = trio.current_time() - at
         fleet.reset()
         work = {s: _commits(rounds, i * spread) for i, s in enumerate(chosen)}
         cpu_commits = await _phase(fleet, work)
         live = fleet.live_events()
         commits = rounds * len(chosen)
+        cpu_after = await _phase(fleet, idle)
 
         # Ownership changes: a follower's split completes, a waiting split takes its lane.
         leader = await fleet.leader()
@@ -392,6 +517,7 @@ async def _fleet_point(workers: int, rounds: int, every: int) -> _Point:
             plain += await _phase(fleet, {split: _commits(1, 0.0)})
         fleet.reset()
         cpu_changes = 0.0
+        at = trio.current_time()
         for n in range(CHANGES):
             split = sorted(fleet.held[followers[n % len(followers)]])[0]
             gains = fleet.gains
@@ -399,14 +525,12 @@ async def _fleet_point(workers: int, rounds: int, every: int) -> _Point:
             def replaced(before: int = gains) -> bool:
                 return fleet.gains > before and fleet.holding() == total
 
+            gc.collect()
             started = time.process_time()
             fleet.orders[split].send_nowait(_complete)
             await fleet.until(replaced)
             cpu_changes += time.process_time() - started
-        tally = fleet.tallies[leader]
-        calls: dict[str, int] = {}
-        for (op, _), count in tally.calls.items():
-            calls[op] = calls.get(op, 0) + count
+        changes_virtual = trio.current_time() - at
         point = _Point(
             workers=workers,
             rounds=rounds,
@@ -414,25 +538,26 @@ async def _fleet_point(workers: int, rounds: int, every: int) -> _Point:
             commits=commits,
             live=live,
             cpu_commits=cpu_commits,
-            cpu_idle=cpu_idle,
+            cpu_idle=(cpu_before, cpu_after),
+            idle_virtual=idle_virtual,
             changes=CHANGES,
-            leader_calls=calls,
-            leader_records=tally.records_read,
-            leader_live=sum(tally.live),
-            leader_writes=tally.write_count,
+            leader=_Traffic.of([fleet.tallies[leader]]),
+            followers=_Traffic.of([fleet.tallies[i] for i in followers]),
             cpu_changes=cpu_changes,
+            changes_virtual=changes_virtual,
             cpu_plain=plain,
-            start_deliveries=start_deliveries,
+            start_records=start_records,
             start_wall=start_wall,
+            start_cpu=start_cpu,
             wall=0.0,
         )
         nursery.cancel_scope.cancel()
     return attrs.evolve(point, wall=time.monotonic() - began)
 
 
-def _run_point(workers: int, rounds: int, every: int) -> _Point:
+def _run_point(workers: int, rounds: int) -> _Point:
     clock = trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(_fleet_point, workers, rounds, every, clock=clock)
+    return trio.run(_fleet_point, workers, rounds, clock=clock)
 
 
 @attrs.frozen
@@ -441,8 +566,20 @@ class _Large:
     joined: dict[str, int]
     """Records the late joiner read before its first split, by where they came from."""
     join_cpu: float
-    listed: int
+    backstop: dict[str, int]
+    """What the late joiner read over the backstop's window: gets, records got, listed."""
     reconciles: int
+    assigned: int
+    unheld: int
+    """Splits its assignment names that it does not hold (each a progress record and lease)."""
+    successor: str
+    takeover: dict[str, int]
+    """Records the new leader read from the kill until the job was placed again, by source."""
+    takeover_calls: dict[str, int]
+    takeover_cpu: float
+    listing_cpu: float
+    """Of which the store's listing call (the memory store building 200,000 entries)."""
+    placements: int
     wall: float
 
 
@@ -473,12 +610,64 @@ async def _large_job(splits: int) -> _Large:
             "get": tally.got,
         }
         await fleet.until(lambda: len(fleet.held[joiner]) == LARGE_LANES)
+
+        # The follower's backstop: everything it reads over a little more than RECONCILES
+        # reconcile intervals (they are jittered), per reconcile it ran.
         tally.reset()
-        # Jittered intervals: a little more than RECONCILES of them, counted as they come.
+        counted = fleet.counts[joiner].reconciles
         await trio.sleep((RECONCILES + 0.5) * config.reconcile_interval)
-        listed, reconciles = tally.listed[0] + tally.listed[1], tally.lists[0]
+        reconciles = fleet.counts[joiner].reconciles - counted
+        backstop = {
+            "get calls": tally.gets,
+            "records got": tally.got,
+            "records listed": sum(tally.listed),
+            "live events": sum(tally.live),
+        }
+        assigned = await fleet.assigned(joiner)
+        unheld = sum(1 for s in assigned if s not in fleet.held[joiner])
+
+        # The leader dies; a follower takes the job over: lists it once and places it again.
+        leader = await fleet.leader()
+        fleet.reset()
+        placed = {i: c.placements for i, c in fleet.counts.items()}
+        fleet.kill(leader)
+        successor = None
+        while True:
+            await trio.sleep(0.1)
+            now = await fleet.leader_now()
+            if now is not None and now != leader and fleet.tallies[now].lists[0]:
+                successor = now
+                break
+        await trio.sleep(SETTLE)
+        await trio.testing.wait_all_tasks_blocked()
+        ended = time.process_time()
+        new = fleet.tallies[successor]
+        assert new.listing_began is not None
+        takeover = {
+            "snapshot ephemeral": new.snapshot[1],
+            "snapshot durable": new.snapshot[0],
+            **{f"list {where}": n for where, n in sorted(new.listed_by.items())},
+            "got": new.got,
+            "live events": sum(new.live),
+        }
+        placements = fleet.counts[successor].placements - placed[successor]
         nursery.cancel_scope.cancel()
-    return _Large(splits, joined, join_cpu, listed, reconciles, time.monotonic() - began)
+    return _Large(
+        splits=splits,
+        joined=joined,
+        join_cpu=join_cpu,
+        backstop=backstop,
+        reconciles=reconciles,
+        assigned=len(assigned),
+        unheld=unheld,
+        successor=successor,
+        takeover=takeover,
+        takeover_calls=new.ops(),
+        takeover_cpu=ended - new.listing_began,
+        listing_cpu=(new.listing_returned or new.listing_began) - new.listing_began,
+        placements=placements,
+        wall=time.monotonic() - began,
+    )
 
 
 def _run_large(splits: int) -> _Large:
@@ -486,44 +675,77 @@ def _run_large(splits: int) -> _Large:
     return trio.run(_large_job, splits, clock=clock)
 
 
-def _sizes(options: Options) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(sizes measured, sizes skipped) for this run."""
+@attrs.frozen
+class _Steady:
+    writes: dict[str, int]
+    thirds: float
+    """Thirds of a lease the measurement lasted."""
+    reads: dict[str, int]
+
+
+async def _steady_fleet() -> _Steady:
+    splits = STEADY_WORKERS * STEADY_LANES
+    config = Config(max_in_flight=STEADY_LANES, rebalance_delay=0.0)
+    async with (
+        MemoryStore(namespace=namespace("fleetsteady"), ephemeral_ttl=STEADY_TTL) as store,
+        trio.open_nursery() as nursery,
+    ):
+        fleet = _Fleet(store, config, planner_of(splits), nursery)
+        for number in range(STEADY_WORKERS):
+            fleet.start(f"w{number}")
+        await fleet.until(lambda: fleet.holding() == splits)
+        await trio.sleep(3 * STEADY_TTL)  # settle: rebalancing done, every lease renewed since
+        fleet.reset()
+        started = trio.current_time()
+        await trio.sleep(STEADY_LEASES * STEADY_TTL)
+        elapsed = trio.current_time() - started
+        writes: collections.Counter[str] = collections.Counter()
+        reads: collections.Counter[str] = collections.Counter()
+        for tally in fleet.tallies.values():
+            writes.update(tally.writes())
+            for (op, what), count in tally.calls.items():
+                if op in ("get", "list"):
+                    reads[f"{op} {what}"] += count
+        nursery.cancel_scope.cancel()
+    return _Steady(dict(writes), elapsed / (STEADY_TTL / 3), dict(reads))
+
+
+def _run_steady() -> _Steady:
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    return trio.run(_steady_fleet, clock=clock)
+
+
+def _sizes(options: Options) -> tuple[int, ...]:
+    """The fleet sizes measured in this run."""
     if options.quick:
-        return QUICK_SIZES, ()
+        return QUICK_SIZES
     wanted = os.environ.get("BENCH_FLEET_SIZES", "")
     if wanted:
-        return tuple(int(w) for w in wanted.split(",") if w.strip()), ()
-    return tuple(w for w in SIZES if w <= MAX_SIZE), tuple(w for w in SIZES if w > MAX_SIZE)
+        return tuple(int(w) for w in wanted.split(",") if w.strip())
+    return SIZES
 
 
-def _plan(workers: int, quick: bool) -> tuple[int, int]:
-    """(commits per split, one split in how many commits) at ``workers``."""
+def _rounds(workers: int, quick: bool) -> int:
+    """Commits per split at ``workers``."""
     if quick:
-        return QUICK_ROUNDS if workers <= 8 else 1, 1
-    return ROUNDS.get(workers, 1), EVERY.get(workers, LANES)
+        return QUICK_ROUNDS if workers <= 8 else 1
+    return ROUNDS.get(workers, 1)
 
 
 def run(options: Options) -> list[Row]:
-    """The fleet sizes, then the late joiner and backstop of a large job (memory store only)."""
+    """The fleet sizes, the large job, then the steady fleet (memory store only)."""
     if not options.wants("memory"):
         return []
     rows: list[Row] = []
-    measured, skipped = _sizes(options)
     points: list[_Point] = []
-    for workers in measured:
-        rounds, every = _plan(workers, options.quick)
-        point = _run_point(workers, rounds, every)
+    for workers in _sizes(options):
+        point = _run_point(workers, _rounds(workers, options.quick))
         points.append(point)
-        base = points[0]
-        for row in _fleet_rows(point, base):
+        for row in _fleet_rows(point, points[0]):
             print(row.line(), flush=True)
             rows.append(row)
-    for workers in skipped:
-        row = _skipped_row(workers, points)
-        print(row.line(), flush=True)
-        rows.append(row)
     large = _run_large(QUICK_LARGE_JOB if options.quick else LARGE_JOB)
-    for row in _large_rows(large):
+    for row in [*_large_rows(large), _steady_row(_run_steady())]:
         print(row.line(), flush=True)
         rows.append(row)
     return rows
@@ -539,14 +761,15 @@ def _fleet_rows(point: _Point, base: _Point) -> list[Row]:
     deliveries = Row(
         bench=f"fleet, watch deliveries per fleet commit, {w:,} workers",
         store="memory",
-        measured=f"{point.deliveries:.1f} events",
+        measured=f"{point.deliveries:.2f} events",
         baseline="1 event",
         ratio=point.deliveries,
         target="≤ 1 (0 for a plain commit)",
         met=point.deliveries <= 1,
         note=(
-            f"live Put/Delete events delivered to all workers' watches / commits: {durable:.1f} "
-            f"durable (progress), {ephemeral:.2f} ephemeral (renewals, lease {TTL:g} s); {how}"
+            f"live Put/Delete events delivered to all workers' watches / commits (all plain): "
+            f"{durable:.2f} durable (progress), {ephemeral:.2f} ephemeral (renewals, lease "
+            f"{TTL:g} s); {how}"
         ),
     )
     cpu_ratio = point.cpu_per_commit / base.cpu_per_commit if base.cpu_per_commit else math.nan
@@ -555,6 +778,7 @@ def _fleet_rows(point: _Point, base: _Point) -> list[Row]:
         target, met = "≤ 1.5x of 8 workers", cpu_ratio <= 1.5
     elif w == 1_024:
         target, met = "≤ 2x of 8 workers", cpu_ratio <= 2.0
+    idle = " and ".join(fmt_seconds(c) for c in point.cpu_idle)
     cpu = Row(
         bench=f"fleet, CPU per fleet commit, {w:,} workers",
         store="memory",
@@ -564,61 +788,49 @@ def _fleet_rows(point: _Point, base: _Point) -> list[Row]:
         target=target,
         met=met,
         note=(
-            f"process CPU (one process: the whole fleet's) of the commit phase minus an "
-            f"equally long idle phase, / commits; {how}; the fleet's start took "
-            f"{point.start_wall:.1f} s and {point.start_deliveries:,} records delivered"
+            f"process CPU (one process: the whole fleet's) of the commit phase "
+            f"({fmt_seconds(point.cpu_commits)}) minus the mean of an equally long idle phase "
+            f"before and after it ({idle}), / commits; {how}"
         ),
     )
-    calls = ", ".join(
-        f"{op} {n / point.changes:.1f}" for op, n in sorted(point.leader_calls.items())
+    start = Row(
+        bench=f"fleet, start of {w:,} workers",
+        store="memory",
+        measured=f"{point.start_wall:.1f} s wall",
+        baseline=f"{point.start_records / w:.1f} records read per worker",
+        ratio=None,
+        note=(
+            f"from the first run_worker to every lane full ({w * LANES:,} splits held), in "
+            f"one process: {fmt_seconds(point.start_cpu)} of CPU, {point.start_records:,} "
+            f"records read by all workers (watch snapshots and events, listings, point reads)"
+        ),
     )
+    n = point.changes
     leader = Row(
         bench=f"fleet, leader's store traffic per ownership change, {w:,} workers",
         store="memory",
         measured=(
-            f"{sum(point.leader_calls.values()) / point.changes:.1f} calls, "
-            f"{point.leader_records / point.changes:.1f} records read"
+            f"{sum(point.leader.calls.values()) / n:.1f} calls, "
+            f"{point.leader.records / n:.1f} records read"
         ),
-        baseline=f"fleet CPU {fmt_seconds(point.cpu_changes / point.changes)} per change",
+        baseline=(
+            f"followers {sum(point.followers.calls.values()) / n:.1f} calls, "
+            f"{point.followers.records / n:.1f} records"
+        ),
         ratio=None,
+        target="O(1)",
         note=(
-            f"{point.changes} changes, one at a time: a follower's split completes and a "
-            f"waiting split takes its lane; leader's calls per change: {calls or 'none'} "
-            f"({point.leader_writes / point.changes:.1f} writes; records read: "
-            f"{point.leader_live / point.changes:.1f} of them live watch events). The leader's "
-            f"own CPU cannot be told apart in one process: the fleet's CPU per change is "
-            f"{fmt_seconds(point.cpu_changes / point.changes)}, per plain commit of the same "
-            f"splits {fmt_seconds(point.cpu_plain / point.changes)}"
+            f"{n} changes, one at a time: a follower's split completes and a waiting split "
+            f"takes its lane; counted by each worker's own wrapper. Leader: "
+            f"{point.leader.per(n)}. All {w - 1:,} followers together: "
+            f"{point.followers.per(n)}. Fleet CPU per change "
+            f"{fmt_seconds(point.cpu_per_change)} (the process's, less the idle fleet's over "
+            f"the {point.changes_virtual / n:.1f} s of virtual time a change took; the leader's "
+            f"own share cannot be told apart in one process); per plain commit of the same "
+            f"splits {fmt_seconds(point.cpu_plain / n)}"
         ),
     )
-    return [deliveries, cpu, leader]
-
-
-def _skipped_row(workers: int, points: list[_Point]) -> Row:
-    grown = ", ".join(
-        f"{p.workers}: {p.start_deliveries:,} in {p.start_wall:.1f} s" for p in points
-    )
-    largest = max(points, key=lambda p: p.workers, default=None)
-    guess = (
-        f"about {largest.start_wall * (workers / largest.workers) ** 2 / 60:.0f} min "
-        f"(as W² from {largest.workers} workers)"
-        if largest is not None
-        else "tens of minutes"
-    )
-    return Row(
-        bench=f"fleet, {workers:,} workers",
-        store="memory",
-        measured="not run",
-        baseline="—",
-        ratio=None,
-        target="deliveries ≤ 1; CPU ≤ 2x of 8 workers",
-        note=(
-            f"every write of a fleet's start (claims, leases, assignments) reaches every "
-            f"worker, so the start alone grows as W²: {guess} in one process (records "
-            f"delivered during the start, by size: {grown}); "
-            f"BENCH_FLEET_SIZES=8,{workers} runs it"
-        ),
-    )
+    return [deliveries, cpu, start, leader]
 
 
 def _large_rows(large: _Large) -> list[Row]:
@@ -626,8 +838,13 @@ def _large_rows(large: _Large) -> list[Row]:
     workers = LARGE_FLEET + 1
     allowed = LARGE_LANES + workers + 100
     parts = ", ".join(f"{k} {v:,}" for k, v in large.joined.items())
-    per = large.listed / large.reconciles if large.reconciles else math.nan
-    own = 2 * LARGE_LANES + 2
+    read = large.backstop["records got"] + large.backstop["records listed"]
+    per = read / large.reconciles if large.reconciles else math.nan
+    own = 3 + 2 * large.unheld
+    backstop = ", ".join(f"{k} {v:,}" for k, v in large.backstop.items())
+    takeover = sum(large.takeover.values())
+    sources = ", ".join(f"{k} {v:,}" for k, v in large.takeover.items() if v)
+    calls = ", ".join(f"{op} {n:,}" for op, n in sorted(large.takeover_calls.items()))
     return [
         Row(
             bench=f"fleet, records read by a late joiner, {large.splits:,} splits",
@@ -648,16 +865,66 @@ def _large_rows(large: _Large) -> list[Row]:
         Row(
             bench=f"fleet, records read per follower backstop, {large.splits:,} splits",
             store="memory",
-            measured=f"{per:,.0f} records",
+            measured=f"{per:,.1f} records",
             baseline=f"{own} (its own keys)",
-            ratio=per / own,
+            ratio=per / own if large.reconciles else None,
             target="its own keys",
-            met=per <= own,
+            met=large.reconciles > 0 and per <= own,
             note=(
-                f"the late joiner's reconcile listings (durable and ephemeral) over "
-                f"{large.reconciles} reconcile intervals of {Config().reconcile_interval:g} s "
-                f"(virtual), per reconcile; its own keys: {LARGE_LANES} progress records, "
-                f"{LARGE_LANES} leases, its assignment and presence"
+                f"every record the late joiner read over "
+                f"{RECONCILES + 0.5:g} reconcile intervals of {Config().reconcile_interval:g} s "
+                f"(virtual), holding its {LARGE_LANES} lanes: {backstop}; / the "
+                f"{large.reconciles} reconciles it ran; its own keys: its assignment, the plan, "
+                f"the leader key, and the progress record and lease of each of the "
+                f"{large.unheld} splits its assignment ({large.assigned} splits) names that it "
+                f"does not hold"
+            ),
+        ),
+        Row(
+            bench=f"fleet, a new leader taking over a {large.splits:,}-split job",
+            store="memory",
+            measured=f"{fmt_seconds(large.takeover_cpu)} CPU",
+            baseline=f"{takeover:,} records read",
+            ratio=None,
+            target="≤ 2 s of CPU",
+            met=large.takeover_cpu <= 2.0,
+            note=(
+                f"the leader of {workers} workers killed (no hand-back); its successor "
+                f"({large.successor}) read, from the kill until the job was placed again: "
+                f"{sources} (the list of {JOB}.split. is the planner run a new leader makes, "
+                f"recounting the progress records for the plan record); its calls: {calls}; "
+                f"{large.placements} placement(s) published. "
+                f"CPU: the process's from the start of its listing of the job until the fleet "
+                f"was quiet {SETTLE:g} s (virtual) later: the memory store's listing "
+                f"({fmt_seconds(large.listing_cpu)} of it), decoding and folding "
+                f"{large.splits:,} splits' records, the recount, and placing them"
             ),
         ),
     ]
+
+
+def _steady_row(steady: _Steady) -> Row:
+    total = sum(steady.writes.values())
+    per = total / steady.thirds
+    allowed = STEADY_WORKERS + 1
+    kinds = ", ".join(f"{k} {n / steady.thirds:.1f}" for k, n in sorted(steady.writes.items()))
+    reads = ", ".join(f"{k} {n:,}" for k, n in sorted(steady.reads.items())) or "none"
+    held = STEADY_WORKERS * STEADY_LANES
+    return Row(
+        bench=(
+            f"fleet, steady store writes per third of a lease, {STEADY_WORKERS} workers x "
+            f"{STEADY_LANES} held splits"
+        ),
+        store="memory",
+        measured=f"{per:.1f} writes",
+        baseline=f"{allowed} (workers + 1)",
+        ratio=per / allowed,
+        target="≤ workers + 1",
+        met=per <= allowed,
+        note=(
+            f"lease {STEADY_TTL:g} s, {STEADY_LEASES} leases of virtual time once settled; by "
+            f"kind, per third: {kinds}; the memory store renews each held lease on its own "
+            f"(per-key TTL), so today's minimum is {held} leases + {STEADY_WORKERS} presence + "
+            f"1 leader key = {held + STEADY_WORKERS + 1}; reads over the window: {reads}"
+        ),
+    )
