@@ -25,6 +25,8 @@ from spate.store import Keyspace, Won
 from .world import KEYS, LEASE, Worker, World, config, cooperative, planner_of
 
 DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
+# The world's store keeps per-key TTLs: a lease is a durable key alive by its owner's session.
+LEASES, lease_of = DURABLE, KEYS.lease
 
 
 def split_key_deliveries(worker: Worker, since: int = 0) -> list[tuple[Keyspace, str, str]]:
@@ -32,7 +34,7 @@ def split_key_deliveries(worker: Worker, since: int = 0) -> list[tuple[Keyspace,
     return [
         (keyspace, key, kind)
         for _, keyspace, key, kind in worker.delivered[since:]
-        if key.startswith(KEYS.split(""))
+        if key.startswith((KEYS.split(""), KEYS.lease("")))
     ]
 
 
@@ -88,6 +90,8 @@ def test_the_leader_watches_the_ephemeral_keyspace_and_two_exact_durable_keys() 
         WatchScope(EPHEMERAL, KEYS.prefix, exact=False),
         WatchScope(DURABLE, KEYS.plan, exact=True),
         WatchScope(DURABLE, KEYS.assign("a"), exact=True),
+        # (where leases are durable keys: claims write them, ends of tenancy delete them)
+        WatchScope(DURABLE, KEYS.lease_prefix, exact=False),
     }
     # It lists the durable keyspace once, when it wins the leader key (and not since).
     assert a.listings(KEYS.prefix) == 1
@@ -108,7 +112,7 @@ def test_a_plain_commit_is_delivered_to_nobody() -> None:
     marks = [len(w.delivered) for w in workers]
     world.wait(b.commit(theirs, Progress(100, completed=True)))
     world.run_for(1.0)
-    assert split_key_deliveries(a, marks[0]) == [(EPHEMERAL, KEYS.split(theirs), "delete")]
+    assert split_key_deliveries(a, marks[0]) == [(LEASES, lease_of(theirs), "delete")]
     assert split_key_deliveries(b, marks[1]) == []
 
 
@@ -118,15 +122,16 @@ def test_a_plain_commit_is_delivered_to_nobody() -> None:
 def test_a_follower_reads_an_assigned_split_before_claiming_it() -> None:
     _, _, b = leader_and_follower()
     for split in b.owned:
-        calls = [op for _, op in b.calls if op.key in (KEYS.split(split), KEYS.spec(split))]
+        keys = (KEYS.split(split), KEYS.spec(split), lease_of(split))
+        calls = [op for _, op in b.calls if op.key in keys]
         claim = next(
-            i for i, op in enumerate(calls) if op.method == "create" and op.keyspace is EPHEMERAL
+            i for i, op in enumerate(calls) if op.method == "create" and op.keyspace is LEASES
         )
         before = {(op.method, op.keyspace, op.key) for op in calls[:claim]}
         assert before >= {
             ("get", DURABLE, KEYS.split(split)),
             ("get", DURABLE, KEYS.spec(split)),
-            ("get", EPHEMERAL, KEYS.split(split)),
+            ("get", LEASES, lease_of(split)),
         }, split
 
 
@@ -142,22 +147,19 @@ def test_a_follower_whose_claim_was_refused_reads_the_split_again_when_its_retry
         # Just before b's lease write lands, another process's lease appears (it stays: nobody
         # deletes it within the test, so no lease event tells the leader to nudge b).
         lease = LeaseRecord(owner="z", nonce="n-z", epoch=9)
-        world.write("create", EPHEMERAL, KEYS.split(split), encode(lease))
+        world.write("create", LEASES, lease_of(split), encode(lease))
         refused.append(world.now)
 
     b = world.start("b", planner=planner_of(4), on_event=cooperative, wait=False)
     for split in ("s00", "s01", "s02", "s03"):
-        b.before_next(
-            "create", EPHEMERAL, KEYS.split(split), lambda s=split: another_claims_first(s)
-        )
+        b.before_next("create", LEASES, lease_of(split), lambda s=split: another_claims_first(s))
     world.run_until(lambda: bool(refused))
     world.run_for(0.1)
     mark = len(b.reads)
     world.run_for(1.5)
     rereads = [(t, op.key) for t, op in b.calls if op in b.reads[mark:]]
-    assert any(key.startswith(KEYS.split("")) and t >= refused[0] + 1.0 for t, key in rereads), (
-        rereads
-    )
+    split_keys = (KEYS.split(""), KEYS.lease(""))
+    assert any(key.startswith(split_keys) and t >= refused[0] + 1.0 for t, key in rereads), rereads
 
 
 def test_a_follower_waiting_on_a_draining_owner_claims_when_the_leader_nudges_it() -> None:
@@ -184,7 +186,7 @@ def test_a_follower_waiting_on_a_draining_owner_claims_when_the_leader_nudges_it
     for split in moved:
         gone = max(
             w.at
-            for w in world.store_writes(EPHEMERAL, KEYS.split(split))
+            for w in world.store_writes(LEASES, lease_of(split))
             if w.op == "delete" and w.outcome == "won"
         )
         gained = b.time_of(b.of(Gained, split)[0])
@@ -214,7 +216,7 @@ def test_a_follower_waiting_on_a_draining_follower_claims_when_the_leader_nudges
     for split in sorted(c.owned):
         gone = max(
             w.at
-            for w in world.store_writes(EPHEMERAL, KEYS.split(split))
+            for w in world.store_writes(LEASES, lease_of(split))
             if w.op == "delete" and w.outcome == "won"
         )
         gained = c.time_of(c.of(Gained, split)[0])
@@ -237,8 +239,10 @@ def test_a_followers_backstop_reads_its_own_keys_and_never_lists_the_job() -> No
     share = assignment_of(world, "b")
     assert share is not None
     unheld = set(share[0].splits) - b.owned
-    assert {k for _, k in keys} - {KEYS.leader, KEYS.plan, KEYS.assign("b")} <= {
-        key for split in unheld for key in (KEYS.split(split), KEYS.spec(split))
+    # (and the session, the presence record, of a lease one of them carries)
+    others = {k for _, k in keys} - {KEYS.leader, KEYS.plan, KEYS.assign("b")}
+    assert {k for k in others if not k.startswith(KEYS.worker(""))} <= {
+        key for split in unheld for key in (KEYS.split(split), KEYS.spec(split), lease_of(split))
     }
 
 
@@ -248,7 +252,7 @@ def test_a_followers_backstop_reads_its_own_keys_and_never_lists_the_job() -> No
 def test_the_leader_reads_a_progress_record_once_per_ownership_change_and_never_on_a_renewal() -> (
     None
 ):
-    world = World()  # ticking: heartbeats renew every held lease
+    world = World()  # ticking: heartbeats renew every session
     a = world.start("a", planner=planner_of(4), on_event=cooperative)
     world.run_until(lambda: a.leading and len(a.owned) == 4)
     mark = len(a.reads)
@@ -258,10 +262,10 @@ def test_the_leader_reads_a_progress_record_once_per_ownership_change_and_never_
     for split in b.owned:
         # Two lease events ended a's tenancy and began b's: a read for each at most.
         assert 1 <= progress_reads(a, split, mark) <= 2, split
-    # Renewals move every lease a few times a lease; they change no ownership.
-    mark, renewals = len(a.reads), len(world.store_writes(EPHEMERAL, KEYS.split("")))
+    # Session renewals (the presence records every lease names) change no ownership.
+    mark, renewals = len(a.reads), len(world.store_writes(EPHEMERAL, KEYS.worker("")))
     world.run_for(3 * LEASE)
-    assert len(world.store_writes(EPHEMERAL, KEYS.split(""))) > renewals
+    assert len(world.store_writes(EPHEMERAL, KEYS.worker(""))) > renewals
     assert [op.key for op in a.reads[mark:] if op.key.startswith(KEYS.split(""))] == []
     # A completion ends a tenancy: one read, of that split.
     split = sorted(b.owned)[0]
@@ -419,8 +423,7 @@ def test_placement_withholds_a_departed_workers_split_by_its_lease_owner_first()
     d.kill()
     world.run_until(
         lambda: (
-            all(world.get(EPHEMERAL, KEYS.split(s)) is None for s in theirs)
-            and world.get(EPHEMERAL, KEYS.worker("d")) is None
+            world.get(EPHEMERAL, KEYS.worker("d")) is None  # d's session, and its leases
         ),
         within=2 * LEASE,
     )
@@ -429,7 +432,9 @@ def test_placement_withholds_a_departed_workers_split_by_its_lease_owner_first()
     taken = theirs[0]
     record, _ = world.record(taken)
     lease = LeaseRecord(owner="e", nonce=e.nonce, epoch=record.epoch + 1)
-    world.write("create", EPHEMERAL, KEYS.split(taken), encode(lease))
+    stale = world.get(LEASES, lease_of(taken))
+    assert stale is not None  # d's lease key, expired with its session
+    world.write("update", LEASES, lease_of(taken), encode(lease), stale.revision)
     world.run_until(lambda: taken in e.owned, within=5.0)
     share = assignment_of(world, "e")
     assert share is not None

@@ -53,7 +53,8 @@ class _CountingWatches(MemoryStore):
         return await super().list(keyspace, prefix)
 
     def split_events(self, since: int = 0) -> list[tuple[Keyspace, str, str]]:
-        return [d for d in self.delivered[since:] if d[1].startswith(KEYS.split(""))]
+        split_keys = (KEYS.split(""), KEYS.lease(""))
+        return [d for d in self.delivered[since:] if d[1].startswith(split_keys)]
 
 
 async def test_a_plain_commit_is_delivered_to_nobody_and_a_completion_to_the_leader_once(
@@ -101,7 +102,8 @@ async def test_a_plain_commit_is_delivered_to_nobody_and_a_completion_to_the_lea
         await b.c.commit(theirs, Progress(100, completed=True))
         await trio.sleep(0.5)
         assert stores["a"].split_events(marks["a"]) == [
-            (Keyspace.EPHEMERAL, KEYS.split(theirs), "delete")
+            # (the memory store keeps per-key TTLs: leases are durable keys, alive by session)
+            (Keyspace.DURABLE, KEYS.lease(theirs), "delete")
         ]
         assert stores["b"].split_events(marks["b"]) == []
         nursery.cancel_scope.cancel()
