@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -251,3 +254,68 @@ def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() ->
     default = encode(PresenceRecord(nonce="peer", max_in_flight=0))
     view.apply_put(EPHEMERAL, Entry(KEYS.worker("peer"), default, 6))
     assert not view.handed_over("me", ["a"])
+
+
+# -- leases alive by session (stores with per-key TTLs) ----------------------------------------
+
+
+def session_view() -> View:
+    return View(KEYS, max_attempts=4, session_leases=True, own=("me", "my-nonce"))
+
+
+def presence(nonce: str) -> bytes:
+    return encode(PresenceRecord(nonce=nonce, max_in_flight=4))
+
+
+def test_a_durable_lease_lives_exactly_as_long_as_its_owners_session() -> None:
+    view = session_view()
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="w1", epoch=1), 3))
+    view.apply_put(EPHEMERAL, Entry(KEYS.worker("w1"), presence("n"), 4))
+    assert view.apply_put(DURABLE, Entry(KEYS.lease("a"), lease("w1"), 5))
+    assert view.splits["a"].current_owner == "w1"
+    # A renewal of the session changes nothing about the lease.
+    assert not [
+        n
+        for n in view.apply_put(EPHEMERAL, Entry(KEYS.worker("w1"), presence("n"), 6))
+        if isinstance(n, LeaseChanged | LeaseGone)
+    ]
+    # The session ends (its presence record deleted): the lease expires with it, and the key
+    # stays behind only to be taken over by revision.
+    notices = view.apply_delete(EPHEMERAL, KEYS.worker("w1"), 7)
+    assert LeaseGone("a", None) in notices
+    state = view.splits["a"]
+    assert state.lease is None
+    assert state.stale_lease is not None
+    assert state.lease_key_rev == 5
+    # A new session under another nonce (the pod restarted) does not bring it back.
+    view.apply_put(EPHEMERAL, Entry(KEYS.worker("w1"), presence("n2"), 8))
+    assert view.splits["a"].lease is None
+
+
+def test_this_workers_own_lease_lives_with_it_and_an_unknown_session_is_not_assumed_alive() -> None:
+    view = session_view()
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 3))
+    view.apply_put(DURABLE, Entry(KEYS.split("b"), progress("b"), 3))
+    view.apply_put(DURABLE, Entry(KEYS.lease("a"), lease("me", nonce="my-nonce"), 5))
+    view.apply_put(DURABLE, Entry(KEYS.lease("b"), lease("w9", nonce="x"), 6))
+    assert view.splits["a"].lease is not None  # ours: alive while this worker runs
+    assert view.splits["b"].lease is None  # its session was never seen: not assumed alive
+    assert view.splits["b"].stale_lease is not None
+
+
+def test_a_lease_of_the_earlier_layout_is_read_as_live_and_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An earlier release kept a per-key store's leases in the ephemeral keyspace, renewed per
+    # split. Its worker holds the split: it is read as held, and the operator is told.
+    view = session_view()
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="old", epoch=1), 3))
+    view.apply_put(EPHEMERAL, Entry(KEYS.worker("old"), presence("n"), 4))
+    with caplog.at_level(logging.ERROR, logger="spate.view"):
+        view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("old"), 5))
+        view.apply_put(EPHEMERAL, Entry(KEYS.split("a"), lease("old"), 6))
+    assert view.splits["a"].current_owner == "old"
+    assert view.splits["a"].lease is not None
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # once per split
+    assert "Upgrade every worker of a job together" in errors[0].getMessage()
