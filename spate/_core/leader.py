@@ -15,8 +15,9 @@ The rules, each with the race it prevents:
   planner, a task under its own cancel scope for an async one) and takes its outcome as one
   more input: a slow plan never stalls renewals. Its result is validated before anything is
   written (an invalid plan is a ``PlanError``); then spec records, then progress records (so
-  a progress record implies its spec), then the plan record (planned count recounted from a
-  listing, finality). A planner that raises is logged and retried with backoff.
+  a progress record implies its spec), then the plan record (planned count: the progress
+  records in the leader's view, which it listed when it took over; finality). A planner that
+  raises is logged and retried with backoff.
 - **Assignment** is what the leader's placement answers (spread across the workers' failure
   domains, then balanced), kept by a :class:`~spate._core.placement_index.PlacementIndex` fed
   only the splits the view names as changed, so one ownership change costs the splits in flight,
@@ -669,18 +670,17 @@ class Leadership:
                 self._failed(run)
                 return
         host.metrics.planned(created)
-        try:
-            listed = yield Op("list", DURABLE, keys.split_prefix)
-        except StoreUnavailable as exc:
-            logger.warning("recounting splits failed (%s); the plan is retried", exc)
-            self._failed(run)
-            return
         if self._run is not run:
             return
+        # The planned count is every progress record there is. This leader's view holds them
+        # all: it listed the job when it took over, and only a leader seeds (a predecessor's
+        # records seeded before it died are in that listing). So the count is the view's,
+        # with no second listing of the job.
+        planned = len(view.splits)
         finality = Finality.FINAL if plan.final else Finality.OPEN
         published = attrs.evolve(
             run.plan,
-            planned=len(listed),
+            planned=planned,
             finality=finality,
             cursor=plan.cursor if plan.cursor is not None else run.plan.cursor,
             updated_at_ms=self.host.wall_ms(),

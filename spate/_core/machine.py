@@ -195,6 +195,8 @@ class Machine:
         self._verdict = VerdictJudge(self, lead=self._leader)
         self._ownership = OwnershipReads(self)
         self._listing = False
+        self._bulk_listing = 0
+        """Records a listing of the whole job in flight is expected to bring (see bulk_records)."""
         self._list_retry_at = 0.0
         self._saw_job = False
 
@@ -208,7 +210,7 @@ class Machine:
     @property
     def bulk_records(self) -> int:
         """Records of bulk work in progress (a plan's seeding), for the runtime's memory policy."""
-        return self._leader.seeding
+        return self._leader.seeding + self._bulk_listing
 
     @property
     def ready(self) -> bool:
@@ -434,6 +436,11 @@ class Machine:
     def _list_job(self) -> Flow[None]:
         """The new leader's one listing of the durable keyspace: the whole job, once."""
         since = self.view.seq
+        plan = self.view.plan
+        # A spec and a progress record a split: reported as bulk work while the listing is in
+        # flight, so the runtime defers full collections before its hundreds of thousands of
+        # records arrive to be folded (see spate._runtime.bulk).
+        self._bulk_listing = 2 * (plan.planned if plan is not None else 0)
         try:
             entries: list[Entry] = yield Op("list", Keyspace.DURABLE, self.keys.prefix)
         except StoreUnavailable as exc:
@@ -442,6 +449,7 @@ class Machine:
             return
         finally:
             self._listing = False
+            self._bulk_listing = 0
         if not self.scopes.whole_job:
             return  # it stopped leading meanwhile
         self.fold(self.view.apply_listing(Keyspace.DURABLE, entries, since=since))
