@@ -404,7 +404,11 @@ class View:
             ):
                 continue
             notices.extend(self.apply_delete(keyspace, key, None))
+        known_now = self._known[keyspace]
         for entry in listed:
+            known = known_now.get(entry.key)
+            if known is not None and entry.revision <= known[0]:
+                continue  # folded already (a backstop's common case): nothing to classify
             notices.extend(self.apply_put(keyspace, entry))
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
