@@ -336,7 +336,11 @@ class SimWorker:
         watching = _Watching(self, scope, backoff)
         self._watching[scope] = watching
         self.input(partial(self.machine.watch_opening, scope))
-        watching.open()
+        # That input steps the machine, which may stop wanting this watch (a leader deposed
+        # at the instant its re-watch came due): then it is already stopped, and opening it
+        # would leak a watch nobody closes (the runtime's pump is cancelled before it opens).
+        if not watching.ended:
+            watching.open()
 
     def _heartbeat(self, round_: int) -> None:
         def beat() -> None:
@@ -492,6 +496,11 @@ class _Watching:
         self._close: Callable[[], None] = _nothing
         self._deadline: Timer | None = None
 
+    @property
+    def ended(self) -> bool:
+        """Whether this opening was stopped or broke (nothing more is opened for it)."""
+        return self._ended
+
     def open(self) -> None:
         worker = self._worker
         scope = self._scope
@@ -525,7 +534,15 @@ class _Watching:
             self._deadline.cancel()
         self._close()
         worker = self._worker
-        worker.later(self._backoff.delay(), lambda: worker._watch(self._scope, self._backoff))
+
+        def again() -> None:
+            # Only if this is still the scope's opening: once the watch stopped being wanted
+            # (the runtime cancels its pump, backoff sleep included), or a newer opening took
+            # its place, re-watching would leave a second watch open that nothing closes.
+            if worker._watching.get(self._scope) is self:
+                worker._watch(self._scope, self._backoff)
+
+        worker.later(self._backoff.delay(), again)
 
     def stop(self) -> None:
         """The watch is no longer wanted: close it, and open no other in its place."""
