@@ -33,6 +33,7 @@ import outcome
 from spate import StoreUnavailable
 from spate._core.flow_engine import LIST_TIMEOUT_FACTOR
 from spate._core.flows import Op
+from spate._core.records import KeyKind, Keys
 from spate.store import (
     Conflict,
     Delete,
@@ -47,7 +48,7 @@ from spate.store import (
 )
 from spate_testing.faults import FaultRates
 from spate_testing.sim.clockwork import Scheduler, Timer
-from spate_testing.sim.history import History, StoreWrite
+from spate_testing.sim.history import Delivered, History, StoreWrite, instance_of
 
 __all__ = ["Link", "ModelStore", "WatchSink"]
 
@@ -106,6 +107,25 @@ class ModelStore:
         self._leases: dict[int, _Lease] = {}
         self._lease_of: dict[str, int] = {}  # ephemeral key -> the lease it lives under
         self._lease_ids = itertools.count(1)
+
+    @property
+    def job(self) -> str:
+        """The job whose history this store records."""
+        return self._history.job
+
+    def delivered(
+        self, actor: str, keyspace: Keyspace, keys: tuple[str, ...], snapshot: bool
+    ) -> None:
+        """Record that a watch delivered ``keys`` to ``actor`` (see :class:`Delivered`)."""
+        self._history.append(
+            Delivered(
+                at=self._scheduler.now(),
+                actor=actor,
+                keyspace=keyspace.value,
+                keys=keys,
+                snapshot=snapshot,
+            )
+        )
 
     # -- session leases (SESSION semantics) ---------------------------------------------------
 
@@ -328,6 +348,12 @@ class Link:
         self._own_deletes: set[tuple[str, int]] = set()
         self.injected: collections.Counter[str] = collections.Counter()
         """How many faults of each kind were injected (the names FaultyStore uses)."""
+        self.read_counts: collections.Counter[str] = collections.Counter()
+        """What this link read and was told, by kind: ``get`` calls and ``get_records``
+        (entries they found), ``list`` calls and ``list_records``, ``writes``, watch
+        ``snapshot_records`` and live ``events`` (counted as the worker receives them)."""
+        self._keys = Keys(model.job)
+        self._instance = instance_of(actor)
 
     # -- switches ------------------------------------------------------------------------------
 
@@ -442,12 +468,20 @@ class Link:
         if self._roll(self.rates.unavailable_rate):
             self.injected["unavailable"] += 1
             return fail("injected unavailability")
+        reads = self.read_counts
         if op.method == "get":
             deadline.cancel()
-            return answer(outcome.Value(self.model.get(op.keyspace, op.key)))
+            entry = self.model.get(op.keyspace, op.key)
+            reads["get"] += 1
+            reads["get_records"] += entry is not None
+            return answer(outcome.Value(entry))
         if op.method == "list":
             deadline.cancel()
-            return answer(outcome.Value(self.model.list(op.keyspace, op.key)))
+            entries = self.model.list(op.keyspace, op.key)
+            reads["list"] += 1
+            reads["list_records"] += len(entries)
+            return answer(outcome.Value(entries))
+        reads["writes"] += 1
         if self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1
             self._scheduler.later(self.rates.late_delay, lambda: self._land_late(op, lease))
@@ -535,6 +569,10 @@ class Link:
                 keyspace, prefix, lambda event: self._queue(watch, event), exact=exact
             )
             watch.live = True
+            self.read_counts["snapshot_records"] += len(entries)
+            noted = tuple(e.key for e in entries if self._noted(e.key))
+            if noted:
+                self.model.delivered(self.actor, keyspace, noted, snapshot=True)
             sink.snapshot(entries)
 
         self._scheduler.later(self.rates.latency, arrive)
@@ -564,6 +602,11 @@ class Link:
         ):
             self.injected["silent_expiry"] += 1
             return
+        self.read_counts["events"] += 1
+        if isinstance(event, Put | Delete):
+            key = event.entry.key if isinstance(event, Put) else event.key
+            if self._noted(key):
+                self.model.delivered(self.actor, watch.keyspace, (key,), snapshot=False)
         watch.sink.event(event)
         if self._roll(self.rates.duplicate_rate):
             self.injected["duplicate"] += 1
@@ -573,6 +616,18 @@ class Link:
             self.injected["replay"] += 1
             for old in list(watch.recent)[-self.rng.randint(1, len(watch.recent)) :]:
                 watch.sink.event(old)
+
+    def _noted(self, key: str) -> bool:
+        """Whether a delivery of ``key`` is recorded: a split's key, or another's assignment."""
+        kind = self._keys.classify(key)
+        if kind is None:
+            return False
+        what, name = kind
+        return (
+            what is KeyKind.SPLIT
+            or what is KeyKind.SPEC
+            or (what is KeyKind.ASSIGN and name != self._instance)
+        )
 
     def _break(self, watch: _Watch, reason: str) -> None:
         watch.open = False

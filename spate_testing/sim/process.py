@@ -140,6 +140,8 @@ class SimWorker:
         self._step_soon = False
         self._leaving: tuple[list[str], Timer] | None = None
         """While leaving: the splits handed back, and the leave deadline's timer."""
+        self._leading = False
+        """Whether this worker leads, as the history last recorded (see :class:`h.Leading`)."""
         self.handlers = Handlers(
             scheduler=scheduler,
             history=history,
@@ -241,10 +243,18 @@ class SimWorker:
             self.handlers.dispatch_pending()
         if changed and self.ready:
             machine.step()
+        # It leads from the first moment its machine says so until it keeps a follower's
+        # watches again (a deposed leader closes the leader's watches after its next step).
+        if (machine.leading or machine.scopes.whole_job) is not self._leading:
+            self._note_leading(not self._leading)
         if self._opened and machine.watches is not self._watches and not self.stopped:
             self._sync_watches()
         if self._leaving is not None:
             self._check_handed_over()
+
+    def _note_leading(self, leading: bool) -> None:
+        self._leading = leading
+        self.history.append(h.Leading(at=self.scheduler.now(), actor=self.actor, leading=leading))
 
     # -- startup -------------------------------------------------------------------------------
 
@@ -473,6 +483,8 @@ class SimWorker:
         if self.state != "killed":
             self.session.close()
         self.link.close()
+        if self._leading:
+            self._note_leading(False)
         if self._alarm is not None:
             self._alarm.cancel()
         self.history.append(
