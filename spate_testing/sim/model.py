@@ -58,6 +58,8 @@ class _Watcher:
     prefix: str
     deliver: Callable[[WatchEvent], None]
     exact: bool = False
+    seq: int = 0
+    """Its place in the order watchers registered (the order they are told of a change)."""
 
     def covers(self, key: str) -> bool:
         return key == self.prefix if self.exact else key.startswith(self.prefix)
@@ -74,7 +76,38 @@ class _Table:
     ttl: float | None
     entries: dict[str, Entry] = attrs.field(factory=dict)
     revision: int = 0
-    watchers: list[_Watcher] = attrs.field(factory=list)
+    # Watchers by key (exact) and the prefix watchers, each by registration number: a change
+    # is matched against its own key's watchers and the few prefixes, not against every
+    # watcher of a large fleet.
+    exact: dict[str, dict[int, _Watcher]] = attrs.field(factory=dict)
+    prefixed: dict[int, _Watcher] = attrs.field(factory=dict)
+
+    def add(self, watcher: _Watcher) -> None:
+        if watcher.exact:
+            self.exact.setdefault(watcher.prefix, {})[watcher.seq] = watcher
+        else:
+            self.prefixed[watcher.seq] = watcher
+
+    def discard(self, watcher: _Watcher) -> None:
+        if not watcher.exact:
+            self.prefixed.pop(watcher.seq, None)
+            return
+        of_key = self.exact.get(watcher.prefix)
+        if of_key is not None:
+            of_key.pop(watcher.seq, None)
+            if not of_key:
+                del self.exact[watcher.prefix]
+
+    def watchers_of(self, key: str) -> list[_Watcher]:
+        """The watchers covering ``key``, in the order they registered."""
+        of_key = self.exact.get(key)
+        found = [] if of_key is None else list(of_key.values())
+        prefixed = [w for w in self.prefixed.values() if key.startswith(w.prefix)]
+        if not prefixed:
+            return found
+        if not found:
+            return prefixed
+        return sorted([*found, *prefixed], key=lambda w: w.seq)
 
 
 class ModelStore:
@@ -107,6 +140,7 @@ class ModelStore:
         self._leases: dict[int, _Lease] = {}
         self._lease_of: dict[str, int] = {}  # ephemeral key -> the lease it lives under
         self._lease_ids = itertools.count(1)
+        self._watcher_seq = itertools.count()
 
     @property
     def job(self) -> str:
@@ -269,22 +303,24 @@ class ModelStore:
         no change falls between them.
         """
         table = self._tables[keyspace]
-        watcher = _Watcher(prefix, deliver, exact)
-        table.watchers.append(watcher)
+        watcher = _Watcher(prefix, deliver, exact, next(self._watcher_seq))
+        table.add(watcher)
 
         def stop() -> None:
-            if watcher in table.watchers:
-                table.watchers.remove(watcher)
+            table.discard(watcher)
 
         if exact:
             entry = self.get(keyspace, prefix)
             return ([] if entry is None else [entry]), stop
         return self.list(keyspace, prefix), stop
 
+    def _watchers_of(self, table: _Table, key: str) -> builtins.list[_Watcher]:
+        """The watchers a change of ``key`` in ``table`` goes to, in registration order."""
+        return table.watchers_of(key)
+
     def _publish(self, table: _Table, key: str, event: WatchEvent) -> None:
-        for watcher in list(table.watchers):
-            if watcher.covers(key):
-                watcher.deliver(event)
+        for watcher in self._watchers_of(table, key):
+            watcher.deliver(event)
 
 
 class WatchSink(Protocol):
