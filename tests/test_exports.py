@@ -62,6 +62,7 @@ PUBLIC_MODULES = {
         "spate_testing.sim.process",
         "spate_testing.sim.recorder",
         "spate_testing.sim.runner",
+        "spate_testing.sim.scale",
         "spate_testing.sim.scenario",
         "spate_testing.sim.session",
         "spate_testing.sim.workload",

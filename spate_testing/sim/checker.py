@@ -28,25 +28,37 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     more than the drains the worker reports, and zero once its coordinator closed normally.
 ``termination``
     The job reached its verdict within the run's bound of simulated time.
+``foreign-delivery``
+    No worker is delivered anything about a split it neither holds nor claims, the leader's
+    ownership events aside (DESIGN §4b): no watch delivers a progress record or a spec to
+    anyone (nobody watches them), a lease only to a worker that leads at that moment
+    (:class:`~spate_testing.sim.history.Leading`), and another instance's assignment record
+    to no follower. Read from :class:`~spate_testing.sim.history.Delivered` events (live
+    events and snapshot entries; point reads and listings are not deliveries), which the
+    machine engine's store model records; a history without them passes.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
 from spate._core.records import KeyKind, Keys, ProgressRecord, Status, UnreadableRecord, decode
 from spate_testing.sim.history import (
     Acked,
+    Delivered,
     Final,
     FinalSplit,
     Gained,
     History,
+    Leading,
     Revocations,
     StoreWrite,
     Verdict,
+    instance_of,
 )
 
 __all__ = ["INVARIANTS", "Violation", "check"]
@@ -60,6 +72,7 @@ INVARIANTS = (
     "verdict-mismatch",
     "revocation-identity",
     "termination",
+    "foreign-delivery",
 )
 """The names of the invariants :func:`check` holds, in the order it checks them."""
 
@@ -333,6 +346,54 @@ class _Checker:
                     f"flight ({counts})",
                 )
 
+    # -- who was told what ------------------------------------------------------------------
+
+    def deliveries(self) -> None:
+        leading: set[str] = set()
+        # (actor, what) -> how many deliveries, and the first one's description
+        found: dict[tuple[str, str], list[Any]] = {}
+        classify = self.keys.classify
+        for event in self.history.events:
+            if isinstance(event, Leading):
+                if event.leading:
+                    leading.add(event.actor)
+                else:
+                    leading.discard(event.actor)
+                continue
+            if not isinstance(event, Delivered):
+                continue
+            actor = event.actor
+            durable = event.keyspace == "durable"
+            for key in event.keys:
+                kind = classify(key)
+                if kind is None:
+                    continue
+                what, name = kind
+                if what is KeyKind.SPLIT:
+                    if durable:
+                        wrong = "a progress record (nobody watches them)"
+                    elif actor not in leading:
+                        wrong = "a lease while not leading"
+                    else:
+                        continue
+                elif what is KeyKind.SPEC:
+                    wrong = "a spec (nobody watches them)"
+                elif what is KeyKind.ASSIGN and name != instance_of(actor) and actor not in leading:
+                    wrong = "another instance's assignment record while not leading"
+                else:
+                    continue
+                seen = found.get((actor, wrong))
+                if seen is None:
+                    how = "in a watch snapshot" if event.snapshot else "by a live watch event"
+                    found[(actor, wrong)] = [1, f"{key!r} {how} at t={event.at:.3f}"]
+                else:
+                    seen[0] += 1
+        for (actor, wrong), (count, first) in found.items():
+            self.flag(
+                "foreign-delivery",
+                f"{actor} was delivered {wrong}: {count} time(s), the first {first}",
+            )
+
 
 def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     """Every violation of the invariants (:data:`INVARIANTS`) in ``history``; empty if clean.
@@ -349,6 +410,7 @@ def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     checker.acks()
     checker.ending()
     checker.revocations()
+    checker.deliveries()
     skipped = set(skip)
     order = {name: i for i, name in enumerate(INVARIANTS)}
     kept = [v for v in checker.violations if v.invariant not in skipped]

@@ -7,6 +7,8 @@ Examples::
     python -m spate_testing.sim --seed 42               # replay one seed, verbosely
     python -m spate_testing.sim --seed 42 --history h.jsonl
     python -m spate_testing.sim --seeds 300 --engine trio   # whole run_worker calls on Trio
+    python -m spate_testing.sim --scale                 # 1,000 workers x 100,000 splits, counted
+    python -m spate_testing.sim --scale --workers 100 --splits 10000
 
 The default engine drives the coordination machines on the simulator's own discrete-event
 scheduler: a seed replays bit for bit. ``--engine trio`` runs the real Trio runtime instead
@@ -70,6 +72,16 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_WALL_BUDGET,
         help=f"wall-clock seconds before a run counts as hung (default {DEFAULT_WALL_BUDGET:g})",
     )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="run the fleet-scale scenario (spate_testing.sim.scale) and print its counts",
+    )
+    parser.add_argument("--workers", type=int, default=1000, help="with --scale (default 1000)")
+    parser.add_argument("--splits", type=int, default=100_000, help="with --scale (default 100000)")
+    parser.add_argument(
+        "--max-in-flight", type=int, default=100, help="with --scale: per worker (default 100)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stop", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--stride", type=int, default=1, help=argparse.SUPPRESS)
@@ -96,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING if args.verbose else logging.CRITICAL + 1,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if args.scale:
+        return _scale(args.workers, args.splits, args.max_in_flight)
     if args.seed is not None:
         return _replay(args.seed, args.history, args.wall_budget, args.engine)
     if args.child:
@@ -104,6 +118,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--seeds and --jobs must be at least 1", file=sys.stderr)
         return 2
     return _many(args.start, args.seeds, min(args.jobs, args.seeds), args.wall_budget, args.engine)
+
+
+def _scale(workers: int, splits: int, max_in_flight: int) -> int:
+    from spate_testing.sim.scale import ScaleSpec, run_scale
+
+    spec = ScaleSpec(workers=workers, splits=splits, max_in_flight=max_in_flight)
+    report = run_scale(spec, progress=lambda line: print(f"... {line}", flush=True))
+    for line in report.lines:
+        print(line)
+    print(
+        f"{workers:,} workers x {splits:,} splits: {report.sim_seconds:.1f} s simulated in "
+        f"{report.wall_seconds:.1f} s wall"
+    )
+    return 0 if report.done else 1
 
 
 def _replay(seed: int, history_path: str | None, wall_budget: float, engine: Engine) -> int:

@@ -18,6 +18,9 @@ The events:
 - :class:`Verdict` — a worker's ``run_worker`` returned a verdict.
 - :class:`Revocations` — a worker's revocation counters, from its metrics hooks.
 - :class:`Action` — something the simulator did (start, kill, freeze, partition, ...).
+- :class:`Leading` — a worker began or stopped leading the job.
+- :class:`Delivered` — a watch delivered keys of splits (or another worker's assignment
+  record) to a worker: a live event, or the entries of a snapshot.
 - :class:`Final` — the authoritative final listing of the job, and whether the run ended in
   time.
 
@@ -39,12 +42,14 @@ import attrs
 __all__ = [
     "Acked",
     "Action",
+    "Delivered",
     "Final",
     "FinalSplit",
     "Gained",
     "HandlerEnded",
     "History",
     "HistoryEvent",
+    "Leading",
     "Revocations",
     "StoreWrite",
     "Verdict",
@@ -163,6 +168,37 @@ class Action:
 
 
 @attrs.frozen(kw_only=True)
+class Leading:
+    """``actor`` began (``leading``) or stopped leading the job.
+
+    A worker leads from the moment its coordinator first says it leads until its watches
+    are a follower's again: a deposed leader learns it in one step and closes the leader's
+    watches after the next one, and what those watches deliver meanwhile is still a leader's.
+    """
+
+    at: float
+    actor: str
+    leading: bool
+
+
+@attrs.frozen(kw_only=True)
+class Delivered:
+    """A watch delivered ``keys`` of ``keyspace`` to ``actor``.
+
+    One live event (``snapshot`` False: one key) or the entries of one watch snapshot.
+    Only keys the foreign-delivery invariant is about are recorded: progress records, leases
+    and specs of splits, and assignment records of other instances. Point reads and listings
+    are not deliveries.
+    """
+
+    at: float
+    actor: str
+    keyspace: str
+    keys: tuple[str, ...]
+    snapshot: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class FinalSplit:
     """One split as the final authoritative listing shows it."""
 
@@ -192,11 +228,31 @@ class Final:
 
 
 HistoryEvent: TypeAlias = (
-    StoreWrite | Gained | Acked | HandlerEnded | Verdict | Revocations | Action | Final
+    StoreWrite
+    | Gained
+    | Acked
+    | HandlerEnded
+    | Verdict
+    | Revocations
+    | Action
+    | Leading
+    | Delivered
+    | Final
 )
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (StoreWrite, Gained, Acked, HandlerEnded, Verdict, Revocations, Action, Final)
+    for cls in (
+        StoreWrite,
+        Gained,
+        Acked,
+        HandlerEnded,
+        Verdict,
+        Revocations,
+        Action,
+        Leading,
+        Delivered,
+        Final,
+    )
 }
 
 
@@ -227,6 +283,8 @@ def event_from_json(data: dict[str, Any]) -> HistoryEvent:
         data["splits"] = tuple(FinalSplit(**s) for s in data["splits"])
         if data["expected"] is not None:
             data["expected"] = tuple(data["expected"])
+    if cls is Delivered:
+        data["keys"] = tuple(data["keys"])
     for name, value in list(data.items()):
         if isinstance(value, dict) and set(value) == {"b64"}:
             data[name] = base64.b64decode(value["b64"])

@@ -33,6 +33,7 @@ import outcome
 from spate import StoreUnavailable
 from spate._core.flow_engine import LIST_TIMEOUT_FACTOR
 from spate._core.flows import Op
+from spate._core.records import KeyKind, Keys
 from spate.store import (
     Conflict,
     Delete,
@@ -47,7 +48,7 @@ from spate.store import (
 )
 from spate_testing.faults import FaultRates
 from spate_testing.sim.clockwork import Scheduler, Timer
-from spate_testing.sim.history import History, StoreWrite
+from spate_testing.sim.history import Delivered, History, StoreWrite, instance_of
 
 __all__ = ["Link", "ModelStore", "WatchSink"]
 
@@ -57,6 +58,8 @@ class _Watcher:
     prefix: str
     deliver: Callable[[WatchEvent], None]
     exact: bool = False
+    seq: int = 0
+    """Its place in the order watchers registered (the order they are told of a change)."""
 
     def covers(self, key: str) -> bool:
         return key == self.prefix if self.exact else key.startswith(self.prefix)
@@ -73,7 +76,38 @@ class _Table:
     ttl: float | None
     entries: dict[str, Entry] = attrs.field(factory=dict)
     revision: int = 0
-    watchers: list[_Watcher] = attrs.field(factory=list)
+    # Watchers by key (exact) and the prefix watchers, each by registration number: a change
+    # is matched against its own key's watchers and the few prefixes, not against every
+    # watcher of a large fleet.
+    exact: dict[str, dict[int, _Watcher]] = attrs.field(factory=dict)
+    prefixed: dict[int, _Watcher] = attrs.field(factory=dict)
+
+    def add(self, watcher: _Watcher) -> None:
+        if watcher.exact:
+            self.exact.setdefault(watcher.prefix, {})[watcher.seq] = watcher
+        else:
+            self.prefixed[watcher.seq] = watcher
+
+    def discard(self, watcher: _Watcher) -> None:
+        if not watcher.exact:
+            self.prefixed.pop(watcher.seq, None)
+            return
+        of_key = self.exact.get(watcher.prefix)
+        if of_key is not None:
+            of_key.pop(watcher.seq, None)
+            if not of_key:
+                del self.exact[watcher.prefix]
+
+    def watchers_of(self, key: str) -> list[_Watcher]:
+        """The watchers covering ``key``, in the order they registered."""
+        of_key = self.exact.get(key)
+        found = [] if of_key is None else list(of_key.values())
+        prefixed = [w for w in self.prefixed.values() if key.startswith(w.prefix)]
+        if not prefixed:
+            return found
+        if not found:
+            return prefixed
+        return sorted([*found, *prefixed], key=lambda w: w.seq)
 
 
 class ModelStore:
@@ -106,6 +140,26 @@ class ModelStore:
         self._leases: dict[int, _Lease] = {}
         self._lease_of: dict[str, int] = {}  # ephemeral key -> the lease it lives under
         self._lease_ids = itertools.count(1)
+        self._watcher_seq = itertools.count()
+
+    @property
+    def job(self) -> str:
+        """The job whose history this store records."""
+        return self._history.job
+
+    def delivered(
+        self, actor: str, keyspace: Keyspace, keys: tuple[str, ...], snapshot: bool
+    ) -> None:
+        """Record that a watch delivered ``keys`` to ``actor`` (see :class:`Delivered`)."""
+        self._history.append(
+            Delivered(
+                at=self._scheduler.now(),
+                actor=actor,
+                keyspace=keyspace.value,
+                keys=keys,
+                snapshot=snapshot,
+            )
+        )
 
     # -- session leases (SESSION semantics) ---------------------------------------------------
 
@@ -249,22 +303,24 @@ class ModelStore:
         no change falls between them.
         """
         table = self._tables[keyspace]
-        watcher = _Watcher(prefix, deliver, exact)
-        table.watchers.append(watcher)
+        watcher = _Watcher(prefix, deliver, exact, next(self._watcher_seq))
+        table.add(watcher)
 
         def stop() -> None:
-            if watcher in table.watchers:
-                table.watchers.remove(watcher)
+            table.discard(watcher)
 
         if exact:
             entry = self.get(keyspace, prefix)
             return ([] if entry is None else [entry]), stop
         return self.list(keyspace, prefix), stop
 
+    def _watchers_of(self, table: _Table, key: str) -> builtins.list[_Watcher]:
+        """The watchers a change of ``key`` in ``table`` goes to, in registration order."""
+        return table.watchers_of(key)
+
     def _publish(self, table: _Table, key: str, event: WatchEvent) -> None:
-        for watcher in list(table.watchers):
-            if watcher.covers(key):
-                watcher.deliver(event)
+        for watcher in self._watchers_of(table, key):
+            watcher.deliver(event)
 
 
 class WatchSink(Protocol):
@@ -328,6 +384,12 @@ class Link:
         self._own_deletes: set[tuple[str, int]] = set()
         self.injected: collections.Counter[str] = collections.Counter()
         """How many faults of each kind were injected (the names FaultyStore uses)."""
+        self.read_counts: collections.Counter[str] = collections.Counter()
+        """What this link read and was told, by kind: ``get`` calls and ``get_records``
+        (entries they found), ``list`` calls and ``list_records``, ``writes``, watch
+        ``snapshot_records`` and live ``events`` (counted as the worker receives them)."""
+        self._keys = Keys(model.job)
+        self._instance = instance_of(actor)
 
     # -- switches ------------------------------------------------------------------------------
 
@@ -442,12 +504,20 @@ class Link:
         if self._roll(self.rates.unavailable_rate):
             self.injected["unavailable"] += 1
             return fail("injected unavailability")
+        reads = self.read_counts
         if op.method == "get":
             deadline.cancel()
-            return answer(outcome.Value(self.model.get(op.keyspace, op.key)))
+            entry = self.model.get(op.keyspace, op.key)
+            reads["get"] += 1
+            reads["get_records"] += entry is not None
+            return answer(outcome.Value(entry))
         if op.method == "list":
             deadline.cancel()
-            return answer(outcome.Value(self.model.list(op.keyspace, op.key)))
+            entries = self.model.list(op.keyspace, op.key)
+            reads["list"] += 1
+            reads["list_records"] += len(entries)
+            return answer(outcome.Value(entries))
+        reads["writes"] += 1
         if self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1
             self._scheduler.later(self.rates.late_delay, lambda: self._land_late(op, lease))
@@ -535,6 +605,10 @@ class Link:
                 keyspace, prefix, lambda event: self._queue(watch, event), exact=exact
             )
             watch.live = True
+            self.read_counts["snapshot_records"] += len(entries)
+            noted = tuple(e.key for e in entries if self._noted(e.key))
+            if noted:
+                self.model.delivered(self.actor, keyspace, noted, snapshot=True)
             sink.snapshot(entries)
 
         self._scheduler.later(self.rates.latency, arrive)
@@ -564,6 +638,11 @@ class Link:
         ):
             self.injected["silent_expiry"] += 1
             return
+        self.read_counts["events"] += 1
+        if isinstance(event, Put | Delete):
+            key = event.entry.key if isinstance(event, Put) else event.key
+            if self._noted(key):
+                self.model.delivered(self.actor, watch.keyspace, (key,), snapshot=False)
         watch.sink.event(event)
         if self._roll(self.rates.duplicate_rate):
             self.injected["duplicate"] += 1
@@ -573,6 +652,18 @@ class Link:
             self.injected["replay"] += 1
             for old in list(watch.recent)[-self.rng.randint(1, len(watch.recent)) :]:
                 watch.sink.event(old)
+
+    def _noted(self, key: str) -> bool:
+        """Whether a delivery of ``key`` is recorded: a split's key, or another's assignment."""
+        kind = self._keys.classify(key)
+        if kind is None:
+            return False
+        what, name = kind
+        return (
+            what is KeyKind.SPLIT
+            or what is KeyKind.SPEC
+            or (what is KeyKind.ASSIGN and name != self._instance)
+        )
 
     def _break(self, watch: _Watch, reason: str) -> None:
         watch.open = False

@@ -140,6 +140,8 @@ class SimWorker:
         self._step_soon = False
         self._leaving: tuple[list[str], Timer] | None = None
         """While leaving: the splits handed back, and the leave deadline's timer."""
+        self._leading = False
+        """Whether this worker leads, as the history last recorded (see :class:`h.Leading`)."""
         self.handlers = Handlers(
             scheduler=scheduler,
             history=history,
@@ -241,10 +243,18 @@ class SimWorker:
             self.handlers.dispatch_pending()
         if changed and self.ready:
             machine.step()
+        # It leads from the first moment its machine says so until it keeps a follower's
+        # watches again (a deposed leader closes the leader's watches after its next step).
+        if (machine.leading or machine.scopes.whole_job) is not self._leading:
+            self._note_leading(not self._leading)
         if self._opened and machine.watches is not self._watches and not self.stopped:
             self._sync_watches()
         if self._leaving is not None:
             self._check_handed_over()
+
+    def _note_leading(self, leading: bool) -> None:
+        self._leading = leading
+        self.history.append(h.Leading(at=self.scheduler.now(), actor=self.actor, leading=leading))
 
     # -- startup -------------------------------------------------------------------------------
 
@@ -336,7 +346,11 @@ class SimWorker:
         watching = _Watching(self, scope, backoff)
         self._watching[scope] = watching
         self.input(partial(self.machine.watch_opening, scope))
-        watching.open()
+        # That input steps the machine, which may stop wanting this watch (a leader deposed
+        # at the instant its re-watch came due): then it is already stopped, and opening it
+        # would leak a watch nobody closes (the runtime's pump is cancelled before it opens).
+        if not watching.ended:
+            watching.open()
 
     def _heartbeat(self, round_: int) -> None:
         def beat() -> None:
@@ -469,6 +483,8 @@ class SimWorker:
         if self.state != "killed":
             self.session.close()
         self.link.close()
+        if self._leading:
+            self._note_leading(False)
         if self._alarm is not None:
             self._alarm.cancel()
         self.history.append(
@@ -491,6 +507,11 @@ class _Watching:
         self._ended = False
         self._close: Callable[[], None] = _nothing
         self._deadline: Timer | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether this opening was stopped or broke (nothing more is opened for it)."""
+        return self._ended
 
     def open(self) -> None:
         worker = self._worker
@@ -525,7 +546,15 @@ class _Watching:
             self._deadline.cancel()
         self._close()
         worker = self._worker
-        worker.later(self._backoff.delay(), lambda: worker._watch(self._scope, self._backoff))
+
+        def again() -> None:
+            # Only if this is still the scope's opening: once the watch stopped being wanted
+            # (the runtime cancels its pump, backoff sleep included), or a newer opening took
+            # its place, re-watching would leave a second watch open that nothing closes.
+            if worker._watching.get(self._scope) is self:
+                worker._watch(self._scope, self._backoff)
+
+        worker.later(self._backoff.delay(), again)
 
     def stop(self) -> None:
         """The watch is no longer wanted: close it, and open no other in its place."""

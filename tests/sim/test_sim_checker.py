@@ -10,11 +10,13 @@ from spate._core.records import ProgressRecord, Status, encode
 from spate_testing.sim.checker import INVARIANTS, check
 from spate_testing.sim.history import (
     Acked,
+    Delivered,
     Final,
     FinalSplit,
     Gained,
     History,
     HistoryEvent,
+    Leading,
     Revocations,
     StoreWrite,
     Verdict,
@@ -351,6 +353,52 @@ def test_a_run_that_ends_without_any_verdict_is_flagged() -> None:
     assert names(b) == {"termination"}
 
 
+def delivered(b: Builder, actor: str, keyspace: str, *keys: str, snapshot: bool = False) -> None:
+    b.add(Delivered(at=b.tick(), actor=actor, keyspace=keyspace, keys=keys, snapshot=snapshot))
+
+
+def leading(b: Builder, actor: str, leads: bool) -> None:
+    b.add(Leading(at=b.tick(), actor=actor, leading=leads))
+
+
+def test_what_each_role_watches_is_not_flagged() -> None:
+    b = Builder()
+    clean_run(b)
+    leading(b, "w1#1", True)
+    delivered(b, "w1#1", "ephemeral", f"{JOB}.split.a", f"{JOB}.split.b", snapshot=True)
+    delivered(b, "w1#1", "ephemeral", f"{JOB}.split.a")  # the leader hears leases
+    delivered(b, "w1#1", "durable", f"{JOB}.assign.w2")  # ... and may hear assignments
+    delivered(b, "w2#1", "durable", f"{JOB}.assign.w2")  # a follower its own assignment
+    assert check(b.history) == []
+
+
+@pytest.mark.parametrize(
+    ("actor", "keyspace", "key", "wrong"),
+    [
+        ("w1#1", "durable", f"{JOB}.split.a", "a progress record"),  # even to the leader
+        ("w2#1", "durable", f"{JOB}.split.a", "a progress record"),
+        ("w2#1", "durable", f"{JOB}.spec.a", "a spec"),
+        ("w2#1", "ephemeral", f"{JOB}.split.a", "a lease while not leading"),
+        ("w2#1", "durable", f"{JOB}.assign.w3", "another instance's assignment record"),
+        ("w3#1", "ephemeral", f"{JOB}.split.a", "a lease while not leading"),  # w3 stepped down
+    ],
+)
+def test_a_delivery_nobody_should_hear_is_flagged(
+    actor: str, keyspace: str, key: str, wrong: str
+) -> None:
+    b = Builder()
+    clean_run(b)
+    leading(b, "w1#1", True)
+    leading(b, "w3#1", True)
+    leading(b, "w3#1", False)
+    delivered(b, actor, keyspace, key)
+    delivered(b, actor, keyspace, key, snapshot=True)
+    violations = check(b.history)
+    assert [v.invariant for v in violations] == ["foreign-delivery"]
+    assert wrong in violations[0].detail
+    assert "2 time(s)" in violations[0].detail  # one violation per worker and kind
+
+
 def test_every_invariant_is_exercised_by_a_violating_history() -> None:
     # Pins the list: a new invariant needs a test above that shows the checker can fail it.
     tested = {
@@ -362,6 +410,7 @@ def test_every_invariant_is_exercised_by_a_violating_history() -> None:
         "verdict-mismatch",
         "revocation-identity",
         "termination",
+        "foreign-delivery",
     }
     assert tested == set(INVARIANTS)
 
