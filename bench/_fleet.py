@@ -211,8 +211,9 @@ def category(keys: Keys, keyspace: Keyspace, key: str) -> str:
 class RecordingStore:
     """Delegates to a store and counts every call by (operation, key category).
 
-    ``renewed`` keeps, per lease key, the times of its won ephemeral updates (renewals), so a
-    benchmark can show the longest gap between two renewals of one lease.
+    ``renewed`` keeps, per ephemeral key, the times of its won updates (renewals), so a
+    benchmark can show the longest gap between two renewals of one key: on a per-key TTL
+    store, of a coordinator's session (its presence record), which keeps every lease it holds.
     """
 
     def __init__(self, inner: Store, job: str = JOB) -> None:
@@ -231,12 +232,15 @@ class RecordingStore:
                 counted[cat] += n
         return counted
 
-    def longest_renewal_gap(self, started: float, ended: float) -> float:
-        """The longest stretch of [started, ended] in which some held lease went unrenewed."""
+    def longest_renewal_gap(self, started: float, ended: float, prefix: str) -> float:
+        """The longest stretch of [started, ended] in which some ephemeral key under
+        ``prefix`` went unrenewed (all of it, when none was renewed at all)."""
         longest = 0.0
-        for key, times in self.renewed.items():
-            if not key.startswith(self.keys.split_prefix):
-                continue
+        keys = [key for key in self.renewed if key.startswith(prefix)]
+        if not keys:
+            return ended - started
+        for key in keys:
+            times = self.renewed[key]
             ordered = sorted(times)
             before = [t for t in ordered if t <= started]
             marks = [before[-1] if before else started]

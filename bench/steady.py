@@ -6,13 +6,13 @@ call by key category. Once the fleet is balanced and has settled, the counters a
 the fleet runs for a number of leases: twenty of virtual time on the memory store (Trio's
 MockClock: exact, and free in wall time), ten of real time on etcd.
 
-On a per-key store (memory, NATS) the minimum a live fleet must write is one renewal per
-ephemeral key per third of a lease: every presence key, every held lease and the leader key.
-On a session store (etcd) each worker's session keepalive keeps its lease keys alive, so the
-minimum is the presence keys and the leader key alone — workers x 3 / lease, with zero
-per-split renewals. Everything else — assignments, progress records — should be zero while
-nothing changes. Nothing is asserted; the figures are reported. Run alone with
-``python -m bench --only steady``.
+On every store the minimum a live fleet must write is one renewal per session per third of
+a lease: every presence key and the leader key, (workers + 1) x 3 / lease, with zero
+per-split renewals. On a session store (etcd) each worker's session keepalive (not a key
+write) keeps its lease keys alive; on a per-key store (memory, NATS) a lease is a durable key
+naming its owner's session, the presence record, and nobody renews it. Everything else —
+assignments, progress records, leases — should be zero while nothing changes. Nothing is
+asserted; the figures are reported. Run alone with ``python -m bench --only steady``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import trio.testing
 from bench._fleet import JOB, RecordingStore, planner_of
 from bench._harness import Backend, Options, Row, backends, fmt_rate, memory_backend, namespace
 from spate import Config, SplitHandle, run_worker
+from spate._core.records import Keys
 from spate.store import EphemeralSemantics
 
 WORKERS = 4
@@ -88,7 +89,10 @@ async def _steady(
         lost_before = lost
         started = trio.current_time()
         await trio.sleep(leases * lease)
-        gap = max(s.longest_renewal_gap(started, trio.current_time()) for s in recorders)
+        ended = trio.current_time()
+        # The session's renewals (presence) on a per-key store; nothing renews a lease.
+        prefix = Keys(JOB).worker("")
+        gap = max(s.longest_renewal_gap(started, ended, prefix) for s in recorders)
         writes: collections.Counter[str] = collections.Counter()
         reads: collections.Counter[str] = collections.Counter()
         for store in recorders:
@@ -133,8 +137,8 @@ def _row(
 ) -> Row:
     seconds = leases * lease
     total = sum(writes.values())
-    # Presence keys and the leader key, plus every held lease where the store renews per key.
-    per_third = WORKERS + 1 + (0 if session_store else SPLITS)
+    # Presence keys and the leader key, on every store: nothing is renewed per split.
+    per_third = WORKERS + 1
     minimum = per_third / (lease / 3)
     kinds = ", ".join(f"{k} {fmt_rate(v / seconds)}" for k, v in sorted(writes.items()))
     read_kinds = ", ".join(f"{k} {fmt_rate(v / seconds)}" for k, v in sorted(reads.items()))
@@ -142,8 +146,9 @@ def _row(
     renewals = (
         f"per-split lease writes {lease_writes} (the session keepalive keeps them)"
         if session_store
-        else f"each lease renewed {lease_writes / SPLITS / leases:.2f}x per lease (minimum 3), "
-        f"longest gap {gap:.2f} s"
+        else f"per-split lease writes {lease_writes} (each lease a durable key naming its "
+        f"owner's presence record), longest gap between two renewals of a presence record "
+        f"{gap:.2f} s"
     )
     row = Row(
         bench=f"6 store writes/s, steady fleet ({WORKERS} workers, {SPLITS} splits)",
