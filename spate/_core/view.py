@@ -406,8 +406,8 @@ class View:
             notices.extend(self.apply_delete(keyspace, key, None))
         known_now = self._known[keyspace]
         for entry in listed:
-            known = known_now.get(entry.key)
-            if known is not None and entry.revision <= known[0]:
+            folded = known_now.get(entry.key)
+            if folded is not None and entry.revision <= folded[0]:
                 continue  # folded already (a backstop's common case): nothing to classify
             notices.extend(self.apply_put(keyspace, entry))
         # A tombstone older than this listing has done its job: the listing already reflects
