@@ -304,12 +304,20 @@ class Claims(Tenancies):
             # A deposed leader's late write must not walk this worker backwards.
             logger.debug("ignoring an assignment of superseded generation %d", record.generation)
             return
+        renewed = record.generation != self.assign_generation
         self.assign_generation = record.generation
         named = frozenset(record.splits)
         if not self.host.sees_job:
-            # Every write of its assignment record tells a follower to read its share again:
-            # a new split to learn, or a nudge that one it waits for came free.
-            self._to_read.update(s for s in named if s not in self.owned)
+            view = self.host.view
+            if named != self.assigned or renewed:
+                # A changed share, or a new leader's: read every split of it not held (new
+                # ones to learn, and any it waits for, whose lease may have gone meanwhile,
+                # perhaps while no leader could say so).
+                wanted = named
+            else:
+                # A nudge: the splits the leader saw come free, and any not yet learned.
+                wanted = frozenset(record.ready) | {s for s in named if s not in view.splits}
+            self._to_read.update(s for s in wanted & named if s not in self.owned)
         for split in named - self.assigned:
             if split not in self.owned:
                 self.awaiting[split] = now

@@ -138,8 +138,8 @@ class Leadership:
         """Member -> the splits its assignment write in flight names (until it lands or fails)."""
         self._writing_split: dict[str, set[str]] = {}
         """Split -> the members whose assignment write in flight names it."""
-        self._nudges: set[str] = set()
-        """Members to tell that a split their record names has come free (see nudge_for)."""
+        self._nudges: dict[str, set[str]] = {}
+        """Member -> the splits its record names that came free, to tell it of (nudge_for)."""
         self._lead_since = 0.0
         self._join_until = 0.0
         """While the job is new: when its first assignment may be published."""
@@ -285,36 +285,44 @@ class Leadership:
             return
         for instance in view.assigned.get(split, ()):
             if instance != state.progress.owner and instance != self.host.instance:
-                self._nudges.add(instance)
+                self._nudges.setdefault(instance, set()).add(split)
 
     def _send_nudges(self) -> None:
         for instance in sorted(self._nudges):
             if instance in self._publishing:
-                continue  # a write in flight: the follower reads its share again on it anyway
-            self._nudges.discard(instance)
+                continue  # a write in flight: the nudge goes out once it has landed
+            ready = self._nudges.pop(instance)
             current = self.host.view.assignments.get(instance)
             if current is None or current[0].generation != self.generation:
                 continue
-            self._publishing.add(instance)
-            self.host.start(self._nudge(instance, current[0], current[1]))
+            freed = tuple(sorted(s for s in ready if s in current[0].splits))
+            if freed:
+                self._publishing.add(instance)
+                self.host.start(self._nudge(instance, current[0], current[1], freed))
 
-    def _nudge(self, instance: str, record: AssignmentRecord, revision: int) -> Flow[None]:
+    def _nudge(
+        self, instance: str, record: AssignmentRecord, revision: int, freed: tuple[str, ...]
+    ) -> Flow[None]:
         host, view = self.host, self.host.view
         key = host.keys.assign(instance)
         try:
             yield Hold(DURABLE, key)
             current = view.assignments.get(instance)
             if not self.leading or current is None or current[1] != revision:
-                return  # rewritten since: that write was the nudge
+                # Rewritten since: tell it in the next write (a changed record makes the
+                # follower read every split it waits for anyway).
+                self._nudges.setdefault(instance, set()).update(freed)
+                return
+            nudge = attrs.evolve(record, ready=freed)
             try:
                 result = yield Op(
-                    "update", DURABLE, key, encode(record), expected=revision, operation="assign"
+                    "update", DURABLE, key, encode(nudge), expected=revision, operation="assign"
                 )
             except StoreUnavailable as exc:
                 logger.debug("nudging %s failed (%s); its backstop reads again", instance, exc)
                 return
             if isinstance(result, Won):
-                host.fold(view.put_assignment(instance, record, result.revision))
+                host.fold(view.put_assignment(instance, nudge, result.revision))
         finally:
             self._publishing.discard(instance)
 

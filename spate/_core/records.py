@@ -251,6 +251,9 @@ class AssignmentRecord:
     schema: int = SCHEMA
     generation: int
     splits: tuple[str, ...] = ()
+    ready: tuple[str, ...] = ()
+    """Splits of this record whose lease the leader saw go since it wrote them: a nudge. The
+    worker reads these again (it watches no lease), and no other split of an unchanged record."""
 
 
 Record = (
@@ -322,6 +325,7 @@ _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
     ProgressRecord: ("advanced", "owner_nonce"),
     SpecRecord: ("locality",),
     PresenceRecord: ("locality",),
+    AssignmentRecord: ("ready",),
 }
 
 

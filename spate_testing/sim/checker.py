@@ -369,13 +369,14 @@ class _Checker:
                 if kind is None:
                     continue
                 what, name = kind
-                if what is KeyKind.SPLIT:
-                    if durable:
-                        wrong = "a progress record (nobody watches them)"
-                    elif actor not in leading:
-                        wrong = "a lease while not leading"
-                    else:
+                # (A lease is a split key in the ephemeral keyspace, or on a store with per-key
+                # TTLs a durable lease key: the leader watches whichever holds them.)
+                if what is KeyKind.SPLIT and durable:
+                    wrong = "a progress record (nobody watches them)"
+                elif what in (KeyKind.SPLIT, KeyKind.LEASE):
+                    if actor in leading:
                         continue
+                    wrong = "a lease while not leading"
                 elif what is KeyKind.SPEC:
                     wrong = "a spec (nobody watches them)"
                 elif what is KeyKind.ASSIGN and name != instance_of(actor) and actor not in leading:

@@ -659,10 +659,8 @@ class Link:
         if kind is None:
             return False
         what, name = kind
-        return (
-            what is KeyKind.SPLIT
-            or what is KeyKind.SPEC
-            or (what is KeyKind.ASSIGN and name != self._instance)
+        return what in (KeyKind.SPLIT, KeyKind.LEASE, KeyKind.SPEC) or (
+            what is KeyKind.ASSIGN and name != self._instance
         )
 
     def _break(self, watch: _Watch, reason: str) -> None:

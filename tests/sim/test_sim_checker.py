@@ -367,6 +367,7 @@ def test_what_each_role_watches_is_not_flagged() -> None:
     leading(b, "w1#1", True)
     delivered(b, "w1#1", "ephemeral", f"{JOB}.split.a", f"{JOB}.split.b", snapshot=True)
     delivered(b, "w1#1", "ephemeral", f"{JOB}.split.a")  # the leader hears leases
+    delivered(b, "w1#1", "durable", f"{JOB}.lease.a")  # (durable ones, on per-key stores)
     delivered(b, "w1#1", "durable", f"{JOB}.assign.w2")  # ... and may hear assignments
     delivered(b, "w2#1", "durable", f"{JOB}.assign.w2")  # a follower its own assignment
     assert check(b.history) == []
@@ -379,6 +380,7 @@ def test_what_each_role_watches_is_not_flagged() -> None:
         ("w2#1", "durable", f"{JOB}.split.a", "a progress record"),
         ("w2#1", "durable", f"{JOB}.spec.a", "a spec"),
         ("w2#1", "ephemeral", f"{JOB}.split.a", "a lease while not leading"),
+        ("w2#1", "durable", f"{JOB}.lease.a", "a lease while not leading"),
         ("w2#1", "durable", f"{JOB}.assign.w3", "another instance's assignment record"),
         ("w3#1", "ephemeral", f"{JOB}.split.a", "a lease while not leading"),  # w3 stepped down
     ],
