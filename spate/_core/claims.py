@@ -31,6 +31,7 @@ The rules, each with the race it prevents:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
@@ -104,6 +105,8 @@ class Claims(Tenancies):
         self._slots_left = 0
         self._to_read: set[str] = set()
         """A follower's assigned splits whose records it must read before it can claim them."""
+        self._unsure_leases: set[str] = set()
+        """Splits whose lease write of ours failed with an unknown outcome (it may have landed)."""
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -246,6 +249,32 @@ class Claims(Tenancies):
         """Keep the held leases (see :meth:`keep_leases`) and sweep every candidate next step."""
         self._sweep = True  # the backstop of the incremental step
         self.keep_leases(now)
+        for split in sorted(self._unsure_leases - self.busy):
+            self._unsure_leases.discard(split)
+            if split not in self.owned:
+                self._begin(split, self._read_lease(split))
+
+    def _read_lease(self, split: str) -> Flow[None]:
+        """Read back a lease write of ours whose outcome is unknown.
+
+        A follower watches no lease, its own included: a claim whose lease write landed unseen
+        and whose split then left its assignment would leave a key nobody else can claim past,
+        and that on a session store this worker's keepalive keeps for ever. Read back, a key of
+        ours becomes a stray, given back a beat later; a failed read tries again next beat.
+        """
+        view = self.host.view
+        keyspace, key = view.lease_keyspace, view.lease_key(split)
+        try:
+            entry: Entry | None = yield Op("get", keyspace, key)
+        except StoreUnavailable:
+            self._unsure_leases.add(split)
+            return
+        if split in self.owned:
+            return
+        if entry is None:
+            self.host.fold(view.apply_delete(keyspace, key, None))
+        else:
+            self.host.fold(view.apply_put(keyspace, entry))
 
     # -- what the view tells us --------------------------------------------------------------
 
@@ -410,7 +439,9 @@ class Claims(Tenancies):
             )  # fmt: skip
         # Refused: a peer won the lease (the watch brings its write), or our view of our own
         # lease is stale (a lost reply, another process under our id).
-        won = yield from self._write_or_retry_later(op, "lease write")
+        won = yield from self._write_or_retry_later(
+            op, "lease write", maybe_landed=lambda: self._unsure_leases.add(split)
+        )
         if won is None:
             return None
         host.fold(host.view.put_lease(split, lease, won.revision))
@@ -481,7 +512,9 @@ class Claims(Tenancies):
         fresh = host.view.splits[split].progress
         return fresh.status is Status.RUNNABLE and fresh.epoch < epoch
 
-    def _write_or_retry_later(self, op: Op, what: str) -> Flow[Won | None]:
+    def _write_or_retry_later(
+        self, op: Op, what: str, *, maybe_landed: Callable[[], None] | None = None
+    ) -> Flow[Won | None]:
         """Perform ``op``, a write on a split's key: Won, or None with the split held back.
 
         A store error, or a refusal the watch has yet to explain, holds the split back for
@@ -494,6 +527,8 @@ class Claims(Tenancies):
         except StoreUnavailable as exc:
             logger.warning("split %s: %s failed (%s); retrying later", op.split, what, exc)
             self._retry_later(op.split)
+            if maybe_landed is not None:
+                maybe_landed()
             return None
         if not isinstance(result, Won):
             self._retry_later(op.split)
