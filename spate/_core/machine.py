@@ -219,7 +219,7 @@ class Machine:
 
     @property
     def sees_job(self) -> bool:
-        """Whether the view holds the whole job (leading, its prefix snapshots folded)."""
+        """Whether the view holds the whole job (leading, its snapshots and listing folded)."""
         return self.scopes.sees_job
 
     def now(self) -> float:
@@ -293,7 +293,8 @@ class Machine:
     def watches(self) -> tuple[WatchScope, ...]:
         """The watches this worker wants open now (see :mod:`spate._core.scopes`).
 
-        A follower's three exact keys, or the leader's two prefixes. A runtime looks again
+        A follower's three exact keys; the leader's ephemeral prefix, the same two durable
+        keys and, on a store with per-key TTLs, the durable lease prefix. A runtime looks again
         after every step and opens or closes watches to match.
         """
         return self.scopes.wanted
