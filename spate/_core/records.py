@@ -134,6 +134,17 @@ class Verdict:
     completed: int
     quarantined: int
 
+    def __attrs_post_init__(self) -> None:
+        # A verdict that contradicts itself is refused as unreadable rather than reported:
+        # every worker returns it, so a corrupt one would end the job with a false outcome.
+        if self.completed < 0 or self.quarantined < 0:
+            raise ValueError(
+                f"a verdict with negative counts ({self.completed} completed, "
+                f"{self.quarantined} quarantined)"
+            )
+        if self.all_complete and self.quarantined:
+            raise ValueError(f"an all-complete verdict with {self.quarantined} quarantined")
+
 
 @attrs.frozen(kw_only=True)
 class PlanRecord:

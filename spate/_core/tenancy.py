@@ -50,7 +50,7 @@ class Owned:
     epoch: int
     lease_rev: int
     last_ok: float
-    """When a lease write last succeeded (renewal cadence and the starvation self-fence)."""
+    """When the claim's lease write landed (nothing renews it per split afterwards)."""
     session: int = 0
     """The store session the lease was written under (session stores: it dies with it)."""
 

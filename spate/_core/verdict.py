@@ -71,8 +71,10 @@ class VerdictJudge:
                 )
 
     def step(self, now: float) -> None:
-        """As the leader, start an authoritative listing when the local view looks finished."""
-        self.observe()
+        """As the leader, start an authoritative listing when the local view looks finished.
+
+        The machine has had the judge :meth:`observe` the plan record first, this step.
+        """
         if self.reported or self._judging or now < self._not_before:
             return
         generation = self.lead.verdict_generation

@@ -141,3 +141,26 @@ def test_a_published_verdict_round_trips_and_a_mistyped_one_is_unreadable() -> N
     assert decode(PlanRecord, "k", data) == plan
     with pytest.raises(UnreadableRecord, match="PlanRecord"):
         decode(PlanRecord, "k", OLD_PLAN[:-1] + b',"verdict":{"all_complete":true}}')
+
+
+@pytest.mark.parametrize(
+    ("verdict", "says"),
+    [
+        ({"all_complete": True, "completed": 4, "quarantined": 1}, "all-complete verdict with 1"),
+        ({"all_complete": False, "completed": -1, "quarantined": 0}, "negative counts"),
+        ({"all_complete": False, "completed": 3, "quarantined": -2}, "negative counts"),
+    ],
+)
+def test_a_plan_record_whose_verdict_contradicts_itself_is_refused(
+    verdict: dict[str, object], says: str
+) -> None:
+    # Every worker returns the published verdict: a corrupt one is refused, never reported.
+    raw = json.loads(encode(PlanRecord(fingerprint="f", generation=1)))
+    raw["verdict"] = verdict
+    with pytest.raises(UnreadableRecord, match=says):
+        decode(PlanRecord, "job.plan", json.dumps(raw).encode())
+    consistent = {"all_complete": False, "completed": 3, "quarantined": 1}
+    raw["verdict"] = consistent
+    assert decode(PlanRecord, "job.plan", json.dumps(raw).encode()).verdict == Verdict(
+        all_complete=False, completed=3, quarantined=1
+    )
