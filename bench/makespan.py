@@ -104,10 +104,23 @@ class Outcome:
 
 
 def _planner(lengths: Sequence[int]) -> Plan:
-    specs = [
-        SplitSpec(f"s{n:03d}", descriptor=str(items).encode()) for n, items in enumerate(lengths)
-    ]
+    # A split's descriptor is the range of items it covers, ``start:end`` (each split its own
+    # range of one job-wide item space), so a handler can split it at its position.
+    specs = []
+    start = 0
+    for n, items in enumerate(lengths):
+        specs.append(SplitSpec(f"s{n:03d}", descriptor=_range(start, start + items)))
+        start += items
     return Plan(specs, final=True)
+
+
+def _range(start: int, end: int) -> bytes:
+    return f"{start}:{end}".encode()
+
+
+def _bounds(descriptor: bytes) -> tuple[int, int]:
+    start, _, end = descriptor.decode().partition(":")
+    return int(start), int(end)
 
 
 async def _run(scenario: Scenario, seed: int) -> Outcome:
@@ -120,6 +133,7 @@ async def _run(scenario: Scenario, seed: int) -> Outcome:
     config = Config(max_in_flight=scenario.lanes)
     gains = 0
     processed = 0
+    splits = 0
     verdicts: list[bool] = []
     started = trio.current_time()
 
@@ -127,18 +141,24 @@ async def _run(scenario: Scenario, seed: int) -> Outcome:
         return Plan([s for s in plan.splits if s.id not in ctx.known], final=True)
 
     async def handler(split: SplitHandle) -> None:
-        nonlocal gains, processed
+        nonlocal gains, processed, splits
         gains += 1
-        total = int(split.descriptor)
-        done = split.progress.watermark or 0
-        while done < total:
-            for _ in range(min(COMMIT_EVERY, total - done)):
+        start, end = _bounds(split.descriptor)
+        pos = split.progress.watermark if split.progress.watermark is not None else start
+        while pos < end:
+            for _ in range(min(COMMIT_EVERY, end - pos)):
                 await trio.sleep(1.0)
                 processed += 1
-                done += 1
-            await split.commit(done, completed=done >= total)
+                pos += 1
+            await split.commit(pos, completed=pos >= end)
             if split.revoke_requested.is_set():
                 return
+            if split.split_requested.is_set() and end - pos >= 2 * COMMIT_EVERY:
+                # The recipe: give the second half of what is left to an idle lane.
+                mid = pos + (end - pos) // 2
+                await split.split(primary=_range(start, mid), residual=_range(mid, end))
+                splits += 1
+                end = mid
 
     async with MemoryStore(namespace=namespace("makespan")) as store:
 
@@ -160,7 +180,7 @@ async def _run(scenario: Scenario, seed: int) -> Outcome:
         makespan = trio.current_time() - started
     return Outcome(
         makespan=makespan,
-        moves=gains - len(lengths),
+        moves=gains - len(lengths) - splits,
         replayed=processed - sum(lengths),
         complete=all(verdicts) and len(verdicts) == scenario.workers,
     )

@@ -30,6 +30,7 @@ from spate._events import (
     Progress,
     Quarantined,
     RevokeRequested,
+    SplitRequested,
     Stalled,
 )
 from spate._metrics import Gauges, MetricsHooks
@@ -60,6 +61,7 @@ __all__ = [
     "RevokeRequested",
     "SpateError",
     "SplitHandle",
+    "SplitRequested",
     "SplitSpec",
     "Stalled",
     "StoreError",

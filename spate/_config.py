@@ -67,6 +67,14 @@ class Config:
             each other and costs a new job exactly its length once (``bench/makespan.py``: a
             fleet started together runs 60 s splits in 62 s with no move; 3 s: 63 s, the
             target's edge). Zero rebalances at once and places a new job at once.
+        split_requests: Whether the leader asks running splits to split when lanes sit idle
+            and no runnable split is unassigned (``SplitHandle.split_requested``; section 4c of
+            the design). True by default; a handler that never splits loses nothing by it but
+            one record rewrite per request (the leader backs off from a split whose handler
+            ignored one). False: the leader never asks (a handler may still split unasked).
+        split_request_delay: How long lanes must sit idle before the leader asks (a debounce:
+            a lane freed for a moment while the next split is being handed out is not idle).
+            Zero or more; 1 s by default.
         isolation_tier: The tier of the workers' localities whose domains the leader spreads
             the job across (0, the default, is the coarsest: ``zone-a`` of
             ``zone-a/rack-3/host-7``). Zero or more. Only matters when workers have a locality.
@@ -89,6 +97,8 @@ class Config:
     membership_debounce: float = 2.0
     planner_thread: bool | None = None
     isolation_tier: int = 0
+    split_requests: bool = True
+    split_request_delay: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -98,7 +108,7 @@ class Config:
         for name in ("replan_interval", "reconcile_interval", "drain_deadline"):
             if _number(getattr(self, name), name) <= 0:
                 raise ConfigError(f"Config.{name} must be positive, not {getattr(self, name)!r}")
-        for name in ("rebalance_delay", "membership_debounce"):
+        for name in ("rebalance_delay", "membership_debounce", "split_request_delay"):
             if _number(getattr(self, name), name) < 0:
                 raise ConfigError(
                     f"Config.{name} must be zero or positive, not {getattr(self, name)!r}"
@@ -110,6 +120,10 @@ class Config:
             raise ConfigError(
                 f"Config.isolation_tier must be zero or more (0 is the coarsest tier of a "
                 f"locality), not {self.isolation_tier!r}"
+            )
+        if not isinstance(self.split_requests, bool):
+            raise ConfigError(
+                f"Config.split_requests must be True or False, not {self.split_requests!r}"
             )
         if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
             raise ConfigError(

@@ -24,6 +24,7 @@ __all__ = [
     "Progress",
     "Quarantined",
     "RevokeRequested",
+    "SplitRequested",
     "Stalled",
 ]
 
@@ -57,7 +58,8 @@ class Progress:
 class Gained:
     """This worker now owns ``split`` at ``epoch``; resume from ``progress``.
 
-    ``descriptor`` and ``weight`` are what the planner wrote for the split.
+    ``descriptor`` and ``weight`` are what the planner wrote for the split (``descriptor``: the
+    primary of its last split, once it was split).
     """
 
     split: str
@@ -93,6 +95,18 @@ class RevokeRequested:
 
 
 @attrs.frozen
+class SplitRequested:
+    """The leader asks that ``split`` be split: lanes sit idle that could take part of it.
+
+    Only the owner's handler knows where its work stands, so the leader asks and the handler
+    decides (:meth:`SplitHandle.split <spate.SplitHandle.split>`; ignoring it is allowed, and
+    the leader then asks less often). Told once per request.
+    """
+
+    split: str
+
+
+@attrs.frozen
 class Quarantined:
     """``split`` used up its delivery attempts and is parked; a bounded job ends Stalled.
 
@@ -117,5 +131,7 @@ class Stalled:
     quarantined: int
 
 
-Event: TypeAlias = Gained | Lost | RevokeRequested | Quarantined | AllComplete | Stalled
+Event: TypeAlias = (
+    Gained | Lost | RevokeRequested | SplitRequested | Quarantined | AllComplete | Stalled
+)
 """Anything :meth:`Coordinator.events` yields."""

@@ -35,6 +35,10 @@ def config(**overrides: Any) -> Config:
         "membership_debounce": 0.0,
         "drain_deadline": 3.0,
         "planner_thread": False,
+        # No split requests: a test fleet with spare lanes would otherwise be asked to split
+        # its splits (assignment rewrites and reads of their own); the splitting tests, in
+        # tests/worker/test_splitting.py, turn them on.
+        "split_requests": False,
     }
     base.update(overrides)
     return Config(**base)

@@ -29,6 +29,7 @@ PUBLIC = {
     "Gained",
     "Lost",
     "RevokeRequested",
+    "SplitRequested",
     "Quarantined",
     "AllComplete",
     "Stalled",

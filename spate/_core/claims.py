@@ -47,7 +47,14 @@ from spate._core.protocol import (
     attempts_after,
     claim_candidates,
 )
-from spate._core.records import LeaseRecord, ProgressRecord, Status, decode, encode
+from spate._core.records import (
+    AssignmentRecord,
+    LeaseRecord,
+    ProgressRecord,
+    Status,
+    decode,
+    encode,
+)
 from spate._core.tenancy import Owned, Tenancies
 from spate._core.view import (
     AssignmentChanged,
@@ -58,7 +65,7 @@ from spate._core.view import (
     SplitState,
 )
 from spate._errors import StoreUnavailable
-from spate._events import Gained, Quarantined
+from spate._events import Gained, Quarantined, SplitRequested
 from spate._metrics import AcquireReason
 from spate._store import Entry, Keyspace, Won
 
@@ -105,6 +112,8 @@ class Claims(Tenancies):
         self._slots_left = 0
         self._to_read: set[str] = set()
         """A follower's assigned splits whose records it must read before it can claim them."""
+        self._told: dict[str, set[tuple[int, int]]] = {}
+        """Held split -> the split requests (generation, seq) its handler was told of."""
         self._unsure_leases: set[str] = set()
         """Splits whose lease write of ours failed with an unknown outcome (it may have landed)."""
 
@@ -355,6 +364,21 @@ class Claims(Tenancies):
         self.assigned = named
         self.assignment_seen = True
         self._sweep = True
+        if record.split_requested or self._told:
+            self._tell_requests(record)
+
+    def _tell_requests(self, record: AssignmentRecord) -> None:
+        """Tell the handlers of held splits of the leader's split requests, each once."""
+        told = {s: seen for s, seen in self._told.items() if s in self.owned}
+        for request in record.split_requested:
+            if request.split not in self.owned:
+                continue  # (a request for a tenancy that ended, or is not ours yet)
+            seen = told.setdefault(request.split, set())
+            ident = (record.generation, request.seq)
+            if ident not in seen:
+                seen.add(ident)
+                self.host.emit(SplitRequested(request.split))
+        self._told = told
 
     def _retry_later(self, split: str) -> None:
         """Hold ``split`` back a moment: a store error or a refusal the watch has yet to explain."""
@@ -547,7 +571,9 @@ class Claims(Tenancies):
             host.metrics.assignment_latency(host.now() - since)
         spec = host.view.splits[split].spec
         assert spec is not None
-        host.emit(Gained(split, record.epoch, record.progress, spec.descriptor, spec.weight))
+        # A split that was split resumes its primary (the record's), not the planner's whole.
+        descriptor = spec.descriptor if record.descriptor is None else record.descriptor
+        host.emit(Gained(split, record.epoch, record.progress, descriptor, spec.weight))
         if host.parting:
             # Departure began while this claim was in flight: hand it straight back.
             host.start(self.release_flow(split))

@@ -71,6 +71,7 @@ from spate._core.records import (
     PlanRecord,
     ProgressRecord,
     SpecRecord,
+    SplitRequest,
     Status,
     encode,
 )
@@ -155,6 +156,10 @@ class Leadership:
         """Split -> when a rebalance moved it while it ran, and to whom (see :meth:`_holding`)."""
         self._wake_at = math.inf
         """When the first hold may end: the leader looks again then."""
+        self.requests: Callable[[str], tuple[SplitRequest, ...]] = lambda instance: ()
+        """The split requests outstanding to a member (the machine wires its SplitRequests)."""
+        self._asks: set[str] = set()
+        """Members whose record must be rewritten to carry a new split request (see ask)."""
 
     @property
     def leading(self) -> bool:
@@ -215,6 +220,8 @@ class Leadership:
         self._publish(now)
         if self._nudges:
             self._send_nudges()
+        if self._asks:
+            self._send_asks()
 
     def next_deadline(self, now: float) -> float:
         """The next time-based leader decision (grace windows, retries, debounce)."""
@@ -326,6 +333,53 @@ class Leadership:
         finally:
             self._publishing.discard(instance)
 
+    def ask(self, instances: set[str]) -> None:
+        """Rewrite these members' assignment records to carry their split requests."""
+        if self.leading:
+            self._asks |= instances
+
+    def _send_asks(self) -> None:
+        for instance in sorted(self._asks):
+            if instance in self._publishing:
+                continue  # a write in flight: the request goes out once it has landed
+            self._asks.discard(instance)
+            current = self.host.view.assignments.get(instance)
+            if current is None or current[0].generation != self.generation:
+                continue  # no record of this leader's yet: its first write carries the request
+            wanted = self.requests(instance)
+            if wanted != current[0].split_requested:
+                self._publishing.add(instance)
+                self.host.start(self._ask(instance, current[0], current[1], wanted))
+
+    def _ask(
+        self,
+        instance: str,
+        record: AssignmentRecord,
+        revision: int,
+        wanted: tuple[SplitRequest, ...],
+    ) -> Flow[None]:
+        host, view = self.host, self.host.view
+        key = host.keys.assign(instance)
+        try:
+            yield Hold(DURABLE, key)
+            current = view.assignments.get(instance)
+            if not self.leading or current is None or current[1] != revision:
+                self._asks.add(instance)  # rewritten since: carry it on the record there now
+                return
+            # (``ready`` is not repeated: the member acted on it when it first read it.)
+            asked = attrs.evolve(record, ready=(), split_requested=wanted)
+            try:
+                result = yield Op(
+                    "update", DURABLE, key, encode(asked), expected=revision, operation="assign"
+                )
+            except StoreUnavailable as exc:
+                logger.debug("asking %s to split failed (%s)", instance, exc)
+                return  # (the request times out unanswered and is made again later)
+            if isinstance(result, Won):
+                host.fold(view.put_assignment(instance, asked, result.revision))
+        finally:
+            self._publishing.discard(instance)
+
     def _membership_changed(self, now: float) -> None:
         self._rebalance_owed = True
         debounce = self.host.config.membership_debounce
@@ -403,6 +457,7 @@ class Leadership:
         rev, self.rev = self.rev, None
         self.plan_now = False
         self._nudges.clear()
+        self._asks.clear()
         self._drop_index()
         self.host.metrics.placement(None)
         if self._run is not None:
@@ -1013,7 +1068,11 @@ class Leadership:
             yield Hold(DURABLE, key)
             if not self.leading:
                 return
-            record = AssignmentRecord(generation=self.generation, splits=splits)
+            record = AssignmentRecord(
+                generation=self.generation,
+                splits=splits,
+                split_requested=tuple(r for r in self.requests(instance) if r.split in splits),
+            )
             current = view.assignments.get(instance)
             try:
                 if current is None:

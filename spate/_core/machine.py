@@ -48,9 +48,12 @@ from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.ownership import OwnershipReads
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
+from spate._core.residuals import ResidualSeeds
 from spate._core.revocation import Revocations
 from spate._core.schedule import heartbeat_delay, reconcile_interval
 from spate._core.scopes import Scopes, WatchScope
+from spate._core.split_requests import SplitRequests
+from spate._core.splitting import split_flow
 from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
 from spate._core.verdict import VerdictJudge
 from spate._core.view import (
@@ -194,6 +197,9 @@ class Machine:
         self._leader = Leadership(self, planner)
         self._verdict = VerdictJudge(self, lead=self._leader)
         self._ownership = OwnershipReads(self)
+        self._residuals = ResidualSeeds(self)
+        self._requests = SplitRequests(self, self._ownership)
+        self._leader.requests = self._requests.of
         self._listing = False
         self._bulk_listing = 0
         """Records a listing of the whole job in flight is expected to bring (see bulk_records)."""
@@ -307,6 +313,15 @@ class Machine:
         """
         return self._claims.commit_flow(split, progress)
 
+    def split_flow(
+        self, split: str, primary: bytes, residual: bytes, weight: int | None
+    ) -> Flow[str | BaseException]:
+        """The API call :meth:`Coordinator.split <spate.Coordinator.split>`: one fenced CAS.
+
+        Returns the residual's id once the write landed, or the error to raise to the caller.
+        """
+        return split_flow(self._claims, split, primary, residual, weight)
+
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
 
@@ -364,11 +379,17 @@ class Machine:
                 # Back to a follower's watches: what it learned of its own share while it
                 # led may be stale by now, so it reads its share again.
                 self._ownership.clear()
+                self._residuals.clear()
+                self._requests.clear()
                 self._claims.reread_share()
         if self.scopes.wants_listing and not self._listing and now >= self._list_retry_at:
             self._listing = True
             self.start(self._list_job())
         if self._leader.leading:
+            self._residuals.step(now)
+            if self.sees_job and not self._parting:
+                self._requests.step(now)
+                self._leader.ask(self._requests.take_unsent())
             self._ownership.step(now)
         self._leader.prune_departed(now)
         # A published verdict ends the job here before any other rule acts on it.
@@ -384,6 +405,8 @@ class Machine:
         for deadline in (
             poll,
             self._ownership.next_deadline(),
+            self._residuals.next_deadline(),
+            self._requests.next_deadline() if self._leader.leading else math.inf,
             self._list_retry_at if self.scopes.wants_listing else math.inf,
             self._leader.next_deadline(now),
             self._revocations.next_deadline(),
@@ -520,19 +543,18 @@ class Machine:
                 self._claims.on_notice(notice)
                 if isinstance(notice, LeaseGone):
                     self._leader.nudge_for(notice.split)
-                if self._leader.leading and (
-                    isinstance(notice, LeaseGone)
-                    or (isinstance(notice, LeaseChanged) and notice.new_tenancy)
-                ):
-                    self._ownership.note(notice.split)
+                if self._leader.leading:
+                    self._lead_on(notice)
             elif isinstance(notice, AssignmentChanged | AssignmentGone):
                 if isinstance(notice, AssignmentChanged):
                     self._leader.on_assignment(notice.record)
                 if notice.instance == self.instance:
                     self._claims.on_assignment(notice)
             elif isinstance(notice, PresenceChanged):
+                self._requests.membership_changed()
                 self._on_presence(notice)
             elif isinstance(notice, PresenceGone):
+                self._requests.membership_changed()
                 if notice.instance != self.instance:
                     self._leader.on_departure(notice.instance, self.now())
             elif isinstance(notice, LeaderChanged | LeaderGone | PlanChanged):
@@ -546,6 +568,20 @@ class Machine:
                     # The operator reopened the job (spate requeue): progress records moved
                     # that no lease event tells the leader of.
                     self.scopes.relist()
+
+    def _lead_on(self, notice: LeaseChanged | LeaseGone | ProgressChanged) -> None:
+        """What a split's lease or progress tells the leader (reads, residuals, requests)."""
+        if isinstance(notice, ProgressChanged):
+            self._residuals.found(notice.record)
+            self._requests.progressed(notice.split, notice.record)
+            return
+        if isinstance(notice, LeaseGone):
+            self._requests.ended(notice.split)
+        elif notice.new_tenancy:
+            self._requests.began(notice.split, self.now())
+        else:
+            return
+        self._ownership.note(notice.split)
 
     def _on_presence(self, notice: PresenceChanged) -> None:
         if notice.instance == self.instance:

@@ -65,7 +65,9 @@ __all__ = [
     "PlanRecord",
     "PresenceRecord",
     "ProgressRecord",
+    "Residual",
     "SpecRecord",
+    "SplitRequest",
     "Status",
     "UnreadableRecord",
     "Verdict",
@@ -179,6 +181,23 @@ class SpecRecord:
     weight: int = 1
     descriptor: bytes = b""
     locality: str = ""
+    parent: str = ""
+    """For a residual (section 4c), the split it was split off; "" for a planned split."""
+
+
+@attrs.frozen(kw_only=True)
+class Residual:
+    """A split's remainder that one of its owners split off, as the parent's record names it.
+
+    The parent's progress record carries it whole (id, descriptor, weight) from the fenced
+    write that decided the split: that write is the residual's only proof of existence, so
+    whoever finds it there can seed the residual's own records, and nothing has to be written
+    ahead of the decision (nothing to collect when the decision loses).
+    """
+
+    id: str
+    descriptor: bytes
+    weight: int
 
 
 @attrs.frozen(kw_only=True)
@@ -210,6 +229,12 @@ class ProgressRecord:
     written_at_ms: int = 0
     advanced: bool = False
     owner_nonce: str = ""
+    descriptor: bytes | None = None
+    """The split's descriptor since its last split (the primary); None: the spec's."""
+    splits: int = 0
+    """How many residuals were split off this split (each split's write adds one)."""
+    residuals: tuple[Residual, ...] = ()
+    """Every residual split off this split, in order (the leader seeds each one it finds)."""
 
     @property
     def progress(self) -> Progress:
@@ -252,6 +277,14 @@ class PresenceRecord:
 
 
 @attrs.frozen(kw_only=True)
+class SplitRequest:
+    """The leader asks the holder of ``split`` to split it; ``seq`` tells requests apart."""
+
+    split: str
+    seq: int
+
+
+@attrs.frozen(kw_only=True)
 class AssignmentRecord:
     """The leader's instruction to one worker: hold exactly these splits.
 
@@ -265,6 +298,9 @@ class AssignmentRecord:
     ready: tuple[str, ...] = ()
     """Splits of this record whose lease the leader saw go since it wrote them: a nudge. The
     worker reads these again (it watches no lease), and no other split of an unchanged record."""
+    split_requested: tuple[SplitRequest, ...] = ()
+    """The leader's requests that the worker split these held splits (idle lanes could take a
+    part): each is told to the handler once (a request is an edge, told by its ``seq``)."""
 
 
 Record = (
@@ -333,10 +369,10 @@ def _make_converter() -> cattrs.Converter:
 
 _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
     PlanRecord: ("verdict",),
-    ProgressRecord: ("advanced", "owner_nonce"),
-    SpecRecord: ("locality",),
+    ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals"),
+    SpecRecord: ("locality", "parent"),
     PresenceRecord: ("locality",),
-    AssignmentRecord: ("ready",),
+    AssignmentRecord: ("ready", "split_requested"),
 }
 
 
@@ -452,9 +488,14 @@ _STATUS_JSON = {status: _json_str(status.value) for status in Status}
 _STATUS_OF = {status.value: status for status in Status}
 _PROGRESS_OPTIONAL = ("advanced", "owner_nonce")
 """Header fields the encoder writes only when they are not their defaults."""
-_PROGRESS_ALWAYS = len(attrs.fields(ProgressRecord)) - 1 - len(_PROGRESS_OPTIONAL)
+_PROGRESS_RARE = ("descriptor", "splits", "residuals")
+"""Optional fields of a split that was split: such records take the general path."""
+_PROGRESS_ALWAYS = (
+    len(attrs.fields(ProgressRecord)) - 1 - len(_PROGRESS_OPTIONAL) - len(_PROGRESS_RARE)
+)
 """Header fields the encoder always writes (every field but the state and the optional)."""
-_SPEC_FIELDS = frozenset(f.name for f in attrs.fields(SpecRecord))
+_SPEC_FIELDS = frozenset(f.name for f in attrs.fields(SpecRecord)) - {"parent"}
+"""What the direct path reads (a residual's spec, naming its parent, takes the general one)."""
 _raw_decode = json.JSONDecoder().raw_decode
 
 
@@ -480,6 +521,9 @@ def _fast_encode_progress(r: ProgressRecord) -> bytes | None:
         and type(r.written_at_ms) is int
         and type(r.advanced) is bool
         and type(r.owner_nonce) is str
+        and r.descriptor is None
+        and not r.splits
+        and not r.residuals
     ):
         return None
     header = (
@@ -504,6 +548,7 @@ def _fast_encode_spec(r: SpecRecord) -> bytes | None:
         and type(r.weight) is int
         and type(r.descriptor) is bytes
         and type(r.locality) is str
+        and not r.parent
     ):
         return None
     descriptor = base64.b64encode(r.descriptor).decode("ascii")

@@ -438,4 +438,7 @@ def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) ->
         # The fair-blame flag: set by the tenancy's first commit that moves the watermark.
         advanced=record.advanced or progress.watermark != record.watermark,
         owner_nonce=record.owner_nonce,
+        descriptor=record.descriptor,
+        splits=record.splits,
+        residuals=record.residuals,
     )

@@ -19,6 +19,8 @@ records for its verdict, not ``W * N``. The rules, each with the race it prevent
 - **The verdict latches**: no worker gives a plan record that carries a verdict another one,
   and each worker reports it once. Only the operator's requeue clears it (it reopens the job,
   see :func:`spate.ops.requeue`), and its write makes a verdict being judged meanwhile lose.
+- **Every residual is work** (DESIGN §4c): a listing in which a record names a residual that
+  has no record of its own yet decides nothing; the residual is seeded and run first.
 - **A new leader finishes the job**: one that takes over a final plan with no verdict (its
   predecessor died between the listing and the write) judges it as its predecessor would have.
 """
@@ -33,6 +35,7 @@ import attrs
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host, Lead
 from spate._core.records import Finality, Verdict, encode
+from spate._core.residuals import unseeded
 from spate._errors import StoreUnavailable
 from spate._events import AllComplete, Stalled
 from spate._store import Entry, Keyspace, Won
@@ -157,6 +160,11 @@ class VerdictJudge:
             # deleted behind spate's back, or seeding in progress): judge nothing yet.
             return None
         if tallies.completed + tallies.quarantined != total:
+            return None
+        if unseeded(host):
+            # A finished split names a residual whose records are not written yet (its owner
+            # split it, then finished its primary): the residual is work still to do. The
+            # listing's fold has the leader seed it; judged again after.
             return None
         return Verdict(
             all_complete=tallies.quarantined == 0,

@@ -21,6 +21,7 @@ import trio
 from spate import _fenced as fenced
 from spate._config import Config
 from spate._core.placement import validate_locality
+from spate._core.splitting import check_split_args
 from spate._core.startup import Retry, StartupStep
 from spate._errors import ConfigError, Fenced, StoreUnavailable
 from spate._events import Event, Progress
@@ -108,6 +109,31 @@ class Coordinator:
         error = await self._runtime.call_inline(self._machine.commit_flow(split, progress))
         if error is not None:
             raise error
+
+    async def split(
+        self, split: str, primary: bytes, residual: bytes, weight: int | None = None
+    ) -> str:
+        """Split a held split with one fenced write; return the new split's id once it landed.
+
+        ``primary`` is the split's descriptor from now on (its owners resume it), and a new
+        split with ``residual`` as its descriptor joins the job, with ``weight`` (default: half
+        the split's, at least 1) and the split's locality. Together they must cover exactly
+        the work left after the last commit, the primary keeping the split's own start (see
+        ``docs/splitting.md``). Raises :class:`~spate.Fenced` if this worker does not hold the
+        split or lost it (then no residual ever runs), :class:`~spate.ConfigError` for
+        arguments that are not non-empty bytes or a positive int weight, and
+        :class:`~spate.ValueTooLarge` if a record would exceed the store's value size (nothing
+        is written in either case); :class:`~spate.StoreUnavailable` if the outcome is unknown.
+        """
+        _check_split(split)
+        check_split_args(primary, residual, weight)
+        result = await self._runtime.call_inline(
+            self._machine.split_flow(split, primary, residual, weight)
+        )
+        if isinstance(result, BaseException):
+            raise result
+        assert isinstance(result, str)
+        return result
 
     async def fail(self, split: str, reason: str) -> None:
         """Report that work on a held split failed: consumes an attempt and gives it back.

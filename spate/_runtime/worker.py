@@ -29,6 +29,7 @@ from spate._events import (
     Progress,
     Quarantined,
     RevokeRequested,
+    SplitRequested,
     Stalled,
 )
 from spate._groups import single_error
@@ -75,6 +76,9 @@ class SplitHandle:
     _coordinator: Coordinator = attrs.field(repr=False, alias="_coordinator")
     revoke_requested: trio.Event = attrs.field(factory=trio.Event)
     """Set when the leader asks for the split back; return soon after a commit."""
+    split_requested: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the leader asks for this split to be split (idle lanes could take part of it);
+    after each successful :meth:`split` the handle carries a fresh, unset event."""
     _lost: bool = attrs.field(default=False, alias="_lost")
     _completed: bool = attrs.field(default=False, alias="_completed")
 
@@ -143,6 +147,38 @@ class SplitHandle:
         if completed:
             self._completed = True
 
+    async def split(self, primary: bytes, residual: bytes, *, weight: int | None = None) -> str:
+        """Split this split's remaining work in two with one fenced write; return the new id.
+
+        ``primary`` becomes this split's descriptor (:attr:`descriptor`, and what a successor
+        resumes), and a new split with ``residual`` as its descriptor joins the job: an idle
+        worker takes it. The contract (``docs/splitting.md``): primary and residual partition
+        the work left after the last commit, the primary keeps this split's start, and the
+        split point lies past everything processed so far; commit before splitting. spate
+        guarantees the rest: the residual runs if and only if this write won, exactly once.
+
+        ``weight`` is the residual's (default: half this split's, at least 1). Raises
+        :class:`~spate.Fenced` if the split is no longer this worker's (no residual ever runs
+        then), :class:`~spate.ConfigError` or :class:`~spate.ValueTooLarge` for bad input
+        (nothing written). A store outage is retried (a landed split is recognised).
+        """
+        if self._lost:
+            raise Fenced(self.id, "it was lost earlier; nothing was written")
+        coord = self._coordinator
+        rid: list[str] = []
+
+        async def attempt() -> None:
+            rid.append(await coord.split(self.id, primary, residual, weight))
+
+        try:
+            await _retry_unavailable(attempt)
+        except Fenced:
+            self._lost = True
+            raise
+        self.descriptor = primary
+        self.split_requested = trio.Event()
+        return rid[-1]
+
 
 async def _retry_unavailable(
     call: Callable[[], Awaitable[None]], *, failed: StoreUnavailable | None = None
@@ -193,6 +229,10 @@ class _Runner:
                 running = self._running.get(event.split)
                 if running is not None:
                     running.handle.revoke_requested.set()
+            elif isinstance(event, SplitRequested):
+                running = self._running.get(event.split)
+                if running is not None:
+                    running.handle.split_requested.set()
             elif isinstance(event, Quarantined):
                 logger.warning(
                     "split %s quarantined after %d attempts; fix the cause, then run "

@@ -16,7 +16,7 @@ from spate import (
     Stalled,
     StoreUnavailable,
 )
-from spate._core.records import LeaseRecord, ProgressRecord, Status, encode
+from spate._core.records import LeaseRecord, ProgressRecord, Residual, Status, encode
 from spate._core.tenancy import committed
 from spate.store import Keyspace, Won
 
@@ -368,11 +368,14 @@ def test_a_commit_keeps_every_field_it_does_not_change(progress: Progress) -> No
     record = ProgressRecord(
         id="s1", epoch=4, status=Status.RUNNABLE, owner="w1", attempts=2, watermark=5,
         state=b"old", completed=False, written_at_ms=17, advanced=False, owner_nonce="n1",
+        descriptor=b"primary", splits=1,
+        residuals=(Residual(id="s1.rabcdefghijklm", descriptor=b"rest", weight=1),),
     )  # fmt: skip
     # A field added to the record must be added to committed() too: this list breaks first.
     assert [f.name for f in attrs.fields(ProgressRecord)] == [
         "schema", "id", "epoch", "status", "owner", "attempts", "watermark", "state",
-        "completed", "written_at_ms", "advanced", "owner_nonce",
+        "completed", "written_at_ms", "advanced", "owner_nonce", "descriptor", "splits",
+        "residuals",
     ]  # fmt: skip
     expected = attrs.evolve(
         record,

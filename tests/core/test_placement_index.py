@@ -19,6 +19,7 @@ from spate._core.placement import Member, Placement
 from spate._core.placement_index import PlacementIndex
 from spate_stores.memory import MemoryServer
 from spate_testing._placement_model import place
+from tests.common import config
 from tests.runtime.harness import TTL, client, cooperative, planner_of, spawn
 
 SEED = 1234
@@ -245,7 +246,14 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
     async with trio.open_nursery() as nursery:
         workers = [
             await spawn(
-                nursery, client(server), f"w{i}", planner=planner_of(12), on_event=cooperative
+                nursery,
+                client(server),
+                f"w{i}",
+                planner=planner_of(12),
+                on_event=cooperative,
+                # (Idle lanes here would have the leader ask the splits to split: rewrites of
+                # assignment records of their own, tested in tests/worker/test_splitting.py.)
+                cfg=config(split_requests=False),
             )
             for i in range(3)
         ]

@@ -31,6 +31,8 @@ def config(**overrides: Any) -> spate.Config:
         "membership_debounce": 0.0,
         "drain_deadline": 3.0,
         "planner_thread": False,
+        # No split requests (see tests/common.py: the splitting tests turn them on).
+        "split_requests": False,
     }
     base.update(overrides)
     return spate.Config(**base)

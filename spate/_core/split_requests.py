@@ -1,0 +1,226 @@
+"""The leader's requests that running splits split (DESIGN §4c).
+
+At the end of a bounded job lanes go idle while a few long splits run on; only the owner of a
+split can split it (its handler alone knows its position), so the leader asks. The rules, each
+with the waste it prevents:
+
+- **Only when there is nothing else to run**: lanes sit idle (a live member's lanes exceed
+  the runnable splits its assignment names) and every runnable split is assigned. Idleness
+  must last ``Config.split_request_delay`` first (a lane freed while the next split is being
+  handed out is not idle).
+- **One request per idle lane, longest-running tenancy first**: a tenancy running longest has
+  the most left, the best guess without knowing positions; each request can free one lane.
+- **Never twice while outstanding**: a request is outstanding until the split is split (the
+  leader reads the split's record every :data:`POLL` s meanwhile: O(requests) reads), its
+  tenancy ends, or ``drain_deadline`` passes (a handler commits at least that often, and a
+  split happens at a commit point); then it is *ignored*, and that split is not asked again
+  for a backoff that doubles each time, up to :data:`BACKOFF_MAX`.
+- **Requests ride on the owner's assignment record** (``split_requested``), the one key a
+  follower watches: each carries a sequence number, so a rewrite that repeats it tells the
+  handler nothing twice. ``Config.split_requests=False`` turns it all off.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from spate._core.host import Host
+from spate._core.ownership import OwnershipReads
+from spate._core.records import ProgressRecord, SplitRequest, Status
+
+__all__ = ["SplitRequests"]
+
+POLL = 0.5
+"""Seconds between the leader's reads of a split it asked to split, while the request stands."""
+BACKOFF_MAX = 300.0
+"""The longest a split whose handler ignored requests waits before it is asked again."""
+
+
+@attrs.define
+class _Ask:
+    owner: str
+    seq: int
+    at: float
+    splits: int
+    """The split count its record had when asked: a larger one means it split."""
+    polled: float
+
+
+class SplitRequests:
+    """Which running splits the leader has asked to split, and when it asks more."""
+
+    def __init__(self, host: Host, reads: OwnershipReads) -> None:
+        self.host = host
+        self._reads = reads
+        self.outstanding: dict[str, _Ask] = {}
+        self._since: dict[str, float] = {}
+        """Split -> when this leader saw its current tenancy begin (by its lease)."""
+        self._backoff: dict[str, tuple[float, float]] = {}
+        """Split -> (not asked before, the next backoff) after a request it ignored."""
+        self._idle_since: float | None = None
+        self._seq = 0
+        self._unsent: set[str] = set()
+        """Members whose assignment record must be rewritten to carry a new request."""
+        self._wake = math.inf
+        self._lanes: int | None = None
+        """Every live member's lanes (None: membership changed since it was summed)."""
+        self._idle_at: tuple[int, int] | None = None
+        """(the view's sequence number, the idle lanes counted then)."""
+        self.asked = 0
+        self.accepted = 0
+        self.ignored = 0
+
+    # -- what the leader sees ------------------------------------------------------------
+
+    def began(self, split: str, now: float) -> None:
+        """A tenancy of ``split`` began (its lease appeared)."""
+        self._since[split] = now
+        self.outstanding.pop(split, None)
+        self._backoff.pop(split, None)
+
+    def ended(self, split: str) -> None:
+        """``split``'s tenancy ended: a request to it is void."""
+        self._since.pop(split, None)
+        self.outstanding.pop(split, None)
+
+    def membership_changed(self) -> None:
+        """A presence record came, changed or went: the fleet's lanes are summed again."""
+        self._lanes = None
+
+    def progressed(self, split: str, record: ProgressRecord) -> None:
+        """``split``'s record was read: it split if its count grew since it was asked."""
+        ask = self.outstanding.get(split)
+        if ask is not None and record.splits > ask.splits:
+            del self.outstanding[split]
+            self._backoff.pop(split, None)
+            self.accepted += 1
+
+    def clear(self) -> None:
+        """Leadership ended (a successor asks afresh; followers told so far keep their events)."""
+        self.outstanding.clear()
+        self._since.clear()
+        self._backoff.clear()
+        self._unsent.clear()
+        self._idle_since = None
+
+    def of(self, instance: str) -> tuple[SplitRequest, ...]:
+        """The outstanding requests to ``instance``, for its assignment record."""
+        return tuple(
+            SplitRequest(split=split, seq=ask.seq)
+            for split, ask in sorted(self.outstanding.items())
+            if ask.owner == instance
+        )
+
+    def take_unsent(self) -> set[str]:
+        """The members to rewrite the assignment record of (new requests for them)."""
+        unsent, self._unsent = self._unsent, set()
+        return unsent
+
+    def next_deadline(self) -> float:
+        """When a poll, a timeout or the end of the idle debounce is due."""
+        return self._wake
+
+    # -- deciding ------------------------------------------------------------------------
+
+    def step(self, now: float) -> None:
+        """Time requests out, poll the outstanding ones, and ask more while lanes are idle."""
+        self._wake = math.inf
+        config = self.host.config
+        if not config.split_requests:
+            return
+        ignored_after = config.drain_deadline
+        for split, ask in list(self.outstanding.items()):
+            if now - ask.at >= ignored_after:
+                # Ignored (or its handler cannot split now): ask again later, later each time.
+                del self.outstanding[split]
+                self.ignored += 1
+                _, delay = self._backoff.get(split, (0.0, ignored_after))
+                self._backoff[split] = (now + delay, min(2 * delay, BACKOFF_MAX))
+                continue
+            if now >= ask.polled + POLL:
+                ask.polled = now
+                self._reads.note(split)
+            self._wake = min(self._wake, ask.polled + POLL, ask.at + ignored_after)
+        want = self._idle_lanes()
+        if want <= 0:
+            self._idle_since = None
+            return
+        if self._idle_since is None:
+            self._idle_since = now
+        ready_at = self._idle_since + config.split_request_delay
+        if now < ready_at:
+            self._wake = min(self._wake, ready_at)
+            return
+        want -= len(self.outstanding)
+        if want <= 0:
+            return
+        for split in self._candidates(now)[:want]:
+            state = self.host.view.splits[split]
+            assert state.lease is not None
+            self._seq += 1
+            self.outstanding[split] = _Ask(
+                owner=state.lease.owner, seq=self._seq, at=now, splits=state.progress.splits,
+                polled=now,
+            )  # fmt: skip
+            self._unsent.add(state.lease.owner)
+            self.asked += 1
+            self._wake = min(self._wake, now + POLL)
+
+    def _idle_lanes(self) -> int:
+        """Lanes of live members their assignments leave empty; 0 if a runnable split waits."""
+        view = self.host.view
+        runnable = view.tallies.runnable
+        if self._lanes is None:
+            self._lanes = sum(p.max_in_flight for p in view.presence.values() if p is not None)
+        if not runnable or runnable > self._lanes:
+            return 0  # (the common case, in O(1): more to run than lanes to run it)
+        if self._idle_at is not None and self._idle_at[0] == view.seq:
+            return self._idle_at[1]
+        idle = assigned = 0
+        splits = view.splits
+        for instance, presence in view.presence.items():
+            if presence is None:
+                continue
+            current = view.assignments.get(instance)
+            load = 0
+            if current is not None:
+                for split in current[0].splits:
+                    state = splits.get(split)
+                    if (
+                        state is not None
+                        and state.progress.status is Status.RUNNABLE
+                        and not state.progress.completed
+                    ):
+                        load += 1
+            assigned += load
+            idle += max(0, presence.max_in_flight - load)
+        found = idle if assigned >= runnable else 0
+        self._idle_at = (view.seq, found)
+        return found
+
+    def _candidates(self, now: float) -> list[str]:
+        """Running tenancies that may be asked, the longest-running first."""
+        view = self.host.view
+        found: list[tuple[float, int, str]] = []
+        for split, since in self._since.items():
+            if split in self.outstanding:
+                continue
+            backoff = self._backoff.get(split)
+            if backoff is not None and now < backoff[0]:
+                self._wake = min(self._wake, backoff[0])
+                continue
+            state = view.splits.get(split)
+            if (
+                state is None
+                or state.lease is None
+                or state.progress.status is not Status.RUNNABLE
+                or state.progress.completed
+                or view.presence.get(state.lease.owner) is None
+            ):
+                continue
+            weight = state.spec.weight if state.spec is not None else 1
+            found.append((since, -weight, split))
+        found.sort()
+        return [split for _, _, split in found]
