@@ -53,6 +53,13 @@ class SplitStatus:
     weight: int
     revision: int
     state: bytes = attrs.field(repr=False, default=b"")
+    parent: str | None = None
+    """The split this one was split off (a residual, DESIGN §4c); None for a planned split."""
+    residuals: tuple[str, ...] = ()
+    """The residuals split off this split, in order."""
+    seeded: bool = True
+    """False for a residual its parent's record names whose own records the leader has not
+    written yet (it shows with no progress of its own)."""
 
     def age(self, now_ms: int) -> float | None:
         """Seconds from the last write of the split's progress record to ``now_ms``.
@@ -118,9 +125,31 @@ class JobStatus:
         return out
 
     def ordered_splits(self) -> list[SplitStatus]:
-        """Quarantined splits first, then runnable, then completed; by id within each."""
+        """Quarantined splits first, then runnable, then completed; by id within each.
+
+        Each residual follows its parent (in the order they were split off), whatever its own
+        status: an operator reads a straggler's whole family together.
+        """
         rank = {"quarantined": 0, "runnable": 1, "completed": 2}
-        return sorted(self.splits.values(), key=lambda s: (rank.get(s.status, 3), s.id))
+        roots = sorted(
+            (s for s in self.splits.values() if s.parent is None or s.parent not in self.splits),
+            key=lambda s: (rank.get(s.status, 3), s.id),
+        )
+        ordered: list[SplitStatus] = []
+        stack = list(reversed(roots))
+        while stack:
+            split = stack.pop()
+            ordered.append(split)
+            stack.extend(self.splits[r] for r in reversed(split.residuals) if r in self.splits)
+        return ordered
+
+    def depth(self, split: SplitStatus) -> int:
+        """How many splits ``split`` descends from (0 for a planned split)."""
+        depth = 0
+        while split.parent is not None and split.parent in self.splits and depth < 1000:
+            split = self.splits[split.parent]
+            depth += 1
+        return depth
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict (``spate status --json``)."""
@@ -171,6 +200,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
     plan: PlanRecord | None = None
     progress: dict[str, tuple[ProgressRecord, int]] = {}
     weights: dict[str, int] = {}
+    parents: dict[str, str] = {}
     by_session: dict[str, LeaseRecord] = {}
     # Durable leases (stores with per-key TTLs): alive while their owner's session is.
     for entry in durable:
@@ -182,7 +212,10 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
                 record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
                 progress[kind[1]] = (record, entry.revision)
             elif kind is not None and kind[0] is KeyKind.SPEC:
-                weights[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1]).weight
+                spec = decode(SpecRecord, entry.key, entry.value, split=kind[1])
+                weights[kind[1]] = spec.weight
+                if spec.parent:
+                    parents[kind[1]] = spec.parent
             elif kind is not None and kind[0] is KeyKind.LEASE:
                 by_session[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
         except UnreadableRecord:
@@ -219,9 +252,21 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
             weight=weights.get(split_id, 1),
             revision=revision,
             state=record.state,
+            parent=parents.get(split_id),
+            residuals=tuple(r.id for r in record.residuals),
         )
         for split_id, (record, revision) in sorted(progress.items())
     }
+    # A residual named by its parent's record but not seeded yet (the leader writes its
+    # records when it reads the parent's): shown, so no work looks missing.
+    for split_id, (record, _) in sorted(progress.items()):
+        for residual in record.residuals:
+            if residual.id not in splits:
+                splits[residual.id] = SplitStatus(
+                    id=residual.id, status="runnable", owner=None, lease_owner=None, epoch=0,
+                    attempts=0, watermark=None, completed=False, written_at_ms=0,
+                    weight=residual.weight, revision=0, parent=split_id, seeded=False,
+                )  # fmt: skip
     holding: dict[str, int] = {}
     for owner in leases.values():
         holding[owner] = holding.get(owner, 0) + 1

@@ -70,8 +70,13 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
     ordered = status.ordered_splits()
     for split in ordered[:limit]:
         colour = {"quarantined": "red", "completed": "green"}.get(split.status, "white")
+        # A residual sits under its parent, indented by how deep it was split off.
+        depth = status.depth(split)
+        name = f"{'  ' * (depth - 1)}└ {split.id}" if depth else split.id
+        if not split.seeded:
+            name += " (not seeded yet)"
         splits.add_row(
-            split.id,
+            name,
             f"[{colour}]{split.status}[/{colour}]",
             split.owner or "-",
             split.lease_owner or "-",

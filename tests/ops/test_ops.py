@@ -210,3 +210,50 @@ async def test_status_shows_each_splits_age_since_its_last_commit() -> None:
     console.print(render_status(status))
     row = next(line for line in console.export_text().splitlines() if "stuck" in line)
     assert "1m3" in row  # 1m35s, give or take the test's own time
+
+
+async def test_status_shows_each_residual_under_its_parent_seeded_or_not() -> None:
+    from rich.console import Console
+
+    from spate._cli.status_table import render_status
+    from spate._core.records import Residual
+
+    store = MemoryStore()
+    await seed_job(store)
+    # "a" (completed) was split twice: its first residual seeded and split again, its
+    # second not seeded yet (the leader writes a residual's records when it reads "a"'s).
+    named = (
+        Residual(id="a.r1", descriptor=b"50:75", weight=1),
+        Residual(id="a.r2", descriptor=b"75:100", weight=1),
+    )
+    entry = await store.get(Keyspace.DURABLE, KEYS.split("a"))
+    assert entry is not None
+    parent = attrs.evolve(decode(ProgressRecord, entry.key, entry.value), residuals=named)
+    await store.update(Keyspace.DURABLE, KEYS.split("a"), encode(parent), expected=entry.revision)
+    for split, of, residuals in (("a.r1", "a", ("a.r1.r9",)), ("a.r1.r9", "a.r1", ())):
+        await store.create(
+            Keyspace.DURABLE, KEYS.spec(split), encode(SpecRecord(id=split, parent=of))
+        )
+        record = ProgressRecord(
+            id=split,
+            residuals=tuple(Residual(id=r, descriptor=b"x", weight=1) for r in residuals),
+        )
+        await store.create(Keyspace.DURABLE, KEYS.split(split), encode(record))
+    status = await read_status(store, JOB)
+    assert [s.id for s in status.ordered_splits()] == ["b", "c", "a", "a.r1", "a.r1.r9", "a.r2"]
+    assert status.splits["a.r1"].parent == "a"
+    assert status.splits["a"].residuals == ("a.r1", "a.r2")
+    assert not status.splits["a.r2"].seeded
+    assert status.splits["a.r2"].parent == "a"
+    assert status.depth(status.splits["a.r1.r9"]) == 2
+    document = json.loads(json.dumps(status.to_json()))
+    listed = {s["id"]: s for s in document["splits"]}
+    assert listed["a.r2"]["parent"] == "a"
+    assert listed["a.r2"]["seeded"] is False
+    assert listed["a"]["residuals"] == ["a.r1", "a.r2"]
+    console = Console(width=200, record=True)
+    console.print(render_status(status))
+    lines = console.export_text().splitlines()
+    assert any("└ a.r1 " in line for line in lines)
+    assert any("  └ a.r1.r9" in line for line in lines)
+    assert any("└ a.r2 (not seeded yet)" in line for line in lines)
