@@ -370,8 +370,9 @@ class Leadership:
             asked = attrs.evolve(record, ready=(), split_requested=wanted)
             try:
                 result = yield Op(
-                    "update", DURABLE, key, encode(asked), expected=revision, operation="assign"
-                )
+                    "update", DURABLE, key, encode(asked), expected=revision,
+                    operation="split-request",
+                )  # fmt: skip
             except StoreUnavailable as exc:
                 logger.debug("asking %s to split failed (%s)", instance, exc)
                 return  # (the request times out unanswered and is made again later)
