@@ -589,6 +589,11 @@ class Machine:
                 raise self.duplicate_instance(f"presence key {self.keys.worker(self.instance)!r}")
             return
         self._leader.on_arrival(notice.instance, notice.new, self.now())
+        presence = self.view.presence.get(notice.instance)
+        if presence is not None and presence.parents and self._leader.leading:
+            # A follower split these: their records name residuals for this leader to seed.
+            for parent in presence.parents:
+                self._ownership.note(parent)
 
     # -- startup (the sequence and its retries: spate._core.startup) --------------------------
 
@@ -691,12 +696,26 @@ class Machine:
         self._claims.heartbeat(now)
 
     def presence_record(self) -> bytes:
-        """This worker's presence value (it advertises its lane budget and locality)."""
+        """This worker's presence value (it advertises its lane budget and locality).
+
+        A follower also names the splits it split since its last landed presence write (see
+        :attr:`PresenceRecord.parents`): a split made without the leader's request, or under a
+        leader that has gone since, reaches the leader within a heartbeat, at no extra write.
+        """
+        parents = () if self._leader.leading else tuple(sorted(self._claims.split_since))
         return encode(
             PresenceRecord(
-                nonce=self.nonce, max_in_flight=self.config.max_in_flight, locality=self.locality
+                nonce=self.nonce,
+                max_in_flight=self.config.max_in_flight,
+                locality=self.locality,
+                parents=parents,
             )
         )
+
+    def _presence_landed(self, value: bytes) -> None:
+        """A presence write of ``value`` landed: the splits it named have reached the leader."""
+        named = decode(PresenceRecord, self.keys.worker(self.instance), value).parents
+        self._claims.split_since.difference_update(named)
 
     def _renew_presence(self) -> Flow[None]:
         key = self.keys.worker(self.instance)
@@ -706,17 +725,19 @@ class Machine:
         sent = self.now()
         try:
             if self.presence_rev:
+                value = self.presence_record()
                 result = yield Op(
                     "update",
                     Keyspace.EPHEMERAL,
                     key,
-                    self.presence_record(),
+                    value,
                     expected=self.presence_rev,
                     operation="presence-renew",
                 )
                 if isinstance(result, Won):
                     self.presence_rev = result.revision
                     self.presence_ok_at = sent
+                    self._presence_landed(value)
                     return
             entry = yield Op("get", Keyspace.EPHEMERAL, key)
             if entry is None:
@@ -725,12 +746,12 @@ class Machine:
                     # be taking them over already. End those tenancies before a new presence
                     # record could make their leases look alive again.
                     self._claims.session_ended()
-                result = yield Op(
-                    "create", Keyspace.EPHEMERAL, key, self.presence_record(), operation="announce"
-                )
+                value = self.presence_record()
+                result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
                 if isinstance(result, Won):
                     self.presence_rev = result.revision
                     self.presence_ok_at = sent
+                    self._presence_landed(value)
                 return
             record = _presence_or_none(entry)
             if record is not None and record.nonce != self.nonce:

@@ -274,6 +274,10 @@ class PresenceRecord:
     nonce: str
     max_in_flight: int
     locality: str = ""
+    parents: tuple[str, ...] = ()
+    """Splits this worker split since its presence record last landed without them: the
+    leader reads their progress records, which name the residuals to seed (the notice rides on
+    the renewal the heartbeat writes anyway; absent in older records)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -371,7 +375,7 @@ _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
     PlanRecord: ("verdict",),
     ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals"),
     SpecRecord: ("locality", "parent"),
-    PresenceRecord: ("locality",),
+    PresenceRecord: ("locality", "parents"),
     AssignmentRecord: ("ready", "split_requested"),
 }
 

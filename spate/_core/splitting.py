@@ -10,10 +10,11 @@ each with the race it prevents:
   never exists; a write that won is the residual's proof, and nothing is written ahead of it
   (on a store without multi-key transactions nothing is left to collect when it loses).
 - **Only the leader seeds** (as for planned splits): it finds the residual in the parent's
-  record (read while a request of its is outstanding, at the parent's tenancy end, or in its
-  backstop listing) and creates the residual's progress record, then its spec; each write
-  is create-only, so finding it twice seeds it once. A job's verdict waits for every named
-  residual to be seeded (see :mod:`spate._core.verdict`).
+  record, which it reads while a request of its to split it stands, when the owner's next
+  presence renewal names the split (a split made unasked, or asked by a leader since gone),
+  at the parent's tenancy end, and in any listing; it writes the residual's spec, then its
+  progress record, each create-only, so finding it twice seeds it once. A job's verdict
+  waits for every named residual to be seeded (see :mod:`spate._core.verdict`).
 - **A maybe-landed split is read back**: the write is ours if the record holds exactly it,
   or, once someone else moved the record on, if the record names our residual's id (ids
   are unique, see :func:`residual_id`).
@@ -150,4 +151,7 @@ def split_flow(
             return Fenced(split, "another worker took it over; nothing was written")
         result = landed
     host.fold(host.view.put_progress(split, record, result.revision))
+    # The leader hears of it from this worker's next presence renewal (or, if it asked, from
+    # its own reads of the record, or at once if it is this worker).
+    tenancies.split_since.add(split)
     return rid

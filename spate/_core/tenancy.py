@@ -65,6 +65,8 @@ class Tenancies:
         self.owned: dict[str, Owned] = {}
         self.busy: set[str] = set()
         """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
+        self.split_since: set[str] = set()
+        """Splits this worker split whose notice has not yet landed in its presence record."""
         self._stray: dict[str, float] = {}
         """Splits whose lease key is this process's while it does not hold them, since when."""
 

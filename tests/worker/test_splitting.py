@@ -412,3 +412,33 @@ def _encode(record: ProgressRecord) -> bytes:
     from spate._core.records import encode
 
     return encode(record)
+
+
+async def test_a_follower_s_unasked_split_reaches_the_leader_with_its_next_presence_renewal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """No request, and no backstop for an hour: the follower's next heartbeat names the split
+    in its presence record, the leader reads the parent's record and seeds the residual."""
+    server = MemoryServer()
+    cfg = config(split_requests=False, reconcile_interval=3600.0, max_in_flight=1)
+    async with trio.open_nursery() as nursery:
+        leader = await spawn(
+            nursery, client(server), "a", planner=ranges_planner([100, 100]), cfg=cfg
+        )
+        await leader.until(lambda: leader.c.is_leader and len(leader.c.owned) == 1)
+        follower = await spawn(
+            nursery, client(server), "b", planner=ranges_planner([100, 100]), cfg=cfg
+        )
+        await follower.until(lambda: len(follower.c.owned) == 1)
+        (held,) = follower.c.owned
+        start, end = _bounds(next(e for e in follower.of(Gained) if e.split == held).descriptor)
+        split_at = trio.current_time()
+        rid = await follower.c.split(held, _range(start, start + 50), _range(start + 50, end))
+        spare = await spawn(
+            nursery, client(server), "c", planner=ranges_planner([100, 100]), cfg=cfg
+        )
+        gained = await spare.wait_for(Gained, rid, within=60)
+        assert gained.descriptor == _range(start + 50, end)
+        # Within a heartbeat (a third of the 9 s lease) and a placement, not an hour.
+        assert spare.time_of(gained) - split_at < 9.0
+        nursery.cancel_scope.cancel()
