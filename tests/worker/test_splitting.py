@@ -315,15 +315,21 @@ async def test_the_leader_asks_only_when_lanes_are_idle_and_once_per_request(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = MemoryServer()
-    cfg = config(max_in_flight=1, drain_deadline=3.0)
+    cfg = config(max_in_flight=1, drain_deadline=3.0, split_request_delay=2.0)
     async with trio.open_nursery() as nursery:
         a = await spawn(nursery, client(server), "a", planner=ranges_planner([100]), cfg=cfg)
         await a.wait_for(Gained, "s0")
         await trio.sleep(10)
         # One worker, one lane, busy: nothing is idle, nothing is asked.
         assert a.of(SplitRequested) == []
+        joined = trio.current_time()
         b = await spawn(nursery, client(server), "b", planner=ranges_planner([100]), cfg=cfg)
         await a.wait_for(SplitRequested, "s0", within=5)
+        # Debounced: b's lane sat idle for split_request_delay before the leader asked.
+        first = next(
+            t for e, t in zip(a.events, a.times, strict=True) if isinstance(e, SplitRequested)
+        )
+        assert first - joined >= cfg.split_request_delay
         # Ignored: not asked again within drain_deadline, then asked less and less often.
         await trio.sleep(60)
         times = [t for e, t in zip(a.events, a.times, strict=True) if isinstance(e, SplitRequested)]
@@ -441,4 +447,26 @@ async def test_a_follower_s_unasked_split_reaches_the_leader_with_its_next_prese
         assert gained.descriptor == _range(start + 50, end)
         # Within a heartbeat (a third of the 9 s lease) and a placement, not an hour.
         assert spare.time_of(gained) - split_at < 9.0
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_leader_asks_one_split_per_idle_lane_the_longest_running_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = MemoryServer()
+    cfg = config(max_in_flight=3, drain_deadline=5.0)
+    planner = ranges_planner([100, 100, 100])
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, client(server), "a", planner=planner, cfg=cfg)
+        await a.until(lambda: len(a.c.owned) == 3)
+        # s2's tenancy begins last: hand it back and take it again (a new lease, later).
+        await a.c.release(["s2"])
+        await a.until(lambda: len(a.c.owned) == 3)
+        b = await spawn(nursery, client(server), "b", planner=planner, cfg=config(max_in_flight=2))
+        await a.wait_for(SplitRequested, within=10)
+        await trio.sleep(2.0)  # within drain_deadline: no request has timed out yet
+        asked = [e.split for e in a.of(SplitRequested)]
+        # b's two idle lanes: two requests, to the two tenancies running longest.
+        assert sorted(asked) == ["s0", "s1"]
+        assert b.of(SplitRequested) == []
         nursery.cancel_scope.cancel()
