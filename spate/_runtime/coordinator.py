@@ -79,9 +79,10 @@ class Coordinator:
         return self._machine.owned
 
     def events(self) -> AsyncIterator[Event]:
-        """The event stream (one consumer): Gained, Lost, RevokeRequested, Quarantined, verdicts.
+        """The event stream, for one consumer: gains, losses, requests, quarantines, the verdict.
 
-        The stream ends when the coordinator stops. Calling this twice raises RuntimeError:
+        Gained, Lost, RevokeRequested, SplitRequested, Quarantined, then AllComplete or
+        Stalled for a bounded job. The stream ends when the coordinator stops. Calling this twice raises RuntimeError:
         events are a queue, and two consumers would each miss half of them.
         """
         if self._events_taken:
