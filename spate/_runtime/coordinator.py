@@ -82,8 +82,9 @@ class Coordinator:
         """The event stream, for one consumer: gains, losses, requests, quarantines, the verdict.
 
         Gained, Lost, RevokeRequested, SplitRequested, Quarantined, then AllComplete or
-        Stalled for a bounded job. The stream ends when the coordinator stops. Calling this twice raises RuntimeError:
-        events are a queue, and two consumers would each miss half of them.
+        Stalled for a bounded job. The stream ends when the coordinator stops. Calling this
+        twice raises RuntimeError: events are a queue, and two consumers would each miss half
+        of them.
         """
         if self._events_taken:
             raise RuntimeError(
