@@ -80,6 +80,17 @@ class SplitRequests:
         self.outstanding.pop(split, None)
         self._backoff.pop(split, None)
 
+    def sees_job_now(self, now: float) -> None:
+        """The leader's view holds the whole job: know every tenancy it holds a lease of.
+
+        A tenancy is known from its lease's notice while leading, but leases this worker's view
+        held before it led (its own, at least) bring none: the takeover's listing skips records
+        already folded. Their tenancies are counted from now (the short side of their age).
+        """
+        for split, state in self.host.view.splits.items():
+            if state.lease is not None:
+                self._since.setdefault(split, now)
+
     def ended(self, split: str) -> None:
         """``split``'s tenancy ended: a request to it is void."""
         self._since.pop(split, None)
