@@ -53,6 +53,10 @@ class SplitStatus:
     weight: int
     revision: int
     state: bytes = attrs.field(repr=False, default=b"")
+    descriptor: bytes = attrs.field(repr=False, default=b"")
+    """What the split covers now: the planner's descriptor, or the primary of its last split."""
+    parent: str | None = None
+    """For a residual, the split it was split off (``docs/splitting.md``); None if planned."""
 
     def age(self, now_ms: int) -> float | None:
         """Seconds from the last write of the split's progress record to ``now_ms``.
@@ -135,7 +139,7 @@ class JobStatus:
             "counts": self.counts(),
             "workers": [attrs.asdict(w) for w in self.workers],
             "splits": [
-                {k: v for k, v in attrs.asdict(s).items() if k != "state"}
+                {k: v for k, v in attrs.asdict(s).items() if k not in ("state", "descriptor")}
                 | {"age_s": _rounded(s.age(self.read_at_ms))}
                 for s in self.ordered_splits()
             ],
@@ -151,6 +155,12 @@ def _placement_json(status: JobStatus) -> dict[str, object]:
         "blast_radius": report.blast_radius,
         "domains": [attrs.asdict(share) for share in report.domains],
     }
+
+
+def _descriptor(record: ProgressRecord, spec: SpecRecord | None) -> bytes:
+    if record.descriptor is not None:
+        return record.descriptor  # the primary of the split's last split
+    return spec.descriptor if spec is not None else b""
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -170,7 +180,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
     unreadable: list[str] = []
     plan: PlanRecord | None = None
     progress: dict[str, tuple[ProgressRecord, int]] = {}
-    weights: dict[str, int] = {}
+    specs: dict[str, SpecRecord] = {}
     by_session: dict[str, LeaseRecord] = {}
     # Durable leases (stores with per-key TTLs): alive while their owner's session is.
     for entry in durable:
@@ -182,7 +192,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
                 record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
                 progress[kind[1]] = (record, entry.revision)
             elif kind is not None and kind[0] is KeyKind.SPEC:
-                weights[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1]).weight
+                specs[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1])
             elif kind is not None and kind[0] is KeyKind.LEASE:
                 by_session[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
         except UnreadableRecord:
@@ -205,8 +215,10 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         session = presence.get(lease.owner)
         if session is not None and session.nonce == lease.nonce:
             leases[split_id] = lease.owner
-    splits = {
-        split_id: SplitStatus(
+    splits: dict[str, SplitStatus] = {}
+    for split_id, (record, revision) in sorted(progress.items()):
+        spec = specs.get(split_id)
+        splits[split_id] = SplitStatus(
             id=split_id,
             status=record.status.value,
             owner=record.owner,
@@ -216,12 +228,12 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
             watermark=record.watermark,
             completed=record.completed,
             written_at_ms=record.written_at_ms,
-            weight=weights.get(split_id, 1),
+            weight=spec.weight if spec is not None else 1,
             revision=revision,
             state=record.state,
+            descriptor=_descriptor(record, spec),
+            parent=spec.parent if spec is not None and spec.parent else None,
         )
-        for split_id, (record, revision) in sorted(progress.items())
-    }
     holding: dict[str, int] = {}
     for owner in leases.values():
         holding[owner] = holding.get(owner, 0) + 1
