@@ -7,7 +7,8 @@ import trio.testing
 
 from spate import AllComplete
 from spate._cli.demo.display import PlainDisplay, print_result
-from spate._cli.demo.fleet import DemoOptions, DemoResult, run_demo
+from spate._cli.demo.fleet import DemoOptions, DemoResult, Straggler, run_demo
+from spate._cli.demo.workload import DemoStats
 
 SAVING = re.compile(
     r"splitting: straggler (range-\d{4}) was split (once|twice|\d+ times)(; .*)?; the job took "
@@ -94,3 +95,62 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
         for ln in lines
     )
     assert_the_straggler_was_split_and_the_saving_printed(result, lines)
+
+
+def _result(seconds: float, pieces: int, others: int = 0, fix: float = 0.0) -> DemoResult:
+    straggler = Straggler(
+        id="range-0007",
+        records=6400,
+        pieces=pieces,
+        started=2.0,
+        alone=25.6,
+        batch=50,
+        batch_seconds=0.2,
+        others_split=others,
+        fix=fix,
+    )
+    return DemoResult(
+        verdict=AllComplete(),
+        ok=True,
+        problems=[],
+        seconds=seconds,
+        stats=DemoStats(),
+        splits_checked=8,
+        handover_seconds=[],
+        resumed=0,
+        replayed=0,
+        requeued=[],
+        faults={},
+        late_writes={},
+        residuals_checked=pieces - 1,
+        straggler=straggler,
+    )
+
+
+def _closing(result: DemoResult) -> list[str]:
+    lines: list[str] = []
+    print_result(result, lines.append)
+    return [ln for ln in lines if ln.startswith(("splitting:", "  ("))]
+
+
+def test_the_closing_lines_claim_a_saving_only_when_the_unsplit_straggler_ends_later() -> None:
+    assert _closing(_result(12.3, pieces=4, others=1, fix=1.5)) == [
+        "splitting: straggler range-0007 was split 3 times; 1 other split was split too; the "
+        "job took 12.3 s instead of at least ~29 s without splitting",
+        "  (without splitting: range-0007 started at 2.0 s, and its 6400 records take 25.6 s "
+        "alone at the demo's pace of 50 records per 0.200 s, then the operator's fix took "
+        "1.5 s; failovers would only add to that)",
+    ]
+    # The faults made the job longer than the straggler alone would have: no saving claimed.
+    slow = _closing(_result(31.0, pieces=2))
+    assert slow[0] == (
+        "splitting: straggler range-0007 was split once; the job took 31.0 s, and without "
+        "splitting it would have taken at least ~28 s (the faults, not the straggler, set its "
+        "length)"
+    )
+    unsplit = _closing(_result(28.0, pieces=1))
+    assert unsplit[0] == (
+        "splitting: straggler range-0007 was not split; the job took 28.0 s, and the straggler "
+        "alone could not have ended before ~28 s"
+    )
+    assert unsplit[1].startswith("  (unsplit: range-0007 started at 2.0 s")

@@ -223,7 +223,14 @@ def _splitting(result: DemoResult) -> list[str]:
         + (f", then the operator's fix took {s.fix:.1f} s" if s.fix else "")
         + "; failovers would only add to that"
     )
-    split = f"split {_times(s.pieces - 1)}" if s.pieces > 1 else "not split"
+    if s.pieces <= 1:
+        return [
+            f"splitting: straggler {s.id} was not split{others}; the job took "
+            f"{result.seconds:.1f} s, and the straggler alone could not have ended before "
+            f"~{least:.0f} s",
+            f"  (unsplit: {how})",
+        ]
+    split = f"split {_times(s.pieces - 1)}"
     if least <= result.seconds:
         # The faults, not the straggler, set the job's length: claim no saving.
         return [
