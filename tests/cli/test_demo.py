@@ -94,6 +94,9 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
         )
         for ln in lines
     )
+    # (Seed 1 never hands the lead to the straggler's owner while it runs, in 160 runs out of
+    # 160: such a leader would never ask it to split, the core bug of the strict xfail
+    # test_a_new_leader_asks_its_own_running_split_when_lanes_sit_idle.)
     assert_the_straggler_was_split_and_the_saving_printed(result, lines)
 
 
