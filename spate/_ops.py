@@ -53,8 +53,10 @@ class SplitStatus:
     weight: int
     revision: int
     state: bytes = attrs.field(repr=False, default=b"")
+    descriptor: bytes = attrs.field(repr=False, default=b"")
+    """What the split covers now: the planner's descriptor, or the primary of its last split."""
     parent: str | None = None
-    """The split this one was split off (a residual, DESIGN §4c); None for a planned split."""
+    """For a residual, the split it was split off (``docs/splitting.md``); None if planned."""
     residuals: tuple[str, ...] = ()
     """The residuals split off this split, in order."""
     seeded: bool = True
@@ -131,6 +133,14 @@ class JobStatus:
         status: an operator reads a straggler's whole family together.
         """
         rank = {"quarantined": 0, "runnable": 1, "completed": 2}
+        children: dict[str, list[str]] = {}
+        for split in self.splits.values():
+            if split.parent is not None and split.parent in self.splits:
+                children.setdefault(split.parent, []).append(split.id)
+        for parent, ids in children.items():
+            # The order they were split off in (the parent's record), then any it does not name.
+            named = {r: n for n, r in enumerate(self.splits[parent].residuals)}
+            ids.sort(key=lambda r: (named.get(r, len(named)), r))
         roots = sorted(
             (s for s in self.splits.values() if s.parent is None or s.parent not in self.splits),
             key=lambda s: (rank.get(s.status, 3), s.id),
@@ -140,7 +150,7 @@ class JobStatus:
         while stack:
             split = stack.pop()
             ordered.append(split)
-            stack.extend(self.splits[r] for r in reversed(split.residuals) if r in self.splits)
+            stack.extend(self.splits[r] for r in reversed(children.get(split.id, [])))
         return ordered
 
     def depth(self, split: SplitStatus) -> int:
@@ -164,7 +174,7 @@ class JobStatus:
             "counts": self.counts(),
             "workers": [attrs.asdict(w) for w in self.workers],
             "splits": [
-                {k: v for k, v in attrs.asdict(s).items() if k != "state"}
+                {k: v for k, v in attrs.asdict(s).items() if k not in ("state", "descriptor")}
                 | {"age_s": _rounded(s.age(self.read_at_ms))}
                 for s in self.ordered_splits()
             ],
@@ -180,6 +190,12 @@ def _placement_json(status: JobStatus) -> dict[str, object]:
         "blast_radius": report.blast_radius,
         "domains": [attrs.asdict(share) for share in report.domains],
     }
+
+
+def _descriptor(record: ProgressRecord, spec: SpecRecord | None) -> bytes:
+    if record.descriptor is not None:
+        return record.descriptor  # the primary of the split's last split
+    return spec.descriptor if spec is not None else b""
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -199,8 +215,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
     unreadable: list[str] = []
     plan: PlanRecord | None = None
     progress: dict[str, tuple[ProgressRecord, int]] = {}
-    weights: dict[str, int] = {}
-    parents: dict[str, str] = {}
+    specs: dict[str, SpecRecord] = {}
     by_session: dict[str, LeaseRecord] = {}
     # Durable leases (stores with per-key TTLs): alive while their owner's session is.
     for entry in durable:
@@ -212,10 +227,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
                 record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
                 progress[kind[1]] = (record, entry.revision)
             elif kind is not None and kind[0] is KeyKind.SPEC:
-                spec = decode(SpecRecord, entry.key, entry.value, split=kind[1])
-                weights[kind[1]] = spec.weight
-                if spec.parent:
-                    parents[kind[1]] = spec.parent
+                specs[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1])
             elif kind is not None and kind[0] is KeyKind.LEASE:
                 by_session[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
         except UnreadableRecord:
@@ -238,8 +250,10 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         session = presence.get(lease.owner)
         if session is not None and session.nonce == lease.nonce:
             leases[split_id] = lease.owner
-    splits = {
-        split_id: SplitStatus(
+    splits: dict[str, SplitStatus] = {}
+    for split_id, (record, revision) in sorted(progress.items()):
+        spec = specs.get(split_id)
+        splits[split_id] = SplitStatus(
             id=split_id,
             status=record.status.value,
             owner=record.owner,
@@ -249,14 +263,13 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
             watermark=record.watermark,
             completed=record.completed,
             written_at_ms=record.written_at_ms,
-            weight=weights.get(split_id, 1),
+            weight=spec.weight if spec is not None else 1,
             revision=revision,
             state=record.state,
-            parent=parents.get(split_id),
+            descriptor=_descriptor(record, spec),
+            parent=spec.parent if spec is not None and spec.parent else None,
             residuals=tuple(r.id for r in record.residuals),
         )
-        for split_id, (record, revision) in sorted(progress.items())
-    }
     # A residual named by its parent's record but not seeded yet (the leader writes its
     # records when it reads the parent's): shown, so no work looks missing.
     for split_id, (record, _) in sorted(progress.items()):
@@ -265,7 +278,8 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
                 splits[residual.id] = SplitStatus(
                     id=residual.id, status="runnable", owner=None, lease_owner=None, epoch=0,
                     attempts=0, watermark=None, completed=False, written_at_ms=0,
-                    weight=residual.weight, revision=0, parent=split_id, seeded=False,
+                    weight=residual.weight, revision=0, descriptor=residual.descriptor,
+                    parent=split_id, seeded=False,
                 )  # fmt: skip
     holding: dict[str, int] = {}
     for owner in leases.values():

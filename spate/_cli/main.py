@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a checkable backfill on an in-process fleet, with injected trouble",
         description="Run the demo job: a fleet of in-process workers backfills a synthetic "
         "dataset while workers are killed, frozen, scaled down and added, and one split is "
-        "poisoned; the result is checked against a single-pass computation.",
+        "poisoned; a straggler split many times longer than the rest is split for the idle "
+        "lanes at the end. The result is checked against a single-pass computation, and the "
+        "job's length against the least it would have taken without splitting.",
     )
     demo.add_argument("--store", default="memory://", help="store URL (default: memory://)")
     demo.add_argument("--workers", type=int, default=4, help="workers at the start (default 4)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,14 @@ def test_demo_without_chaos_exits_zero_with_a_checked_result(
     assert status == 0, out
     assert "verdict: AllComplete" in out
     assert "check: 6 splits match a single-pass computation" in out
+    # The straggler was split for the idle lanes, and the closing lines say what it saved.
+    assert re.search(
+        r"^splitting: straggler range-\d{4} was split (once|twice|\d+ times)(; .*)?; the job "
+        r"took \d+\.\d s instead of at least ~\d+ s without splitting$",
+        out,
+        re.MULTILINE,
+    ), out
+    assert "  (without splitting: range-" in out
 
 
 def test_demo_with_chaos_exits_zero_with_a_checked_result(
@@ -37,6 +46,12 @@ def test_demo_with_chaos_exits_zero_with_a_checked_result(
     assert "check: 8 splits match a single-pass computation" in out
     assert "killed without warning" in out
     assert "wakes up as a zombie" in out
+    # So short a job under so much chaos may end after the unsplit straggler would have: the
+    # line then says the faults set its length, and claims no saving.
+    assert re.search(
+        r"^splitting: straggler range-\d{4} was split (once|twice|\d+ times)", out, re.MULTILINE
+    ), out
+    assert "  (without splitting: range-" in out
 
 
 @pytest.fixture

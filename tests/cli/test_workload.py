@@ -54,3 +54,50 @@ def test_records_folded_again_count_as_replays_not_progress() -> None:
     stats.fold("a", 50, 120)  # the next owner resumes at 50: 50 replayed, 20 new
     stats.fold("b", 200, 210)  # splits are counted apart
     assert (stats.processed, stats.replayed) == (130, 50)
+
+
+def test_the_straggler_is_the_datasets_longest_split_and_the_rest_stay_as_they_were() -> None:
+    plain = Dataset(seed=3, splits=10)
+    skewed = Dataset(seed=3, splits=10, straggler=4, straggler_units=16)
+    assert skewed.straggler_id == "range-0004"
+    sizes = {split: end - start for split, start, end, _ in skewed.ranges()}
+    assert sizes["range-0004"] == 16 * skewed.unit == max(sizes.values())
+    assert [w for n, (*_, w) in enumerate(skewed.ranges()) if n != 4] == [
+        w for n, (*_, w) in enumerate(plain.ranges()) if n != 4
+    ]
+    assert skewed.fold(100, 200) == plain.fold(100, 200)  # the same records, shifted ranges
+
+
+def test_the_fleets_straggler_alone_takes_several_times_the_jobs_ideal_length() -> None:
+    from spate._cli.demo.fleet import STRAGGLER_FACTOR, DemoOptions, Fleet
+
+    for splits, workers in [(64, 4), (24, 4), (12, 3), (6, 2)]:
+        options = DemoOptions(workers=workers, splits=splits, chaos=False)
+        fleet = Fleet(options, open_client=None, stats=DemoStats())  # type: ignore[arg-type]
+        dataset = fleet.dataset
+        assert dataset.straggler is not None
+        units = [w for *_, w in dataset.ranges()]
+        lanes = min(splits, workers * options.max_in_flight)
+        ideal = sum(units) / lanes
+        assert units[dataset.straggler] == max(units) >= 4
+        assert STRAGGLER_FACTOR <= units[dataset.straggler] / ideal < STRAGGLER_FACTOR + 1
+        # The same seed, the same straggler.
+        again = Fleet(options, open_client=None, stats=DemoStats())  # type: ignore[arg-type]
+        assert again.dataset == dataset
+
+
+def test_the_poison_split_is_never_the_straggler() -> None:
+    from spate._cli.demo.fleet import DemoOptions, Fleet
+
+    for seed in range(40):
+        fleet = Fleet(
+            DemoOptions(seed=seed, splits=8, workers=3),
+            open_client=None,  # type: ignore[arg-type]
+            stats=DemoStats(),
+        )
+        assert fleet.poisoned
+        assert fleet.dataset.straggler_id not in fleet.poisoned
+        (bad,) = fleet.bad_records
+        (poisoned,) = fleet.poisoned
+        (start, end) = next((s, e) for i, s, e, _ in fleet.dataset.ranges() if i == poisoned)
+        assert bad == (start + end) // 2  # halfway through it, as before

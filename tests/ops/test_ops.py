@@ -257,3 +257,30 @@ async def test_status_shows_each_residual_under_its_parent_seeded_or_not() -> No
     assert any("└ a.r1 " in line for line in lines)
     assert any("  └ a.r1.r9" in line for line in lines)
     assert any("└ a.r2 (not seeded yet)" in line for line in lines)
+
+
+async def test_status_shows_what_a_split_covers_now_and_which_split_a_residual_came_from() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    # "d" was split: its record holds the primary; its residual's spec names it as parent.
+    await store.create(
+        Keyspace.DURABLE, KEYS.spec("d"), encode(SpecRecord(id="d", descriptor=b"0:100"))
+    )
+    await store.create(Keyspace.DURABLE, KEYS.split("d"), encode(ProgressRecord(id="d")))
+    await store.create(
+        Keyspace.DURABLE,
+        KEYS.spec("d.r1"),
+        encode(SpecRecord(id="d.r1", descriptor=b"60:100", parent="d")),
+    )
+    await store.create(Keyspace.DURABLE, KEYS.split("d.r1"), encode(ProgressRecord(id="d.r1")))
+    entry = await store.get(Keyspace.DURABLE, KEYS.split("d"))
+    assert entry is not None
+    split = ProgressRecord(id="d", descriptor=b"0:60", splits=1)
+    await store.update(Keyspace.DURABLE, KEYS.split("d"), encode(split), expected=entry.revision)
+    status = await read_status(store, JOB)
+    assert (status.splits["d"].descriptor, status.splits["d"].parent) == (b"0:60", None)
+    assert (status.splits["d.r1"].descriptor, status.splits["d.r1"].parent) == (b"60:100", "d")
+    document = json.loads(json.dumps(status.to_json()))  # descriptors are bytes: not shown
+    parents = {s["id"]: s["parent"] for s in document["splits"]}
+    assert parents["d.r1"] == "d"
+    assert parents["a"] is None

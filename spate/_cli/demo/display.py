@@ -43,10 +43,12 @@ class PlainDisplay:
             workers = " ".join(
                 f"{w.name}:{w.state}({holders.get(w.name, 0)})" for w in fleet.workers.values()
             )
+            residuals = f" ({_plural(len(stats.residuals), 'residual')})" if stats.residuals else ""
             self._print(  # type: ignore[operator]
                 f"{self._stamp()} progress {stats.processed}/{fleet.dataset.total_records} "
                 f"records folded (+{stats.replayed} replayed), {stats.commits} commits, "
-                f"{len(stats.completed)}/{fleet.options.splits} splits completed; {workers}"
+                f"{len(stats.completed)}/{fleet.options.splits + len(stats.residuals)} splits "
+                f"completed{residuals}; {workers}"
             )
 
 
@@ -101,14 +103,19 @@ class LiveDisplay:
         table.add_column("worker")
         table.add_column("state")
         table.add_column("lead")
-        table.add_column("splits (records done)", ratio=1)
+        table.add_column(
+            "splits (records done; the straggler and its residuals in magenta)", ratio=1
+        )
         status = self._status
         by_owner: dict[str, list[str]] = {}
         if status is not None:
             for split in status.ordered_splits():
                 if split.lease_owner is not None and split.status == "runnable":
                     done = stats.watermarks.get(split.id, 0)
-                    by_owner.setdefault(split.lease_owner, []).append(f"{split.id[-4:]}({done})")
+                    name = stats.label(split.id).removeprefix("range-")
+                    if stats.root(split.id) == fleet.dataset.straggler_id:
+                        name = f"[magenta]{name}[/magenta]"  # the straggler and its residuals
+                    by_owner.setdefault(split.lease_owner, []).append(f"{name}({done})")
         for worker in fleet.workers.values():
             colour = {
                 "running": "green",
@@ -123,17 +130,19 @@ class LiveDisplay:
             table.add_row(worker.name, f"[{colour}]{worker.state}[/{colour}]", lead, " ".join(held))
         total = fleet.dataset.total_records
         counts = status.counts() if status is not None else {}
+        splits = max(
+            fleet.options.splits + len(stats.residuals), len(status.splits) if status else 0
+        )
         summary = (
             f"records folded {stats.processed}/{total} (+{stats.replayed} replayed) · "
             f"commits {stats.commits} · "
             f"fenced zombie writes {stats.fenced} · completed {counts.get('completed', 0)}"
-            f"/{fleet.options.splits} · quarantined {counts.get('quarantined', 0)}"
+            f"/{splits} · residuals {len(stats.residuals)} · "
+            f"quarantined {counts.get('quarantined', 0)}"
         )
         completed = counts.get("completed", 0)
         progress = Table.grid(padding=(0, 1))
-        progress.add_row(
-            ProgressBar(total=fleet.options.splits, completed=completed, width=30), summary
-        )
+        progress.add_row(ProgressBar(total=splits, completed=completed, width=30), summary)
         events = Panel("\n".join(self._events) or "…", title="events", title_align="left")
         return Group(table, progress, events)
 
@@ -147,9 +156,16 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
         f"verdict: {verdict}"
         + (f" (after requeueing {', '.join(result.requeued)})" if result.requeued else ""),
         f"check: {result.splits_checked} splits match a single-pass computation"
+        + (
+            f" (with their {_plural(result.residuals_checked, 'residual')}: the completed "
+            "ranges tile every split's range exactly)"
+            if result.residuals_checked
+            else ""
+        )
         if result.ok
         else f"check: FAILED — {len(result.problems)} problem(s)",
         f"time: {result.seconds:.1f} s",
+        *_splitting(result),
         f"records folded: {stats.processed}, and {result.replayed} replayed after failures",
         f"commits: {stats.commits}; zombie writes refused by the fence: "
         f"{stats.fenced + result.late_writes.get('refused', 0)} "
@@ -177,3 +193,54 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
     lines.extend(f"  problem: {problem}" for problem in result.problems[:20])
     for line in lines:
         p(line)  # type: ignore[operator]
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _splitting(result: DemoResult) -> list[str]:
+    """What splitting did for the straggler: the job's length against the least unsplit."""
+    s = result.straggler
+    if s is None:
+        return []
+    others = (
+        f"; {_plural(s.others_split, 'other split')} "
+        f"{'was' if s.others_split == 1 else 'were'} split too"
+        if s.others_split
+        else ""
+    )
+    least = s.least_without_splitting
+    if s.started is None or least is None:
+        return [f"splitting: straggler {s.id} never started{others}"]
+    how = (
+        f"{s.id} started at {s.started:.1f} s, and its {s.records} records take {s.alone:.1f} s "
+        f"alone at the demo's pace of {s.batch} records per {s.batch_seconds:.3f} s"
+        + (f", then the operator's fix took {s.fix:.1f} s" if s.fix else "")
+        + "; failovers would only add to that"
+    )
+    if s.pieces <= 1:
+        return [
+            f"splitting: straggler {s.id} was not split{others}; the job took "
+            f"{result.seconds:.1f} s, and the straggler alone could not have ended before "
+            f"~{least:.0f} s",
+            f"  (unsplit: {how})",
+        ]
+    split = f"split {_times(s.pieces - 1)}"
+    if least <= result.seconds:
+        # The faults, not the straggler, set the job's length: claim no saving.
+        return [
+            f"splitting: straggler {s.id} was {split}{others}; the job took "
+            f"{result.seconds:.1f} s, and without splitting it would have taken at least "
+            f"~{least:.0f} s (the faults, not the straggler, set its length)",
+            f"  (without splitting: {how})",
+        ]
+    return [
+        f"splitting: straggler {s.id} was {split}{others}; the job took "
+        f"{result.seconds:.1f} s instead of at least ~{least:.0f} s without splitting",
+        f"  (without splitting: {how})",
+    ]

@@ -5,10 +5,16 @@ Each worker is one :func:`spate.run_worker` call with its own store client wrapp
 client is a stopped process, partitioning it is a crash the store only learns of when the
 worker's leases expire. The chaos schedule runs against the same clock as the workers, so a
 run under ``MockClock`` is deterministic for a given seed.
+
+The job holds one straggler, a split several times longer than the fleet's share of the work
+per lane. Its handlers split it when the leader asks (lanes sit idle at the end of the job),
+and the result says how long the job took against the least the straggler alone, unsplit,
+would have made it take.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import AsyncIterator, Callable
@@ -18,22 +24,56 @@ from typing import Protocol
 import attrs
 import trio
 
-from spate._cli.demo.workload import Dataset, DemoStats, Fold, make_handler, make_planner
+from spate._cli.demo.check import Checked, Piece, check_pieces
+from spate._cli.demo.workload import (
+    Dataset,
+    DemoStats,
+    Fold,
+    decode_range,
+    make_handler,
+    make_planner,
+)
 from spate._config import Config
 from spate._errors import ConfigError, SpateError
 from spate._events import AllComplete, Stalled
 from spate._groups import single_error
-from spate._ops import read_status, requeue
+from spate._ops import JobStatus, read_status, requeue
 from spate._runtime.worker import run_worker
 from spate._store import Store
 from spate_testing.faults import FaultyStore
 
-__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "Display", "run_demo"]
+__all__ = ["DemoOptions", "DemoResult", "DemoWorker", "Display", "Straggler", "run_demo"]
 
 JOB = "spate-demo"
 """The job name every demo worker (in-process or `spate worker`) joins."""
 ZONES = ("zone-a", "zone-b", "zone-c")
 """The failure domains the demo's workers are spread over (round robin by start order)."""
+BATCH = 50
+"""Records a handler folds per step (and per commit)."""
+WORK_SHARE = 0.65
+"""The share of ``--duration`` the job's work takes, spread evenly over the fleet's lanes."""
+SPLIT_WORTH = 1.5
+"""Seconds of work the smaller half of a split must hold at least: a residual takes about a
+second to be handed out (the leader finds it, seeds it, assigns it, a worker claims it), so
+splitting off less gains nothing and floods the event log."""
+STRAGGLER_FACTOR = 3
+"""How many times the job's ideal length (its work spread evenly over the lanes) the
+straggler alone takes: long enough that waiting for it would set the job's length."""
+
+
+def _with_straggler(dataset: Dataset, lanes: int) -> Dataset:
+    """``dataset`` with one of its splits (chosen by the seed) made the job's straggler.
+
+    Its size makes it :data:`STRAGGLER_FACTOR` times the ideal length of the whole job on
+    ``lanes`` lanes, its own length included (at least 4 units, longer than any other split).
+    """
+    digest = hashlib.blake2b(f"{dataset.seed}:straggler".encode(), digest_size=4).digest()
+    straggler = int.from_bytes(digest, "big") % dataset.splits
+    others = sum(w for n, (*_, w) in enumerate(dataset.ranges()) if n != straggler)
+    # units * lanes / (others + units) == FACTOR, solved for units.
+    spare = lanes - STRAGGLER_FACTOR
+    units = math.ceil(STRAGGLER_FACTOR * others / spare) if spare > 0 else 4 * STRAGGLER_FACTOR
+    return attrs.evolve(dataset, straggler=straggler, straggler_units=max(4, units))
 
 
 @attrs.frozen
@@ -87,6 +127,37 @@ class DemoWorker:
     finished: trio.Event = attrs.field(factory=trio.Event)
 
 
+@attrs.frozen
+class Straggler:
+    """What splitting did for the job's straggler, and what the job would have taken without."""
+
+    id: str
+    records: int
+    pieces: int
+    """Splits its range ended in, in the store (1: never split)."""
+    started: float | None
+    """Seconds from the fleet's start until a handler first started it (None: never)."""
+    alone: float
+    """Seconds its whole range takes one handler at the demo's pace (commits not counted)."""
+    batch: int
+    batch_seconds: float
+    others_split: int
+    """Other planned splits that were split too (asked at the end of the job, like it)."""
+    fix: float = 0.0
+    """Seconds the operator's fix of the poison split took after the job stalled (0: none)."""
+
+    @property
+    def least_without_splitting(self) -> float | None:
+        """The least the job would have taken without splitting (None: it never started).
+
+        Until the first split the run is the same with or without splitting, so unsplit the
+        straggler would have started when it did and run its whole range at the demo's pace;
+        the job stalls on the poison split no earlier than that, and the operator's fix
+        follows. Failovers of the straggler would only add to it.
+        """
+        return None if self.started is None else self.started + self.alone + self.fix
+
+
 @attrs.define
 class DemoResult:
     """How the demo went: the verdict, the check, and the figures."""
@@ -95,6 +166,7 @@ class DemoResult:
     ok: bool
     problems: list[str]
     seconds: float
+    """The job's length: from the fleet's start to its verdict (the operator's fix included)."""
     stats: DemoStats
     splits_checked: int
     handover_seconds: list[float]
@@ -106,6 +178,11 @@ class DemoResult:
     blast_radius: tuple[float, float | None] | None = None
     """The largest share of the job one zone held before a whole zone was lost, and after
     (None when the job ended before the lost zone's splits were held again)."""
+    residuals_checked: int = 0
+    """Residuals (splits split off others) whose result matched too."""
+    straggler: Straggler | None = None
+    dataset: Dataset | None = None
+    """The job's dataset (its straggler included)."""
 
 
 def demo_config(options: DemoOptions) -> Config:
@@ -118,6 +195,8 @@ def demo_config(options: DemoOptions) -> Config:
         drain_deadline=lease,
         reconcile_interval=lease,
         replan_interval=max(60.0, lease),
+        # A short demo cannot spare the default second of debounce per round of splitting.
+        split_request_delay=lease / 6,
     )
 
 
@@ -132,20 +211,30 @@ class Fleet:
     ) -> None:
         self.options = options
         self.stats = stats
-        self.dataset = Dataset(seed=options.seed, splits=options.splits)
         self.rng = random.Random(options.seed)
         self.config = demo_config(options)
         self.workers: dict[str, DemoWorker] = {}
+        concurrency = min(options.splits, options.workers * options.max_in_flight)
+        self.dataset = _with_straggler(
+            Dataset(seed=options.seed, splits=options.splits), concurrency
+        )
         self.poisoned: set[str] = set()
+        """The splits whose data holds a malformed record (until the operator fixes it)."""
+        self.bad_records: set[int] = set()
         if options.chaos:
-            self.poisoned.add(self.dataset.split_id(self.rng.randrange(options.splits)))
+            poisoned = self.rng.randrange(options.splits)
+            if poisoned == self.dataset.straggler and options.splits > 1:
+                poisoned = (poisoned + 1) % options.splits  # the straggler's story is splitting
+            split_id, start, end, _ = self.dataset.ranges()[poisoned]
+            self.poisoned.add(split_id)
+            self.bad_records.add((start + end) // 2)
         self._open_client = open_client
         total_steps = sum(
-            math.ceil((end - start) / 50) for _, start, end, _ in self.dataset.ranges()
+            math.ceil((end - start) / BATCH) for _, start, end, _ in self.dataset.ranges()
         )
-        concurrency = min(options.splits, options.workers * options.max_in_flight)
-        # Pace the work so the job takes about 70% of --duration, leaving room for chaos.
-        self.batch_seconds = options.duration * 0.7 / max(1.0, total_steps / concurrency)
+        # Pace the work so that, spread evenly over the lanes, it takes WORK_SHARE of
+        # --duration: the rest is room for the chaos and the straggler's last splits.
+        self.batch_seconds = options.duration * WORK_SHARE / max(1.0, total_steps / concurrency)
         self.started_at = 0.0
         self.observer: Store | None = None
         self.blast_radius: tuple[float, float | None] | None = None
@@ -174,8 +263,11 @@ class Fleet:
             self.dataset,
             self.stats,
             worker.name,
+            batch=BATCH,
             batch_seconds=self.batch_seconds,
-            poison=lambda split: split in self.poisoned,
+            poison=lambda record: record in self.bad_records,
+            splits=True,
+            split_batches=max(1, math.ceil(SPLIT_WORTH / self.batch_seconds)),
         )
         async with self._open_client() as client:
             worker.store = FaultyStore(
@@ -368,10 +460,14 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
                 verdicts = [w.verdict for w in fleet.workers.values() if w.verdict is not None]
                 verdict = verdicts[0] if verdicts else None
                 requeued: list[str] = []
+                fix_started: float | None = None
                 if isinstance(verdict, Stalled) and fleet.poisoned and not guard.cancelled_caught:
+                    fix_started = fleet.elapsed()
                     verdict, requeued = await _operator_fixes_poison(fleet, nursery)
+                seconds = fleet.elapsed()
                 nursery.cancel_scope.cancel()
-        problems, checked = await _check(fleet, observer, verdict)
+        checked = await _check(fleet, observer, verdict)
+        problems = checked.problems
         faults: dict[str, int] = {}
         late: dict[str, int] = {}
         for worker in fleet.workers.values():
@@ -387,9 +483,9 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
             verdict=verdict,
             ok=not problems,
             problems=problems,
-            seconds=fleet.elapsed(),
+            seconds=seconds,
             stats=stats,
-            splits_checked=checked,
+            splits_checked=checked.splits,
             handover_seconds=[
                 w.handover_seconds for w in fleet.workers.values() if w.handover_seconds is not None
             ],
@@ -399,7 +495,34 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
             faults=faults,
             late_writes=late,
             blast_radius=fleet.blast_radius,
+            residuals_checked=checked.residuals,
+            straggler=_straggler(
+                fleet, checked, 0.0 if fix_started is None else seconds - fix_started
+            ),
+            dataset=fleet.dataset,
         )
+
+
+def _straggler(fleet: Fleet, checked: Checked, fix: float) -> Straggler | None:
+    """The straggler's report: how often it was split, and its length run alone."""
+    dataset = fleet.dataset
+    if dataset.straggler is None:
+        return None
+    split_id, start, end, _ = dataset.ranges()[dataset.straggler]
+    started = fleet.stats.started_at.get(split_id)
+    return Straggler(
+        id=split_id,
+        records=end - start,
+        pieces=checked.pieces.get(split_id, 1),
+        started=None if started is None else started - fleet.started_at,
+        # The pace every handler keeps: a batch, then a sleep of batch_seconds (the commit
+        # after it is not counted, so this is the least the range takes one handler).
+        alone=math.ceil((end - start) / BATCH) * fleet.batch_seconds,
+        batch=BATCH,
+        batch_seconds=fleet.batch_seconds,
+        others_split=sum(1 for root, n in checked.pieces.items() if n > 1 and root != split_id),
+        fix=fix,
+    )
 
 
 async def _operator_fixes_poison(
@@ -407,35 +530,53 @@ async def _operator_fixes_poison(
 ) -> tuple[AllComplete | Stalled | None, list[str]]:
     """The operator fixes the bad data and requeues the split; a fresh worker finishes it."""
     stats = fleet.stats
-    poisoned = sorted(fleet.poisoned)
-    stats.log(f"operator: the job stalled on {', '.join(poisoned)}; fixing the data, requeueing")
-    fleet.poisoned.clear()
-    await requeue(fleet.current_store(), JOB, poisoned)
+    status = await read_status(fleet.current_store(), JOB)
+    # What the store quarantined, not what the demo poisoned: a poisoned split that was split
+    # leaves its bad record in one of its pieces.
+    quarantined = sorted(s.id for s in status.splits.values() if s.status == "quarantined")
+    stats.log(f"operator: the job stalled on {', '.join(quarantined)}; fixing the data, requeueing")
+    fleet.bad_records.clear()
+    await requeue(fleet.current_store(), JOB, quarantined)
     worker = fleet.add(nursery, "w-fix")
     await worker.finished.wait()
-    return worker.verdict, poisoned
+    return worker.verdict, quarantined
 
 
-async def _check(
-    fleet: Fleet, store: Store, verdict: AllComplete | Stalled | None
-) -> tuple[list[str], int]:
+async def _check(fleet: Fleet, store: Store, verdict: AllComplete | Stalled | None) -> Checked:
     """Compare every split's final committed state with a single pass over its range."""
-    problems = []
-    if not isinstance(verdict, AllComplete):
-        problems.append(f"the job ended with {verdict!r}, not AllComplete")
     status = await read_status(store, JOB)
-    expected = fleet.dataset.single_pass()
-    checked = 0
-    for split_id, fold in expected.items():
-        split = status.splits.get(split_id)
-        if split is None:
-            problems.append(f"{split_id}: no progress record in the store")
+    pieces = []
+    unreadable = []
+    for split in status.splits.values():
+        try:
+            start, end = decode_range(split.descriptor)
+        except (ValueError, KeyError, TypeError):
+            unreadable.append(f"{split.id}: its descriptor {split.descriptor!r} is no range")
             continue
-        if not split.completed:
-            problems.append(f"{split_id}: not completed (status {split.status})")
-            continue
-        got = Fold.decode(split.state)
-        if got != fold:
-            problems.append(f"{split_id}: checksum {got} differs from the single-pass {fold}")
-        checked += 1
-    return problems, checked
+        pieces.append(
+            Piece(
+                id=split.id,
+                root=_root(status, split.id),
+                start=start,
+                end=end,
+                status=split.status,
+                completed=split.completed,
+                fold=Fold.decode(split.state),
+            )
+        )
+    checked = check_pieces(fleet.dataset, pieces)
+    checked.problems[:0] = unreadable
+    if not isinstance(verdict, AllComplete):
+        checked.problems.insert(0, f"the job ended with {verdict!r}, not AllComplete")
+    return checked
+
+
+def _root(status: JobStatus, split: str) -> str:
+    """The planned split that ``split`` was split off, through any number of splits."""
+    seen = {split}
+    parent = status.splits[split].parent if split in status.splits else None
+    while parent is not None and parent not in seen:
+        split = parent
+        seen.add(split)
+        parent = status.splits[split].parent if split in status.splits else None
+    return split

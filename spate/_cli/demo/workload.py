@@ -6,6 +6,12 @@ record index, so any process can regenerate any range. The job cuts it into weig
 committing ``(watermark, checksum)`` as it goes. Because a successor resumes from the last
 committed watermark and state, the final checksum of every split must equal a single pass
 over its range however often the split changed hands — which is exactly what the demo checks.
+
+A split's descriptor is its range of records, so a handler asked to split
+(``SplitHandle.split_requested``) can cut what it has left in two at a commit: it keeps the
+first half (the primary) and a new split, the residual, takes the second. The dataset may hold
+one *straggler*, a split many times longer than the rest, which only splitting keeps from
+setting the job's length.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ __all__ = [
     "DemoStats",
     "Fold",
     "PoisonRecord",
+    "decode_range",
+    "encode_range",
     "make_handler",
     "make_planner",
 ]
@@ -63,11 +71,17 @@ class Fold:
 
 @attrs.frozen
 class Dataset:
-    """A deterministic dataset of ``splits`` ranges with sizes of 1-3 units of ``unit`` records."""
+    """A deterministic dataset of ``splits`` ranges with sizes of 1-3 units of ``unit`` records.
+
+    ``straggler``, if given, is the number of one split whose size is ``straggler_units``
+    units instead (its weight too): the long split a bounded job would otherwise wait for.
+    """
 
     seed: int
     splits: int
     unit: int = 400
+    straggler: int | None = None
+    straggler_units: int = 16
 
     def value(self, index: int) -> int:
         """The value of record ``index``."""
@@ -75,7 +89,9 @@ class Dataset:
         return int.from_bytes(digest, "big")
 
     def weight(self, split: int) -> int:
-        """The size class (1-3) of split number ``split``."""
+        """The size class (1-3, or the straggler's units) of split number ``split``."""
+        if split == self.straggler:
+            return self.straggler_units
         digest = hashlib.blake2b(f"{self.seed}:weight:{split}".encode(), digest_size=1).digest()
         return 1 + digest[0] % 3
 
@@ -99,15 +115,21 @@ class Dataset:
         """How many records the whole dataset has."""
         return sum(end - start for _, start, end, _ in self.ranges())
 
+    @property
+    def straggler_id(self) -> str | None:
+        """The straggler's split id (None when the dataset has none)."""
+        return None if self.straggler is None else self.split_id(self.straggler)
+
+    def fold(self, start: int, end: int) -> Fold:
+        """The result of records ``start..end`` folded in one pass, with no coordination."""
+        fold = Fold()
+        for index in range(start, end):
+            fold = fold.add(self.value(index))
+        return fold
+
     def single_pass(self) -> dict[str, Fold]:
-        """The expected result of every split, computed in one pass with no coordination."""
-        expected = {}
-        for split_id, start, end, _ in self.ranges():
-            fold = Fold()
-            for index in range(start, end):
-                fold = fold.add(self.value(index))
-            expected[split_id] = fold
-        return expected
+        """The expected result of every planned split (unsplit), computed in one pass."""
+        return {split_id: self.fold(start, end) for split_id, start, end, _ in self.ranges()}
 
 
 class PoisonRecord(Exception):
@@ -137,7 +159,13 @@ class DemoStats:
     resumed: int = 0
     """Acquisitions that resumed a split part-way (from another tenancy's last commit)."""
     completed: set[str] = attrs.field(factory=set)
-    """Splits whose completing commit landed."""
+    """Splits whose completing commit landed (residuals included)."""
+    started_at: dict[str, float] = attrs.field(factory=dict)
+    """split id -> when (Trio's clock) a handler first started it."""
+    residuals: dict[str, str] = attrs.field(factory=dict)
+    """residual id -> the split it was split off, for every split that landed."""
+    labels: dict[str, str] = attrs.field(factory=dict)
+    """residual id -> a readable name (``range-0013/2``: the second residual of range-0013)."""
     holders: dict[str, str] = attrs.field(factory=dict)
     """split id -> the worker whose handler runs it now."""
     watermarks: dict[str, int] = attrs.field(factory=dict)
@@ -154,6 +182,25 @@ class DemoStats:
         self.replayed += (end - start) - fresh
         self.frontier[split] = max(frontier, end)
 
+    def root(self, split: str) -> str:
+        """The planned split that ``split`` is a piece of (itself, unless it is a residual)."""
+        while split in self.residuals:
+            split = self.residuals[split]
+        return split
+
+    def split_off(self, parent: str, residual: str) -> str:
+        """Record that ``residual`` was split off ``parent``; return its short name."""
+        root = self.root(parent)
+        self.residuals[residual] = parent
+        pieces = sum(1 for r in self.residuals if self.root(r) == root)
+        label = f"{root}/{pieces}"
+        self.labels[residual] = label
+        return label
+
+    def label(self, split: str) -> str:
+        """A readable name for ``split`` (a residual's is its root's and its number)."""
+        return self.labels.get(split, split)
+
     def log(self, message: str) -> None:
         """Append to the event log (and echo it when someone listens)."""
         self.events.append(message)
@@ -161,8 +208,15 @@ class DemoStats:
             self.on_event(message)
 
 
-def _descriptor(start: int, end: int) -> bytes:
+def encode_range(start: int, end: int) -> bytes:
+    """The descriptor of records ``start..end``."""
     return json.dumps({"start": start, "end": end}).encode()
+
+
+def decode_range(descriptor: bytes) -> tuple[int, int]:
+    """The ``(start, end)`` records of a descriptor :func:`encode_range` wrote."""
+    bounds = json.loads(descriptor)
+    return int(bounds["start"]), int(bounds["end"])
 
 
 def make_planner(dataset: Dataset) -> Callable[[PlanContext], Plan]:
@@ -171,7 +225,7 @@ def make_planner(dataset: Dataset) -> Callable[[PlanContext], Plan]:
     def plan(ctx: PlanContext) -> Plan:
         return Plan(
             splits=[
-                SplitSpec(split_id, descriptor=_descriptor(start, end), weight=weight)
+                SplitSpec(split_id, descriptor=encode_range(start, end), weight=weight)
                 for split_id, start, end, weight in dataset.ranges()
                 if split_id not in ctx.known
             ],
@@ -188,27 +242,54 @@ def make_handler(
     *,
     batch: int = 50,
     batch_seconds: float = 0.05,
-    poison: Callable[[str], bool] = lambda split: False,
+    poison: Callable[[int], bool] = lambda record: False,
+    splits: bool = False,
+    split_batches: int = 1,
     on_commit: Callable[[SplitHandle, int, bool], Awaitable[None]] | None = None,
 ) -> Callable[[SplitHandle], Awaitable[None]]:
     """The backfill handler one worker runs for each split it gains.
 
     Folds ``batch`` records per step, pretending each step takes ``batch_seconds``, and
-    commits after every step. A split for which ``poison`` returns True raises
-    :class:`PoisonRecord` halfway through, as a split with a bad record would.
+    commits after every step. A range holding a record for which ``poison`` returns True
+    raises :class:`PoisonRecord` on reaching it, as a split with a bad record would. With
+    ``splits``, a split the leader asks to split is cut in two right after a commit, when
+    each half would hold at least ``split_batches`` batches: the handler keeps the first half
+    and a residual split takes the second.
     """
 
+    async def split_rest(split: SplitHandle, start: int, position: int, end: int) -> int:
+        """Split off the second half of ``position..end``; return the handler's new end."""
+        # A batch boundary halfway through what is left: both halves keep whole batches, and
+        # the point lies past every record folded so far (all of them committed).
+        middle = position + (end - position) // (2 * batch) * batch
+        try:
+            residual = await split.split(
+                primary=encode_range(start, middle), residual=encode_range(middle, end)
+            )
+        except Fenced:
+            stats.fenced += 1
+            stats.log(f"{worker}'s late split of {split.id} was fenced (no residual runs)")
+            raise
+        label = stats.split_off(split.id, residual)
+        stats.log(
+            f"{worker} splits {stats.label(split.id)} for an idle lane: it keeps records "
+            f"{start}-{middle}, the residual {label} takes {middle}-{end}"
+        )
+        return middle
+
     async def handle(split: SplitHandle) -> None:
-        bounds = json.loads(split.descriptor)
-        start, end = int(bounds["start"]), int(bounds["end"])
-        position = split.progress.watermark if split.progress.watermark is not None else start
+        start, end = decode_range(split.descriptor)
+        watermark = split.progress.watermark
+        position = start if watermark is None else watermark
         fold = Fold.decode(split.progress.state)
         stats.gained += 1
+        stats.started_at.setdefault(split.id, trio.current_time())
         stats.holders[split.id] = worker
         if position > start:
             stats.resumed += 1
             stats.log(
-                f"{worker} resumes {split.id} at record {position - start} (epoch {split.epoch})"
+                f"{worker} resumes {stats.label(split.id)} at record {position - start} "
+                f"(epoch {split.epoch})"
             )
         try:
             while position < end:
@@ -216,13 +297,14 @@ def make_handler(
                     stats.log(f"{worker} hands {split.id} back at a commit boundary")
                     return
                 step_end = min(position + batch, end)
-                if poison(split.id) and position <= (start + end) // 2 < step_end:
+                bad = next((i for i in range(position, step_end) if poison(i)), None)
+                if bad is not None:
                     stats.poison_hits += 1
                     stats.log(
-                        f"{worker}: {split.id} hit a malformed record; the handler raises and "
-                        "the split consumes an attempt"
+                        f"{worker}: {stats.label(split.id)} hit a malformed record; the handler "
+                        "raises and the split consumes an attempt"
                     )
-                    raise PoisonRecord(f"record {(start + end) // 2} of {split.id} is malformed")
+                    raise PoisonRecord(f"record {bad} of {split.id} is malformed")
                 for index in range(position, step_end):
                     fold = fold.add(dataset.value(index))
                 stats.fold(split.id, position, step_end)
@@ -242,6 +324,13 @@ def make_handler(
                     await on_commit(split, position, position >= end)
                 if position >= end:
                     stats.completed.add(split.id)
+                elif (
+                    splits
+                    and split.split_requested.is_set()
+                    and end - position >= 2 * split_batches * batch
+                ):
+                    # Committed first, so the split point lies past everything folded.
+                    end = await split_rest(split, start, position, end)
         except trio.Cancelled:
             stats.cancelled += 1
             raise
