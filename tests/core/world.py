@@ -21,8 +21,9 @@ The pieces a test drives:
 - time: :meth:`World.run_for`, :meth:`World.run_until`, :meth:`World.settle`; in a world
   that does not tick (``ticking=False``) no heartbeat, reconcile or replan runs unless the
   test asks for it (:meth:`Worker.heartbeat`, :meth:`Worker.reconcile`);
-- API calls: :meth:`Worker.commit`, :meth:`Worker.fail`, :meth:`Worker.release`,
-  :meth:`Worker.depart`, :meth:`Worker.decline_revoke` return a :class:`Call`;
+- API calls: :meth:`Worker.commit`, :meth:`Worker.split`, :meth:`Worker.fail`,
+  :meth:`Worker.release`, :meth:`Worker.depart`, :meth:`Worker.decline_revoke` return a
+  :class:`Call`;
   :meth:`World.wait` runs the world until it ends and returns (or raises) what the
   coordinator's method would;
 - deaths and faults: :meth:`Worker.kill`, :meth:`Worker.freeze`, :meth:`Worker.partition`,
@@ -501,6 +502,11 @@ class Worker(EventLog, SimWorker):
     def commit(self, split: str, progress: Progress) -> Call:
         """``Coordinator.commit``."""
         return self._call(f"commit of {split}", self.machine.commit_flow(split, progress))
+
+    def split(self, split: str, primary: bytes, residual: bytes) -> Call:
+        """``Coordinator.split``: the residual's id once the fenced write landed."""
+        flow = self.machine.split_flow(split, primary, residual, None)
+        return self._call(f"split of {split}", flow)
 
     def fail(self, split: str, reason: str) -> Call:
         """``Coordinator.fail``."""

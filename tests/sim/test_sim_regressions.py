@@ -14,17 +14,28 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
 from spate import Config, StoreError, StoreUnavailable, open_coordinator, run_worker
-from spate._core.records import AssignmentRecord, ProgressRecord, Status, decode, encode
+from spate._core.records import (
+    AssignmentRecord,
+    ProgressRecord,
+    Residual,
+    Status,
+    decode,
+    encode,
+)
 from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, Write, WriteResult
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.runner import SeedResult, run_checked
 from spate_testing.sim.scenario import Scenario, Scripted
 from spate_testing.sim.workload import Workload
+from tests.core.world import KEYS, Worker, World, planner_of
+
+DURABLE = Keyspace.DURABLE
 
 SEVEN_SPLITS = Workload(
     batches=(
@@ -658,3 +669,34 @@ def test_a_claim_lease_that_landed_unseen_is_read_back_once_its_split_moved_away
     for seed in (8937, 10914, 15422, 17065):
         result = run_checked(Scenario.from_seed(seed), engine="machines")
         assert result.ok, (seed, result.violations)
+
+
+# -- splitting (DESIGN §4c): found by the splittable workload's range-partition checks ----------
+
+
+def _one_split_held(world: World) -> Worker:
+    """A lone worker (so the leader) holding the one split of its job."""
+    worker = world.start("a", planner=planner_of(1))
+    world.run_until(lambda: worker.owned == {"s00"})
+    return worker
+
+
+def test_a_split_retried_after_its_landed_record_was_folded_splits_once() -> None:
+    """Found by seed 175 (machine engine): a split's write landed but its reply was lost, and
+    before the handler's retry the owner's view folded the landed record (the owner led, and
+    its own reconcile listing read it). The retry's CAS then won against the new revision: it
+    split the primary again and named a second residual over the first one's items, which
+    ran twice (range-partition: "counted twice"). A retry now recognises its own split in the
+    record (its descriptor is the primary, its last residual this one, named this tenancy)."""
+    world = World(ticking=False)
+    a = _one_split_held(world)
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    a.reconcile()  # the leader's listing folds the record its split wrote
+    world.settle()
+    assert a.machine.view.splits["s00"].progress.splits == 1
+    rid = world.wait(a.split("s00", b"0:5", b"5:9"))  # the handler's retry
+    record, _ = world.record("s00")
+    assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
+    assert record.descriptor == b"0:5"
