@@ -33,7 +33,7 @@ from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.runner import SeedResult, run_checked
 from spate_testing.sim.scenario import Scenario, Scripted
 from spate_testing.sim.workload import Workload
-from tests.core.world import KEYS, Worker, World, planner_of
+from tests.core.world import KEYS, LEASE, Worker, World, config, planner_of
 
 DURABLE = Keyspace.DURABLE
 
@@ -700,3 +700,23 @@ def test_a_split_retried_after_its_landed_record_was_folded_splits_once() -> Non
     record, _ = world.record("s00")
     assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
     assert record.descriptor == b"0:5"
+
+
+def test_a_residual_split_off_while_following_is_seeded_once_its_owner_leads() -> None:
+    """Found by seeds 13, 52, 120, 328 and 539 (machine engine): a follower split its split,
+    and the leader died before it read the record. The follower then became the leader, but
+    its view already held the record (its own write, folded while it followed, when no
+    leader's rule looked at residuals), and the takeover's listing skips what the view already
+    folded: the residual was never seeded, and the verdict waited for it for ever. A leader
+    now sweeps its view for named residuals once it holds the whole job."""
+    world = World()
+    cfg = config(max_in_flight=1)
+    leader = world.start("a", planner=planner_of(2), cfg=cfg)
+    world.run_until(lambda: leader.leading)
+    follower = world.start("b", planner=planner_of(2), cfg=cfg)
+    world.run_until(lambda: len(follower.owned) == 1 and len(leader.owned) == 1)
+    (split,) = follower.owned
+    leader.kill()
+    rid = world.wait(follower.split(split, b"d:primary", b"d:residual"))
+    world.run_until(lambda: follower.leading, within=3 * LEASE)
+    world.run_until(lambda: world.get(DURABLE, KEYS.split(rid)) is not None, within=2 * LEASE)
