@@ -17,7 +17,9 @@ each with the race it prevents:
 - **A maybe-landed split is read back**: the write is ours if the record holds exactly it,
   or, once someone else moved the record on, if the record names our residual's id (ids
   are unique, see :func:`residual_id`). A retry whose view already folded the landed record
-  returns that split's residual instead of splitting the primary again.
+  returns that split's residual instead of splitting the primary again, and a read-back
+  that fails leaves the outcome unknown (StoreUnavailable), never Fenced: Fenced promises
+  that no residual runs.
 - **A successor resumes the primary**: the record's ``descriptor`` overrides the spec's.
 """
 
@@ -167,7 +169,16 @@ def split_flow(
             "Commit or split again: the coordinator reads the record back first."
         )
     if not isinstance(result, Won):
-        landed = yield from tenancies._landed(split, record)
+        try:
+            landed = yield from tenancies._landed(split, record, unread_raises=True)
+        except StoreUnavailable as exc:
+            # Its CAS lost and the record cannot be read: an earlier try of this very split
+            # may have landed (its reply lost), and only the record can tell. Fenced would
+            # promise that no residual ever runs; the outcome is unknown, so say that.
+            return StoreUnavailable(
+                f"splitting split {split!r}: its write lost and the read-back failed ({exc}); "
+                "it may or may not have landed. Split again: the record is read back first."
+            )
         if landed is None:
             found = host.view.splits.get(split)
             named = found is not None and any(r.id == rid for r in found.progress.residuals)

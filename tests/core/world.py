@@ -29,7 +29,8 @@ The pieces a test drives:
 - deaths and faults: :meth:`Worker.kill`, :meth:`Worker.freeze`, :meth:`Worker.partition`,
   a write that fails, whose reply is lost, that is held in the network, or that another
   writer beats (:meth:`Worker.fail_next`, :meth:`Worker.lose_reply`, :meth:`Worker.hold_next`,
-  :meth:`Worker.before_next`), a read held in the network (:meth:`Worker.hold_next_read`),
+  :meth:`Worker.before_next`), a read that fails (:meth:`Worker.fail_next_read`) or is held
+  in the network (:meth:`Worker.hold_next_read`),
   watch events delivered by hand in one batch (:meth:`Worker.watch_batch`), slow writes
   (:meth:`Worker.slow_writes`) and a slow watch (:meth:`Worker.deafen`);
 - the store as another client sees it: :meth:`World.get`, :meth:`World.record`,
@@ -579,6 +580,15 @@ class Worker(EventLog, SimWorker):
 
     def fail_next(self, kind: WriteKind, keyspace: Keyspace, key: str) -> None:
         """The next such write never reaches the store; its caller hears StoreUnavailable."""
+
+        def fail(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
+            error = StoreUnavailable(f"{self.actor}: injected failure of {op.method} {op.key}")
+            self.scheduler.soon(lambda: reply(outcome.Error(error)))
+
+        self._rule(kind, keyspace, key, fail)
+
+    def fail_next_read(self, kind: Literal["get", "list"], keyspace: Keyspace, key: str) -> None:
+        """The next such read never reaches the store; its caller hears StoreUnavailable."""
 
         def fail(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
             error = StoreUnavailable(f"{self.actor}: injected failure of {op.method} {op.key}")

@@ -720,3 +720,23 @@ def test_a_residual_split_off_while_following_is_seeded_once_its_owner_leads() -
     rid = world.wait(follower.split(split, b"d:primary", b"d:residual"))
     world.run_until(lambda: follower.leading, within=3 * LEASE)
     world.run_until(lambda: world.get(DURABLE, KEYS.split(rid)) is not None, within=2 * LEASE)
+
+
+def test_a_split_whose_read_back_fails_is_unknown_not_fenced() -> None:
+    """Found by seeds 30, 262, 529 and 535 (machine engine): a split's write landed but its
+    reply was lost; the retry's CAS lost against it, and the read-back that would have found
+    it failed too. The split then raised Fenced (the worker dropped the split), which promises
+    that no residual ever runs, while the residual ran (residual-origin). A failed read-back
+    now leaves the outcome unknown (StoreUnavailable); the next retry reads it back."""
+    world = World(ticking=False)
+    a = _one_split_held(world)
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    a.fail_next_read("get", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="read-back failed"):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    assert a.owned == {"s00"}
+    rid = world.wait(a.split("s00", b"0:5", b"5:9"))
+    record, _ = world.record("s00")
+    assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
