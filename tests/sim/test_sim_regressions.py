@@ -700,6 +700,9 @@ def test_a_split_retried_after_its_landed_record_was_folded_splits_once() -> Non
     record, _ = world.record("s00")
     assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
     assert record.descriptor == b"0:5"
+    result = run_checked(Scenario.from_seed(175), engine="machines")
+    assert result.ok, result.violations
+    assert result.faults.get("split_lost_reply", 0) + result.faults.get("maybe_landed", 0) > 0
 
 
 def test_a_residual_split_off_while_following_is_seeded_once_its_owner_leads() -> None:
@@ -720,6 +723,8 @@ def test_a_residual_split_off_while_following_is_seeded_once_its_owner_leads() -
     rid = world.wait(follower.split(split, b"d:primary", b"d:residual"))
     world.run_until(lambda: follower.leading, within=3 * LEASE)
     world.run_until(lambda: world.get(DURABLE, KEYS.split(rid)) is not None, within=2 * LEASE)
+    result = run_checked(Scenario.from_seed(52), engine="machines")
+    assert result.ok, result.violations
 
 
 def test_a_split_whose_read_back_fails_is_unknown_not_fenced() -> None:
@@ -740,3 +745,5 @@ def test_a_split_whose_read_back_fails_is_unknown_not_fenced() -> None:
     rid = world.wait(a.split("s00", b"0:5", b"5:9"))
     record, _ = world.record("s00")
     assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
+    result = run_checked(Scenario.from_seed(262), engine="machines")
+    assert result.ok, result.violations

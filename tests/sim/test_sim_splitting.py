@@ -1,14 +1,19 @@
-"""The checker catches a broken partition of a splittable job's items.
+"""The simulator splits running splits under faults, and its checker catches a broken partition.
 
 A splittable workload's descriptors are ranges of one item space; the checker's
 ``range-partition`` and ``residual-origin`` invariants hold the committed ranges to tiling it
-exactly and every residual to a won split write. These tests feed the checker doctored
-histories and show it flags each way the rule can break.
+exactly and every residual to a won split write. The first tests run splittable seeds (clean,
+and each strike of the split chaos); the rest feed the checker doctored histories, by hand and
+cut out of real runs, and show it flags each way the rule can break.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import attrs
+import pytest
 
 from spate._core.records import ProgressRecord, Residual, SpecRecord, Status, encode
 from spate._core.splitting import residual_id
@@ -26,8 +31,96 @@ from spate_testing.sim.history import (
     StoreWrite,
     Verdict,
 )
+from spate_testing.sim.runner import Engine, SeedResult, run_checked
+from spate_testing.sim.scenario import Scenario, SplitFaults
+from spate_testing.sim.workload import Workload
 
 JOB = "j"
+
+
+@functools.cache
+def splittable_seeds(count: int) -> tuple[int, ...]:
+    """The first ``count`` seeds whose scenario splits (and is short enough to be quick)."""
+    found = []
+    seed = 0
+    while len(found) < count:
+        scenario = Scenario.from_seed(seed)
+        if scenario.workload.splittable and scenario.chaos_seconds <= 20:
+            found.append(seed)
+        seed += 1
+    return tuple(found)
+
+
+@functools.cache
+def run(seed: int, engine: Engine = "machines") -> SeedResult:
+    return run_checked(Scenario.from_seed(seed), engine=engine, wall_budget=60)
+
+
+# -- real runs --------------------------------------------------------------------------------
+
+
+def test_half_the_seeds_draw_a_splittable_workload_with_requests_on() -> None:
+    scenarios = [Scenario.from_seed(seed) for seed in range(200)]
+    splittable = [s for s in scenarios if s.workload.splittable]
+    assert 70 <= len(splittable) <= 130
+    assert all(s.config.split_requests for s in splittable)
+    assert {s.config.split_request_delay for s in splittable} > {1.0}
+    for s in splittable:
+        start, end = s.workload.item_space
+        ranges = sorted(s.workload.ranges.values())
+        assert ranges[0][0] == start
+        assert ranges[-1][1] == end
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+@pytest.mark.parametrize("engine", ["machines", "trio"])
+def test_splittable_seeds_split_and_keep_every_invariant(engine: Engine) -> None:
+    results = [run(seed, engine) for seed in splittable_seeds(4)]
+    for result in results:
+        assert result.ok, (result.seed, result.violations)
+    assert sum(r.splits.get("split", 0) for r in results) > 0
+    # Residuals ran to completion: the final listings hold splits nobody planned.
+    finals = [r.history.final for r in results]
+    assert any(
+        f is not None and f.expected is not None and {s.split for s in f.splits} - set(f.expected)
+        for f in finals
+    )
+
+
+STRIKES = {
+    "kill_before_reply": "split_kill_before_reply",
+    "kill_after": "split_kill_after",
+    "lost_reply": "split_lost_reply",
+    "zombie": "split_zombie",
+    "leader": "leader_fault_on_request",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STRIKES))
+def test_each_strike_around_splitting_lands_and_the_fleet_stays_correct(kind: str) -> None:
+    # A straggler in a fleet of idle lanes: the leader asks, the owner splits, and the chaos
+    # driver strikes around every split (or request) it can.
+    workload = Workload(
+        batches=((("s00", 40, 1), ("s01", 2, 1), ("s02", 2, 1)),),
+        step_seconds=0.25,
+        splittable=True,
+        split_rate=0.1,
+        seed=7,
+    )
+    base = Scenario.from_seed(splittable_seeds(1)[0])
+    scenario = attrs.evolve(
+        base,
+        workload=workload,
+        initial_workers=3,
+        max_workers=4,
+        chaos_seconds=10.0,
+        weights=(("restart", 2), ("join", 1)),
+        split_faults=SplitFaults(**{kind: 1.0}),
+    )
+    result = run_checked(scenario, engine="machines", wall_budget=60)
+    assert result.ok, result.violations
+    assert result.faults.get(STRIKES[kind], 0) > 0, result.faults
+    assert result.splits.get("split", 0) > 0
 
 
 # -- doctored histories, by hand ---------------------------------------------------------------
@@ -379,3 +472,82 @@ def test_a_write_that_drops_a_named_residual_is_flagged() -> None:
     b.final()
     found = flagged(b)
     assert any("dropped or rewrote residuals" in d for d in found["residual-origin"])
+
+
+# -- doctored histories, cut out of real runs ------------------------------------------------------
+
+
+def a_run_with_residuals() -> tuple[SeedResult, str]:
+    """A clean splittable run, and one residual of it that completed."""
+    for seed in splittable_seeds(8):
+        result = run(seed)
+        final = result.history.final
+        assert result.ok
+        assert final is not None
+        assert final.expected is not None
+        done = sorted(
+            s.split for s in final.splits if s.completed and s.split not in final.expected
+        )
+        if done:
+            return result, done[0]
+    raise AssertionError("no residual completed in the first splittable seeds")
+
+
+def about(event: HistoryEvent, split: str) -> bool:
+    """Whether ``event`` is one of ``split``'s own (its keys, its handlers)."""
+    if isinstance(event, StoreWrite):
+        return event.key.endswith((f".split.{split}", f".spec.{split}", f".lease.{split}"))
+    return getattr(event, "split", None) == split and not isinstance(event, Split)
+
+
+def test_a_real_run_whose_residual_never_ran_is_caught() -> None:
+    result, rid = a_run_with_residuals()
+    history = History(job=result.history.job, seed=result.seed)
+    for event in result.history:
+        if isinstance(event, Final):
+            event = attrs.evolve(event, splits=tuple(s for s in event.splits if s.split != rid))
+        if not about(event, rid):
+            history.append(event)
+    found = {v.invariant for v in check(history)}
+    assert {"range-partition", "residual-origin"} <= found
+
+
+def test_a_real_run_whose_landed_split_said_fenced_is_caught() -> None:
+    result, rid = a_run_with_residuals()
+    history = History(job=result.history.job, seed=result.seed)
+    for event in result.history:
+        if isinstance(event, Split) and event.residual_id == rid:
+            event = attrs.evolve(event, outcome="fenced", residual_id=None)
+        history.append(event)
+    violations = check(history)
+    assert [v.invariant for v in violations] == ["residual-origin"]
+    assert "raised Fenced, yet its write landed" in violations[0].detail
+
+
+def test_a_real_run_that_ran_a_residual_twice_is_caught() -> None:
+    # The residual's items given to a second, made-up split: completed twice.
+    result, rid = a_run_with_residuals()
+    twin = rid[:-1] + ("a" if rid[-1] != "a" else "b")
+    history = History(job=result.history.job, seed=result.seed)
+    for event in result.history:
+        history.append(event)
+        if about(event, rid) and isinstance(event, StoreWrite):
+            history.append(
+                attrs.evolve(
+                    event,
+                    key=event.key.replace(rid, twin),
+                    value=(
+                        event.value.replace(rid.encode(), twin.encode()) if event.value else None
+                    ),
+                )
+            )
+        if isinstance(event, Final):
+            listed = {s.split: s for s in event.splits}
+            history.events[-1] = attrs.evolve(
+                event, splits=(*event.splits, attrs.evolve(listed[rid], split=twin))
+            )
+    found: dict[str, list[str]] = {}
+    for v in check(history):
+        found.setdefault(v.invariant, []).append(v.detail)
+    assert any("counted twice" in d for d in found["range-partition"])
+    assert any(twin in d and "no won split write" in d for d in found["residual-origin"])
