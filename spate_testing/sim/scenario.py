@@ -79,10 +79,18 @@ class SplitFaults:
     lost_reply: float = 0.0
     """A split write lands but its reply is lost: the caller retries (machine engine)."""
     zombie: float = 0.0
-    """Freeze or partition the owner just before its split write leaves: a zombie's split."""
+    """Make the owner a zombie just before its split write leaves: freeze or partition it, or
+    freeze it while a twin under its instance id reclaims its splits (then its split raises
+    Fenced)."""
     leader: float = 0.0
-    """Kill or freeze the leader when a handler is told of its request: a failover while
-    the request stands."""
+    """Kill or freeze the leader when a handler is told of its request (on the Trio engine:
+    when the handler acts on it): a failover while the request stands."""
+
+    def __attrs_post_init__(self) -> None:
+        for field in attrs.fields(SplitFaults):
+            value = getattr(self, field.name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"SplitFaults.{field.name} must be within [0, 1], not {value!r}")
 
 
 @attrs.frozen(kw_only=True)

@@ -87,6 +87,11 @@ def test_splittable_seeds_split_and_keep_every_invariant(engine: Engine) -> None
     )
 
 
+def test_split_faults_are_probabilities() -> None:
+    with pytest.raises(ValueError, match=r"SplitFaults.zombie must be within \[0, 1\]"):
+        SplitFaults(zombie=1.5)
+
+
 STRIKES = {
     "kill_before_reply": "split_kill_before_reply",
     "kill_after": "split_kill_after",
