@@ -61,7 +61,7 @@ def tests(session: nox.Session) -> None:
 def sim(session: nox.Session) -> None:
     """The fleet simulator: seeded fleets with injected faults, each history checked against
     the protocol's invariants: 2,000 seeds on the machine engine (replayable bit for bit) and
-    300 on the Trio engine (whole run_worker calls), about 2 minutes on 2 cores.
+    300 on the Trio engine (whole run_worker calls), about 3 minutes on 2 cores.
     `nox -s sim -- --seed N` replays one seed; `nox -s sim -- --seeds 100000` is a long run."""
     install_project(session)
     if session.posargs:

@@ -457,6 +457,7 @@ class Machine:
             self._saw_job = True
             self._leader.sees_job_now(self.now())
             self._requests.sees_job_now(self.now())
+            self._residuals.sweep()
 
     def _list_job(self) -> Flow[None]:
         """The new leader's one listing of the durable keyspace: the whole job, once."""

@@ -55,6 +55,18 @@ class ResidualSeeds:
             if entry.id not in splits and entry.id not in self._seeding:
                 self._due[entry.id] = (record.id, entry)
 
+    def sweep(self) -> None:
+        """Find every residual the view's records name that it does not hold (O(splits)).
+
+        Called once the leader's view holds the whole job. A record folded before this worker
+        led told no leader of its residuals (its own split, made while it followed, say), and
+        the takeover's listing skips the records the view already folded: without this sweep
+        such a residual is never seeded, and the verdict waits for it for ever.
+        """
+        for state in self.host.view.splits.values():
+            if state.progress.residuals:
+                self.found(state.progress)
+
     def clear(self) -> None:
         """Leadership ended: a successor seeds what is left (it finds the same records)."""
         self._due.clear()

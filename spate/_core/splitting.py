@@ -17,7 +17,10 @@ each with the race it prevents:
   waits for every named residual to be seeded (see :mod:`spate._core.verdict`).
 - **A maybe-landed split is read back**: the write is ours if the record holds exactly it,
   or, once someone else moved the record on, if the record names our residual's id (ids
-  are unique, see :func:`residual_id`).
+  are unique, see :func:`residual_id`). A retry whose view already folded the landed record
+  returns that split's residual instead of splitting the primary again, and a read-back
+  that fails leaves the outcome unknown (StoreUnavailable), never Fenced: Fenced promises
+  that no residual runs.
 - **A successor resumes the primary**: the record's ``descriptor`` overrides the spec's.
 """
 
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from spate._core.flows import Flow, Hold, Op
-from spate._core.records import Residual, SpecRecord, Status, encode
+from spate._core.records import ProgressRecord, Residual, SpecRecord, Status, encode
 from spate._errors import ConfigError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._store import Keyspace, Won
 
@@ -84,6 +87,31 @@ def check_split_args(primary: object, residual: object, weight: object) -> None:
         )
 
 
+def _landed_already(
+    split: str, epoch: int, current: ProgressRecord, primary: bytes, residual: bytes
+) -> str | None:
+    """The residual's id if ``current`` holds this very split, made in the caller's tenancy.
+
+    A split whose reply was lost is retried with the same arguments, but the view may have
+    folded the landed record meanwhile (the owner leads, and its listing or its poll of a split
+    it asked read it): the retry's CAS would then win against the new revision and split the
+    primary again, naming a second residual over the first one's items. The record already
+    taking ``primary`` as its descriptor, its last residual being ``residual`` and named in
+    this tenancy (the record is at ``epoch``, the caller's, which only it writes at; the id
+    derives from it), is that split; a real new split cannot look so, since its residual lies inside
+    the descriptor it splits, not beside it. (A successor's record is not this tenancy's,
+    whatever it holds: a zombie that folded it is told nothing of it here.)
+    """
+    if current.epoch != epoch or not current.residuals or current.descriptor != primary:
+        return None
+    last = current.residuals[-1]
+    if last.descriptor != residual or last.id != residual_id(
+        split, current.epoch, current.splits - 1
+    ):
+        return None
+    return last.id
+
+
 def split_flow(
     tenancies: Tenancies, split: str, primary: bytes, residual: bytes, weight: int | None
 ) -> Flow[str | BaseException]:
@@ -100,6 +128,10 @@ def split_flow(
     current = state.progress
     if current.completed or current.status is not Status.RUNNABLE:
         return ConfigError(f"split {split!r} is {current.status.value}; it cannot be split")
+    done = _landed_already(split, held.epoch, current, primary, residual)
+    if done is not None:
+        tenancies.split_since.add(split)  # (its first try's reply was lost: tell the leader)
+        return done
     spec = state.spec
     parent_weight = spec.weight if spec is not None else 1
     rid = residual_id(split, current.epoch, current.splits)
@@ -139,7 +171,16 @@ def split_flow(
             "Commit or split again: the coordinator reads the record back first."
         )
     if not isinstance(result, Won):
-        landed = yield from tenancies._landed(split, record)
+        try:
+            landed = yield from tenancies._landed(split, record, unread_raises=True)
+        except StoreUnavailable as exc:
+            # Its CAS lost and the record cannot be read: an earlier try of this very split
+            # may have landed (its reply lost), and only the record can tell. Fenced would
+            # promise that no residual ever runs; the outcome is unknown, so say that.
+            return StoreUnavailable(
+                f"splitting split {split!r}: its write lost and the read-back failed ({exc}); "
+                "it may or may not have landed. Split again: the record is read back first."
+            )
         if landed is None:
             found = host.view.splits.get(split)
             named = found is not None and any(r.id == rid for r in found.progress.residuals)

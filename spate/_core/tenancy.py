@@ -101,10 +101,20 @@ class Tenancies:
 
     # -- read-backs ----------------------------------------------------------------------------
 
-    def _landed(self, split: str, record: ProgressRecord) -> Flow[Won | None]:
-        """After an unknown outcome, find out whether our write landed (Won) or not (None)."""
+    def _landed(
+        self, split: str, record: ProgressRecord, *, unread_raises: bool = False
+    ) -> Flow[Won | None]:
+        """After an unknown outcome, find out whether our write landed (Won) or not (None).
+
+        A read that fails counts as not landed, unless ``unread_raises``: then its
+        StoreUnavailable reaches the caller (whose outcome stays unknown).
+        """
         host = self.host
-        entry = yield from self._read_or_none(DURABLE, host.keys.split(split))
+        key = host.keys.split(split)
+        if unread_raises:
+            entry: Entry | None = yield Op("get", DURABLE, key)
+        else:
+            entry = yield from self._read_or_none(DURABLE, key)
         if entry is None:
             return None
         stored = decode(ProgressRecord, entry.key, entry.value, split=split)

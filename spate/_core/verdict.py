@@ -164,7 +164,8 @@ class VerdictJudge:
         if unseeded(host):
             # A finished split names a residual whose records are not written yet (its owner
             # split it, then finished its primary): the residual is work still to do. The
-            # listing's fold has the leader seed it; judged again after.
+            # leader seeds it (it found it when it read the record, or in its sweep of the
+            # view once it held the whole job); judged again after.
             return None
         return Verdict(
             all_complete=tallies.quarantined == 0,

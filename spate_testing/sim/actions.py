@@ -7,11 +7,17 @@ the same way from the scenario's driver generator, with the same rules for who m
 restarted and when a stall ends. :class:`FleetActions` holds those decisions; an engine
 supplies its lives and the few things only it can do (start a worker, kill one, have one
 leave, run something later).
+
+Around splitting the driver also strikes on cue (:class:`~spate_testing.sim.scenario.
+SplitFaults`): the handlers call its hooks (:class:`~spate_testing.sim.handlers.SplitHooks`)
+as a split is sent, lands and is heard, and as a request is told, and each hook draws from a
+generator of its own whether to kill, freeze or partition someone there.
 """
 
 from __future__ import annotations
 
 import abc
+import collections
 import itertools
 import random
 from collections.abc import Callable
@@ -91,6 +97,9 @@ class FleetActions(abc.ABC, Generic[L]):
         self.calm = False
         self.duplicated: set[str] = set()
         self._instances = itertools.count()
+        self._split_rng = random.Random(f"{scenario.seed}/split-chaos")
+        self.struck: collections.Counter[str] = collections.Counter()
+        """The faults struck around splitting, by kind (reported with the injected ones)."""
 
     # -- what an engine supplies --------------------------------------------------------------
 
@@ -117,6 +126,10 @@ class FleetActions(abc.ABC, Generic[L]):
     @abc.abstractmethod
     def leave(self, life: L) -> None:
         """Have ``life`` leave gracefully."""
+
+    def leader(self) -> L | None:
+        """The life leading the job now, if the engine can tell (the Trio engine cannot)."""
+        return None
 
     # -- shared -------------------------------------------------------------------------------
 
@@ -209,6 +222,84 @@ class FleetActions(abc.ABC, Generic[L]):
         elif what == "heal" and now >= life.cut_until:
             life.switches.heal()
             self.action(life.actor, what)
+
+    # -- around splitting (the handlers' SplitHooks) -----------------------------------------
+
+    def _striking(self, actor: str, rate: float) -> L | None:
+        """The live life of ``actor`` if a strike of probability ``rate`` falls on it now."""
+        if self.calm or rate <= 0.0 or self._split_rng.random() >= rate:
+            return None
+        return next((life for life in self.live() if life.actor == actor), None)
+
+    def _stall(self, life: L, why: str) -> None:
+        """Freeze (two times in three) or partition ``life`` for a drawn while."""
+        lease = self.scenario.lease
+        duration = self._split_rng.choice([lease / 3, lease * 0.9, lease * 1.5, lease * 3])
+        if self._split_rng.random() < 2 / 3:
+            life.switches.freeze()
+            life.frozen_until = max(life.frozen_until, self.now() + duration)
+            self.action(life.actor, "freeze", f"{duration:g}s, {why}")
+            self.after(duration, lambda: self._end_stall(life, "thaw"))
+        else:
+            self._cut(life, duration)
+            self.action(life.actor, "partition", f"{duration:g}s, {why}")
+
+    def splitting(self, actor: str) -> None:
+        """``actor``'s handler is about to send a split write: maybe make it a zombie's."""
+        life = self._striking(actor, self.scenario.split_faults.zombie)
+        if life is None:
+            return
+        self.struck["split_zombie"] += 1
+        if self._split_rng.random() < 0.4:
+            # A pod restarted while its old process lives on: the twin reclaims the old one's
+            # splits at a higher epoch while the old one's split write waits in a short stall
+            # (too short to fence itself), so that write meets the twin's record and must
+            # raise Fenced. One of the two then stops, as a duplicate id must.
+            self.duplicated.add(life.instance)
+            self.start(life.instance, "duplicate")
+            duration = 0.9 * self.scenario.lease
+            life.switches.freeze()
+            life.frozen_until = max(life.frozen_until, self.now() + duration)
+            self.action(life.actor, "freeze", f"{duration:g}s, as its split is sent, a twin up")
+            self.after(duration, lambda: self._end_stall(life, "thaw"))
+            return
+        self._stall(life, "as its split is sent")
+
+    def split_landed(self, actor: str) -> bool:
+        """``actor``'s split write just landed: maybe kill it or lose the reply (True)."""
+        faults = self.scenario.split_faults
+        life = self._striking(actor, faults.kill_before_reply)
+        if life is not None:
+            self.struck["split_kill_before_reply"] += 1
+            self.kill(life)
+            self.action(life.actor, "kill", "its split landed, before it heard")
+            return True
+        if self._striking(actor, faults.lost_reply) is not None:
+            self.struck["split_lost_reply"] += 1
+            return True
+        return False
+
+    def split_done(self, actor: str) -> None:
+        """``actor``'s handler heard its split landed: maybe kill it before it commits again."""
+        life = self._striking(actor, self.scenario.split_faults.kill_after)
+        if life is not None:
+            self.struck["split_kill_after"] += 1
+            self.kill(life)
+            self.action(life.actor, "kill", "its split landed and was heard, before a commit")
+
+    def split_asked(self, actor: str) -> None:
+        """``actor``'s handler was told of a split request: maybe fail the leader over now."""
+        if self._striking(actor, self.scenario.split_faults.leader) is None:
+            return
+        leader = self.leader()
+        if leader is None or leader.state not in self.LIVE:
+            return
+        self.struck["leader_fault_on_request"] += 1
+        if self._split_rng.random() < 0.5:
+            self.kill(leader)
+            self.action(leader.actor, "kill", "the leader, while its split request stands")
+        else:
+            self._stall(leader, "the leader, while its split request stands")
 
     @property
     def eventful(self) -> bool:

@@ -28,6 +28,22 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     more than the drains the worker reports, and zero once its coordinator closed normally.
 ``termination``
     The job reached its verdict within the run's bound of simulated time.
+``range-partition``
+    For a splittable workload (a history with an :class:`~spate_testing.sim.history.ItemSpace`):
+    the committed ranges partition the job's items exactly. Every progress write's watermark
+    lies within its split's range (the record's descriptor since its last split, else the
+    spec's) and a completed split's equals its end; a split write cuts its range in order into
+    the new primary and the residuals it adds, none of them starting before the committed
+    watermark, and changes the descriptor only so; and at the end of a final plan the ranges
+    of the splits that exist tile the item space: an item in no split is lost, one in two is
+    counted twice. (Replay after a takeover is allowed: only committed work is judged.)
+``residual-origin``
+    A residual runs if and only if its parent's split write won (DESIGN §4c): every split that
+    was seeded or gained is planned or named by a won write of its parent's progress record
+    (which landed first), its spec holds the descriptor and parent that write named, a record
+    never drops a residual it named, every named residual is seeded by the end of a final
+    plan, a split call acknowledged with a residual id landed (by that worker, naming that
+    residual), and a split call that raised Fenced landed nothing.
 ``foreign-delivery``
     No worker is delivered anything about a split it neither holds nor claims, the leader's
     ownership events aside (DESIGN §4b): no watch delivers a progress record or a spec to
@@ -46,7 +62,16 @@ from typing import Any
 
 import attrs
 
-from spate._core.records import KeyKind, Keys, ProgressRecord, Status, UnreadableRecord, decode
+from spate._core.records import (
+    KeyKind,
+    Keys,
+    ProgressRecord,
+    Residual,
+    SpecRecord,
+    Status,
+    UnreadableRecord,
+    decode,
+)
 from spate_testing.sim.history import (
     Acked,
     Delivered,
@@ -54,11 +79,14 @@ from spate_testing.sim.history import (
     FinalSplit,
     Gained,
     History,
+    ItemSpace,
     Leading,
     Revocations,
+    Split,
     StoreWrite,
     Verdict,
     instance_of,
+    range_bounds,
 )
 
 __all__ = ["INVARIANTS", "Violation", "check"]
@@ -72,6 +100,8 @@ INVARIANTS = (
     "verdict-mismatch",
     "revocation-identity",
     "termination",
+    "range-partition",
+    "residual-origin",
     "foreign-delivery",
 )
 """The names of the invariants :func:`check` holds, in the order it checks them."""
@@ -102,6 +132,19 @@ class _Landed:
 
 
 @attrs.define
+class _Named:
+    """A residual as the won write that first named it: which split, whose write, where."""
+
+    index: int
+    parent: str
+    actor: str
+    epoch: int
+    entry: Residual
+    primary: bytes | None
+    """The parent's descriptor that write set (its new primary)."""
+
+
+@attrs.define
 class _SplitFacts:
     current: ProgressRecord | None = None
     landed: list[_Landed] = attrs.field(factory=list)
@@ -116,6 +159,10 @@ class _Checker:
         self.violations: list[Violation] = []
         self.splits: dict[str, _SplitFacts] = collections.defaultdict(_SplitFacts)
         self.saw_store = False
+        self.specs: dict[str, tuple[int, SpecRecord]] = {}
+        """Split -> (history index, the spec record) of its first won spec write."""
+        self.named: dict[str, _Named] = {}
+        """Residual id -> the won write that first named it."""
 
     def flag(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(invariant, detail))
@@ -127,12 +174,23 @@ class _Checker:
             if not isinstance(event, StoreWrite) or event.keyspace != "durable":
                 continue
             kind = self.keys.classify(event.key)
+            if kind is not None and kind[0] is KeyKind.SPEC:
+                if event.outcome == "won" and event.op != "delete":
+                    self._spec_write(index, kind[1], event)
+                continue
             if kind is None or kind[0] is not KeyKind.SPLIT:
                 continue
             self.saw_store = True
             if event.outcome != "won":
                 continue
             self._progress_write(index, kind[1], event)
+
+    def _spec_write(self, index: int, split: str, event: StoreWrite) -> None:
+        try:
+            spec = decode(SpecRecord, event.key, event.value or b"", split=split)
+        except UnreadableRecord:
+            return  # (a spec carries no ownership; nothing here judges it unread)
+        self.specs.setdefault(split, (index, spec))
 
     def _progress_write(self, index: int, split: str, event: StoreWrite) -> None:
         facts = self.splits[split]
@@ -154,6 +212,7 @@ class _Checker:
             return
         facts.current = record
         facts.landed.append(_Landed(index, event.actor, record))
+        self._residuals_named(index, split, event.actor, previous, record, where)
         if previous is None:
             if record.epoch > 0:
                 facts.claimed_by[record.epoch] = event.actor
@@ -180,6 +239,39 @@ class _Checker:
             )
         if previous.completed and not record.completed:
             self.flag("watermark-regression", f"{where} un-completed a completed split")
+
+    def _residuals_named(
+        self,
+        index: int,
+        split: str,
+        actor: str,
+        previous: ProgressRecord | None,
+        record: ProgressRecord,
+        where: str,
+    ) -> None:
+        before = () if previous is None else previous.residuals
+        if record.residuals[: len(before)] != before:
+            self.flag(
+                "residual-origin",
+                f"{where} dropped or rewrote residuals its record named: "
+                f"{[r.id for r in before]} became {[r.id for r in record.residuals]}",
+            )
+        known = {r.id for r in before}
+        for entry in record.residuals:
+            if entry.id in known:
+                continue
+            first = self.named.get(entry.id)
+            if first is None:
+                self.named[entry.id] = _Named(
+                    index, split, actor, record.epoch, entry, record.descriptor
+                )
+            elif first.parent != split or first.entry != entry:
+                self.flag(
+                    "residual-origin",
+                    f"{where} named residual {entry.id!r} ({entry.descriptor!r}), which write "
+                    f"#{first.index} already named for split {first.parent!r} "
+                    f"({first.entry.descriptor!r})",
+                )
 
     # -- what the workers were told -----------------------------------------------------
 
@@ -302,7 +394,9 @@ class _Checker:
                 )
         if final.expected is not None:
             missing = sorted(set(final.expected) - set(listing))
-            extra = sorted(set(listing) - set(final.expected))
+            # (A residual named by a won split write is work the job gained, not an intruder;
+            # residual-origin judges where each came from.)
+            extra = sorted(set(listing) - set(final.expected) - set(self.named))
             if missing:
                 self.flag("unfinished-split", f"planned splits never seeded: {missing}")
             if extra:
@@ -345,6 +439,252 @@ class _Checker:
                     f"{r.actor}'s coordinator closed with {in_flight} revocation(s) still in "
                     f"flight ({counts})",
                 )
+
+    # -- splitting (DESIGN §4c) ---------------------------------------------------------------
+
+    def _range_of(self, split: str, record: ProgressRecord) -> tuple[int, int] | None:
+        """The items of ``split`` as ``record`` says: its descriptor, else its spec's."""
+        descriptor = record.descriptor
+        if descriptor is None:
+            spec = self.specs.get(split)
+            if spec is None:
+                return None
+            descriptor = spec[1].descriptor
+        try:
+            return range_bounds(descriptor)
+        except ValueError:
+            self.flag("range-partition", f"split {split!r} has no range: {descriptor!r}")
+            return None
+
+    def ranges(self) -> None:
+        spaces = self.history.of(ItemSpace)
+        if not spaces or not self.saw_store:
+            return
+        space: ItemSpace = spaces[-1]
+        for split, facts in sorted(self.splits.items()):
+            previous: tuple[ProgressRecord, tuple[int, int]] | None = None
+            for landed in facts.landed:
+                record = landed.record
+                found = self._range_of(split, record)
+                if found is None:
+                    continue
+                self._range_write(split, landed, found, previous)
+                previous = (record, found)
+        final = self.history.final
+        if final is not None and final.plan_final:
+            self._tiling(space, final)
+
+    def _range_write(
+        self,
+        split: str,
+        landed: _Landed,
+        found: tuple[int, int],
+        previous: tuple[ProgressRecord, tuple[int, int]] | None,
+    ) -> None:
+        record = landed.record
+        start, end = found
+        where = f"split {split!r}, write #{landed.index} by {landed.actor}"
+        wm = record.watermark
+        if wm is not None and not start <= wm <= end:
+            self.flag(
+                "range-partition",
+                f"{where}: watermark {wm} lies outside its range {start}:{end}",
+            )
+        if record.completed and (start if wm is None else wm) != end:
+            self.flag(
+                "range-partition",
+                f"{where} completed it at watermark {wm}, but its range {start}:{end} ends at "
+                f"{end}: items {wm}:{end} were never committed",
+            )
+        if previous is None:
+            return
+        old, (old_start, old_end) = previous
+        added = record.residuals[len(old.residuals) :]
+        if not added:
+            if record.descriptor != old.descriptor:
+                self.flag(
+                    "range-partition",
+                    f"{where} changed its descriptor from {old.descriptor!r} to "
+                    f"{record.descriptor!r} without splitting anything off",
+                )
+            return
+        pieces = [(start, end, split)]
+        for entry in added:
+            try:
+                pieces.append((*range_bounds(entry.descriptor), entry.id))
+            except ValueError:
+                self.flag(
+                    "range-partition",
+                    f"{where} split off {entry.id!r} with no range: {entry.descriptor!r}",
+                )
+                return
+        committed = old_start if old.watermark is None else old.watermark
+        cursor = old_start
+        for piece_start, piece_end, name in pieces:
+            if piece_start != cursor or piece_end <= piece_start:
+                self.flag(
+                    "range-partition",
+                    f"{where} split {old_start}:{old_end} into "
+                    f"{', '.join(f'{a}:{b}' for a, b, _ in pieces)}: not a partition of it in "
+                    "order",
+                )
+                return
+            if name != split and piece_start < committed:
+                self.flag(
+                    "range-partition",
+                    f"{where} split off {name!r} ({piece_start}:{piece_end}) below the committed "
+                    f"watermark {committed}: committed items would run twice",
+                )
+            cursor = piece_end
+        if cursor != old_end:
+            self.flag(
+                "range-partition",
+                f"{where} split {old_start}:{old_end} into pieces ending at {cursor}: items "
+                f"{cursor}:{old_end} were dropped",
+            )
+
+    def _tiling(self, space: ItemSpace, final: Final) -> None:
+        pieces: list[tuple[int, int, str]] = []
+        for s in final.splits:
+            current = self.splits[s.split].current
+            found = None if current is None else self._range_of(s.split, current)
+            if found is None:
+                self.flag("range-partition", f"split {s.split!r} ends with no known range")
+                continue
+            pieces.append((*found, s.split))
+        pieces.sort()
+        cursor, last = space.start, ""
+        for start, end, split in pieces:
+            if start > cursor:
+                self.flag(
+                    "range-partition",
+                    f"items {cursor}:{start} are in no split at the end: lost "
+                    f"{self._who_had(cursor, start)}",
+                )
+            elif start < cursor:
+                self.flag(
+                    "range-partition",
+                    f"items {start}:{min(cursor, end)} are in two splits at the end, {last!r} "
+                    f"and {split!r}: counted twice",
+                )
+            if end > cursor:
+                cursor, last = end, split
+        if cursor < space.end:
+            self.flag(
+                "range-partition",
+                f"items {cursor}:{space.end} are in no split at the end: lost "
+                f"{self._who_had(cursor, space.end)}",
+            )
+        elif cursor > space.end:
+            self.flag(
+                "range-partition",
+                f"items {space.end}:{cursor} lie outside the job's item space "
+                f"{space.start}:{space.end}",
+            )
+
+    def _who_had(self, start: int, end: int) -> str:
+        """Which named residual held ``start:end``, for a message about a lost range."""
+        for rid, named in sorted(self.named.items()):
+            try:
+                a, b = range_bounds(named.entry.descriptor)
+            except ValueError:
+                continue
+            if a < end and start < b:
+                return f"(residual {rid!r}, {a}:{b}, named by write #{named.index})"
+        return "(no split held them)"
+
+    def residuals(self) -> None:
+        if not self.saw_store:
+            return
+        final = self.history.final
+        planned = None if final is None or final.expected is None else set(final.expected)
+        # Where each split first shows up: a spec, a progress record, a gain.
+        first: dict[str, tuple[int, str]] = {}
+        for split, (index, _) in self.specs.items():
+            first[split] = (index, "its spec was written")
+        for split, facts in self.splits.items():
+            if facts.landed and (split not in first or facts.landed[0].index < first[split][0]):
+                first[split] = (facts.landed[0].index, "its progress record was written")
+        for index, event in enumerate(self.history.events):
+            if isinstance(event, Gained) and (
+                event.split not in first or index < first[event.split][0]
+            ):
+                first[event.split] = (index, f"{event.actor} gained it")
+        for split, (index, how) in sorted(first.items()):
+            named = self.named.get(split)
+            spec = self.specs.get(split)
+            if named is None:
+                parent = spec[1].parent if spec is not None else ""
+                if parent or (planned is not None and split not in planned):
+                    self.flag(
+                        "residual-origin",
+                        f"split {split!r} exists ({how}, event #{index}) but no won split "
+                        "write of any record named it"
+                        + (f" (its spec names parent {parent!r})" if parent else ""),
+                    )
+                continue
+            if index < named.index:
+                self.flag(
+                    "residual-origin",
+                    f"residual {split!r}: {how} (event #{index}) before the split write "
+                    f"naming it landed (#{named.index})",
+                )
+            if spec is not None and (
+                spec[1].descriptor != named.entry.descriptor or spec[1].parent != named.parent
+            ):
+                self.flag(
+                    "residual-origin",
+                    f"residual {split!r} was seeded as {spec[1].descriptor!r} off "
+                    f"{spec[1].parent!r}, but write #{named.index} named it "
+                    f"{named.entry.descriptor!r} off {named.parent!r}",
+                )
+        if final is not None and final.plan_final and final.terminated:
+            listed = {s.split for s in final.splits}
+            for rid, named in sorted(self.named.items()):
+                if rid not in listed:
+                    self.flag(
+                        "residual-origin",
+                        f"residual {rid!r} ({named.entry.descriptor!r}), named by "
+                        f"{named.actor}'s split of {named.parent!r} (write #{named.index}), "
+                        "was never seeded",
+                    )
+        for index, event in enumerate(self.history.events):
+            if isinstance(event, Split):
+                self._split_call(index, event)
+
+    def _split_call(self, index: int, call: Split) -> None:
+        what = (
+            f"{call.actor}'s split of {call.split!r} at epoch {call.epoch} into "
+            f"{call.primary!r} + {call.residual!r} (t={call.at:.3f})"
+        )
+        if call.outcome == "split":
+            named = self.named.get(call.residual_id or "")
+            if (
+                named is None
+                or named.index > index
+                or named.actor != call.actor
+                or named.parent != call.split
+                or named.entry.descriptor != call.residual
+            ):
+                self.flag(
+                    "residual-origin",
+                    f"{what} returned residual {call.residual_id!r}, but no write of its naming "
+                    "that residual had landed",
+                )
+        elif call.outcome == "fenced":
+            for rid, named in sorted(self.named.items()):
+                if (
+                    named.actor == call.actor
+                    and named.parent == call.split
+                    and named.epoch == call.epoch
+                    and named.entry.descriptor == call.residual
+                    and named.primary == call.primary
+                ):
+                    self.flag(
+                        "residual-origin",
+                        f"{what} raised Fenced, yet its write landed (#{named.index}): residual "
+                        f"{rid!r} runs",
+                    )
 
     # -- who was told what ------------------------------------------------------------------
 
@@ -411,6 +751,8 @@ def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     checker.acks()
     checker.ending()
     checker.revocations()
+    checker.ranges()
+    checker.residuals()
     checker.deliveries()
     skipped = set(skip)
     order = {name: i for i, name in enumerate(INVARIANTS)}

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from spate_testing.sim.history import Action, Revocations, Verdict
+from spate_testing.sim.history import Action, Revocations, Split, Verdict
 from spate_testing.sim.runner import (
     DEFAULT_WALL_BUDGET,
     ENGINES,
@@ -141,12 +141,14 @@ def _replay(seed: int, history_path: str | None, wall_budget: float, engine: Eng
         f"{result.wall_seconds:.2f} s wall, digest {result.digest[:16]}"
     )
     print("faults: " + (", ".join(f"{k}={v}" for k, v in result.faults.items()) or "none"))
+    if result.splits:
+        print("split calls: " + ", ".join(f"{k}={v}" for k, v in result.splits.items()))
     if history_path:
         with open(history_path, "w", encoding="utf-8") as f:
             f.write(result.history.to_jsonl())
         print(f"history written to {history_path}")
     for event in result.history:
-        if isinstance(event, Action | Verdict):
+        if isinstance(event, Action | Verdict | Split):
             print(f"  t={event.at:8.3f} {_line(event)}")
     ended = {e.actor for e in result.history.of(Revocations)}
     started = [a.actor for a in result.history.of(Action) if a.what in _STARTS]
@@ -165,7 +167,14 @@ def _replay(seed: int, history_path: str | None, wall_budget: float, engine: Eng
 _STARTS = frozenset({"start", "restart", "duplicate"})
 
 
-def _line(event: Action | Verdict) -> str:
+def _line(event: Action | Verdict | Split) -> str:
+    if isinstance(event, Split):
+        said = f"-> {event.residual_id}" if event.residual_id else event.outcome
+        asked = " (asked)" if event.asked else ""
+        return (
+            f"{event.actor}: split {event.split}@{event.epoch} into "
+            f"{event.primary.decode()} + {event.residual.decode()}{asked} {said}"
+        )
     if isinstance(event, Verdict):
         said = (
             "AllComplete"
@@ -182,6 +191,7 @@ def _summary(result: SeedResult) -> dict[str, Any]:
         "violations": [str(v) for v in result.violations],
         "digest": result.digest,
         "faults": result.faults,
+        "splits": result.splits,
         "sim_seconds": result.sim_seconds,
         "wall_seconds": result.wall_seconds,
     }
@@ -213,6 +223,8 @@ class _Tally:
         self.done = 0
         self.sim_seconds = 0.0
         self.faults: collections.Counter[str] = collections.Counter()
+        self.splits: collections.Counter[str] = collections.Counter()
+        self.split_seeds = 0
         self.failures: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.last_report = time.monotonic()
@@ -222,6 +234,9 @@ class _Tally:
             self.done += 1
             self.sim_seconds += line.get("sim_seconds", 0.0)
             self.faults.update(line.get("faults", {}))
+            splits = line.get("splits", {})
+            self.splits.update(splits)
+            self.split_seeds += bool(splits)
             if line["violations"]:
                 self.failures.append(line)
                 print(f"seed {line['seed']} FAILED:", flush=True)
@@ -287,6 +302,11 @@ def _many(start: int, count: int, jobs: int, wall_budget: float, engine: Engine)
         f"with {jobs} process(es); {tally.sim_seconds / 3600:.2f} simulated hours"
     )
     print("faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.faults.items())))
+    if tally.splits:
+        print(
+            f"split calls in {tally.split_seeds} seed(s): "
+            + ", ".join(f"{k}={v}" for k, v in sorted(tally.splits.items()))
+        )
     if tally.failures:
         seeds = sorted(f["seed"] for f in tally.failures)
         print(f"{len(seeds)} seed(s) FAILED: {seeds[:20]}{' ...' if len(seeds) > 20 else ''}")

@@ -29,15 +29,16 @@ import attrs
 import trio
 
 from spate import FatalCoordinationError, run_worker
-from spate.store import Store
+from spate._core.records import Keys
+from spate.store import Keyspace, Store
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.actions import FleetActions
-from spate_testing.sim.history import Action, Final, History
+from spate_testing.sim.history import Action, Final, History, ItemSpace, Split, StoreWrite
 from spate_testing.sim.recorder import Recorder, RecordingMetrics, final_listing
 from spate_testing.sim.scenario import Scenario
 
-__all__ = ["SimRun", "simulate", "worker_nonce"]
+__all__ = ["SimRun", "note_item_space", "simulate", "split_counts", "worker_nonce"]
 
 logger = logging.getLogger("spate_testing.sim")
 
@@ -113,6 +114,22 @@ class _Fleet(FleetActions[_Incarnation]):
         life.state = "leaving"
         life.scope.cancel()
 
+    def leader(self) -> _Incarnation | None:
+        # The incarnation whose write last won the leader key (it may have lapsed since):
+        # good enough to aim a failover at.
+        key = Keys(self.scenario.job).leader
+        for event in reversed(self.history.events):
+            if (
+                isinstance(event, StoreWrite)
+                and event.key == key
+                and event.keyspace == Keyspace.EPHEMERAL.value
+                and event.outcome == "won"
+            ):
+                if event.op == "delete":
+                    return None
+                return next((i for i in self.incarnations if i.actor == event.actor), None)
+        return None
+
     def start(self, instance: str, how: str = "start") -> None:
         nursery = self.nursery
         life = self.count.get(instance, 0) + 1
@@ -134,7 +151,7 @@ class _Fleet(FleetActions[_Incarnation]):
         nursery.start_soon(self._life, inc, name=f"sim worker {actor}")
 
     async def _life(self, inc: _Incarnation) -> None:
-        handler = self.recorder.handler(self.scenario.workload.handle, inc.actor)
+        handler = self.recorder.handler(self.scenario.workload.handle, inc.actor, hooks=self)
         try:
             with inc.scope:
                 verdict = await run_worker(
@@ -283,6 +300,29 @@ class SimRun:
     faults: dict[str, int]
     seconds: float
     """Simulated seconds the run took."""
+    splits: dict[str, int] = attrs.field(factory=dict)
+    """How its handlers' split calls ended, by outcome (see :func:`split_counts`)."""
+
+
+def note_item_space(scenario: Scenario, history: History, at: float) -> None:
+    """Open a splittable workload's history with its item space (for ``range-partition``)."""
+    workload = scenario.workload
+    if workload.splittable:
+        start, end = workload.item_space
+        history.append(ItemSpace(at=at, start=start, end=end))
+
+
+def split_counts(history: History) -> dict[str, int]:
+    """The split calls of ``history`` by outcome, and how many the leader had asked for.
+
+    The outcomes are ``split``, ``fenced`` and ``abandoned``; ``asked`` counts the calls made
+    on a request.
+    """
+    counts: collections.Counter[str] = collections.Counter()
+    for event in history.of(Split):
+        counts[event.outcome] += 1
+        counts["asked"] += event.asked
+    return dict(sorted(counts.items()))
 
 
 async def simulate(
@@ -300,6 +340,7 @@ async def simulate(
     if history is None:
         history = History(job=scenario.job, seed=scenario.seed)
     terminated = False
+    note_item_space(scenario, history, started)
     async with trio.open_nursery() as nursery:
         fleet = _Fleet(scenario, history, wrap_store or _unwrapped, nursery)
         await _run_phases(fleet)
@@ -312,7 +353,13 @@ async def simulate(
     for event in history.of(Action):
         if event.what in _COUNTED_ACTIONS:
             faults[_COUNTED_ACTIONS[event.what]] += 1
-    return SimRun(history, dict(sorted(faults.items())), trio.current_time() - started)
+    faults.update(fleet.struck)
+    return SimRun(
+        history,
+        dict(sorted(faults.items())),
+        trio.current_time() - started,
+        splits=split_counts(history),
+    )
 
 
 _COUNTED_ACTIONS = {

@@ -9,14 +9,21 @@ revocation instead, which forces it); a poison split fails halfway, and the
 failure is reported; a :class:`~spate.Lost` split's handler is cancelled at once. Gains,
 acknowledged commits and endings go to the history exactly as the Trio engine's recorder
 writes them.
+
+A splittable workload's handler also splits at commit points, as the workload's does: a
+:class:`~spate.SplitRequested` event marks its handler asked, and the split is the machine's
+one fenced write (:meth:`Machine.split_flow <spate._core.machine.Machine.split_flow>`), retried
+with the runtime's backoff while the store is unavailable (as :meth:`SplitHandle.split
+<spate.SplitHandle.split>` retries it: a split that did land is recognised). Each call's end is
+a :class:`~spate_testing.sim.history.Split` event; the :class:`SplitHooks` let the chaos
+driver strike around it.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 import outcome
@@ -29,6 +36,7 @@ from spate import (
     Lost,
     Progress,
     RevokeRequested,
+    SplitRequested,
     Stalled,
     StoreUnavailable,
 )
@@ -39,9 +47,37 @@ from spate._core.machine import Machine
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.flowrunner import FlowRunner
+from spate_testing.sim.history import range_descriptor
 from spate_testing.sim.workload import Workload
 
-__all__ = ["Handler", "Handlers"]
+__all__ = ["Handler", "Handlers", "SplitHooks"]
+
+
+class SplitHooks(Protocol):
+    """Where the chaos driver hears of a worker's splitting (see :class:`FleetActions`)."""
+
+    def splitting(self, actor: str) -> None:
+        """``actor``'s handler is about to send a split write."""
+        ...
+
+    def split_done(self, actor: str) -> None:
+        """``actor``'s handler heard its split landed (before it commits again)."""
+        ...
+
+    def split_asked(self, actor: str) -> None:
+        """``actor``'s handler was told the leader asks it to split."""
+        ...
+
+
+class _NoHooks:
+    def splitting(self, actor: str) -> None:
+        pass
+
+    def split_done(self, actor: str) -> None:
+        pass
+
+    def split_asked(self, actor: str) -> None:
+        pass
 
 
 @attrs.define(eq=False)
@@ -51,9 +87,15 @@ class Handler:
     split: str
     epoch: int
     steps: int
+    """Where its work ends (the end of its range, for a splittable workload)."""
     position: int
-    poison: bool
     stubborn: bool = False
+    start: int = 0
+    """Where its work starts (its range's start; 0 for steps)."""
+    asked: bool = False
+    """The leader asked it to split (a SplitRequested since its last split)."""
+    splitting: tuple[int, bool] | None = None
+    """The split point of the split call in flight, and whether it was asked."""
     revoke: bool = False
     declined: bool = False
     returned: bool = False
@@ -81,7 +123,9 @@ class Handlers:
         active: Callable[[], bool],
         on_verdict: Callable[[AllComplete | Stalled], None],
         request_step: Callable[[], None],
+        hooks: SplitHooks | None = None,
     ) -> None:
+        self._hooks: SplitHooks = hooks or _NoHooks()
         self._scheduler = scheduler
         self._history = history
         self._actor = actor
@@ -141,6 +185,11 @@ class Handlers:
                 handler = self.running.get(event.split)
                 if handler is not None:
                     handler.revoke = True
+            elif isinstance(event, SplitRequested):
+                handler = self.running.get(event.split)
+                if handler is not None and not handler.returned:
+                    handler.asked = True
+                    self._hooks.split_asked(self._actor)
             elif isinstance(event, AllComplete | Stalled):
                 self.verdict = event
                 self._on_verdict(event)
@@ -149,14 +198,15 @@ class Handlers:
         previous = self.running.pop(event.split, None)
         if previous is not None:
             self._cancel(previous)  # a re-gain follows a loss: never two handlers on a split
-        steps = int(json.loads(event.descriptor)["steps"])
+        start, end = self._workload.bounds(event.descriptor)
+        watermark = event.progress.watermark
         handler = Handler(
             split=event.split,
             epoch=event.epoch,
-            steps=steps,
-            position=event.progress.watermark or 0,
-            poison=event.split in self._workload.poison,
-            stubborn=event.split in self._workload.stubborn,
+            steps=end,
+            start=start,
+            position=start if watermark is None else watermark,
+            stubborn=self._workload.is_stubborn(event.split),
         )
         self.running[event.split] = handler
         self._record(h.Gained, handler, watermark=event.progress.watermark)
@@ -175,7 +225,15 @@ class Handlers:
                 handler.declined = True
                 self._machine.decline_revoke(handler.split)
                 self._request_step()
-        if handler.poison and handler.position >= handler.steps // 2:
+        workload = self._workload
+        mid = workload.split_point(
+            handler.split, handler.position, handler.steps, asked=handler.asked
+        )
+        if mid is not None:
+            handler.splitting = (mid, handler.asked)
+            self._hooks.splitting(self._actor)
+            return self._split(handler)
+        if workload.fails_at(handler.split, handler.position, handler.steps):
             reason = f"PoisonedSplit: step {handler.position} of {handler.split} always fails"
             return self._end(handler, "raised", settle="fail", reason=reason)
 
@@ -217,6 +275,52 @@ class Handlers:
             self._end(handler, "fenced")
 
         handler.call = self._flows.start(self._machine.commit_flow(handler.split, progress), done)
+
+    def _split(self, handler: Handler) -> None:
+        """One try of the split in ``handler.splitting`` (the workload's ``split.split``)."""
+        assert handler.splitting is not None
+        mid, asked = handler.splitting
+        primary = range_descriptor(handler.start, mid)
+        residual = range_descriptor(mid, handler.steps)
+
+        def record(how: h.SplitOutcome, rid: str | None = None) -> None:
+            self._record(
+                h.Split,
+                handler,
+                primary=primary,
+                residual=residual,
+                outcome=how,
+                residual_id=rid,
+                asked=asked,
+            )
+
+        def done(result: outcome.Outcome[Any]) -> None:
+            handler.call = None
+            found = result.unwrap()  # an exception out of a split is fatal
+            if handler.retired:
+                return  # cancelled meanwhile (recorded as abandoned then)
+            if isinstance(found, StoreUnavailable):
+                handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
+                handler.timer = self._later(handler.backoff.delay(), lambda: self._split(handler))
+                return
+            handler.backoff = None
+            handler.splitting = None
+            if isinstance(found, Fenced):
+                record("fenced")
+                return self._end(handler, "fenced")
+            if isinstance(found, BaseException):
+                raise found  # (ConfigError, ValueTooLarge: the simulator's own mistake)
+            assert isinstance(found, str), found
+            record("split", found)
+            handler.steps = mid
+            handler.asked = False  # (SplitHandle.split: a fresh, unset split_requested)
+            self._hooks.split_done(self._actor)
+            if not handler.retired:
+                self._work(handler)
+
+        handler.call = self._flows.start(
+            self._machine.split_flow(handler.split, primary, residual, None), done
+        )
 
     def _end(
         self,
@@ -272,6 +376,17 @@ class Handlers:
         if handler.call is not None:
             self._flows.drop(handler.call)  # a call waiting for its key leaves; one in flight lands
         handler.retired = True
+        if handler.splitting is not None:
+            mid, asked = handler.splitting
+            handler.splitting = None
+            self._record(
+                h.Split,
+                handler,
+                primary=range_descriptor(handler.start, mid),
+                residual=range_descriptor(mid, handler.steps),
+                outcome="abandoned",
+                asked=asked,
+            )
         if not handler.returned:
             handler.returned = True
             self._record(h.HandlerEnded, handler, how="cancelled")

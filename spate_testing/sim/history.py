@@ -15,6 +15,9 @@ The events:
 - :class:`Gained` — a handler started for a split at an epoch (the worker believes it owns it).
 - :class:`Acked` — a handler's ``commit`` returned: the worker was told the commit landed.
 - :class:`HandlerEnded` — a handler finished (completed, returned, raised, cancelled, fenced).
+- :class:`Split` — a handler's split call ended: split (the residual's id), fenced, or
+  abandoned (the handler was cancelled with the call in flight).
+- :class:`ItemSpace` — the workload's descriptors are ranges of one item space (splittable).
 - :class:`Verdict` — a worker's ``run_worker`` returned a verdict.
 - :class:`Revocations` — a worker's revocation counters, from its metrics hooks.
 - :class:`Action` — something the simulator did (start, kill, freeze, partition, ...).
@@ -49,11 +52,16 @@ __all__ = [
     "HandlerEnded",
     "History",
     "HistoryEvent",
+    "ItemSpace",
     "Leading",
     "Revocations",
+    "Split",
+    "SplitOutcome",
     "StoreWrite",
     "Verdict",
     "instance_of",
+    "range_bounds",
+    "range_descriptor",
 ]
 
 WriteOp: TypeAlias = Literal["create", "update", "delete"]
@@ -121,6 +129,56 @@ class HandlerEnded:
     split: str
     epoch: int
     how: HandlerHow
+
+
+SplitOutcome: TypeAlias = Literal["split", "fenced", "abandoned"]
+
+
+@attrs.frozen(kw_only=True)
+class Split:
+    """``actor``'s handler's call to split ``split`` (held at ``epoch``) ended.
+
+    It asked for ``primary`` to stay and ``residual`` to become a new split. ``outcome``:
+    ``"split"`` (it returned ``residual_id``), ``"fenced"`` (it raised Fenced: no residual may
+    ever run) or ``"abandoned"`` (the handler was cancelled while the call was in flight, its
+    outcome unknown). ``asked``: the leader had asked for it (``split_requested``).
+    """
+
+    at: float
+    actor: str
+    split: str
+    epoch: int
+    primary: bytes
+    residual: bytes
+    outcome: SplitOutcome
+    residual_id: str | None = None
+    asked: bool = False
+
+
+def range_descriptor(start: int, end: int) -> bytes:
+    """The descriptor of the items ``[start, end)`` (see :class:`ItemSpace`)."""
+    return f"{start}:{end}".encode()
+
+
+def range_bounds(descriptor: bytes) -> tuple[int, int]:
+    """``(start, end)`` of a range descriptor; ValueError if it is not one."""
+    start, colon, end = descriptor.decode("ascii", errors="replace").partition(":")
+    if not colon:
+        raise ValueError(f"not a range descriptor: {descriptor!r}")
+    return int(start), int(end)
+
+
+@attrs.frozen(kw_only=True)
+class ItemSpace:
+    """The workload's descriptors are ranges ``b"start:end"`` of the items ``[start, end)``.
+
+    Its watermarks are positions in that space. The checker's ``range-partition`` invariant
+    then holds the job's committed ranges to tiling it exactly.
+    """
+
+    at: float
+    start: int
+    end: int
 
 
 @attrs.frozen(kw_only=True)
@@ -232,6 +290,8 @@ HistoryEvent: TypeAlias = (
     | Gained
     | Acked
     | HandlerEnded
+    | Split
+    | ItemSpace
     | Verdict
     | Revocations
     | Action
@@ -246,6 +306,8 @@ _TYPES: dict[str, type[Any]] = {
         Gained,
         Acked,
         HandlerEnded,
+        Split,
+        ItemSpace,
         Verdict,
         Revocations,
         Action,

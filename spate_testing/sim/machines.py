@@ -26,7 +26,13 @@ from spate.store import EphemeralSemantics, Keyspace
 from spate_testing.faults import FaultRates
 from spate_testing.sim.actions import FleetActions
 from spate_testing.sim.clockwork import Scheduler
-from spate_testing.sim.fleet import FINGERPRINT, SimRun, worker_nonce
+from spate_testing.sim.fleet import (
+    FINGERPRINT,
+    SimRun,
+    note_item_space,
+    split_counts,
+    worker_nonce,
+)
 from spate_testing.sim.history import Action, Final, History
 from spate_testing.sim.model import Link, ModelStore
 from spate_testing.sim.process import SimWorker
@@ -103,6 +109,9 @@ class _Fleet(FleetActions[_Life]):
     def leave(self, life: _Life) -> None:
         life.worker.leave()
 
+    def leader(self) -> _Life | None:
+        return next((life for life in self._lives if not life.done and life.worker.leading), None)
+
     # -- lives ---------------------------------------------------------------------------------
 
     def start(self, instance: str, how: str = "start") -> None:
@@ -138,7 +147,9 @@ class _Fleet(FleetActions[_Life]):
             metrics=RecordingMetrics(actor),
             nonce=worker_nonce(self.scenario.seed, actor),
             on_exit=self._exited,
+            hooks=self,
         )
+        link.split_landed = partial(self.split_landed, actor)
         self._lives.append(_Life(worker))
         self.action(actor, how)
         self.scheduler.soon(worker.guarded(worker.begin))
@@ -243,6 +254,7 @@ def simulate_machines(
         history = History(job=scenario.job, seed=scenario.seed)
     scheduler = Scheduler()
     fleet = _Fleet(scenario, history, scheduler, model)
+    note_item_space(scenario, history, scheduler.now())
     for _ in range(scenario.initial_workers):
         fleet.start(fleet.new_instance())
     fleet.chaos()
@@ -265,7 +277,10 @@ def simulate_machines(
     for event in history.of(Action):
         if event.what in _COUNTED_ACTIONS:
             faults[_COUNTED_ACTIONS[event.what]] += 1
-    return SimRun(history, dict(sorted(faults.items())), scheduler.now())
+    faults.update(fleet.struck)
+    return SimRun(
+        history, dict(sorted(faults.items())), scheduler.now(), splits=split_counts(history)
+    )
 
 
 _COUNTED_ACTIONS = {

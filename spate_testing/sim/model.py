@@ -390,6 +390,9 @@ class Link:
         ``snapshot_records`` and live ``events`` (counted as the worker receives them)."""
         self._keys = Keys(model.job)
         self._instance = instance_of(actor)
+        self.split_landed: Callable[[], bool] | None = None
+        """Called the instant one of this link's split writes wins, before its reply leaves:
+        True loses the reply (the chaos driver may kill the worker right there, too)."""
 
     # -- switches ------------------------------------------------------------------------------
 
@@ -527,6 +530,13 @@ class Link:
         except SessionLost as exc:
             deadline.cancel()
             return answer(outcome.Error(exc))
+        if (
+            op.operation == "split"
+            and isinstance(result, Won)
+            and self.split_landed is not None
+            and self.split_landed()
+        ):
+            return fail("injected lost reply of a split (it landed)")
         if self._roll(self.rates.maybe_landed_rate):
             self.injected["maybe_landed"] += 1
             return fail("injected lost reply (it landed)")

@@ -54,7 +54,7 @@ from spate.telemetry._context import Context
 from spate_testing.sim import history as h
 from spate_testing.sim.clockwork import Scheduler, Timer
 from spate_testing.sim.flowrunner import FlowRunner
-from spate_testing.sim.handlers import Handlers
+from spate_testing.sim.handlers import Handlers, SplitHooks
 from spate_testing.sim.model import Link
 from spate_testing.sim.recorder import RecordingMetrics
 from spate_testing.sim.session import SimSession
@@ -85,6 +85,7 @@ class SimWorker:
         metrics: RecordingMetrics,
         nonce: str,
         on_exit: Callable[[SimWorker, BaseException | None], None],
+        hooks: SplitHooks | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.link = link
@@ -153,7 +154,13 @@ class SimWorker:
             active=lambda: self.state == "running",
             on_verdict=self._on_verdict,
             request_step=self.request_step,
+            hooks=hooks,
         )
+
+    @property
+    def leading(self) -> bool:
+        """Whether this worker leads the job now (as its Leading events say)."""
+        return self._leading
 
     # -- the guard: every callback of this process runs through it ----------------------------
 

@@ -6,7 +6,8 @@ Three taps, one per side of the protocol:
   *beneath* any fault injection (``FaultyStore(RecordingStore(inner))``): then a write whose
   reply is lost still shows as landed, and a frozen worker's write shows when it really lands.
 - :func:`recorded_handler` wraps a ``run_worker`` handler and records what the worker was
-  told: the gain (split and epoch), every acknowledged commit, and how the handler ended.
+  told: the gain (split and epoch), every acknowledged commit, every split call's end, and
+  how the handler ended.
 - :class:`RecordingMetrics` is a :class:`~spate.MetricsHooks` that counts what the
   coordinator reports (revocation outcomes, acquisitions, losses), for the checker's
   revocation identity.
@@ -24,7 +25,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from spate import AllComplete, Fenced, Gauges, MetricsHooks, Stalled, StoreError
+from spate import (
+    AllComplete,
+    ConfigError,
+    Fenced,
+    Gauges,
+    MetricsHooks,
+    Stalled,
+    StoreError,
+    ValueTooLarge,
+)
 from spate._core.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.store import (
@@ -53,6 +63,8 @@ from spate_testing.sim.history import (
     HandlerHow,
     History,
     Revocations,
+    Split,
+    SplitOutcome,
     StoreWrite,
     Verdict,
     WriteOp,
@@ -60,6 +72,7 @@ from spate_testing.sim.history import (
 
 if TYPE_CHECKING:
     from spate import SplitHandle
+    from spate_testing.sim.handlers import SplitHooks
 
 __all__ = [
     "RecordedSplit",
@@ -300,17 +313,25 @@ class RecordingMetrics(MetricsHooks):
 
 
 class RecordedSplit:
-    """A split handle that records acknowledged commits; everything else is the real handle's.
+    """A split handle that records acknowledged commits and split calls.
 
-    The handler receives this in place of the :class:`~spate.SplitHandle` (attribute
-    access is forwarded, so ``split.id``, ``split.progress``, ``split.revoke_requested``...
-    behave as usual).
+    Everything else is the real handle's: the handler receives this in place of the
+    :class:`~spate.SplitHandle`, and attribute access is forwarded, so ``split.id``,
+    ``split.progress``, ``split.revoke_requested``... behave as usual. ``hooks``, if given,
+    hear of each split call (the simulator's chaos strikes around them).
     """
 
-    def __init__(self, inner: SplitHandle, history: History, actor: str) -> None:
+    def __init__(
+        self,
+        inner: SplitHandle,
+        history: History,
+        actor: str,
+        hooks: SplitHooks | None = None,
+    ) -> None:
         self._inner = inner
         self._history = history
         self._actor = actor
+        self._hooks = hooks
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -331,9 +352,59 @@ class RecordedSplit:
             )
         )
 
+    async def split(self, primary: bytes, residual: bytes, *, weight: int | None = None) -> str:
+        """Split through the real handle; record how the call ended (split, fenced, abandoned)."""
+        inner = self._inner
+        asked = inner.split_requested.is_set()
+        epoch = inner.epoch
+        how: SplitOutcome = "abandoned"
+        rid: str | None = None
+        if self._hooks is not None:
+            if asked:
+                # (This engine hears of a request when its handler acts on it: still
+                # outstanding, since the leader has not read the split yet.)
+                self._hooks.split_asked(self._actor)
+            self._hooks.splitting(self._actor)
+        try:
+            rid = await inner.split(primary, residual, weight=weight)
+            how = "split"
+        except Fenced:
+            how = "fenced"
+            raise
+        except (ConfigError, ValueTooLarge) as exc:
+            # Refused arguments are the handler's own mistake: a finding, as a crash is.
+            self._history.append(
+                Action(at=_now(), actor=self._actor, what="crash", detail=f"split refused: {exc}")
+            )
+            raise
+        finally:
+            # (Any other exit, a cancellation above all, leaves the outcome unknown.)
+            self._history.append(
+                Split(
+                    at=_now(),
+                    actor=self._actor,
+                    split=inner.id,
+                    epoch=epoch,
+                    primary=primary,
+                    residual=residual,
+                    outcome=how,
+                    residual_id=rid,
+                    asked=asked,
+                )
+            )
+        if self._hooks is not None:
+            self._hooks.split_done(self._actor)
+            await trio.lowlevel.checkpoint()  # (a kill there cancels the handler here)
+        return rid
 
-def recorded_handler(handler: HandlerFn, history: History, actor: str) -> HandlerFn:
-    """Wrap a ``run_worker`` handler so gains, acknowledged commits and endings are recorded."""
+
+def recorded_handler(
+    handler: HandlerFn, history: History, actor: str, hooks: SplitHooks | None = None
+) -> HandlerFn:
+    """Wrap a ``run_worker`` handler so gains, commits, split calls and endings are recorded.
+
+    ``hooks``, if given, hear of each split call.
+    """
 
     async def handle(split: SplitHandle) -> None:
         history.append(
@@ -347,7 +418,7 @@ def recorded_handler(handler: HandlerFn, history: History, actor: str) -> Handle
         )
         how: HandlerHow = "returned"
         try:
-            await handler(cast("SplitHandle", RecordedSplit(split, history, actor)))
+            await handler(cast("SplitHandle", RecordedSplit(split, history, actor, hooks)))
             if split.completed:
                 how = "completed"
         except Fenced:
@@ -440,9 +511,12 @@ class Recorder:
         """A store wrapper recording ``actor``'s writes."""
         return RecordingStore(inner, self.history, actor)
 
-    def handler(self, handler: HandlerFn, actor: str) -> HandlerFn:
-        """``handler`` wrapped to record ``actor``'s gains, acknowledged commits and endings."""
-        return recorded_handler(handler, self.history, actor)
+    def handler(self, handler: HandlerFn, actor: str, hooks: SplitHooks | None = None) -> HandlerFn:
+        """``handler`` wrapped to record ``actor``'s gains, commits, split calls and endings.
+
+        ``hooks`` hear of each split call.
+        """
+        return recorded_handler(handler, self.history, actor, hooks)
 
     def metrics(self, actor: str) -> RecordingMetrics:
         """The metrics hooks to give ``actor``'s coordinator."""

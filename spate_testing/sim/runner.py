@@ -186,6 +186,8 @@ class SeedResult:
     wall_seconds: float
     events: int
     history: History = attrs.field(repr=False, eq=False)
+    splits: dict[str, int] = attrs.field(factory=dict)
+    """How its split calls ended, by outcome (``split``, ``fenced``, ``abandoned``, ``asked``)."""
 
     @property
     def ok(self) -> bool:
@@ -214,6 +216,7 @@ def check_run(run: SimRun, scenario: Scenario, wall: float) -> SeedResult:
         wall_seconds=wall,
         events=len(run.history),
         history=run.history,
+        splits=run.splits,
     )
 
 

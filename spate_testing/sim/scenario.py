@@ -7,6 +7,13 @@ every worker suffers (unavailability, lost replies, duplicate and dropped watch 
 latency, silent expiry), and how often the chaos driver acts (joins, kills, restarts,
 graceful leaves, freezes, partitions, store outages).
 
+Half the seeds draw a *splittable* workload (:class:`~spate_testing.sim.workload.Workload`'s
+ranges, longer splits, sometimes one straggler) with the leader's split requests on, and
+:class:`SplitFaults`: the chaos driver then also strikes around splits (a kill just after a
+split landed, a zombie that splits, a split whose reply is lost, a leader failover while a
+request stands). Those draws come from a generator of their own, so every other seed's
+scenario is what it was.
+
 A regression scenario pins the shape of a bug instead: a fixed :attr:`Scenario.script` of
 actions at chosen times replaces the random driver, so the scenario keeps meaning the same
 thing when unrelated code changes the random draws.
@@ -24,7 +31,7 @@ from spate import Config
 from spate_testing.faults import FaultRates
 from spate_testing.sim.workload import Workload
 
-__all__ = ["ACTIONS", "ActionKind", "Scenario", "Scripted"]
+__all__ = ["ACTIONS", "ActionKind", "Scenario", "Scripted", "SplitFaults"]
 
 ActionKind: TypeAlias = Literal[
     "join", "kill", "restart", "leave", "freeze", "partition", "outage", "duplicate"
@@ -59,6 +66,34 @@ class Scripted:
 
 
 @attrs.frozen(kw_only=True)
+class SplitFaults:
+    """How often the chaos driver strikes around splitting, each a probability in [0, 1].
+
+    Drawn per split call (or per request told to a handler), during the chaos phase only.
+    """
+
+    kill_before_reply: float = 0.0
+    """Kill the owner the instant its split write lands, before it hears (machine engine)."""
+    kill_after: float = 0.0
+    """Kill the owner once it heard its split landed, before it commits again."""
+    lost_reply: float = 0.0
+    """A split write lands but its reply is lost: the caller retries (machine engine)."""
+    zombie: float = 0.0
+    """Make the owner a zombie just before its split write leaves: freeze or partition it, or
+    freeze it while a twin under its instance id reclaims its splits (then its split raises
+    Fenced)."""
+    leader: float = 0.0
+    """Kill or freeze the leader when a handler is told of its request (on the Trio engine:
+    when the handler acts on it): a failover while the request stands."""
+
+    def __attrs_post_init__(self) -> None:
+        for field in attrs.fields(SplitFaults):
+            value = getattr(self, field.name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"SplitFaults.{field.name} must be within [0, 1], not {value!r}")
+
+
+@attrs.frozen(kw_only=True)
 class Scenario:
     """Everything one simulated run does; a pure function of the seed unless scripted."""
 
@@ -77,6 +112,8 @@ class Scenario:
     """Seconds of simulated time the job has to reach its verdict once the faults stop."""
     leave_deadline: float = 6.0
     script: tuple[Scripted, ...] | None = None
+    split_faults: SplitFaults = SplitFaults()
+    """The chaos around splitting (only a splittable workload splits)."""
     sessions: bool = False
     """Whether the store keeps ephemeral keys by session (etcd) rather than key by key.
 
@@ -102,7 +139,7 @@ class Scenario:
             membership_debounce=rng.choice([0.0, 0.0, 0.25, 1.0]),
             planner_thread=False,
         )
-        return cls(
+        scenario = cls(
             seed=seed,
             workload=workload,
             initial_workers=initial,
@@ -116,6 +153,11 @@ class Scenario:
             # Drawn from a generator of its own, so adding it left every other draw alone.
             sessions=random.Random(f"{seed}/sessions").random() < 0.5,
         )
+        # So are the splitting draws: a seed that does not split is the scenario it was.
+        split_rng = random.Random(f"{seed}/split")
+        if split_rng.random() < 0.5:
+            scenario = _splittable(scenario, split_rng)
+        return scenario
 
 
 def _draw_workload(rng: random.Random, seed: int) -> Workload:
@@ -140,6 +182,66 @@ def _draw_workload(rng: random.Random, seed: int) -> Workload:
     stubborn_rng = random.Random(f"{seed}/stubborn")
     stubborn = frozenset(s for s, _, _ in splits if stubborn_rng.random() < 0.1)
     return Workload(batches=batches, poison=poison, stubborn=stubborn, step_seconds=step)
+
+
+MAX_SPLITTABLE_WORK = 120.0
+"""Seconds of work (steps times step length) a splittable workload may hold at most: one lane
+alone must still finish it within the bound once the faults stop."""
+
+
+def _splittable(scenario: Scenario, rng: random.Random) -> Scenario:
+    """``scenario`` with its workload made splittable: longer ranges, requests, split chaos."""
+    workload = scenario.workload
+    factor = rng.choice([1, 2, 3])
+    splits = [split for batch in workload.batches for split, _, _ in batch]
+    # A straggler (a split four times its size) is what the leader's requests are for.
+    straggler = rng.choice(splits) if rng.random() < 0.5 else None
+
+    def scaled(factor: int, straggle: int) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+        return tuple(
+            tuple(
+                (split, steps * factor * (straggle if split == straggler else 1), weight)
+                for split, steps, weight in batch
+            )
+            for batch in workload.batches
+        )
+
+    straggle = 4
+    batches = scaled(factor, straggle)
+    while _work(batches, workload.step_seconds) > MAX_SPLITTABLE_WORK and factor * straggle > 1:
+        if straggle > 1:
+            straggle = 1
+        else:
+            factor -= 1
+        batches = scaled(factor, straggle)
+    workload = attrs.evolve(
+        workload,
+        batches=batches,
+        splittable=True,
+        split_rate=rng.choice([0.0, 0.0, 0.03, 0.1]),
+        seed=scenario.seed,
+    )
+    config = attrs.evolve(
+        scenario.config,
+        split_requests=True,
+        split_request_delay=rng.choice([0.0, 0.5, 1.0, 1.0, 2.0]),
+    )
+
+    def rate() -> float:
+        return rng.choice([0.0, 0.0, 0.05, 0.15, 0.3])
+
+    faults = SplitFaults(
+        kill_before_reply=rate(),
+        kill_after=rate(),
+        lost_reply=rate(),
+        zombie=rate(),
+        leader=rate(),
+    )
+    return attrs.evolve(scenario, workload=workload, config=config, split_faults=faults)
+
+
+def _work(batches: tuple[tuple[tuple[str, int, int], ...], ...], step: float) -> float:
+    return step * sum(steps for batch in batches for _, steps, _ in batch)
 
 
 def _draw_rates(rng: random.Random, lease: float) -> FaultRates:

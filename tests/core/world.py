@@ -21,14 +21,16 @@ The pieces a test drives:
 - time: :meth:`World.run_for`, :meth:`World.run_until`, :meth:`World.settle`; in a world
   that does not tick (``ticking=False``) no heartbeat, reconcile or replan runs unless the
   test asks for it (:meth:`Worker.heartbeat`, :meth:`Worker.reconcile`);
-- API calls: :meth:`Worker.commit`, :meth:`Worker.fail`, :meth:`Worker.release`,
-  :meth:`Worker.depart`, :meth:`Worker.decline_revoke` return a :class:`Call`;
+- API calls: :meth:`Worker.commit`, :meth:`Worker.split`, :meth:`Worker.fail`,
+  :meth:`Worker.release`, :meth:`Worker.depart`, :meth:`Worker.decline_revoke` return a
+  :class:`Call`;
   :meth:`World.wait` runs the world until it ends and returns (or raises) what the
   coordinator's method would;
 - deaths and faults: :meth:`Worker.kill`, :meth:`Worker.freeze`, :meth:`Worker.partition`,
   a write that fails, whose reply is lost, that is held in the network, or that another
   writer beats (:meth:`Worker.fail_next`, :meth:`Worker.lose_reply`, :meth:`Worker.hold_next`,
-  :meth:`Worker.before_next`), a read held in the network (:meth:`Worker.hold_next_read`),
+  :meth:`Worker.before_next`), a read that fails (:meth:`Worker.fail_next_read`) or is held
+  in the network (:meth:`Worker.hold_next_read`),
   watch events delivered by hand in one batch (:meth:`Worker.watch_batch`), slow writes
   (:meth:`Worker.slow_writes`) and a slow watch (:meth:`Worker.deafen`);
 - the store as another client sees it: :meth:`World.get`, :meth:`World.record`,
@@ -502,6 +504,11 @@ class Worker(EventLog, SimWorker):
         """``Coordinator.commit``."""
         return self._call(f"commit of {split}", self.machine.commit_flow(split, progress))
 
+    def split(self, split: str, primary: bytes, residual: bytes) -> Call:
+        """``Coordinator.split``: the residual's id once the fenced write landed."""
+        flow = self.machine.split_flow(split, primary, residual, None)
+        return self._call(f"split of {split}", flow)
+
     def fail(self, split: str, reason: str) -> Call:
         """``Coordinator.fail``."""
         return self._call(f"fail of {split}", self.machine.fail_flow(split, reason))
@@ -573,6 +580,15 @@ class Worker(EventLog, SimWorker):
 
     def fail_next(self, kind: WriteKind, keyspace: Keyspace, key: str) -> None:
         """The next such write never reaches the store; its caller hears StoreUnavailable."""
+
+        def fail(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
+            error = StoreUnavailable(f"{self.actor}: injected failure of {op.method} {op.key}")
+            self.scheduler.soon(lambda: reply(outcome.Error(error)))
+
+        self._rule(kind, keyspace, key, fail)
+
+    def fail_next_read(self, kind: Literal["get", "list"], keyspace: Keyspace, key: str) -> None:
+        """The next such read never reaches the store; its caller hears StoreUnavailable."""
 
         def fail(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
             error = StoreUnavailable(f"{self.actor}: injected failure of {op.method} {op.key}")

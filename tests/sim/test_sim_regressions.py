@@ -14,17 +14,28 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
 from spate import Config, StoreError, StoreUnavailable, open_coordinator, run_worker
-from spate._core.records import AssignmentRecord, ProgressRecord, Status, decode, encode
+from spate._core.records import (
+    AssignmentRecord,
+    ProgressRecord,
+    Residual,
+    Status,
+    decode,
+    encode,
+)
 from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, Write, WriteResult
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
 from spate_testing.sim.runner import SeedResult, run_checked
 from spate_testing.sim.scenario import Scenario, Scripted
 from spate_testing.sim.workload import Workload
+from tests.core.world import KEYS, LEASE, Worker, World, config, planner_of
+
+DURABLE = Keyspace.DURABLE
 
 SEVEN_SPLITS = Workload(
     batches=(
@@ -658,3 +669,81 @@ def test_a_claim_lease_that_landed_unseen_is_read_back_once_its_split_moved_away
     for seed in (8937, 10914, 15422, 17065):
         result = run_checked(Scenario.from_seed(seed), engine="machines")
         assert result.ok, (seed, result.violations)
+
+
+# -- splitting (DESIGN §4c): found by the splittable workload's range-partition checks ----------
+
+
+def _one_split_held(world: World) -> Worker:
+    """A lone worker (so the leader) holding the one split of its job."""
+    worker = world.start("a", planner=planner_of(1))
+    world.run_until(lambda: worker.owned == {"s00"})
+    return worker
+
+
+def test_a_split_retried_after_its_landed_record_was_folded_splits_once() -> None:
+    """Found by seed 175 (machine engine): a split's write landed but its reply was lost, and
+    before the handler's retry the owner's view folded the landed record (the owner led, and
+    its own reconcile listing read it). The retry's CAS then won against the new revision: it
+    split the primary again and named a second residual over the first one's items, which
+    ran twice (range-partition: "counted twice"). A retry now recognises its own split in the
+    record (its descriptor is the primary, its last residual this one, named this tenancy)."""
+    world = World(ticking=False)
+    a = _one_split_held(world)
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    a.reconcile()  # the leader's listing folds the record its split wrote
+    world.settle()
+    assert a.machine.view.splits["s00"].progress.splits == 1
+    rid = world.wait(a.split("s00", b"0:5", b"5:9"))  # the handler's retry
+    record, _ = world.record("s00")
+    assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
+    assert record.descriptor == b"0:5"
+    result = run_checked(Scenario.from_seed(175), engine="machines")
+    assert result.ok, result.violations
+    assert result.faults.get("split_lost_reply", 0) + result.faults.get("maybe_landed", 0) > 0
+
+
+def test_a_residual_split_off_while_following_is_seeded_once_its_owner_leads() -> None:
+    """Found by seeds 13, 52, 120, 328 and 539 (machine engine): a follower split its split,
+    and the leader died before it read the record. The follower then became the leader, but
+    its view already held the record (its own write, folded while it followed, when no
+    leader's rule looked at residuals), and the takeover's listing skips what the view already
+    folded: the residual was never seeded, and the verdict waited for it for ever. A leader
+    now sweeps its view for named residuals once it holds the whole job."""
+    world = World()
+    cfg = config(max_in_flight=1)
+    leader = world.start("a", planner=planner_of(2), cfg=cfg)
+    world.run_until(lambda: leader.leading)
+    follower = world.start("b", planner=planner_of(2), cfg=cfg)
+    world.run_until(lambda: len(follower.owned) == 1 and len(leader.owned) == 1)
+    (split,) = follower.owned
+    leader.kill()
+    rid = world.wait(follower.split(split, b"d:primary", b"d:residual"))
+    world.run_until(lambda: follower.leading, within=3 * LEASE)
+    world.run_until(lambda: world.get(DURABLE, KEYS.split(rid)) is not None, within=2 * LEASE)
+    result = run_checked(Scenario.from_seed(52), engine="machines")
+    assert result.ok, result.violations
+
+
+def test_a_split_whose_read_back_fails_is_unknown_not_fenced() -> None:
+    """Found by seeds 30, 262, 529 and 535 (machine engine): a split's write landed but its
+    reply was lost; the retry's CAS lost against it, and the read-back that would have found
+    it failed too. The split then raised Fenced (the worker dropped the split), which promises
+    that no residual ever runs, while the residual ran (residual-origin). A failed read-back
+    now leaves the outcome unknown (StoreUnavailable); the next retry reads it back."""
+    world = World(ticking=False)
+    a = _one_split_held(world)
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    a.fail_next_read("get", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="read-back failed"):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    assert a.owned == {"s00"}
+    rid = world.wait(a.split("s00", b"0:5", b"5:9"))
+    record, _ = world.record("s00")
+    assert record.residuals == (Residual(id=rid, descriptor=b"5:9", weight=1),)
+    result = run_checked(Scenario.from_seed(262), engine="machines")
+    assert result.ok, result.violations
