@@ -742,6 +742,11 @@ class Keys:
         """Prefix of the progress records (durable) and leases (ephemeral)."""
         return f"{self.job}.split."
 
+    @property
+    def spec_prefix(self) -> str:
+        """Prefix of the spec records (durable)."""
+        return f"{self.job}.spec."
+
     def spec(self, split: str) -> str:
         """Durable key of a split's spec record."""
         return f"{self.job}.spec.{split}"

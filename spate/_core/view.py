@@ -261,6 +261,7 @@ class View:
         self._runnable = 0
         self._completed = 0
         self._quarantined = 0
+        self._near_memo: dict[tuple[int, bool, int], bool] = {}
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -405,10 +406,31 @@ class View:
                 continue
             notices.extend(self.apply_delete(keyspace, key, None))
         known_now = self._known[keyspace]
+        durable = keyspace is Keyspace.DURABLE
+        tombs_durable = self._tombs_durable
+        split_prefix, spec_prefix = self.keys.split_prefix, self.keys.spec_prefix
+        split_at, spec_at = len(split_prefix), len(spec_prefix)
         for entry in listed:
-            folded = known_now.get(entry.key)
-            if folded is not None and entry.revision <= folded[0]:
-                continue  # folded already (a backstop's common case): nothing to classify
+            key = entry.key
+            folded = known_now.get(key)
+            if folded is not None:
+                if entry.revision <= folded[0]:
+                    continue  # folded already (a backstop's common case): nothing to classify
+            elif durable and not tombs_durable:
+                # A key never folded, with no deletion to weigh it against: not stale. A new
+                # leader's listing is two of these a split, spec and progress record, so those
+                # two are read here by their prefix, not through apply_put's classification
+                # by parts and stale checks (what apply_put would do with them, at less cost).
+                if key.startswith(split_prefix) and len(key) > split_at:
+                    name = key[split_at:]
+                    record = decode(ProgressRecord, key, entry.value, split=name)
+                    notices.extend(self._fold_progress(name, key, record, entry.revision))
+                    continue
+                if key.startswith(spec_prefix) and len(key) > spec_at:
+                    name = key[spec_at:]
+                    spec = decode(SpecRecord, key, entry.value, split=name)
+                    self._fold_spec(name, key, spec, entry.revision)
+                    continue
             notices.extend(self.apply_put(keyspace, entry))
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
@@ -573,29 +595,28 @@ class View:
         self, split: str, key: str, record: ProgressRecord, revision: int
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember(Keyspace.DURABLE, key, revision)
+        self._remember_durable(key, revision)
         state = self.splits.get(split)
-        previous = None if state is None else state.progress
         if state is None:
-            lease, lease_rev = self._pending_leases.pop(split, (None, 0))
-            state = self.splits[split] = SplitState(
-                record, revision, self._pending_specs.pop(split, None)
-            )
-            if lease is not None:
-                self._set_lease(split, state, lease, lease_rev)
+            # A split seen for the first time (every split of a new leader's listing).
+            pending = self._pending_leases.pop(split, None) if self._pending_leases else None
+            spec = self._pending_specs.pop(split, None) if self._pending_specs else None
+            state = self.splits[split] = SplitState(record, revision, spec)
+            if pending is not None:
+                self._set_lease(split, state, pending[0], pending[1])
+            self._count(record.status, +1)
+            self._changes.split_moved(split)
+            self._check_near_quarantine(split, state)
+            return [ProgressChanged(split, None, record, revision)]
+        previous = state.progress
+        owner_before = state.current_owner
+        state.progress, state.progress_rev = record, revision
+        if previous.status is not record.status:
+            self._count(previous.status, -1)
             self._count(record.status, +1)
             self._touch_assignment(split)
-        else:
-            owner_before = state.current_owner
-            state.progress, state.progress_rev = record, revision
-            if previous is not None and previous.status is not record.status:
-                self._count(previous.status, -1)
-                self._count(record.status, +1)
-                self._touch_assignment(split)
-            if state.current_owner != owner_before or (
-                previous is not None and previous.completed != record.completed
-            ):
-                self._touch_assignment(split)
+        if state.current_owner != owner_before or previous.completed != record.completed:
+            self._touch_assignment(split)
         self._check_near_quarantine(split, state)
         return [ProgressChanged(split, previous, record, revision)]
 
@@ -604,7 +625,7 @@ class View:
         self._fold_spec(split, self.keys.spec(split), spec, revision)
 
     def _fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
-        self._remember(Keyspace.DURABLE, key, revision)
+        self._remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
             self._pending_specs.setdefault(split, spec)
@@ -785,6 +806,13 @@ class View:
         if tombs:
             tombs.pop(key, None)
 
+    def _remember_durable(self, key: str, revision: int) -> None:
+        """:meth:`_remember` in the durable keyspace (twice a split when a leader takes over)."""
+        self.seq = seq = self.seq + 1
+        self._known_durable[key] = (revision, seq)
+        if self._tombs_durable:
+            self._tombs_durable.pop(key, None)
+
     def _forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self._known[keyspace].pop(key, None)
         self._tomb(keyspace, key, revision)
@@ -805,13 +833,25 @@ class View:
 
     def _check_near_quarantine(self, split: str, state: SplitState) -> None:
         progress = state.progress
-        # The next end that can be charged is a takeover from a dead owner.
-        if progress.status is Status.RUNNABLE and exhausts_attempts(
-            ClaimKind.EXPIRED, progress.attempts, progress.advanced, self.max_attempts
-        ):
+        if progress.status is Status.RUNNABLE and self._near(progress.attempts, progress.advanced):
             self.near_quarantine.add(split)
         else:
             self.near_quarantine.discard(split)
+
+    def _near(self, attempts: int, advanced: bool) -> bool:
+        """Whether a runnable split's next charged takeover reaches ``max_attempts``.
+
+        Asked once per progress record folded, of a handful of distinct answers: remembered
+        by its arguments (the rule stays :func:`~spate._core.protocol.exhausts_attempts`).
+        """
+        key = (attempts, advanced, self.max_attempts)
+        near = self._near_memo.get(key)
+        if near is None:
+            # The next end that can be charged is a takeover from a dead owner.
+            near = self._near_memo[key] = exhausts_attempts(
+                ClaimKind.EXPIRED, attempts, advanced, self.max_attempts
+            )
+        return near
 
 
 def _cap(presence: PresenceRecord | None) -> int:
