@@ -444,7 +444,11 @@ class Machine:
         """A watch's snapshot arrived: fold it as an authoritative listing of its scope."""
         since = self.scopes.since(scope, self.view.seq)
         keyspace = scope.keyspace
-        self.fold(self.view.apply_listing(keyspace, entries, since=since, covers=scope.covers))
+        if scope.exact:
+            notices = self.view.apply_listing(keyspace, entries, since=since, covers=scope.covers)
+        else:
+            notices = self.view.apply_listing(keyspace, entries, since=since, prefix=scope.key)
+        self.fold(notices)
         if keyspace is Keyspace.EPHEMERAL:
             self.placement_changes.owe()
         self.scopes.snapshot_folded(scope)

@@ -382,12 +382,14 @@ class View:
         *,
         since: int,
         covers: Callable[[str], bool] | None = None,
+        prefix: str | None = None,
     ) -> list[Notice]:
         """Fold an authoritative listing (or watch snapshot) of the job's keys in ``keyspace``.
 
         ``since`` is :attr:`seq` when the listing started: tracked keys learned before it and
         absent from the listing are deleted. ``covers`` says which keys the listing speaks for
-        (an exact-key watch's snapshot speaks for its one key; by default, for all of them).
+        (an exact-key watch's snapshot speaks for its one key; by default, for all of them);
+        ``prefix``, when given, says so of the keys under it (a prefix watch's snapshot).
         In the durable keyspace only assignment records are pruned this way (nothing else is
         ever deleted by the protocol).
         """
@@ -396,6 +398,10 @@ class View:
         notices: list[Notice] = []
         for key, known in list(self._known[keyspace].items()):
             if key in present or known[1] > since:
+                continue
+            # (A new leader's lease-prefix snapshot comes after its listing, so this asks of
+            # every key of the job: the prefix is tested in place, without a call per key.)
+            if prefix is not None and not key.startswith(prefix):
                 continue
             if covers is not None and not covers(key):
                 continue
@@ -435,7 +441,13 @@ class View:
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
         tombs = self._tombs[keyspace]
-        for key in [k for k, t in tombs.items() if t[1] <= since and (covers is None or covers(k))]:
+        for key in [
+            k
+            for k, t in tombs.items()
+            if t[1] <= since
+            and (prefix is None or k.startswith(prefix))
+            and (covers is None or covers(k))
+        ]:
             del tombs[key]
         return notices
 
