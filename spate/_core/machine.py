@@ -543,7 +543,13 @@ class Machine:
     def fold(self, notices: list[Notice]) -> None:
         """Act on what changed in the view."""
         for notice in notices:
-            if isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
+            if type(notice) is ProgressChanged:
+                # The bulk of them (one a split when a leader takes over): the branch below,
+                # without its tests for the other kinds.
+                self._claims.on_notice(notice)
+                if self._leader.leading:
+                    self._lead_on(notice)
+            elif isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
                 self._claims.on_notice(notice)
                 if isinstance(notice, LeaseGone):
                     self._leader.nudge_for(notice.split)
