@@ -72,6 +72,8 @@ __all__ = [
     "Status",
     "UnreadableRecord",
     "Verdict",
+    "canonical_progress",
+    "canonical_spec",
     "decode",
     "encode",
     "now_ms",
@@ -431,13 +433,13 @@ def decode(cls: type[R], key: str, data: bytes, *, split: str | None = None) -> 
     # well-formed ones; anything it does not accept (old schema, a bad field, the wrong
     # split) takes the general path, which reads it or says exactly what is wrong.
     if cls is ProgressRecord:
-        fast: Any = _canonical_progress(data, split)
+        fast: Any = canonical_progress(data, split)
         if fast is None:
             fast = _fast_decode_progress(data, split)
         if fast is not None:
             return fast  # type: ignore[no-any-return]
     elif cls is SpecRecord:
-        fast = _canonical_spec(data, split)
+        fast = canonical_spec(data, split)
         if fast is None:
             fast = _fast_decode_spec(data, split)
         if fast is not None:
@@ -691,7 +693,8 @@ _CANONICAL_SPEC = re.compile(
 _STATUS_OF_BYTES = {status.value.encode(): status for status in Status}
 
 
-def _canonical_progress(data: bytes, split: str | None) -> ProgressRecord | None:
+def canonical_progress(data: bytes, split: str | None) -> ProgressRecord | None:
+    """The progress record ``data`` holds in its canonical form, else None (see above)."""
     match = _CANONICAL_PROGRESS.match(data)
     if match is None:
         return None
@@ -716,7 +719,8 @@ def _canonical_progress(data: bytes, split: str | None) -> ProgressRecord | None
     )
 
 
-def _canonical_spec(data: bytes, split: str | None) -> SpecRecord | None:
+def canonical_spec(data: bytes, split: str | None) -> SpecRecord | None:
+    """The spec ``data`` holds in its canonical form, else None (see above)."""
     match = _CANONICAL_SPEC.fullmatch(data)
     if match is None:
         return None

@@ -43,6 +43,8 @@ from spate._core.records import (
     SpecRecord,
     Status,
     UnreadableRecord,
+    canonical_progress,
+    canonical_spec,
     decode,
 )
 from spate._store import Entry, Keyspace
@@ -427,14 +429,19 @@ class View:
                 # leader's listing is two of these a split, spec and progress record, so those
                 # two are read here by their prefix, not through apply_put's classification
                 # by parts and stale checks (what apply_put would do with them, at less cost).
+                # (decode() tries the canonical form first too; asked here directly.)
                 if key.startswith(split_prefix) and len(key) > split_at:
                     name = key[split_at:]
-                    record = decode(ProgressRecord, key, entry.value, split=name)
+                    record = canonical_progress(entry.value, name)
+                    if record is None:
+                        record = decode(ProgressRecord, key, entry.value, split=name)
                     notices.extend(self._fold_progress(name, key, record, entry.revision))
                     continue
                 if key.startswith(spec_prefix) and len(key) > spec_at:
                     name = key[spec_at:]
-                    spec = decode(SpecRecord, key, entry.value, split=name)
+                    spec = canonical_spec(entry.value, name)
+                    if spec is None:
+                        spec = decode(SpecRecord, key, entry.value, split=name)
                     self._fold_spec(name, key, spec, entry.revision)
                     continue
             notices.extend(self.apply_put(keyspace, entry))

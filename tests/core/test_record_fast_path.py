@@ -129,7 +129,7 @@ def test_a_progress_record_in_its_canonical_form_reads_as_the_direct_path_reads_
     record: ProgressRecord,
 ) -> None:
     data = encode(record)
-    canonical = records._canonical_progress(data, record.id)
+    canonical = records.canonical_progress(data, record.id)
     # Matched whenever its strings are plain printable ASCII and its integers short.
     plain = all(
         s is None or (s.isascii() and s.isprintable() and '"' not in s and "\\" not in s)
@@ -141,7 +141,7 @@ def test_a_progress_record_in_its_canonical_form_reads_as_the_direct_path_reads_
     assert (canonical is not None) == plain
     if canonical is not None:
         assert canonical == record == records._fast_decode_progress(data, record.id)
-    assert records._canonical_progress(data, record.id + "x") is None
+    assert records.canonical_progress(data, record.id + "x") is None
 
 
 @given(spec_records)
@@ -149,7 +149,7 @@ def test_a_spec_in_its_canonical_form_reads_as_the_direct_path_reads_it(
     record: SpecRecord,
 ) -> None:
     data = encode(record)
-    canonical = records._canonical_spec(data, record.id)
+    canonical = records.canonical_spec(data, record.id)
     plain = all(
         s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
         for s in (record.id, record.locality)
@@ -157,7 +157,7 @@ def test_a_spec_in_its_canonical_form_reads_as_the_direct_path_reads_it(
     assert (canonical is not None) == plain
     if canonical is not None:
         assert canonical == record == records._fast_decode_spec(data, record.id)
-    assert records._canonical_spec(data, record.id + "x") is None
+    assert records.canonical_spec(data, record.id + "x") is None
 
 
 # Headers in the encoder's key order, each value mostly of its field's type, else of any JSON
@@ -197,7 +197,7 @@ def test_any_header_in_the_canonical_order_reads_as_the_direct_path_reads_it(
 ) -> None:
     data = b'{"schema":2,' + json.dumps(header, separators=(",", ":")).encode()[1:] + b"\n" + state
     for split in (None, header["id"] if isinstance(header["id"], str) else None, "s"):
-        canonical = records._canonical_progress(data, split)
+        canonical = records.canonical_progress(data, split)
         if canonical is not None:
             assert canonical == records._fast_decode_progress(data, split)
 
@@ -219,6 +219,6 @@ def test_any_spec_in_the_canonical_order_reads_as_the_direct_path_reads_it(
 ) -> None:
     data = b'{"schema":1,' + json.dumps(header, separators=(",", ":")).encode()[1:]
     for split in (None, header["id"] if isinstance(header["id"], str) else None, "s"):
-        canonical = records._canonical_spec(data, split)
+        canonical = records.canonical_spec(data, split)
         if canonical is not None:
             assert canonical == records._fast_decode_spec(data, split)
