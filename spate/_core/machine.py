@@ -444,7 +444,11 @@ class Machine:
         """A watch's snapshot arrived: fold it as an authoritative listing of its scope."""
         since = self.scopes.since(scope, self.view.seq)
         keyspace = scope.keyspace
-        self.fold(self.view.apply_listing(keyspace, entries, since=since, covers=scope.covers))
+        if scope.exact:
+            notices = self.view.apply_listing(keyspace, entries, since=since, covers=scope.covers)
+        else:
+            notices = self.view.apply_listing(keyspace, entries, since=since, prefix=scope.key)
+        self.fold(notices)
         if keyspace is Keyspace.EPHEMERAL:
             self.placement_changes.owe()
         self.scopes.snapshot_folded(scope)
@@ -541,7 +545,13 @@ class Machine:
     def fold(self, notices: list[Notice]) -> None:
         """Act on what changed in the view."""
         for notice in notices:
-            if isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
+            if type(notice) is ProgressChanged:
+                # The bulk of them (one a split when a leader takes over): the branch below,
+                # without its tests for the other kinds.
+                self._claims.on_notice(notice)
+                if self._leader.leading:
+                    self._lead_on(notice)
+            elif isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
                 self._claims.on_notice(notice)
                 if isinstance(notice, LeaseGone):
                     self._leader.nudge_for(notice.split)

@@ -43,6 +43,8 @@ from spate._core.records import (
     SpecRecord,
     Status,
     UnreadableRecord,
+    canonical_progress,
+    canonical_spec,
     decode,
 )
 from spate._store import Entry, Keyspace
@@ -261,6 +263,7 @@ class View:
         self._runnable = 0
         self._completed = 0
         self._quarantined = 0
+        self._near_memo: dict[tuple[int, bool, int], bool] = {}
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -381,12 +384,14 @@ class View:
         *,
         since: int,
         covers: Callable[[str], bool] | None = None,
+        prefix: str | None = None,
     ) -> list[Notice]:
         """Fold an authoritative listing (or watch snapshot) of the job's keys in ``keyspace``.
 
         ``since`` is :attr:`seq` when the listing started: tracked keys learned before it and
         absent from the listing are deleted. ``covers`` says which keys the listing speaks for
-        (an exact-key watch's snapshot speaks for its one key; by default, for all of them).
+        (an exact-key watch's snapshot speaks for its one key; by default, for all of them);
+        ``prefix``, when given, says so of the keys under it (a prefix watch's snapshot).
         In the durable keyspace only assignment records are pruned this way (nothing else is
         ever deleted by the protocol).
         """
@@ -395,6 +400,10 @@ class View:
         notices: list[Notice] = []
         for key, known in list(self._known[keyspace].items()):
             if key in present or known[1] > since:
+                continue
+            # (A new leader's lease-prefix snapshot comes after its listing, so this asks of
+            # every key of the job: the prefix is tested in place, without a call per key.)
+            if prefix is not None and not key.startswith(prefix):
                 continue
             if covers is not None and not covers(key):
                 continue
@@ -405,15 +414,47 @@ class View:
                 continue
             notices.extend(self.apply_delete(keyspace, key, None))
         known_now = self._known[keyspace]
+        durable = keyspace is Keyspace.DURABLE
+        tombs_durable = self._tombs_durable
+        split_prefix, spec_prefix = self.keys.split_prefix, self.keys.spec_prefix
+        split_at, spec_at = len(split_prefix), len(spec_prefix)
         for entry in listed:
-            folded = known_now.get(entry.key)
-            if folded is not None and entry.revision <= folded[0]:
-                continue  # folded already (a backstop's common case): nothing to classify
+            key = entry.key
+            folded = known_now.get(key)
+            if folded is not None:
+                if entry.revision <= folded[0]:
+                    continue  # folded already (a backstop's common case): nothing to classify
+            elif durable and not tombs_durable:
+                # A key never folded, with no deletion to weigh it against: not stale. A new
+                # leader's listing is two of these a split, spec and progress record, so those
+                # two are read here by their prefix, not through apply_put's classification
+                # by parts and stale checks (what apply_put would do with them, at less cost).
+                # (decode() tries the canonical form first too; asked here directly.)
+                if key.startswith(split_prefix) and len(key) > split_at:
+                    name = key[split_at:]
+                    record = canonical_progress(entry.value, name)
+                    if record is None:
+                        record = decode(ProgressRecord, key, entry.value, split=name)
+                    notices.extend(self._fold_progress(name, key, record, entry.revision))
+                    continue
+                if key.startswith(spec_prefix) and len(key) > spec_at:
+                    name = key[spec_at:]
+                    spec = canonical_spec(entry.value, name)
+                    if spec is None:
+                        spec = decode(SpecRecord, key, entry.value, split=name)
+                    self._fold_spec(name, key, spec, entry.revision)
+                    continue
             notices.extend(self.apply_put(keyspace, entry))
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
         tombs = self._tombs[keyspace]
-        for key in [k for k, t in tombs.items() if t[1] <= since and (covers is None or covers(k))]:
+        for key in [
+            k
+            for k, t in tombs.items()
+            if t[1] <= since
+            and (prefix is None or k.startswith(prefix))
+            and (covers is None or covers(k))
+        ]:
             del tombs[key]
         return notices
 
@@ -573,29 +614,28 @@ class View:
         self, split: str, key: str, record: ProgressRecord, revision: int
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember(Keyspace.DURABLE, key, revision)
+        self._remember_durable(key, revision)
         state = self.splits.get(split)
-        previous = None if state is None else state.progress
         if state is None:
-            lease, lease_rev = self._pending_leases.pop(split, (None, 0))
-            state = self.splits[split] = SplitState(
-                record, revision, self._pending_specs.pop(split, None)
-            )
-            if lease is not None:
-                self._set_lease(split, state, lease, lease_rev)
+            # A split seen for the first time (every split of a new leader's listing).
+            pending = self._pending_leases.pop(split, None) if self._pending_leases else None
+            spec = self._pending_specs.pop(split, None) if self._pending_specs else None
+            state = self.splits[split] = SplitState(record, revision, spec)
+            if pending is not None:
+                self._set_lease(split, state, pending[0], pending[1])
+            self._count(record.status, +1)
+            self._changes.split_moved(split)
+            self._check_near_quarantine(split, state)
+            return [ProgressChanged(split, None, record, revision)]
+        previous = state.progress
+        owner_before = state.current_owner
+        state.progress, state.progress_rev = record, revision
+        if previous.status is not record.status:
+            self._count(previous.status, -1)
             self._count(record.status, +1)
             self._touch_assignment(split)
-        else:
-            owner_before = state.current_owner
-            state.progress, state.progress_rev = record, revision
-            if previous is not None and previous.status is not record.status:
-                self._count(previous.status, -1)
-                self._count(record.status, +1)
-                self._touch_assignment(split)
-            if state.current_owner != owner_before or (
-                previous is not None and previous.completed != record.completed
-            ):
-                self._touch_assignment(split)
+        if state.current_owner != owner_before or previous.completed != record.completed:
+            self._touch_assignment(split)
         self._check_near_quarantine(split, state)
         return [ProgressChanged(split, previous, record, revision)]
 
@@ -604,7 +644,7 @@ class View:
         self._fold_spec(split, self.keys.spec(split), spec, revision)
 
     def _fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
-        self._remember(Keyspace.DURABLE, key, revision)
+        self._remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
             self._pending_specs.setdefault(split, spec)
@@ -785,6 +825,13 @@ class View:
         if tombs:
             tombs.pop(key, None)
 
+    def _remember_durable(self, key: str, revision: int) -> None:
+        """:meth:`_remember` in the durable keyspace (twice a split when a leader takes over)."""
+        self.seq = seq = self.seq + 1
+        self._known_durable[key] = (revision, seq)
+        if self._tombs_durable:
+            self._tombs_durable.pop(key, None)
+
     def _forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
         self._known[keyspace].pop(key, None)
         self._tomb(keyspace, key, revision)
@@ -805,13 +852,25 @@ class View:
 
     def _check_near_quarantine(self, split: str, state: SplitState) -> None:
         progress = state.progress
-        # The next end that can be charged is a takeover from a dead owner.
-        if progress.status is Status.RUNNABLE and exhausts_attempts(
-            ClaimKind.EXPIRED, progress.attempts, progress.advanced, self.max_attempts
-        ):
+        if progress.status is Status.RUNNABLE and self._near(progress.attempts, progress.advanced):
             self.near_quarantine.add(split)
         else:
             self.near_quarantine.discard(split)
+
+    def _near(self, attempts: int, advanced: bool) -> bool:
+        """Whether a runnable split's next charged takeover reaches ``max_attempts``.
+
+        Asked once per progress record folded, of a handful of distinct answers: remembered
+        by its arguments (the rule stays :func:`~spate._core.protocol.exhausts_attempts`).
+        """
+        key = (attempts, advanced, self.max_attempts)
+        near = self._near_memo.get(key)
+        if near is None:
+            # The next end that can be charged is a takeover from a dead owner.
+            near = self._near_memo[key] = exhausts_attempts(
+                ClaimKind.EXPIRED, attempts, advanced, self.max_attempts
+            )
+        return near
 
 
 def _cap(presence: PresenceRecord | None) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spate._core import records
@@ -122,3 +122,103 @@ def test_any_spec_reads_as_the_converter_reads_it(
 )
 def test_a_record_holding_an_unexpected_type_takes_the_general_path(record: Any) -> None:
     assert encode(record) == records._encode_general(record)
+
+
+@given(progress_records)
+def test_a_progress_record_in_its_canonical_form_reads_as_the_direct_path_reads_it(
+    record: ProgressRecord,
+) -> None:
+    data = encode(record)
+    canonical = records.canonical_progress(data, record.id)
+    # Matched whenever its strings are plain printable ASCII and its integers short.
+    plain = all(
+        s is None or (s.isascii() and s.isprintable() and '"' not in s and "\\" not in s)
+        for s in (record.id, record.owner, record.owner_nonce)
+    ) and all(
+        n is None or abs(n) < 10**18
+        for n in (record.epoch, record.attempts, record.watermark, record.written_at_ms)
+    )
+    assert (canonical is not None) == plain
+    if canonical is not None:
+        assert canonical == record == records._fast_decode_progress(data, record.id)
+    assert records.canonical_progress(data, record.id + "x") is None
+
+
+@given(spec_records)
+def test_a_spec_in_its_canonical_form_reads_as_the_direct_path_reads_it(
+    record: SpecRecord,
+) -> None:
+    data = encode(record)
+    canonical = records.canonical_spec(data, record.id)
+    plain = all(
+        s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
+        for s in (record.id, record.locality)
+    ) and all(abs(n) < 10**18 for n in (record.generation, record.weight))
+    assert (canonical is not None) == plain
+    if canonical is not None:
+        assert canonical == record == records._fast_decode_spec(data, record.id)
+    assert records.canonical_spec(data, record.id + "x") is None
+
+
+# Headers in the encoder's key order, each value mostly of its field's type, else of any JSON
+# type (or a spelling the encoder never writes): what the canonical pattern accepts, the direct
+# path reads alike.
+def mostly(right: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    wrong = json_values | st.sampled_from(["", 0, "runnable"])
+    return st.one_of(right, right, right, right, right, right, right, wrong)
+
+
+plain = st.characters(min_codepoint=0x20, max_codepoint=0x7E, exclude_characters='"\\')
+ascii_texts = st.text(plain, max_size=8) | st.text(
+    st.characters(min_codepoint=0x1F, max_codepoint=0x80), max_size=8
+)
+small_ints = st.integers(-1000, 1000) | st.integers(min_value=-(10**19), max_value=10**19)
+
+
+@settings(max_examples=500)  # (about one example in ten is canonical)
+@given(
+    st.fixed_dictionaries(
+        {
+            "id": mostly(ascii_texts),
+            "epoch": mostly(small_ints),
+            "status": mostly(st.sampled_from(["runnable", "completed", "quarantined"])),
+            "owner": mostly(st.none() | ascii_texts),
+            "attempts": mostly(small_ints),
+            "watermark": mostly(st.none() | small_ints),
+            "completed": mostly(st.booleans()),
+            "written_at_ms": mostly(small_ints),
+        },
+        optional={"advanced": mostly(st.booleans()), "owner_nonce": mostly(ascii_texts)},
+    ),
+    st.binary(max_size=8),
+)
+def test_any_header_in_the_canonical_order_reads_as_the_direct_path_reads_it(
+    header: dict[str, Any], state: bytes
+) -> None:
+    data = b'{"schema":2,' + json.dumps(header, separators=(",", ":")).encode()[1:] + b"\n" + state
+    for split in (None, header["id"] if isinstance(header["id"], str) else None, "s"):
+        canonical = records.canonical_progress(data, split)
+        if canonical is not None:
+            assert canonical == records._fast_decode_progress(data, split)
+
+
+@settings(max_examples=500)  # (about one example in ten is canonical)
+@given(
+    st.fixed_dictionaries(
+        {
+            "id": mostly(ascii_texts),
+            "generation": mostly(small_ints),
+            "weight": mostly(small_ints),
+            "descriptor": mostly(st.sampled_from(["", "YWI=", "YWI", "YQ==", "!!", "YQ=a"])),
+        },
+        optional={"locality": mostly(ascii_texts)},
+    ),
+)
+def test_any_spec_in_the_canonical_order_reads_as_the_direct_path_reads_it(
+    header: dict[str, Any],
+) -> None:
+    data = b'{"schema":1,' + json.dumps(header, separators=(",", ":")).encode()[1:]
+    for split in (None, header["id"] if isinstance(header["id"], str) else None, "s"):
+        canonical = records.canonical_spec(data, split)
+        if canonical is not None:
+            assert canonical == records._fast_decode_spec(data, split)
