@@ -8,12 +8,27 @@ leader's seeding of residuals and its requests, on the store's own CAS and watch
 from __future__ import annotations
 
 import collections
+from collections.abc import AsyncIterator
 
 import attrs
 import pytest
 import trio
 
-from spate import AllComplete, Config, Fenced, Plan, PlanContext, SplitHandle, SplitSpec, run_worker
+from spate import (
+    AllComplete,
+    Config,
+    Event,
+    Fenced,
+    Gained,
+    Plan,
+    PlanContext,
+    Progress,
+    SplitHandle,
+    SplitSpec,
+    ValueTooLarge,
+    open_coordinator,
+    run_worker,
+)
 from spate._core.records import Keys, ProgressRecord, decode, encode
 from spate.store import Keyspace, Won
 from spate_stores import open_store
@@ -146,3 +161,43 @@ async def a_stale_owner_s_split_is_fenced_and_writes_nothing(url: str) -> None:
         assert stored.descriptor is None
         release.set()
         nursery.cancel_scope.cancel()
+
+
+async def a_successor_resumes_the_primary_and_the_residual_runs(url: str) -> None:
+    """An owner commits, splits, and hands the split back: the next owner is given the primary
+    (and the committed watermark), and the residual is seeded and gained as a split of its own;
+    a residual over the store's value size is refused with nothing written."""
+    async with open_store(url) as store:
+        limit = store.capabilities.max_value_size
+
+        async def gained(events: AsyncIterator[Event], split: str) -> Gained:
+            async for event in events:
+                if isinstance(event, Gained) and event.split == split:
+                    return event
+            raise AssertionError(f"{split} was never gained")
+
+        cfg = attrs.evolve(_config(), max_in_flight=4)
+        with trio.fail_after(60):
+            async with open_coordinator(
+                store, job=JOB, instance="a", planner=_planner([100]),  # type: ignore[arg-type]
+                config=cfg,
+            ) as a:  # fmt: skip
+                a_events = a.events()
+                await gained(a_events, "s0")
+                await a.commit("s0", Progress(20))
+                before = await store.get(Keyspace.DURABLE, KEYS.split("s0"))
+                with pytest.raises(ValueTooLarge):
+                    await a.split("s0", _range(0, 60), b"x" * (limit + 1))
+                assert await store.get(Keyspace.DURABLE, KEYS.split("s0")) == before
+                rid = await a.split("s0", _range(0, 60), _range(60, 100))
+                residual = await gained(a_events, rid)
+                assert residual.descriptor == _range(60, 100)
+                await a.release(["s0"])
+                async with open_coordinator(
+                    store, job=JOB, instance="b", planner=_planner([100]),  # type: ignore[arg-type]
+                    config=cfg,
+                ) as b:  # fmt: skip
+                    await a.depart()
+                    successor = await gained(b.events(), "s0")
+                    assert successor.descriptor == _range(0, 60)
+                    assert successor.progress.watermark == 20

@@ -24,3 +24,11 @@ async def test_a_stale_owner_s_split_is_fenced_on_etcd(
     await split_checks.a_stale_owner_s_split_is_fenced_and_writes_nothing(
         etcd_session_server.store_url(namespace)
     )
+
+
+async def test_a_successor_resumes_the_primary_and_the_residual_runs_on_etcd(
+    etcd_session_server: EtcdServer, namespace: str
+) -> None:
+    await split_checks.a_successor_resumes_the_primary_and_the_residual_runs(
+        etcd_session_server.store_url(namespace)
+    )
