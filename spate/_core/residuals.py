@@ -38,13 +38,6 @@ class ResidualSeeds:
         self._seeding: set[str] = set()
         self._due: dict[str, tuple[str, Residual]] = {}
         self._retry = Deadlines()
-        self.seeded = 0
-        """Residuals this worker seeded (counted for tests and the benchmark)."""
-
-    @property
-    def busy(self) -> bool:
-        """Whether some named residual is still being seeded (the verdict waits for it)."""
-        return bool(self._seeding or self._due)
 
     def found(self, record: ProgressRecord) -> None:
         """``record`` was folded: seed each residual it names that the view does not hold."""
@@ -111,7 +104,6 @@ class ResidualSeeds:
                 self._due[rid] = (parent, entry)
                 self._retry.set(rid, host.now() + RETRY_AFTER)
                 return
-            self.seeded += 1
             logger.info("split %s: seeded its residual %s", parent, rid)
         finally:
             self._seeding.discard(rid)

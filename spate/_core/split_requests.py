@@ -68,9 +68,6 @@ class SplitRequests:
         """Every live member's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int] | None = None
         """(the view's sequence number, the idle lanes counted then)."""
-        self.asked = 0
-        self.accepted = 0
-        self.ignored = 0
 
     # -- what the leader sees ------------------------------------------------------------
 
@@ -106,7 +103,6 @@ class SplitRequests:
         if ask is not None and record.splits > ask.splits:
             del self.outstanding[split]
             self._backoff.pop(split, None)
-            self.accepted += 1
 
     def clear(self) -> None:
         """Leadership ended (a successor asks afresh; followers told so far keep their events)."""
@@ -146,7 +142,6 @@ class SplitRequests:
             if now - ask.at >= ignored_after:
                 # Ignored (or its handler cannot split now): ask again later, later each time.
                 del self.outstanding[split]
-                self.ignored += 1
                 _, delay = self._backoff.get(split, (0.0, ignored_after))
                 self._backoff[split] = (now + delay, min(2 * delay, BACKOFF_MAX))
                 continue
@@ -176,7 +171,6 @@ class SplitRequests:
                 polled=now,
             )  # fmt: skip
             self._unsent.add(state.lease.owner)
-            self.asked += 1
             self._wake = min(self._wake, now + POLL)
 
     def _idle_lanes(self) -> int:
