@@ -76,6 +76,10 @@ logger = logging.getLogger("spate.claims")
 DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 RETRY_AFTER_ERROR = 1.0
 """Seconds before a split whose claim or quarantine hit a store error is tried again."""
+UNSURE_LEASE_FOR = 3
+"""Leases after a lease write of unknown outcome for which its key is read back every beat:
+a write that timed out for its sender can still land later (a request the store applies
+after its client gave up on it)."""
 
 ACQUIRE_REASONS: dict[ClaimKind, AcquireReason] = {
     ClaimKind.CREATE: "create",
@@ -114,8 +118,9 @@ class Claims(Tenancies):
         """A follower's assigned splits whose records it must read before it can claim them."""
         self._told: dict[str, set[tuple[int, int]]] = {}
         """Held split -> the split requests (generation, seq) its handler was told of."""
-        self._unsure_leases: set[str] = set()
-        """Splits whose lease write of ours failed with an unknown outcome (it may have landed)."""
+        self._unsure_leases: dict[str, float] = {}
+        """Splits whose lease write of ours failed with an unknown outcome (it may have landed,
+        or land later), and until when to keep reading its key back."""
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -258,10 +263,15 @@ class Claims(Tenancies):
         """Keep the held leases (see :meth:`keep_leases`) and sweep every candidate next step."""
         self._sweep = True  # the backstop of the incremental step
         self.keep_leases(now)
-        for split in sorted(self._unsure_leases - self.busy):
-            self._unsure_leases.discard(split)
-            if split not in self.owned:
+        for split, until in sorted(self._unsure_leases.items()):
+            if split in self.owned or now > until:
+                del self._unsure_leases[split]
+            elif split not in self.busy:
                 self._begin(split, self._read_lease(split))
+
+    def _unsure(self, split: str) -> None:
+        """A lease write of ours for ``split`` may have landed, or may land: read it back."""
+        self._unsure_leases.setdefault(split, self.host.now() + UNSURE_LEASE_FOR * self.host.lease)
 
     def _read_lease(self, split: str) -> Flow[None]:
         """Read back a lease write of ours whose outcome is unknown.
@@ -276,13 +286,16 @@ class Claims(Tenancies):
         try:
             entry: Entry | None = yield Op("get", keyspace, key)
         except StoreUnavailable:
-            self._unsure_leases.add(split)
-            return
+            return  # (read again next beat)
         if split in self.owned:
             return
         if entry is None:
+            # Not there yet: a write that timed out for us may still land later (simulator
+            # seed 18773: it landed after this read, and its split had left our assignment).
+            # Read again every beat, for UNSURE_LEASE_FOR leases from the write.
             self.host.fold(view.apply_delete(keyspace, key, None))
         else:
+            self._unsure_leases.pop(split, None)
             self.host.fold(view.apply_put(keyspace, entry))
 
     # -- what the view tells us --------------------------------------------------------------
@@ -464,7 +477,9 @@ class Claims(Tenancies):
         # Refused: a peer won the lease (the watch brings its write), or our view of our own
         # lease is stale (a lost reply, another process under our id).
         won = yield from self._write_or_retry_later(
-            op, "lease write", maybe_landed=lambda: self._unsure_leases.add(split)
+            op,
+            "lease write",
+            maybe_landed=lambda: self._unsure(split),
         )
         if won is None:
             return None

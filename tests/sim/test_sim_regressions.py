@@ -671,6 +671,17 @@ def test_a_claim_lease_that_landed_unseen_is_read_back_once_its_split_moved_away
         assert result.ok, (seed, result.violations)
 
 
+def test_a_claim_lease_that_lands_after_its_read_back_is_still_given_back() -> None:
+    """Found by seed 18773 of the first 20,000 with splitting: a claim's lease write timed out
+    for the follower yet landed later (a late landing), after the next heartbeat's read-back
+    had found nothing, and the residual it claimed had left its assignment meanwhile. The key
+    stood under the follower's live session for ever, and the job never ended. A lease write
+    of unknown outcome is now read back every beat, for three leases, until the key is
+    found."""
+    result = run_checked(Scenario.from_seed(18773), engine="machines")
+    assert result.ok, result.violations
+
+
 # -- splitting (DESIGN §4c): found by the splittable workload's range-partition checks ----------
 
 
