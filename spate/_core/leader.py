@@ -53,6 +53,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -305,31 +306,52 @@ class Leadership:
             freed = tuple(sorted(s for s in ready if s in current[0].splits))
             if freed:
                 self._publishing.add(instance)
-                self.host.start(self._nudge(instance, current[0], current[1], freed))
+                # Rewritten since: tell it in the next write (a changed record makes the
+                # follower read every split it waits for anyway).
+                moved = partial(self._renudge, instance, freed)
+                self.host.start(
+                    self._rewrite(
+                        instance, current[1], attrs.evolve(current[0], ready=freed), "assign",
+                        moved,
+                    )
+                )  # fmt: skip
 
-    def _nudge(
-        self, instance: str, record: AssignmentRecord, revision: int, freed: tuple[str, ...]
+    def _renudge(self, instance: str, freed: tuple[str, ...]) -> None:
+        self._nudges.setdefault(instance, set()).update(freed)
+
+    def _rewrite(
+        self,
+        instance: str,
+        revision: int,
+        rewritten: AssignmentRecord,
+        operation: str,
+        moved: Callable[[], None],
     ) -> Flow[None]:
+        """Rewrite ``instance``'s record, same splits, by CAS on ``revision`` (a nudge, a request).
+
+        ``moved`` runs when the record was rewritten since (or this worker no longer leads):
+        what this write carried then goes out with the next one.
+        """
         host, view = self.host, self.host.view
         key = host.keys.assign(instance)
         try:
             yield Hold(DURABLE, key)
             current = view.assignments.get(instance)
             if not self.leading or current is None or current[1] != revision:
-                # Rewritten since: tell it in the next write (a changed record makes the
-                # follower read every split it waits for anyway).
-                self._nudges.setdefault(instance, set()).update(freed)
+                moved()
                 return
-            nudge = attrs.evolve(record, ready=freed)
             try:
                 result = yield Op(
-                    "update", DURABLE, key, encode(nudge), expected=revision, operation="assign"
-                )
+                    "update", DURABLE, key, encode(rewritten), expected=revision,
+                    operation=operation,
+                )  # fmt: skip
             except StoreUnavailable as exc:
-                logger.debug("nudging %s failed (%s); its backstop reads again", instance, exc)
+                # A lost nudge leaves the follower's backstop to read again; a lost request
+                # times out unanswered and is made again later.
+                logger.debug("%s to %s failed (%s)", operation, instance, exc)
                 return
             if isinstance(result, Won):
-                host.fold(view.put_assignment(instance, nudge, result.revision))
+                host.fold(view.put_assignment(instance, rewritten, result.revision))
         finally:
             self._publishing.discard(instance)
 
@@ -349,37 +371,14 @@ class Leadership:
             wanted = self.requests(instance)
             if wanted != current[0].split_requested:
                 self._publishing.add(instance)
-                self.host.start(self._ask(instance, current[0], current[1], wanted))
-
-    def _ask(
-        self,
-        instance: str,
-        record: AssignmentRecord,
-        revision: int,
-        wanted: tuple[SplitRequest, ...],
-    ) -> Flow[None]:
-        host, view = self.host, self.host.view
-        key = host.keys.assign(instance)
-        try:
-            yield Hold(DURABLE, key)
-            current = view.assignments.get(instance)
-            if not self.leading or current is None or current[1] != revision:
-                self._asks.add(instance)  # rewritten since: carry it on the record there now
-                return
-            # (``ready`` is not repeated: the member acted on it when it first read it.)
-            asked = attrs.evolve(record, ready=(), split_requested=wanted)
-            try:
-                result = yield Op(
-                    "update", DURABLE, key, encode(asked), expected=revision,
-                    operation="split-request",
+                # (``ready`` is not repeated: the member acted on it when it first read it.)
+                asked = attrs.evolve(current[0], ready=(), split_requested=wanted)
+                self.host.start(
+                    self._rewrite(
+                        instance, current[1], asked, "split-request",
+                        partial(self._asks.add, instance),
+                    )
                 )  # fmt: skip
-            except StoreUnavailable as exc:
-                logger.debug("asking %s to split failed (%s)", instance, exc)
-                return  # (the request times out unanswered and is made again later)
-            if isinstance(result, Won):
-                host.fold(view.put_assignment(instance, asked, result.revision))
-        finally:
-            self._publishing.discard(instance)
 
     def _membership_changed(self, now: float) -> None:
         self._rebalance_owed = True
