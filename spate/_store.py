@@ -84,6 +84,7 @@ __all__ = [
     "check_writes",
     "max_batch_of",
     "validate_key",
+    "validate_page_size",
     "validate_prefix",
 ]
 
@@ -114,6 +115,15 @@ def validate_prefix(prefix: str) -> str:
     if prefix == "":
         return prefix
     return validate_key(prefix)
+
+
+def validate_page_size(page_size: int) -> int:
+    """Return ``page_size`` if it is a whole number of at least 1, else raise StoreError."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise StoreError(
+            f"page_size must be a whole number of entries, at least 1 (got {page_size!r})"
+        )
+    return page_size
 
 
 class Keyspace(enum.Enum):
@@ -338,6 +348,31 @@ class Store(Protocol):
 
         The result is one consistent snapshot: it reflects every write that completed before
         the call began and no partial state of any later write.
+        """
+        ...
+
+    def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AbstractAsyncContextManager[AsyncIterator[list[Entry]]]:
+        """List every entry under ``prefix`` in pages of at most ``page_size`` entries.
+
+        For listings too large to hold at once (a leader's backstop over a whole job): the
+        caller folds each page and lets it go, so neither side holds more than about a page
+        of entries at a time. Inside the block the iterator yields pages, then stops:
+
+        - each page is sorted by key and non-empty, and every page but the last holds exactly
+          ``page_size`` entries (so a short page is the last one);
+        - every key that exists from the moment the block is entered until the last page is
+          taken appears in some page, with a revision it held meanwhile;
+        - a key written during the listing may appear again in a later page, each time at a
+          greater revision; a key created or deleted during it may or may not appear;
+        - pages need not come in key order, nor make one snapshot together (a store that can
+          give one, as etcd does at one revision, should).
+
+        A listing that breaks raises :class:`~spate.StoreUnavailable` from the iterator (the
+        caller starts a new one). ``page_size`` below 1 is refused with
+        :class:`~spate.StoreError`. Leaving the block early frees whatever the listing holds
+        on the store (a cursor, a consumer).
         """
         ...
 

@@ -89,6 +89,9 @@ from spate._store import (
     validate_key as validate_key,
 )
 from spate._store import (
+    validate_page_size as validate_page_size,
+)
+from spate._store import (
     validate_prefix as validate_prefix,
 )
 
@@ -120,5 +123,6 @@ __all__ = [
     "check_writes",
     "max_batch_of",
     "validate_key",
+    "validate_page_size",
     "validate_prefix",
 ]

@@ -48,6 +48,7 @@ from spate.store import (
     check_session,
     check_writes,
     validate_key,
+    validate_page_size,
     validate_prefix,
 )
 
@@ -424,6 +425,32 @@ class MemoryStore:
         return sorted(
             (e for k, e in table.entries.items() if k.startswith(prefix)), key=lambda e: e.key
         )
+
+    @asynccontextmanager
+    async def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AsyncIterator[AsyncIterator[list[Entry]]]:
+        """Every live entry under ``prefix`` in key order, from one instant, page by page."""
+        validate_prefix(prefix)
+        validate_page_size(page_size)
+        table = await self._enter(keyspace)
+        # One snapshot, taken at once: the entries are immutable and already in memory, so
+        # the listing copies references only, and its pages make one consistent snapshot.
+        snapshot = sorted(
+            (e for k, e in table.entries.items() if k.startswith(prefix)), key=lambda e: e.key
+        )
+
+        async def pages() -> AsyncIterator[list[Entry]]:
+            for start in range(0, len(snapshot), page_size):
+                # Each page is a call: a store closed or cut off meanwhile breaks the listing.
+                await self._enter(keyspace)
+                yield snapshot[start : start + page_size]
+
+        iterator = pages()
+        try:
+            yield iterator
+        finally:
+            await iterator.aclose()
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[KeySession]:
