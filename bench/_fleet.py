@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import collections
 import contextlib
 import itertools
@@ -272,6 +273,28 @@ class RecordingStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         self.calls[("list", keyspace.value)] += 1
         return await self.inner.list(keyspace, prefix)
+
+    @asynccontextmanager
+    async def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
+        """A paged listing, counted as one listing; each page goes through :meth:`listed`."""
+        self.calls[("list", keyspace.value)] += 1
+        self.listing_started(keyspace, prefix)
+        async with self.inner.list_pages(keyspace, prefix, page_size=page_size) as pages:
+
+            async def counted() -> AsyncIterator[list[Entry]]:
+                async for page in pages:
+                    self.listed_page(keyspace, prefix, page)
+                    yield page
+
+            yield counted()
+
+    def listing_started(self, keyspace: Keyspace, prefix: str) -> None:
+        """A paged listing began (for counting subclasses)."""
+
+    def listed_page(self, keyspace: Keyspace, prefix: str, page: builtins.list[Entry]) -> None:
+        """A page of a paged listing arrived (for counting subclasses)."""
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Session]:

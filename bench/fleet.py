@@ -41,6 +41,7 @@ Nothing is asserted; the figures are reported beside the issue's targets. Run al
 
 from __future__ import annotations
 
+import builtins
 import collections
 import gc
 import math
@@ -207,6 +208,13 @@ class Tally(RecordingStore):
         self.listed[index] += len(entries)
         self.listed_by[f"{keyspace.value} {prefix}"] += len(entries)
         return entries
+
+    def listing_started(self, keyspace: Keyspace, prefix: str) -> None:
+        self.lists[KEYSPACES.index(keyspace)] += 1
+
+    def listed_page(self, keyspace: Keyspace, prefix: str, page: builtins.list[Entry]) -> None:
+        self.listed[KEYSPACES.index(keyspace)] += len(page)
+        self.listed_by[f"{keyspace.value} {prefix}"] += len(page)
 
     def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         return self._counted_watch(keyspace, prefix, exact)

@@ -50,7 +50,11 @@ class Config:
         replan_interval: How often the leader calls the planner again while the plan is
             open. Positive.
         reconcile_interval: How often a full listing backs up the watches (catching any
-            missed event). Positive.
+            missed event). Positive. A follower's backstop re-reads its own few keys; the
+            leader's lists the job in pages of ``list_page_size``.
+        list_page_size: Entries per page of the leader's backstop listing (at least 1): the
+            leader folds each page and lets it go, so a listing of a job of any size holds
+            about one page of records in flight. 1,000 by default.
         startup_max_attempts: Tries of each startup step (probe, join, announce) against an
             unavailable store before giving up. At least 1.
         rebalance_delay: How long the splits of a departed worker are withheld from others,
@@ -99,6 +103,7 @@ class Config:
     isolation_tier: int = 0
     split_requests: bool = True
     split_request_delay: float = 1.0
+    list_page_size: int = 1000
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -113,7 +118,7 @@ class Config:
                 raise ConfigError(
                     f"Config.{name} must be zero or positive, not {getattr(self, name)!r}"
                 )
-        for name in ("max_in_flight", "max_attempts", "startup_max_attempts"):
+        for name in ("max_in_flight", "max_attempts", "startup_max_attempts", "list_page_size"):
             if _count(getattr(self, name), name) < 1:
                 raise ConfigError(f"Config.{name} must be at least 1, not {getattr(self, name)!r}")
         if _count(self.isolation_tier, "isolation_tier") < 0:

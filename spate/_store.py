@@ -47,6 +47,7 @@ Errors
 
 from __future__ import annotations
 
+import builtins
 import enum
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -353,7 +354,7 @@ class Store(Protocol):
 
     def list_pages(
         self, keyspace: Keyspace, prefix: str, *, page_size: int
-    ) -> AbstractAsyncContextManager[AsyncIterator[list[Entry]]]:
+    ) -> AbstractAsyncContextManager[AsyncIterator[builtins.list[Entry]]]:
         """List every entry under ``prefix`` in pages of at most ``page_size`` entries.
 
         For listings too large to hold at once (a leader's backstop over a whole job): the

@@ -16,9 +16,10 @@ Fault injection wraps a store (see :mod:`spate_testing.faults`) rather than livi
 
 from __future__ import annotations
 
+import builtins
 import heapq
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -429,7 +430,7 @@ class MemoryStore:
     @asynccontextmanager
     async def list_pages(
         self, keyspace: Keyspace, prefix: str, *, page_size: int
-    ) -> AsyncIterator[AsyncIterator[list[Entry]]]:
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
         """Every live entry under ``prefix`` in key order, from one instant, page by page."""
         validate_prefix(prefix)
         validate_page_size(page_size)
@@ -440,7 +441,7 @@ class MemoryStore:
             (e for k, e in table.entries.items() if k.startswith(prefix)), key=lambda e: e.key
         )
 
-        async def pages() -> AsyncIterator[list[Entry]]:
+        async def pages() -> AsyncGenerator[builtins.list[Entry], None]:
             for start in range(0, len(snapshot), page_size):
                 # Each page is a call: a store closed or cut off meanwhile breaks the listing.
                 await self._enter(keyspace)

@@ -40,6 +40,7 @@ The faults, and the real-world event each one stands for:
 
 from __future__ import annotations
 
+import builtins
 import collections
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -253,6 +254,22 @@ class FaultyStore:
         """Delegate after the gate."""
         await self._gate("list")
         return await self.inner.list(keyspace, prefix)
+
+    @asynccontextmanager
+    async def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
+        """The inner listing, each page after the gate (a partition breaks it mid-way)."""
+        await self._gate("list")
+        async with self.inner.list_pages(keyspace, prefix, page_size=page_size) as pages:
+
+            async def gated() -> AsyncGenerator[list[Entry], None]:
+                async for page in pages:
+                    await self._gate("list")
+                    yield page
+
+            async with aclosing(gated()) as gated_pages:
+                yield gated_pages
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Session]:

@@ -26,9 +26,9 @@ from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import attrs
 
-from spate._store import Keyspace
+from spate._store import Entry, Keyspace
 
-__all__ = ["Batch", "Flow", "Fork", "Hold", "Op", "OpsOf", "Request"]
+__all__ = ["Batch", "Flow", "Fork", "Hold", "Op", "OpsOf", "Page", "Request"]
 
 T = TypeVar("T")
 
@@ -37,8 +37,8 @@ T = TypeVar("T")
 class Op:
     """One store call. Writes (create/update/delete) are fenced writes (one span each)."""
 
-    method: Literal["get", "list", "create", "update", "delete"]
-    """The store method this calls."""
+    method: Literal["get", "list", "list-page", "create", "update", "delete"]
+    """The store method this calls (``list-page``: the next page of a paged listing)."""
     keyspace: Keyspace
     key: str
     value: bytes = b""
@@ -47,11 +47,27 @@ class Op:
     """The span name of a write: ``spate.<operation>``."""
     split: str | None = None
     epoch: int | None = None
+    cursor: object = None
+    """``list-page``: where the listing stands (the last :class:`Page`'s; None: a new one)."""
+    page_size: int = 0
+    """``list-page``: entries per page (see :meth:`spate.store.Store.list_pages`)."""
 
     @property
     def is_write(self) -> bool:
         """Whether this call writes (and so needs its key to itself)."""
         return self.method in ("create", "update", "delete")
+
+
+@attrs.frozen
+class Page:
+    """The result of a ``list-page`` :class:`Op`: one page of a paged listing.
+
+    ``cursor`` is None on the last page; otherwise the next ``list-page`` passes it on. It is
+    opaque: each runtime keeps its listings its own way.
+    """
+
+    entries: list[Entry]
+    cursor: object = None
 
 
 @attrs.frozen

@@ -42,7 +42,7 @@ from spate._config import Config
 from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
 from spate._core.echo import is_echo
-from spate._core.flows import Flow, Fork, Hold, Op
+from spate._core.flows import Flow, Fork, Hold, Op, Page
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.ownership import OwnershipReads
@@ -793,18 +793,43 @@ class Machine:
             return
         try:
             for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
-                since = self.view.seq
                 try:
-                    entries = yield Op("list", keyspace, self.keys.prefix)
+                    if not (yield from self._list_in_pages(keyspace)):
+                        return
                 except StoreUnavailable as exc:
                     logger.warning("reconcile listing failed (%s); the next tick retries", exc)
                     return
-                self.fold(self.view.apply_listing(keyspace, entries, since=since))
             # Grace windows elapse with time, not events: let the leader re-decide.
             self.placement_changes.owe()
             self.metrics.reconcile_duration(self.now() - started)
         finally:
             self._reconciling = False
+
+    def _list_in_pages(self, keyspace: Keyspace) -> Flow[bool]:
+        """The leader's backstop listing of one keyspace, folded page by page.
+
+        Each page is folded as it comes and let go, so the listing holds about one page of
+        records whatever the job's size (DESIGN §4b); what no page brought is decided at the
+        end (:meth:`View.end_listing`). The set of keys seen is the one thing kept across
+        pages: a key each, where the view already holds a record each.
+        """
+        since = self.view.seq
+        seen: set[str] = set()
+        cursor: object = None
+        size = self.config.list_page_size
+        while True:
+            page: Page = yield Op(
+                "list-page", keyspace, self.keys.prefix, cursor=cursor, page_size=size
+            )
+            if not self.sees_job:
+                return False  # it stopped leading meanwhile: the rest is not a follower's
+            seen.update(entry.key for entry in page.entries)
+            self.fold(self.view.apply_page(keyspace, page.entries))
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+        self.fold(self.view.end_listing(keyspace, seen, since=since))
+        return True
 
     # -- leaving -----------------------------------------------------------------------------
 

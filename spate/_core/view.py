@@ -396,7 +396,43 @@ class View:
         ever deleted by the protocol).
         """
         listed = list(entries)
-        present = {e.key for e in listed}
+        notices = self._listing_deletes(
+            keyspace, {e.key for e in listed}, since=since, covers=covers, prefix=prefix
+        )
+        notices.extend(self._listing_puts(keyspace, listed))
+        self._prune_tombs(keyspace, since=since, covers=covers, prefix=prefix)
+        return notices
+
+    def apply_page(self, keyspace: Keyspace, entries: Iterable[Entry]) -> list[Notice]:
+        """Fold one page of a paged listing of the job's keys (its puts; see end_listing).
+
+        A page speaks for the keys it holds only: what the listing did not bring is decided
+        once its last page is in (:meth:`end_listing`).
+        """
+        return self._listing_puts(keyspace, list(entries))
+
+    def end_listing(self, keyspace: Keyspace, seen: set[str], *, since: int) -> list[Notice]:
+        """A paged listing's last page is in: tracked keys it never brought are deleted.
+
+        ``seen`` holds every key its pages brought; ``since`` is :attr:`seq` when it began
+        (keys learned since outlive it, as with :meth:`apply_listing`). A key that existed
+        throughout the listing is in some page (the store contract), so a key learned before
+        it and in no page did not exist at some moment during it: it was deleted, and any
+        later life of it is a put the watches bring.
+        """
+        notices = self._listing_deletes(keyspace, seen, since=since, covers=None, prefix=None)
+        self._prune_tombs(keyspace, since=since, covers=None, prefix=None)
+        return notices
+
+    def _listing_deletes(
+        self,
+        keyspace: Keyspace,
+        present: set[str],
+        *,
+        since: int,
+        covers: Callable[[str], bool] | None,
+        prefix: str | None,
+    ) -> list[Notice]:
         notices: list[Notice] = []
         for key, known in list(self._known[keyspace].items()):
             if key in present or known[1] > since:
@@ -413,6 +449,10 @@ class View:
             ):
                 continue
             notices.extend(self.apply_delete(keyspace, key, None))
+        return notices
+
+    def _listing_puts(self, keyspace: Keyspace, listed: list[Entry]) -> list[Notice]:
+        notices: list[Notice] = []
         known_now = self._known[keyspace]
         durable = keyspace is Keyspace.DURABLE
         tombs_durable = self._tombs_durable
@@ -445,6 +485,16 @@ class View:
                     self._fold_spec(name, key, spec, entry.revision)
                     continue
             notices.extend(self.apply_put(keyspace, entry))
+        return notices
+
+    def _prune_tombs(
+        self,
+        keyspace: Keyspace,
+        *,
+        since: int,
+        covers: Callable[[str], bool] | None,
+        prefix: str | None,
+    ) -> None:
         # A tombstone older than this listing has done its job: the listing already reflects
         # that deletion, so no older put can arrive from it.
         tombs = self._tombs[keyspace]
@@ -456,7 +506,6 @@ class View:
             and (covers is None or covers(k))
         ]:
             del tombs[key]
-        return notices
 
     # -- typed puts (also used for the coordinator's own won writes) -----------------------
 

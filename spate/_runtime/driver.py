@@ -23,9 +23,10 @@ import trio
 
 from spate import _fenced as fenced
 from spate._core.flow_engine import BATCH_CONCURRENCY, LIST_TIMEOUT_FACTOR, FlowEngine, FlowRun, Key
-from spate._core.flows import Batch, Flow, Fork, Hold, Op
+from spate._core.flows import Batch, Flow, Fork, Hold, Op, Page
 from spate._errors import StoreError, StoreUnavailable
 from spate._runtime.group_commit import GroupCommit, grouping
+from spate._runtime.listings import Listings
 from spate._store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched
 from spate.telemetry._context import Context, attached
 
@@ -83,6 +84,8 @@ class Driver(FlowEngine[_Running]):
             Callable[[], Awaitable[None]]
         ](math.inf)
         self._idle = 0
+        self.listings = Listings(store, nursery, idle=op_timeout * LIST_TIMEOUT_FACTOR)
+        """The paged listings held open between their flows' page requests."""
         self.io_tasks = 0
         """I/O tasks started so far (the most calls ever in flight at once)."""
 
@@ -277,7 +280,7 @@ class Driver(FlowEngine[_Running]):
 
     async def _call(
         self, op: Op, context: Context | None, *, inline: bool = False
-    ) -> Entry | list[Entry] | WriteResult | None:
+    ) -> Entry | list[Entry] | Page | WriteResult | None:
         """Perform ``op`` within the operation timeout.
 
         ``inline``: in an API caller's task, shielded from its cancellation and in its own
@@ -297,12 +300,14 @@ class Driver(FlowEngine[_Running]):
 
     def _store_call(
         self, op: Op, *, traced: bool | None = None
-    ) -> Awaitable[Entry | list[Entry] | WriteResult | None]:
+    ) -> Awaitable[Entry | list[Entry] | Page | WriteResult | None]:
         # Returns the awaitable of the call itself (one coroutine frame less per store call).
         if op.method == "get":
             return self._store.get(op.keyspace, op.key)
         if op.method == "list":
             return self._store.list(op.keyspace, op.key)
+        if op.method == "list-page":
+            return self.listings.page(op)
         return fenced.write(
             self._writer,
             self._scope,

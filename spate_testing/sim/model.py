@@ -19,6 +19,7 @@ deadline would.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import collections
 import contextlib
@@ -32,7 +33,7 @@ import outcome
 
 from spate import StoreUnavailable
 from spate._core.flow_engine import LIST_TIMEOUT_FACTOR
-from spate._core.flows import Op
+from spate._core.flows import Op, Page
 from spate._core.records import KeyKind, Keys
 from spate.store import (
     Conflict,
@@ -81,6 +82,14 @@ class _Table:
     # watcher of a large fleet.
     exact: dict[str, dict[int, _Watcher]] = attrs.field(factory=dict)
     prefixed: dict[int, _Watcher] = attrs.field(factory=dict)
+    # The keys in order, for paged listings; dropped when a key comes or goes (a rewrite,
+    # the common write, keeps it), so a page costs a bisection, not a sort of the table.
+    ordered: list[str] | None = None
+
+    def sorted_keys(self) -> list[str]:
+        if self.ordered is None:
+            self.ordered = sorted(self.entries)
+        return self.ordered
 
     def add(self, watcher: _Watcher) -> None:
         if watcher.exact:
@@ -206,6 +215,26 @@ class ModelStore:
         entries = self._tables[keyspace].entries
         return [entries[k] for k in sorted(entries) if k.startswith(prefix)]
 
+    def list_page(
+        self, keyspace: Keyspace, prefix: str, after: str | None, size: int
+    ) -> builtins.list[Entry]:
+        """Up to ``size`` live entries under ``prefix`` after the key ``after``, sorted by key.
+
+        Read at this instant: a paged listing made of these is the weakest the store contract
+        allows of pages taken at different moments (each key that lives throughout appears
+        once, at its revision when its page was read), never one snapshot.
+        """
+        table = self._tables[keyspace]
+        keys = table.sorted_keys()
+        at = bisect.bisect_right(keys, after) if after is not None else 0
+        at = max(at, bisect.bisect_left(keys, prefix))
+        entries = table.entries
+        page: list[Entry] = []
+        while at < len(keys) and len(page) < size and keys[at].startswith(prefix):
+            page.append(entries[keys[at]])
+            at += 1
+        return page
+
     # -- writes --------------------------------------------------------------------------------
 
     def write(self, actor: str, op: Op, *, lease: int | None = None) -> WriteResult:
@@ -258,6 +287,8 @@ class ModelStore:
     def _put(self, keyspace: Keyspace, table: _Table, key: str, value: bytes) -> int:
         table.revision += 1
         entry = Entry(key, bytes(value), table.revision)
+        if key not in table.entries:
+            table.ordered = None
         table.entries[key] = entry
         if table.ttl is not None:
             revision = entry.revision
@@ -283,6 +314,7 @@ class ModelStore:
         if lease is not None and lease in self._leases:
             self._leases[lease].keys.discard(key)
         del table.entries[key]
+        table.ordered = None
         table.revision += 1
         self._publish(table, key, Delete(key, table.revision))
         return table.revision
@@ -520,6 +552,16 @@ class Link:
             reads["list"] += 1
             reads["list_records"] += len(entries)
             return answer(outcome.Value(entries))
+        if op.method == "list-page":
+            # The cursor is the last key handed out: each page is read when it is asked for.
+            deadline.cancel()
+            after = op.cursor if isinstance(op.cursor, str) else None
+            entries = self.model.list_page(op.keyspace, op.key, after, op.page_size)
+            reads["list"] += after is None
+            reads["list_pages"] += 1
+            reads["list_records"] += len(entries)
+            more = len(entries) >= op.page_size
+            return answer(outcome.Value(Page(entries, entries[-1].key if more else None)))
         reads["writes"] += 1
         if self._roll(self.rates.late_rate):
             self.injected["late_landing"] += 1

@@ -136,6 +136,10 @@ class RecordingStore:
         """Delegate."""
         return await self.inner.list(keyspace, prefix)
 
+    def list_pages(self, keyspace: Keyspace, prefix: str, *, page_size: int) -> Any:
+        """Delegate."""
+        return self.inner.list_pages(keyspace, prefix, page_size=page_size)
+
     def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         """Delegate."""
         return self.inner.watch(keyspace, prefix, exact=exact)

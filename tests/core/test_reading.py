@@ -21,6 +21,7 @@ from spate._core.records import (
 )
 from spate._core.scopes import WatchScope
 from spate.store import Keyspace, Won
+from spate_testing.faults import FaultRates
 
 from .world import KEYS, LEASE, Worker, World, config, cooperative, planner_of
 
@@ -275,6 +276,54 @@ def test_the_leader_reads_a_progress_record_once_per_ownership_change_and_never_
     assert [op.key for op in a.reads[mark:] if op.key.startswith(KEYS.split(""))] == [
         KEYS.split(split)
     ]
+
+
+def test_the_leaders_backstop_lists_the_job_in_pages_and_never_in_one_listing() -> None:
+    world = World(ticking=False)
+    a = world.start(
+        "a",
+        planner=planner_of(7),
+        cfg=config(reconcile_interval=3600.0, list_page_size=3),
+        on_event=cooperative,
+    )
+    world.run_until(lambda: a.leading and len(a.owned) == 7)
+    world.run_for(1.0)
+    records = {
+        keyspace: len(world.model.list(keyspace, KEYS.prefix)) for keyspace in (DURABLE, EPHEMERAL)
+    }
+    mark = len(a.reads)
+    a.reconcile()
+    world.run_for(1.0)
+    reads = a.reads[mark:]
+    assert [op for op in reads if op.method == "list"] == []
+    for keyspace, count in records.items():
+        pages = [op for op in reads if op.method == "list-page" and op.keyspace is keyspace]
+        assert {op.page_size for op in pages} == {3}
+        assert {op.key for op in pages} == {KEYS.prefix}
+        # One listing: it starts once (no cursor), then follows its cursor page after page
+        # (a full last page is followed by one empty page, which ends it).
+        assert [op.cursor is None for op in pages] == [True] + [False] * (len(pages) - 1)
+        assert len(pages) == count // 3 + 1
+
+
+def test_a_dead_worker_seen_only_by_the_leaders_paged_backstop_loses_its_splits() -> None:
+    # The leader never hears of expiries (as on NATS before 2.11): only its backstop can
+    # notice that c's session (its presence record) is gone. The listing comes in pages of
+    # one record, so the presence record is missed by every page rather than deleted by any:
+    # the end of the listing must decide that what no page brought is gone.
+    world = World()
+    quiet = FaultRates(silent_expiry=True)
+    cfg = config(list_page_size=1, reconcile_interval=5.0, rebalance_delay=0.0)
+    a = world.start("a", planner=planner_of(6), cfg=cfg, rates=quiet, on_event=cooperative)
+    world.run_until(lambda: a.leading)
+    b = world.start("b", planner=planner_of(6), cfg=cfg, rates=quiet, on_event=cooperative)
+    c = world.start("c", planner=planner_of(6), cfg=cfg, rates=quiet, on_event=cooperative)
+    world.run_until(lambda: all(len(w.owned) == 2 for w in (a, b, c)), within=6 * LEASE)
+    held = set(c.owned)
+    c.kill()
+    world.run_until(lambda: a.owned | b.owned >= held, within=4 * LEASE)
+    assert a.link.injected["silent_expiry"] > 0
+    assert a.leading
 
 
 def test_only_the_leader_quarantines() -> None:

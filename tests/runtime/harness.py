@@ -219,6 +219,9 @@ class HookStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> Any:
         return await self.inner.list(keyspace, prefix)
 
+    def list_pages(self, keyspace: Keyspace, prefix: str, *, page_size: int) -> Any:
+        return self.inner.list_pages(keyspace, prefix, page_size=page_size)
+
     async def _write(
         self, kind: str, keyspace: Keyspace, key: str, call: Callable[[], Awaitable[WriteResult]]
     ) -> WriteResult:

@@ -124,6 +124,9 @@ class SessionMemoryStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> Any:
         return await self.inner.list(keyspace, prefix)
 
+    def list_pages(self, keyspace: Keyspace, prefix: str, *, page_size: int) -> Any:
+        return self.inner.list_pages(keyspace, prefix, page_size=page_size)
+
     def watch(self, keyspace: Keyspace, prefix: str, *, exact: bool = False) -> Any:
         return self.inner.watch(keyspace, prefix, exact=exact)
 

@@ -52,6 +52,10 @@ class _CountingWatches(MemoryStore):
         self.listed.append((keyspace, prefix))
         return await super().list(keyspace, prefix)
 
+    def list_pages(self, keyspace: Keyspace, prefix: str, *, page_size: int) -> Any:
+        self.listed.append((keyspace, prefix))
+        return super().list_pages(keyspace, prefix, page_size=page_size)
+
     def split_events(self, since: int = 0) -> list[tuple[Keyspace, str, str]]:
         split_keys = (KEYS.split(""), KEYS.lease(""))
         return [d for d in self.delivered[since:] if d[1].startswith(split_keys)]

@@ -73,6 +73,9 @@ class RecordingStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return await self.inner.list(keyspace, prefix)
 
+    def list_pages(self, keyspace: Keyspace, prefix: str, *, page_size: int) -> Any:
+        return self.inner.list_pages(keyspace, prefix, page_size=page_size)
+
     async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         self._note("create", keyspace, key, None)
         return await self.inner.create(keyspace, key, value, **named)

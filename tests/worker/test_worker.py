@@ -357,6 +357,10 @@ class _CountingReads(MemoryStore):
         self.reads.append(f"list {keyspace.value} {prefix}")
         return await super().list(keyspace, prefix)
 
+    def list_pages(self, keyspace: Keyspace, prefix: str, *, page_size: int) -> Any:
+        self.reads.append(f"list {keyspace.value} {prefix}")
+        return super().list_pages(keyspace, prefix, page_size=page_size)
+
     async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
         self.reads.append(f"get {keyspace.value} {key}")
         return await super().get(keyspace, key)
