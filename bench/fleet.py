@@ -151,6 +151,12 @@ class Tally(RecordingStore):
         """Process CPU time when that listing returned."""
         self.listed_by: collections.Counter[str] = collections.Counter()
         """Records listed, by keyspace and prefix (``durable bench.split.``)."""
+        self.pages = 0
+        """Pages of paged listings (the leader's backstop)."""
+        self.largest_page = 0
+        """The most records one page held."""
+        self.paged_began: float | None = None
+        """Process CPU time when its first paged listing since the reset began."""
 
     def reset(self) -> None:
         """Zero every counter (the recorder's calls too)."""
@@ -162,6 +168,8 @@ class Tally(RecordingStore):
         self.got = 0
         self.listing_began = self.listing_returned = None
         self.listed_by.clear()
+        self.pages = self.largest_page = 0
+        self.paged_began = None
 
     @property
     def records_read(self) -> int:
@@ -211,8 +219,12 @@ class Tally(RecordingStore):
 
     def listing_started(self, keyspace: Keyspace, prefix: str) -> None:
         self.lists[KEYSPACES.index(keyspace)] += 1
+        if self.paged_began is None:
+            self.paged_began = time.process_time()
 
     def listed_page(self, keyspace: Keyspace, prefix: str, page: builtins.list[Entry]) -> None:
+        self.pages += 1
+        self.largest_page = max(self.largest_page, len(page))
         self.listed[KEYSPACES.index(keyspace)] += len(page)
         self.listed_by[f"{keyspace.value} {prefix}"] += len(page)
 
@@ -232,11 +244,14 @@ class _Counts(MetricsHooks):
 
     def __init__(self) -> None:
         self.reconciles = 0
+        self.reconciled_cpu = 0.0
+        """Process CPU time when its last reconcile ended."""
         self.placements = 0
         """Placements published while leading."""
 
     def reconcile_duration(self, seconds: float) -> None:
         self.reconciles += 1
+        self.reconciled_cpu = time.process_time()
 
     def placement(self, report: object) -> None:
         if report is not None:
@@ -597,6 +612,9 @@ class _Large:
     listing_cpu: float
     """Of which the store's listing call (the memory store building 200,000 entries)."""
     placements: int
+    leader_backstop: dict[str, int]
+    """The new leader's next backstop: listings, pages, records listed, the largest page."""
+    leader_backstop_cpu: float
     wall: float
 
 
@@ -676,6 +694,25 @@ async def _large_job(splits: int) -> _Large:
             "live events": sum(new.live),
         }
         placements = fleet.counts[successor].placements - placed[successor]
+        takeover_calls = new.ops()
+        takeover_cpu = ended - new.listing_began
+        listing_cpu = (new.listing_returned or new.listing_began) - new.listing_began
+
+        # The new leader's next backstop: both keyspaces listed in pages, each folded as it
+        # comes (its CPU: from its first page request until the reconcile ended).
+        new.reset()
+        counts = fleet.counts[successor]
+        before = counts.reconciles
+        while counts.reconciles <= before:
+            await trio.sleep(1.0)  # virtual: the reconcile comes within its interval
+        leader_backstop = {
+            "listings": sum(new.lists),
+            "pages": new.pages,
+            "records listed": sum(new.listed),
+            "largest page": new.largest_page,
+        }
+        paged_from = new.paged_began if new.paged_began is not None else counts.reconciled_cpu
+        leader_backstop_cpu = counts.reconciled_cpu - paged_from
         nursery.cancel_scope.cancel()
     return _Large(
         splits=splits,
@@ -687,10 +724,12 @@ async def _large_job(splits: int) -> _Large:
         unheld=unheld,
         successor=successor,
         takeover=takeover,
-        takeover_calls=new.ops(),
-        takeover_cpu=ended - new.listing_began,
-        listing_cpu=(new.listing_returned or new.listing_began) - new.listing_began,
+        takeover_calls=takeover_calls,
+        takeover_cpu=takeover_cpu,
+        listing_cpu=listing_cpu,
         placements=placements,
+        leader_backstop=leader_backstop,
+        leader_backstop_cpu=leader_backstop_cpu,
         wall=time.monotonic() - began,
     )
 
@@ -971,6 +1010,22 @@ def _large_rows(large: _Large) -> list[Row]:
                 f"was quiet {SETTLE:g} s (virtual) later: the memory store's listing "
                 f"({fmt_seconds(large.listing_cpu)} of it), decoding and folding "
                 f"{large.splits:,} splits' records, the recount, and placing them"
+            ),
+        ),
+        Row(
+            bench=f"fleet, the leader's backstop of a {large.splits:,}-split job",
+            store="memory",
+            measured=f"{large.leader_backstop['largest page']:,} records per page at most",
+            baseline=f"{Config().list_page_size:,} (list_page_size)",
+            ratio=None,
+            target="in pages",
+            met=0 < large.leader_backstop["largest page"] <= Config().list_page_size,
+            note=(
+                "the new leader's next reconcile after its takeover: "
+                + ", ".join(f"{k} {v:,}" for k, v in large.leader_backstop.items())
+                + f"; {fmt_seconds(large.leader_backstop_cpu)} of CPU from its first page "
+                "request until the reconcile ended (each record already folded is skipped by "
+                "its revision)"
             ),
         ),
     ]
