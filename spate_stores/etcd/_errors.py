@@ -25,6 +25,7 @@ from spate_stores.etcd._wire import ErrorKind, GatewayError
 
 __all__ = [
     "compacted_during_listing",
+    "compacted_during_paged_listing",
     "gateway_error",
     "keepalive_timeout",
     "keepalive_unreadable",
@@ -258,6 +259,15 @@ def compacted_during_listing(endpoint: str) -> StoreUnavailable:
     return StoreUnavailable(
         f"etcd at {endpoint} compacted its history faster than a listing "
         "could page through it; retry"
+    )
+
+
+def compacted_during_paged_listing(endpoint: str, revision: int, pages: int) -> StoreUnavailable:
+    """A paged listing's revision was compacted after some of its pages were handed out."""
+    return StoreUnavailable(
+        f"etcd at {endpoint} compacted revision {revision} away while a paged listing was "
+        f"reading at it, after {pages} pages were handed out; those pages cannot be taken "
+        "back, so the listing cannot continue: list again"
     )
 
 

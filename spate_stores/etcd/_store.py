@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -28,6 +29,7 @@ from spate.store import (
     WriteResult,
     check_writes,
     validate_key,
+    validate_page_size,
     validate_prefix,
 )
 from spate_stores.etcd import _errors as errors
@@ -69,6 +71,14 @@ default, bounds the nested txns of one txn)."""
 _LIST_ATTEMPTS = 3
 
 _TxnBuilder = Callable[[int], dict[str, Any]]
+
+
+class _Compacted(Exception):
+    """A listing's pinned revision was compacted away between two of its pages."""
+
+    def __init__(self, revision: int) -> None:
+        super().__init__(revision)
+        self.revision = revision
 
 
 class EtcdStore:
@@ -242,34 +252,60 @@ class EtcdStore:
         return kvs[0] if kvs else None
 
     async def _range_all(self, keyspace: Keyspace, prefix: str) -> tuple[list[Entry], int]:
-        start = self._layout.key(keyspace, prefix)
-        end = prefix_end(start)
+        """Every entry under ``prefix`` and the revision they were read at (for list, watch)."""
         for _ in range(_LIST_ATTEMPTS):
             entries: list[Entry] = []
             revision = 0
-            key = start
             try:
-                while True:
-                    reply = await self._gateway.call(
-                        "/v3/kv/range",
-                        range_request(key, range_end=end, limit=_PAGE, revision=revision),
-                        doing="listing",
-                    )
-                    # Later pages read at the first page's revision: one consistent snapshot.
-                    revision = revision or header_revision(reply)
-                    kvs, more = parse_kvs(reply)
-                    entries += (
-                        Entry(self._layout.store_key(keyspace, kv.key), kv.value, kv.mod_revision)
-                        for kv in kvs
-                    )
-                    if not (more and kvs):
-                        return entries, revision
-                    key = kvs[-1].key + b"\x00"
-            except ReplyError as exc:
-                if exc.error.kind is not ErrorKind.COMPACTED:
-                    raise self._unexpected(exc, "listing") from None
-                # The pinned revision was compacted between pages: list again from now.
+                async with aclosing(self._range_pages(keyspace, prefix, _PAGE)) as pages:
+                    async for page, read_at in pages:
+                        entries += page
+                        revision = read_at
+            except _Compacted:
+                # The pinned revision was compacted between pages; nothing was handed out
+                # yet, so list again from now.
+                continue
+            return entries, revision
         raise errors.compacted_during_listing(self._config.endpoint)
+
+    async def _range_pages(
+        self, keyspace: Keyspace, prefix: str, limit: int
+    ) -> AsyncGenerator[tuple[list[Entry], int], None]:
+        """``prefix`` in key order, one range request of ``limit`` keys per page.
+
+        Yields each page with the revision it was read at: the first page's, since every
+        later page is pinned to it, so the pages together are one consistent snapshot. The
+        first page may be empty (nothing under the prefix); no later one is, because a page
+        follows only when etcd said ``more``. Raises _Compacted when the pinned revision is
+        compacted away between pages (the first page, unpinned, never is).
+        """
+        start = self._layout.key(keyspace, prefix)
+        end = prefix_end(start)
+        revision = 0
+        key = start
+        while True:
+            try:
+                reply = await self._gateway.call(
+                    "/v3/kv/range",
+                    range_request(key, range_end=end, limit=limit, revision=revision),
+                    doing="listing",
+                )
+            except ReplyError as exc:
+                if exc.error.kind is ErrorKind.COMPACTED:
+                    raise _Compacted(revision) from None
+                raise self._unexpected(exc, "listing") from None
+            revision = revision or header_revision(reply)
+            kvs, more = parse_kvs(reply)
+            yield (
+                [
+                    Entry(self._layout.store_key(keyspace, kv.key), kv.value, kv.mod_revision)
+                    for kv in kvs
+                ],
+                revision,
+            )
+            if not (more and kvs):
+                return
+            key = kvs[-1].key + b"\x00"
 
     async def _range_one(self, key: str, raw: bytes) -> tuple[list[Entry], int]:
         """The entry of one key (0 or 1) and the revision it was read at."""
@@ -367,6 +403,41 @@ class EtcdStore:
         self._check_open(keyspace)
         entries, _ = await self._range_all(keyspace, prefix)
         return entries
+
+    @asynccontextmanager
+    async def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
+        """Every entry under ``prefix`` in key order, ``page_size`` per range request.
+
+        Every page is read at the first page's revision, so the pages together are one
+        snapshot. etcd holds nothing for a listing between requests (no cursor), so leaving
+        early frees nothing on the server. When that revision is compacted before the last
+        page, the iterator raises StoreUnavailable: pages already handed out cannot be taken
+        back, so the caller lists again.
+        """
+        validate_prefix(prefix)
+        validate_page_size(page_size)
+        self._check_open(keyspace)
+        async with aclosing(self._pages_of(keyspace, prefix, page_size)) as pages:
+            yield pages
+
+    async def _pages_of(
+        self, keyspace: Keyspace, prefix: str, page_size: int
+    ) -> AsyncGenerator[builtins.list[Entry], None]:
+        handed_out = 0
+        try:
+            async with aclosing(self._range_pages(keyspace, prefix, page_size)) as pages:
+                async for page, _ in pages:
+                    # Only the first page can be empty (nothing under the prefix): no page then.
+                    # A full page with etcd's `more` unset is the last: the iterator just stops.
+                    if page:
+                        handed_out += 1
+                        yield page
+        except _Compacted as exc:
+            raise errors.compacted_during_paged_listing(
+                self._config.endpoint, exc.revision, handed_out
+            ) from None
 
     async def create(
         self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None

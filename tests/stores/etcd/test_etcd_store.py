@@ -303,6 +303,76 @@ async def test_a_watch_behind_compaction_raises_and_a_rewatch_sees_every_write(
             assert await next_event(events) == SnapshotDone()
 
 
+# -- paged listings ---------------------------------------------------------------------------
+
+
+async def test_a_paged_listing_is_one_snapshot_in_range_requests_of_page_size(
+    etcd_session_server: EtcdServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with store(etcd_session_server, namespace) as client:
+        for key in ("b", "c", "d", "e", "f"):
+            assert isinstance(await client.create(DURABLE, key, b"old"), Won)
+        listed = await client.list(DURABLE, "")
+        ranges: list[dict[str, object]] = []
+        call = client._gateway.call
+
+        async def recording(path: str, body: dict[str, object], *, doing: str) -> object:
+            if path == "/v3/kv/range" and doing == "listing":
+                ranges.append(body)
+            return await call(path, body, doing=doing)
+
+        monkeypatch.setattr(client._gateway, "call", recording)
+        pages = []
+        async with client.list_pages(DURABLE, "", page_size=2) as iterator:
+            async for page in iterator:
+                pages.append(page)
+                # Writes between pages: none shows, every page reads the first one's revision.
+                await client.create(DURABLE, "a", b"new")
+                await client.delete(DURABLE, "f")
+                entry = await client.get(DURABLE, "d")
+                if entry is not None and entry.value == b"old":
+                    await client.update(DURABLE, "d", b"new", entry.revision)
+        assert pages == [listed[0:2], listed[2:4], listed[4:5]]
+        assert [body["limit"] for body in ranges] == ["2", "2", "2"]
+        pinned = {body.get("revision") for body in ranges[1:]}
+        assert "revision" not in ranges[0]
+        assert len(pinned) == 1
+        assert None not in pinned
+
+        # A full last page is the last: etcd says no `more`, so no request follows it.
+        ranges.clear()
+        async with client.list_pages(DURABLE, "", page_size=5) as iterator:
+            sizes = [len(page) async for page in iterator]
+        assert sizes == [5]  # a b c d e
+        assert len(ranges) == 1
+
+
+async def test_compaction_during_a_paged_listing_raises_and_says_list_again(
+    etcd_session_server: EtcdServer, namespace: str
+) -> None:
+    async with store(etcd_session_server, namespace) as client:
+        for key in ("a", "b", "c"):
+            assert isinstance(await client.create(DURABLE, key, b"v"), Won)
+        taken = []
+
+        async def list_while_compacting() -> None:
+            async with client.list_pages(DURABLE, "", page_size=1) as pages:
+                async for page in pages:
+                    taken.append(page)
+                    # Compact past the listing's revision before its next page.
+                    await client.create(DURABLE, f"later-{len(taken)}", b"v")
+                    await trio.to_thread.run_sync(etcd_session_server.compact_sync)
+
+        with pytest.raises(StoreUnavailable, match="list again") as info:
+            await list_while_compacting()
+        assert len(taken) == 1
+        assert "after 1 pages were handed out" in str(info.value)
+        # A new listing starts from now and completes.
+        async with client.list_pages(DURABLE, "", page_size=2) as pages:
+            keys = [entry.key async for page in pages for entry in page]
+        assert keys == ["a", "b", "c", "later-1"]
+
+
 class Follower:
     """A caller that folds a prefix's watch into a view, re-watching whenever it breaks."""
 
