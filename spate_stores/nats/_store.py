@@ -16,9 +16,10 @@ landed.
 
 from __future__ import annotations
 
+import builtins
 import math
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 
 import attrs
 
@@ -37,6 +38,7 @@ from spate.store import (
     WriteResult,
     check_session,
     validate_key,
+    validate_page_size,
     validate_prefix,
 )
 from spate_stores.nats import _errors as errors
@@ -251,6 +253,37 @@ class NatsStore:
             await watch.aclose()
 
     @asynccontextmanager
+    async def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
+        """Every entry under ``prefix``, ``page_size`` at a time, from one ordered consumer.
+
+        The consumer is the one :meth:`list` uses, but each page is handed out as soon as it
+        is full, so the client holds about a page (flow control stalls the server while the
+        caller holds one). Pages come in revision order, each sorted by key; they are not one
+        snapshot: a key rewritten after its page was handed out comes again, at its greater
+        revision. The consumer is created on the first page and deleted when the block ends.
+        """
+        validate_prefix(prefix)
+        validate_page_size(page_size)
+        # No resume window: a paged listing's consumer starts over when recreated (see
+        # KeyWatch), so expired entries aging out of the stream meanwhile lose nothing.
+        watch = self._key_watch(
+            self._bucket(keyspace), keyspace, prefix, page_size=page_size, resume_window=False
+        )
+
+        async def pages() -> AsyncGenerator[builtins.list[Entry], None]:
+            await watch.start()
+            while (page := await watch.next_page()) is not None:
+                yield page
+
+        try:
+            async with aclosing(pages()) as iterator:
+                yield iterator
+        finally:
+            await watch.aclose()
+
+    @asynccontextmanager
     async def session(self) -> AsyncIterator[KeySession]:
         """A light session handle: entries keep their per-key TTL (the bucket's max_age)."""
         self._bucket(Keyspace.EPHEMERAL)
@@ -361,7 +394,14 @@ class NatsStore:
             await watch.aclose()
 
     def _key_watch(
-        self, bucket: Bucket, keyspace: Keyspace, prefix: str, *, exact: bool = False
+        self,
+        bucket: Bucket,
+        keyspace: Keyspace,
+        prefix: str,
+        *,
+        exact: bool = False,
+        page_size: int | None = None,
+        resume_window: bool = True,
     ) -> KeyWatch:
         ttl = self._options.ttl
         return KeyWatch(
@@ -370,9 +410,12 @@ class NatsStore:
             bucket,
             prefix,
             heartbeat=self._heartbeat,
-            resume_window=0.75 * ttl if keyspace is Keyspace.EPHEMERAL else None,
+            resume_window=(
+                0.75 * ttl if resume_window and keyspace is Keyspace.EPHEMERAL else None
+            ),
             timeout=self._options.connect.timeout,
             exact=exact,
+            page_size=page_size,
         )
 
 

@@ -13,6 +13,12 @@ sequence and how many messages are still pending, which is all a client needs to
   fresh inbox, deleting the old consumer;
 * answer flow-control requests when the messages before them have been consumed.
 
+A paged listing (``page_size``) is the snapshot phase alone, handed out as it arrives: a page
+closes when it holds ``page_size`` keys, or when the snapshot ends, and the listing stops there.
+The client holds one page at a time; while the caller holds a page nothing is read, so flow
+control stalls the server instead of the subscription growing. Pages come in stream order, each
+sorted by key; a key rewritten after its page closed comes again, at its new, greater revision.
+
 Recreating from a sequence is exact while every message written since the last moment we were
 in sync is still in the stream. In the durable bucket that is always so (tombstones never
 expire); in the ephemeral bucket messages and markers age out after the TTL, so a watch
@@ -70,9 +76,10 @@ def parse_ack_subject(reply: str) -> tuple[int, int, int] | None:
 
 
 class KeyWatch:
-    """The event stream of one watch (or, with ``snapshot_only``, one listing).
+    """The event stream of one watch (or one listing: :meth:`snapshot`, :meth:`next_page`).
 
-    It follows every key under ``prefix``, or with ``exact`` the one key ``prefix``.
+    It follows every key under ``prefix``, or with ``exact`` the one key ``prefix``. With
+    ``page_size`` it is a paged listing, read with :meth:`next_page` only.
     """
 
     def __init__(
@@ -86,6 +93,7 @@ class KeyWatch:
         resume_window: float | None,
         timeout: float,
         exact: bool = False,
+        page_size: int | None = None,
     ) -> None:
         self._conn = connection
         self._js = js
@@ -102,6 +110,9 @@ class KeyWatch:
         self._timeout = timeout
         self._events: collections.deque[WatchEvent] = collections.deque()
         self._snapshot: dict[str, Entry] | None = {}
+        # A paged listing: the page being built is _snapshot; closed pages wait in _pages.
+        self._page_size = page_size
+        self._pages: collections.deque[list[Entry]] = collections.deque()
         self._present: dict[str, int] = {}
         self._last_stream_seq = 0
         self._last_consumer_seq = 0
@@ -154,7 +165,12 @@ class KeyWatch:
             "num_replicas": 1,
             "mem_storage": True,
         }
-        if self._last_stream_seq == 0:
+        if self._last_stream_seq == 0 or self._page_size is not None:
+            # A paged listing starts over even after a reset: by_start_sequence would also
+            # replay the history (HISTORY) of keys it has not reached yet, superseded
+            # revisions and keys deleted before the listing, and a page handed out cannot
+            # be taken back when the newer message arrives. Deliveries at or below the last
+            # stream sequence seen are dropped in _handle, so each key still comes once.
             config["deliver_policy"] = "last_per_subject"
         else:
             config["deliver_policy"] = "by_start_sequence"
@@ -205,6 +221,26 @@ class KeyWatch:
         while self._snapshot is not None:
             await self._step()
         return [event.entry for event in self._events if isinstance(event, Put)]
+
+    async def next_page(self) -> list[Entry] | None:
+        """The next page of a paged listing, or None once the snapshot has been handed out.
+
+        Raises StoreUnavailable (or StoreError) once the listing cannot continue; the
+        consumer is dropped then.
+        """
+        assert self._page_size is not None, "next_page is for paged listings"
+        while not self._pages:
+            if self._broken is not None:
+                raise self._broken
+            if self._snapshot is None:
+                return None
+            try:
+                await self._step()
+            except (StoreUnavailable, StoreError) as exc:
+                self._broken = exc
+                await self._drop_consumer()
+                raise
+        return self._pages.popleft()
 
     async def _step(self) -> None:
         sub = self._sub
@@ -299,9 +335,14 @@ class KeyWatch:
         tombstone = is_tombstone(msg.headers)
         if self._snapshot is not None:
             if tombstone:
+                # A paged listing drops it from the page being built only; a key already
+                # handed out may be deleted meanwhile (the contract allows it).
                 self._snapshot.pop(key, None)
             else:
+                # Deliveries come in stream order: a later one of a key is its newer revision.
                 self._snapshot[key] = Entry(key, msg.payload, revision)
+                if self._page_size is not None and len(self._snapshot) >= self._page_size:
+                    self._close_page()
             return
         if tombstone:
             # Only keys this watch reported: an old tombstone aging out leaves a marker too.
@@ -313,7 +354,17 @@ class KeyWatch:
             self._present[key] = revision
             self._events.append(Put(Entry(key, msg.payload, revision)))
 
+    def _close_page(self) -> None:
+        page, self._snapshot = self._snapshot or {}, {}
+        if page:
+            self._pages.append([page[key] for key in sorted(page)])
+
     def _finish_snapshot(self) -> None:
+        if self._page_size is not None:
+            # The short last page, if any; the listing ends here (no live phase).
+            self._close_page()
+            self._snapshot = None
+            return
         snapshot = self._snapshot or {}
         self._snapshot = None
         for key in sorted(snapshot):

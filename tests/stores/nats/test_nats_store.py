@@ -311,3 +311,100 @@ async def test_bucket_made_by_2_9_gets_expiry_markers_on_a_newer_server(
             assert await store.get(DURABLE, "kept") == Entry("kept", b"across the upgrade", won)
     finally:
         await trio.to_thread.run_sync(new.stop)
+
+
+# -- paged listings ---------------------------------------------------------------------------
+
+
+async def consumer_names(store: NatsStore, keyspace: Keyspace) -> list[str]:
+    stream = store.bucket(keyspace).stream
+    reply = await store._jetstream().api(f"CONSUMER.NAMES.{stream}")
+    return list(reply.get("consumers") or [])
+
+
+async def wait_for_no_consumers(store: NatsStore, keyspace: Keyspace) -> None:
+    # The delete is sent without waiting for its reply (so leaving never blocks on the
+    # server): poll the server until it has applied it.
+    for _ in range(100):
+        left = await consumer_names(store, keyspace)
+        if not left:
+            return
+        await trio.sleep(0.05)
+    raise AssertionError(f"consumers left behind by a listing: {left}")
+
+
+async def test_a_paged_listing_left_early_deletes_its_consumer(
+    spate_nats_server: NatsServer, namespace: str
+) -> None:
+    async with open_store(spate_nats_server.store_url(namespace)) as store:
+        assert isinstance(store, NatsStore)
+        for n in range(6):
+            await store.create(DURABLE, f"job.{n}", b"v")
+        assert await consumer_names(store, DURABLE) == []
+        async with store.list_pages(DURABLE, "job.", page_size=2) as pages:
+            async for page in pages:
+                assert len(page) == 2
+                assert len(await consumer_names(store, DURABLE)) == 1
+                break
+        await wait_for_no_consumers(store, DURABLE)
+        # Entered but never iterated: no consumer was ever made.
+        async with store.list_pages(DURABLE, "job.", page_size=2):
+            assert await consumer_names(store, DURABLE) == []
+        # Read to the end: the consumer goes too.
+        async with store.list_pages(DURABLE, "job.", page_size=4) as pages:
+            assert [len(page) async for page in pages] == [4, 2]
+        await wait_for_no_consumers(store, DURABLE)
+
+
+async def test_a_paged_listing_goes_through_flow_control_a_page_at_a_time(
+    spate_nats_server: NatsServer, namespace: str
+) -> None:
+    async with open_store(spate_nats_server.store_url(namespace)) as store:
+        assert isinstance(store, NatsStore)
+        value = bytes(range(256)) * 1024  # 256 KiB
+        async with trio.open_nursery() as nursery:
+            for n in range(48):
+                nursery.start_soon(store.create, DURABLE, f"big.{n:03d}", value)
+        watch = store._key_watch(store.bucket(DURABLE), DURABLE, "big.", page_size=5)
+        try:
+            await watch.start()
+            keys = []
+            while (page := await watch.next_page()) is not None:
+                assert 1 <= len(page) <= 5
+                assert all(entry.value == value for entry in page)
+                keys += [entry.key for entry in page]
+            assert sorted(keys) == [f"big.{n:03d}" for n in range(48)]
+            assert len(keys) == 48
+            assert watch.flow_control_replies >= 1
+        finally:
+            await watch.aclose()
+
+
+async def test_a_paged_listing_recreated_mid_way_hands_out_no_stale_or_deleted_key(
+    spate_nats_server: NatsServer, namespace: str
+) -> None:
+    # The bucket keeps a few messages of each key; a consumer resumed from a stream sequence
+    # would replay them (j's first revision, d before its delete), and a page handed out
+    # cannot be taken back. A paged listing's new consumer starts over instead, skipping
+    # what it has seen.
+    async with open_store(spate_nats_server.store_url(namespace)) as store:
+        assert isinstance(store, NatsStore)
+        a = rev(await store.create(DURABLE, "a", b"a"))
+        j = rev(await store.create(DURABLE, "j", b"j1"))
+        d = rev(await store.create(DURABLE, "d", b"d"))
+        j = rev(await store.update(DURABLE, "j", b"j2", j))
+        rev(await store.delete(DURABLE, "d", d))
+        watch = store._key_watch(store.bucket(DURABLE), DURABLE, "", page_size=1)
+        try:
+            await watch.start()
+            assert await watch.next_page() == [Entry("a", b"a", a)]
+            first = watch.consumer_name
+            await watch._reset("a test forces a new consumer")
+            assert watch.consumer_name != first
+            rest = []
+            while (page := await watch.next_page()) is not None:
+                rest.append(page)
+            assert rest == [[Entry("j", b"j2", j)]]
+            assert watch.resets == 1
+        finally:
+            await watch.aclose()
