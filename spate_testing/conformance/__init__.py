@@ -27,6 +27,7 @@ pytest.register_assert_rewrite(
             "_data",
             "_exact_watch",
             "_expiry",
+            "_pages",
             "_session",
             "_support",
             "_watch",

@@ -11,6 +11,7 @@ from spate_testing.conformance._concurrency import ConcurrencyConformance
 from spate_testing.conformance._data import DataConformance
 from spate_testing.conformance._exact_watch import ExactWatchConformance
 from spate_testing.conformance._expiry import ExpiryConformance
+from spate_testing.conformance._pages import PagesConformance
 from spate_testing.conformance._session import SessionConformance
 from spate_testing.conformance._watch import WatchConformance
 
@@ -21,6 +22,7 @@ class StoreConformance(
     CasConformance,
     BatchedConformance,
     DataConformance,
+    PagesConformance,
     ConcurrencyConformance,
     ExpiryConformance,
     SessionConformance,
