@@ -6,6 +6,7 @@ runs the conformance suite against each and checks that the suite notices.
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
@@ -28,6 +29,7 @@ from spate.store import (
     Won,
     WriteResult,
     validate_key,
+    validate_page_size,
     validate_prefix,
 )
 from spate_stores.memory import MemoryServer, MemoryStore
@@ -78,6 +80,27 @@ class Wrapper:
 
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return await self.inner.list(keyspace, prefix)
+
+    def list_pages(
+        self, keyspace: Keyspace, prefix: str, *, page_size: int
+    ) -> AbstractAsyncContextManager[AsyncIterator[builtins.list[Entry]]]:
+        return self._list_pages(keyspace, prefix, page_size)
+
+    @asynccontextmanager
+    async def _list_pages(
+        self, keyspace: Keyspace, prefix: str, page_size: int
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
+        async with (
+            self.inner.list_pages(keyspace, prefix, page_size=page_size) as pages,
+            aclosing(self.pages(pages, page_size)) as transformed,
+        ):
+            yield transformed
+
+    async def pages(
+        self, pages: AsyncIterator[builtins.list[Entry]], page_size: int
+    ) -> AsyncGenerator[builtins.list[Entry], None]:
+        async for page in pages:
+            yield page
 
     async def create(self, keyspace: Keyspace, key: str, value: bytes, **named: Any) -> WriteResult:
         return await self.inner.create(keyspace, key, value, **named)
@@ -265,6 +288,51 @@ class ListUnsorted(Wrapper):
 
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         return list(reversed(await self.inner.list(keyspace, prefix)))
+
+
+class PagesDropLastOfFullPage(Wrapper):
+    """Each full page loses its last entry (an off-by-one in a cursor's next start key)."""
+
+    async def pages(
+        self, pages: AsyncIterator[builtins.list[Entry]], page_size: int
+    ) -> AsyncGenerator[builtins.list[Entry], None]:
+        async for page in pages:
+            trimmed = page[:-1] if len(page) == page_size else page
+            if trimmed:
+                yield trimmed
+
+
+class PagesIgnorePageSize(Wrapper):
+    """A paged listing checks page_size, then hands out everything as one page."""
+
+    @asynccontextmanager
+    async def _list_pages(
+        self, keyspace: Keyspace, prefix: str, page_size: int
+    ) -> AsyncIterator[AsyncIterator[builtins.list[Entry]]]:
+        validate_page_size(page_size)
+        async with super()._list_pages(keyspace, prefix, 1_000_000_000) as pages:
+            yield pages
+
+
+class PagesUnsorted(Wrapper):
+    """Each page comes in reverse key order (a store that sorts the listing, not the page)."""
+
+    async def pages(
+        self, pages: AsyncIterator[builtins.list[Entry]], page_size: int
+    ) -> AsyncGenerator[builtins.list[Entry], None]:
+        async for page in pages:
+            yield list(reversed(page))
+
+
+class PagesEndWithAnEmptyPage(Wrapper):
+    """A listing ends with an empty page (a store that stops only when a request finds none)."""
+
+    async def pages(
+        self, pages: AsyncIterator[builtins.list[Entry]], page_size: int
+    ) -> AsyncGenerator[builtins.list[Entry], None]:
+        async for page in pages:
+            yield page
+        yield []
 
 
 class WatchOmitsSnapshotDone(Wrapper):
@@ -529,6 +597,10 @@ BROKEN: dict[str, type[Wrapper]] = {
     "revision-resets-on-recreate": RevisionResetsOnRecreate,
     "list-ignores-prefix": ListIgnoresPrefix,
     "list-unsorted": ListUnsorted,
+    "pages-drop-last-of-full-page": PagesDropLastOfFullPage,
+    "pages-ignore-page-size": PagesIgnorePageSize,
+    "pages-unsorted": PagesUnsorted,
+    "pages-end-with-an-empty-page": PagesEndWithAnEmptyPage,
     "watch-omits-snapshot-done": WatchOmitsSnapshotDone,
     "watch-reorders-events": WatchReordersEvents,
     "watch-has-gap": WatchHasGap,
