@@ -297,6 +297,11 @@ class KeyWatch:
                 )
                 return
             self._fruitless_resets = 0
+            if stalled:
+                # Not idle: the server is holding messages back until we answer flow control
+                # (a paged listing whose caller holds a page reads nothing meanwhile), so
+                # this says nothing about the snapshot being complete.
+                return
             self._synced_at = trio.current_time()
             if self._snapshot is not None:
                 # Idle means nothing is pending, even when the pending counts of deliveries

@@ -408,3 +408,25 @@ async def test_a_paged_listing_recreated_mid_way_hands_out_no_stale_or_deleted_k
             assert watch.resets == 1
         finally:
             await watch.aclose()
+
+
+async def test_a_paged_listing_held_while_the_server_is_stalled_loses_nothing(
+    spate_nats_server: NatsServer, namespace: str
+) -> None:
+    # While the caller holds a page the client reads nothing, so flow control stalls the
+    # server, which keeps sending heartbeats (marked stalled). Those do not mean the
+    # consumer is idle: the listing must not end at one.
+    url = spate_nats_server.store_url(namespace)
+    async with NatsStore.from_url(url, heartbeat=0.25) as store:
+        value = bytes(range(256)) * 1024  # 256 KiB
+        async with trio.open_nursery() as nursery:
+            for n in range(64):
+                nursery.start_soon(store.create, DURABLE, f"big.{n:03d}", value)
+        keys = []
+        async with store.list_pages(DURABLE, "big.", page_size=2) as pages:
+            async for page in pages:
+                keys += [entry.key for entry in page]
+                if len(keys) == 2:
+                    # Hold the first page for several heartbeat intervals.
+                    await trio.sleep(2.0)
+        assert sorted(keys) == [f"big.{n:03d}" for n in range(64)]
