@@ -246,12 +246,16 @@ class _Counts(MetricsHooks):
         self.reconciles = 0
         self.reconciled_cpu = 0.0
         """Process CPU time when its last reconcile ended."""
+        self.reconciled = trio.Event()
+        """Set when a reconcile ends (a new one is made for the next)."""
         self.placements = 0
         """Placements published while leading."""
 
     def reconcile_duration(self, seconds: float) -> None:
         self.reconciles += 1
         self.reconciled_cpu = time.process_time()
+        self.reconciled.set()
+        self.reconciled = trio.Event()
 
     def placement(self, report: object) -> None:
         if report is not None:
@@ -702,9 +706,7 @@ async def _large_job(splits: int) -> _Large:
         # comes (its CPU: from its first page request until the reconcile ended).
         new.reset()
         counts = fleet.counts[successor]
-        before = counts.reconciles
-        while counts.reconciles <= before:
-            await trio.sleep(1.0)  # virtual: the reconcile comes within its interval
+        await counts.reconciled.wait()
         leader_backstop = {
             "listings": sum(new.lists),
             "pages": new.pages,
