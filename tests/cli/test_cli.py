@@ -145,7 +145,7 @@ def test_the_conformance_command_passes_on_the_memory_store(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["conformance", "--store", "memory://"]) == 0
-    assert "73 passed" in capfd.readouterr().out
+    assert "81 passed" in capfd.readouterr().out
 
 
 @pytest.mark.parametrize("hidden", [["pytest", "pytest_trio"], ["pytest_trio"]])
