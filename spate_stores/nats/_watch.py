@@ -206,15 +206,19 @@ class KeyWatch:
     async def __anext__(self) -> WatchEvent:
         """The next event; raises StoreUnavailable once the watch cannot continue."""
         while not self._events:
-            if self._broken is not None:
-                raise self._broken
-            try:
-                await self._step()
-            except (StoreUnavailable, StoreError) as exc:
-                self._broken = exc
-                await self._drop_consumer()
-                raise
+            await self._step_or_break()
         return self._events.popleft()
+
+    async def _step_or_break(self) -> None:
+        """One step; an error breaks the watch for good (its consumer is dropped)."""
+        if self._broken is not None:
+            raise self._broken
+        try:
+            await self._step()
+        except (StoreUnavailable, StoreError) as exc:
+            self._broken = exc
+            await self._drop_consumer()
+            raise
 
     async def snapshot(self) -> list[Entry]:
         """Run until the snapshot is complete and return it (a listing)."""
@@ -230,16 +234,9 @@ class KeyWatch:
         """
         assert self._page_size is not None, "next_page is for paged listings"
         while not self._pages:
-            if self._broken is not None:
-                raise self._broken
-            if self._snapshot is None:
+            if self._snapshot is None and self._broken is None:
                 return None
-            try:
-                await self._step()
-            except (StoreUnavailable, StoreError) as exc:
-                self._broken = exc
-                await self._drop_consumer()
-                raise
+            await self._step_or_break()
         return self._pages.popleft()
 
     async def _step(self) -> None:
