@@ -66,7 +66,7 @@ class SplitRequests:
         self._wake = math.inf
         self._lanes: int | None = None
         """Every live member's lanes (None: membership changed since it was summed)."""
-        self._idle_at: tuple[int, int] | None = None
+        self._idle_at: tuple[int, int, float] | None = None
         """(the view's sequence number, the idle lanes counted then)."""
 
     # -- what the leader sees ------------------------------------------------------------
@@ -149,7 +149,7 @@ class SplitRequests:
                 ask.polled = now
                 self._reads.note(split)
             self._wake = min(self._wake, ask.polled + POLL, ask.at + ignored_after)
-        want = self._idle_lanes()
+        want = self._idle_lanes(now)
         if want <= 0:
             self._idle_since = None
             return
@@ -173,16 +173,29 @@ class SplitRequests:
             self._unsent.add(state.lease.owner)
             self._wake = min(self._wake, now + POLL)
 
-    def _idle_lanes(self) -> int:
-        """Lanes of live members their assignments leave empty; 0 if a runnable split waits."""
+    def _idle_lanes(self, now: float) -> int:
+        """Lanes of live members their assignments leave empty; 0 if a runnable split waits.
+
+        Counting them reads every member's assignment: O(assigned splits). The answer is
+        kept while the view has not moved, and otherwise for up to :data:`POLL` seconds: a
+        leader of 1,000 members of 100 lanes steps on every event it hears, and counting
+        100,000 assigned splits on each made it spend its time here once the job's
+        runnable splits no longer outnumbered its lanes. Idle lanes are asked for only after
+        ``split_request_delay`` anyway, so seeing them up to :data:`POLL` late costs little.
+        """
         view = self.host.view
         runnable = view.tallies.runnable
         if self._lanes is None:
             self._lanes = sum(p.max_in_flight for p in view.presence.values() if p is not None)
         if not runnable or runnable > self._lanes:
             return 0  # (the common case, in O(1): more to run than lanes to run it)
-        if self._idle_at is not None and self._idle_at[0] == view.seq:
-            return self._idle_at[1]
+        if self._idle_at is not None:
+            seq, found, at = self._idle_at
+            if seq == view.seq:
+                return found
+            if now < at + POLL:
+                self._wake = min(self._wake, at + POLL)  # count again then
+                return found
         idle = assigned = 0
         splits = view.splits
         for instance, presence in view.presence.items():
@@ -202,7 +215,7 @@ class SplitRequests:
             assigned += load
             idle += max(0, presence.max_in_flight - load)
         found = idle if assigned >= runnable else 0
-        self._idle_at = (view.seq, found)
+        self._idle_at = (view.seq, found, now)
         return found
 
     def _candidates(self, now: float) -> list[str]:
