@@ -67,7 +67,7 @@ class SplitRequests:
         self._lanes: int | None = None
         """Every live member's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int, float] | None = None
-        """(the view's sequence number, the idle lanes counted then)."""
+        """(the view's sequence number, the idle lanes counted then, when they were counted)."""
 
     # -- what the leader sees ------------------------------------------------------------
 
