@@ -55,6 +55,8 @@ class SplitRequests:
         self.host = host
         self._reads = reads
         self.outstanding: dict[str, _Ask] = {}
+        self._by_owner: dict[str, dict[str, _Ask]] = {}
+        """The outstanding requests by the owner asked (its record carries them)."""
         self._since: dict[str, float] = {}
         """Split -> when this leader saw its current tenancy begin (by its lease)."""
         self._backoff: dict[str, tuple[float, float]] = {}
@@ -64,6 +66,8 @@ class SplitRequests:
         self._unsent: set[str] = set()
         """Members whose assignment record must be rewritten to carry a new request."""
         self._wake = math.inf
+        self._due = math.inf
+        """The earliest poll or time-out of an outstanding request (see _time_asks)."""
         self._lanes: int | None = None
         """Every live member's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int, float] | None = None
@@ -74,7 +78,7 @@ class SplitRequests:
     def began(self, split: str, now: float) -> None:
         """A tenancy of ``split`` began (its lease appeared)."""
         self._since[split] = now
-        self.outstanding.pop(split, None)
+        self._drop(split)
         self._backoff.pop(split, None)
 
     def sees_job_now(self, now: float) -> None:
@@ -91,7 +95,7 @@ class SplitRequests:
     def ended(self, split: str) -> None:
         """``split``'s tenancy ended: a request to it is void."""
         self._since.pop(split, None)
-        self.outstanding.pop(split, None)
+        self._drop(split)
 
     def membership_changed(self) -> None:
         """A presence record came, changed or went: the fleet's lanes are summed again."""
@@ -101,24 +105,37 @@ class SplitRequests:
         """``split``'s record was read: it split if its count grew since it was asked."""
         ask = self.outstanding.get(split)
         if ask is not None and record.splits > ask.splits:
-            del self.outstanding[split]
+            self._drop(split)
             self._backoff.pop(split, None)
 
     def clear(self) -> None:
         """Leadership ended (a successor asks afresh; followers told so far keep their events)."""
         self.outstanding.clear()
+        self._by_owner.clear()
         self._since.clear()
         self._backoff.clear()
         self._unsent.clear()
         self._idle_since = None
+        self._due = math.inf
 
     def of(self, instance: str) -> tuple[SplitRequest, ...]:
         """The outstanding requests to ``instance``, for its assignment record."""
-        return tuple(
-            SplitRequest(split=split, seq=ask.seq)
-            for split, ask in sorted(self.outstanding.items())
-            if ask.owner == instance
-        )
+        asks = self._by_owner.get(instance)
+        if not asks:
+            return ()
+        return tuple(SplitRequest(split=split, seq=ask.seq) for split, ask in sorted(asks.items()))
+
+    def _add(self, split: str, ask: _Ask) -> None:
+        self.outstanding[split] = ask
+        self._by_owner.setdefault(ask.owner, {})[split] = ask
+
+    def _drop(self, split: str) -> None:
+        ask = self.outstanding.pop(split, None)
+        if ask is not None:
+            asks = self._by_owner[ask.owner]
+            del asks[split]
+            if not asks:
+                del self._by_owner[ask.owner]
 
     def take_unsent(self) -> set[str]:
         """The members to rewrite the assignment record of (new requests for them)."""
@@ -138,17 +155,9 @@ class SplitRequests:
         if not config.split_requests:
             return
         ignored_after = config.drain_deadline
-        for split, ask in list(self.outstanding.items()):
-            if now - ask.at >= ignored_after:
-                # Ignored (or its handler cannot split now): ask again later, later each time.
-                del self.outstanding[split]
-                _, delay = self._backoff.get(split, (0.0, ignored_after))
-                self._backoff[split] = (now + delay, min(2 * delay, BACKOFF_MAX))
-                continue
-            if now >= ask.polled + POLL:
-                ask.polled = now
-                self._reads.note(split)
-            self._wake = min(self._wake, ask.polled + POLL, ask.at + ignored_after)
+        if now >= self._due:
+            self._time_asks(now, ignored_after)
+        self._wake = min(self._wake, self._due)
         want = self._idle_lanes(now)
         if want <= 0:
             self._idle_since = None
@@ -166,12 +175,33 @@ class SplitRequests:
             state = self.host.view.splits[split]
             assert state.lease is not None
             self._seq += 1
-            self.outstanding[split] = _Ask(
+            self._add(split, _Ask(
                 owner=state.lease.owner, seq=self._seq, at=now, splits=state.progress.splits,
                 polled=now,
-            )  # fmt: skip
+            ))  # fmt: skip
             self._unsent.add(state.lease.owner)
+            self._due = min(self._due, now + POLL, now + ignored_after)
             self._wake = min(self._wake, now + POLL)
+
+    def _time_asks(self, now: float, ignored_after: float) -> None:
+        """Time out the requests ignored for ``ignored_after``; poll those due a read.
+
+        Only when one of them is due (:attr:`_due`, the earliest poll or time-out of any):
+        the leader steps on every event it hears, and going over thousands of requests
+        standing at the end of a large job on each was most of its work.
+        """
+        self._due = math.inf
+        for split, ask in list(self.outstanding.items()):
+            if now - ask.at >= ignored_after:
+                # Ignored (or its handler cannot split now): ask again later, later each time.
+                self._drop(split)
+                _, delay = self._backoff.get(split, (0.0, ignored_after))
+                self._backoff[split] = (now + delay, min(2 * delay, BACKOFF_MAX))
+                continue
+            if now >= ask.polled + POLL:
+                ask.polled = now
+                self._reads.note(split)
+            self._due = min(self._due, ask.polled + POLL, ask.at + ignored_after)
 
     def _idle_lanes(self, now: float) -> int:
         """Lanes of live members their assignments leave empty; 0 if a runnable split waits.
