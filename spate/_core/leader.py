@@ -132,6 +132,10 @@ class Leadership:
         self._index_key: tuple[int, frozenset[str]] | None = None
         self._index_members: frozenset[str] = frozenset()
         """The live members the index's inputs were read against."""
+        self._members_at: tuple[int, dict[str, Member], frozenset[str]] | None = None
+        """The view's members_seq, and the members placement saw then (see _members)."""
+        self._index_members_seq: int | None = None
+        """The view's members_seq when the index was last given the members."""
         self._recheck: set[str] = set()
         """Members whose published assignment must be compared with the placement."""
         self._interim = False
@@ -777,14 +781,14 @@ class Leadership:
         changes = host.placement_changes
         if not changes.owed or now < self._publish_not_before or self._gathering(now):
             return
-        members = {
-            i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
-            for i, p in view.presence.items()
-        }
+        members = self._members()
         if not members:
             return
         index = self._placement_index()
-        index.set_members(members)
+        if self._index_members_seq != view.members_seq:
+            # (Comparing a thousand members with the index's own, each publish, was O(W).)
+            index.set_members(members)
+            self._index_members_seq = view.members_seq
         debouncing = now < self._debounce_until
         if debouncing and not index.has_unowned() and not self.departed:
             return  # nothing unowned to hand out; the rebalance waits for the quiet period
@@ -900,6 +904,22 @@ class Leadership:
             if at > now:
                 self._wake_at = min(self._wake_at, at)
 
+    def _members(self) -> dict[str, Member]:
+        """The live members as placement sees them: their lanes and localities.
+
+        Built again only when one of them comes, goes or changes: a publish follows every
+        ownership change, and a dict of a thousand members rebuilt and compared each time
+        made its cost O(workers).
+        """
+        view = self.host.view
+        if self._members_at is None or self._members_at[0] != view.members_seq:
+            members = {
+                i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
+                for i, p in view.presence.items()
+            }
+            self._members_at = (view.members_seq, members, frozenset(members))
+        return self._members_at[1]
+
     def _placement_index(self) -> PlacementIndex:
         """The index, fed every placement input that moved since the last publish.
 
@@ -911,7 +931,9 @@ class Leadership:
         """
         host, view = self.host, self.host.view
         key = (self.generation, frozenset(self.departed))
-        members = frozenset(view.presence)
+        self._members()
+        assert self._members_at is not None
+        members = self._members_at[2]
         index = self._index
         changes = host.placement_changes.take_placement_changes()
         if index is None or key != self._index_key or changes is None:
@@ -919,6 +941,7 @@ class Leadership:
             self._index_members = members
             host.placement_changes.track()
             if index is None:
+                self._index_members_seq = None  # a new index has no members yet
                 index = self._index = PlacementIndex(
                     default_cap=host.config.max_in_flight,
                     seed=host.tie_seed,

@@ -236,6 +236,9 @@ class View:
         """Splits whose previous-layout lease was reported (see :meth:`_old_layout_lease`)."""
         self.splits: dict[str, SplitState] = {}
         self.presence: dict[str, PresenceRecord | None] = {}
+        self.members_seq = 0
+        """Moves whenever a member comes, goes, or changes its lanes or locality (not on a
+        renewal that changes neither): what the leader's placement reads of presence."""
         self.assignments: dict[str, tuple[AssignmentRecord, int]] = {}
         self.plan: PlanRecord | None = None
         self.plan_rev = 0
@@ -359,6 +362,7 @@ class View:
                 return self._drop_lease(name, revision)
             if kind is KeyKind.WORKER:
                 self.presence.pop(name, None)
+                self.members_seq += 1
                 self._touch_assignment()
                 return [PresenceGone(name, revision), *self._recheck_sessions(name)]
             if kind is KeyKind.LEADER:
@@ -715,6 +719,7 @@ class View:
         before = self.presence.get(instance)
         self.presence[instance] = presence
         if new or _cap(before) != _cap(presence) or _locality(before) != _locality(presence):
+            self.members_seq += 1
             self._touch_assignment()
         nonce = None if presence is None else presence.nonce
         notices: list[Notice] = [PresenceChanged(instance, nonce, revision, new)]
