@@ -22,6 +22,7 @@ with the waste it prevents:
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import attrs
@@ -68,6 +69,8 @@ class SplitRequests:
         self._wake = math.inf
         self._due = math.inf
         """The earliest poll or time-out of an outstanding request (see _time_asks)."""
+        self._short_at: float | None = None
+        """When the last look for tenancies to ask found fewer than the lanes idle."""
         self._lanes: int | None = None
         """Every live member's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int, float] | None = None
@@ -117,6 +120,7 @@ class SplitRequests:
         self._unsent.clear()
         self._idle_since = None
         self._due = math.inf
+        self._short_at = None
 
     def of(self, instance: str) -> tuple[SplitRequest, ...]:
         """The outstanding requests to ``instance``, for its assignment record."""
@@ -171,7 +175,15 @@ class SplitRequests:
         want -= len(self.outstanding)
         if want <= 0:
             return
-        for split in self._candidates(now)[:want]:
+        if self._short_at is not None and now < self._short_at + POLL:
+            # The last look found fewer tenancies to ask than lanes idle: look again only
+            # after a poll. Sorting every running tenancy on each step (83,000 of them, with
+            # the lanes of a whole fleet idle at a job's end) was all a large leader did.
+            self._wake = min(self._wake, self._short_at + POLL)
+            return
+        chosen = self._candidates(now, want)
+        self._short_at = now if len(chosen) < want else None
+        for split in chosen:
             state = self.host.view.splits[split]
             assert state.lease is not None
             self._seq += 1
@@ -248,8 +260,8 @@ class SplitRequests:
         self._idle_at = (view.seq, found, now)
         return found
 
-    def _candidates(self, now: float) -> list[str]:
-        """Running tenancies that may be asked, the longest-running first."""
+    def _candidates(self, now: float, want: int) -> list[str]:
+        """Up to ``want`` running tenancies that may be asked, the longest-running first."""
         view = self.host.view
         found: list[tuple[float, int, str]] = []
         for split, since in self._since.items():
@@ -270,5 +282,4 @@ class SplitRequests:
                 continue
             weight = state.spec.weight if state.spec is not None else 1
             found.append((since, -weight, split))
-        found.sort()
-        return [split for _, _, split in found]
+        return [split for _, _, split in heapq.nsmallest(want, found)]
