@@ -69,8 +69,8 @@ class SplitRequests:
         self._wake = math.inf
         self._due = math.inf
         """The earliest poll or time-out of an outstanding request (see _time_asks)."""
-        self._short_at: float | None = None
-        """When the last look for tenancies to ask found fewer than the lanes idle."""
+        self._looked_at: float | None = None
+        """When the leader last looked for running tenancies to ask (at most once a POLL)."""
         self._lanes: int | None = None
         """Every live member's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int, float] | None = None
@@ -120,7 +120,7 @@ class SplitRequests:
         self._unsent.clear()
         self._idle_since = None
         self._due = math.inf
-        self._short_at = None
+        self._looked_at = None
 
     def of(self, instance: str) -> tuple[SplitRequest, ...]:
         """The outstanding requests to ``instance``, for its assignment record."""
@@ -175,15 +175,14 @@ class SplitRequests:
         want -= len(self.outstanding)
         if want <= 0:
             return
-        if self._short_at is not None and now < self._short_at + POLL:
-            # The last look found fewer tenancies to ask than lanes idle: look again only
-            # after a poll. Sorting every running tenancy on each step (83,000 of them, with
-            # the lanes of a whole fleet idle at a job's end) was all a large leader did.
-            self._wake = min(self._wake, self._short_at + POLL)
+        if self._looked_at is not None and now < self._looked_at + POLL:
+            # Looking means going over every running tenancy: at most once a poll. At a large
+            # job's end a fleet's lanes sit idle and tenancies end on nearly every event, and
+            # looking on each step (83,000 tenancies) was all the leader did.
+            self._wake = min(self._wake, self._looked_at + POLL)
             return
-        chosen = self._candidates(now, want)
-        self._short_at = now if len(chosen) < want else None
-        for split in chosen:
+        self._looked_at = now
+        for split in self._candidates(now, want):
             state = self.host.view.splits[split]
             assert state.lease is not None
             self._seq += 1

@@ -81,3 +81,29 @@ def test_idle_lanes_are_counted_at_most_once_per_poll_while_the_view_moves() -> 
     host.view.seq += 1
     requests.step(POLL)
     assert _CountingAssignments.lookups == 2 * MEMBERS
+
+
+def test_running_tenancies_are_looked_over_at_most_once_per_poll() -> None:
+    # Lanes sit idle (the fleet's lanes outnumber its runnable splits) and every look finds
+    # none to ask; looking means going over every running tenancy, so it is not done on each
+    # of the events a leader steps on, only once a poll.
+    host = _fleet()
+    # One member runs one split; every other lane sits idle.
+    kept = host.view.assignments["w00"]
+    host.view.assignments.clear()
+    host.view.assignments["w00"] = (attrs.evolve(kept[0], splits=kept[0].splits[:1]), 1)
+    host.view.tallies.runnable = 1
+    host.config = Config(split_request_delay=0.0)
+    requests = SplitRequests(host, reads=None)  # type: ignore[arg-type]
+    looks: list[float] = []
+    real = requests._candidates
+
+    def counted(now: float, want: int) -> list[str]:
+        looks.append(now)
+        return real(now, want)
+
+    requests._candidates = counted  # type: ignore[method-assign]
+    for n in range(40):
+        host.view.seq += 1
+        requests.step(n * POLL / 20)  # two polls' worth of steps
+    assert looks == [0.0, POLL]
