@@ -11,7 +11,9 @@ with the waste it prevents:
 - **One request per idle lane, longest-running tenancy first**: a tenancy running longest has
   the most left, the best guess without knowing positions; each request can free one lane.
 - **Never twice while outstanding**: a request is outstanding until the split is split (the
-  leader reads the split's record every :data:`POLL` s meanwhile: O(requests) reads), its
+  leader reads the split's record every :data:`POLL` s meanwhile, and no more than
+  :data:`POLL_BATCH` reads a poll however many stand: beyond that it learns of a split from its
+  owner's next presence renewal, which names the splits it split, or at the tenancy's end), its
   tenancy ends, or ``drain_deadline`` passes (a handler commits at least that often, and a
   split happens at a commit point); then it is *ignored*, and that split is not asked again
   for a backoff that doubles each time, up to :data:`BACKOFF_MAX`.
@@ -35,6 +37,9 @@ __all__ = ["SplitRequests"]
 
 POLL = 0.5
 """Seconds between the leader's reads of a split it asked to split, while the request stands."""
+POLL_BATCH = 64
+"""The most requests read a poll: with more standing (a large fleet's idle lanes at a job's
+end), each is read less often, so the leader's polls stay O(1) reads a second."""
 BACKOFF_MAX = 300.0
 """The longest a split whose handler ignored requests waits before it is asked again."""
 
@@ -202,6 +207,8 @@ class SplitRequests:
         standing at the end of a large job on each was most of its work.
         """
         self._due = math.inf
+        many = len(self.outstanding) > POLL_BATCH
+        every = POLL * len(self.outstanding) / POLL_BATCH if many else POLL
         for split, ask in list(self.outstanding.items()):
             if now - ask.at >= ignored_after:
                 # Ignored (or its handler cannot split now): ask again later, later each time.
@@ -209,10 +216,14 @@ class SplitRequests:
                 _, delay = self._backoff.get(split, (0.0, ignored_after))
                 self._backoff[split] = (now + delay, min(2 * delay, BACKOFF_MAX))
                 continue
-            if now >= ask.polled + POLL:
+            if now >= ask.polled + every:
                 ask.polled = now
                 self._reads.note(split)
-            self._due = min(self._due, ask.polled + POLL, ask.at + ignored_after)
+            self._due = min(self._due, ask.polled + every, ask.at + ignored_after)
+        if many:
+            # Thousands of requests standing, each due at its own moment: go over them once a
+            # poll, not at each of those moments.
+            self._due = max(self._due, now + POLL)
 
     def _idle_lanes(self, now: float) -> int:
         """Lanes of live members their assignments leave empty; 0 if a runnable split waits.
