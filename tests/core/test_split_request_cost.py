@@ -8,7 +8,7 @@ import attrs
 
 from spate import Config
 from spate._core.records import AssignmentRecord, PresenceRecord, ProgressRecord, Status
-from spate._core.split_requests import POLL, SplitRequests
+from spate._core.split_requests import POLL, POLL_BATCH, SplitRequests, _Ask
 
 MEMBERS, LANES = 50, 4
 
@@ -107,3 +107,31 @@ def test_running_tenancies_are_looked_over_at_most_once_per_poll() -> None:
         host.view.seq += 1
         requests.step(n * POLL / 20)  # two polls' worth of steps
     assert looks == [0.0, POLL]
+
+
+def test_the_leader_reads_at_most_a_batch_of_standing_requests_a_poll() -> None:
+    host = _fleet()
+    host.view.tallies.runnable = len(host.view.splits) + 1  # no lane idle: no new asks
+
+    class _Reads:
+        noted: list[str] = []
+
+        def note(self, split: str) -> None:
+            self.noted.append(split)
+
+    reads = _Reads()
+    requests = SplitRequests(host, reads=reads)  # type: ignore[arg-type]
+    standing = sorted(host.view.splits)  # 200 requests, all asked at t=0
+    for seq, split in enumerate(standing):
+        requests._add(split, _Ask(owner="w00", seq=seq, at=0.0, splits=0, polled=0.0))
+    requests._due = 0.0
+    now = 0.0
+    while now < 5.0:  # within drain_deadline (10 s): every request still stands
+        host.view.seq += 1
+        requests.step(now)
+        now += POLL / 10
+    polls = 5.0 / POLL
+    assert len(reads.noted) <= POLL_BATCH * (polls + 1)
+    assert len(requests.outstanding) == len(standing)
+    # Each is still read now and then (every POLL x 200 / 64 s, here about every 1.6 s).
+    assert set(reads.noted) == set(standing)
