@@ -269,9 +269,20 @@ class Claims(Tenancies):
             elif split not in self.busy:
                 self._begin(split, self._read_lease(split))
 
-    def _unsure(self, split: str) -> None:
-        """A lease write of ours for ``split`` may have landed, or may land: read it back."""
-        self._unsure_leases.setdefault(split, self.host.now() + UNSURE_LEASE_FOR * self.host.lease)
+    def _unsure(self, split: str, *, again: bool = False) -> None:
+        """A lease write of ours for ``split`` may have landed, or may land: read it back.
+
+        ``again``: a read-back failed. The window then runs UNSURE_LEASE_FOR leases from this
+        failure, not from the write: an outage longer than the window left no read-back that
+        reached the store (simulator seed 2006: a 12 s outage after a lost reply, with a 2 s
+        lease), and the key stood under this worker's live session for ever.
+        """
+        until = self.host.now() + UNSURE_LEASE_FOR * self.host.lease
+        if again:
+            until = max(until, self._unsure_leases.get(split, until))
+            self._unsure_leases[split] = until
+        else:
+            self._unsure_leases.setdefault(split, until)
 
     def _read_lease(self, split: str) -> Flow[None]:
         """Read back a lease write of ours whose outcome is unknown.
@@ -286,7 +297,9 @@ class Claims(Tenancies):
         try:
             entry: Entry | None = yield Op("get", keyspace, key)
         except StoreUnavailable:
-            return  # (read again next beat)
+            if split not in self.owned:
+                self._unsure(split, again=True)  # read again next beat, for longer
+            return
         if split in self.owned:
             return
         if entry is None:

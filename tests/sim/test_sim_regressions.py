@@ -682,6 +682,17 @@ def test_a_claim_lease_that_lands_after_its_read_back_is_still_given_back() -> N
     assert result.ok, result.violations
 
 
+def test_a_claim_lease_read_back_through_an_outage_longer_than_its_window_is_given_back() -> None:
+    """Found by seed 2006 of this session's 20,000 (after the leader's split requests began
+    looking for tenancies to ask at most once a poll, which moved its timings): a follower's
+    claim lost its lease write's reply (it landed) just before a 12 s store outage, with a
+    2 s lease. Every read-back of the three leases after the write failed, so none ever
+    reached the store, and the key stood under the follower's live session for ever: the job
+    never ended. The window now runs three leases from the last read-back that failed."""
+    result = run_checked(Scenario.from_seed(2006), engine="machines")
+    assert result.ok, result.violations
+
+
 # -- splitting (DESIGN §4c): found by the splittable workload's range-partition checks ----------
 
 
