@@ -164,7 +164,8 @@ class SplitRequests:
         if not config.split_requests:
             return
         ignored_after = config.drain_deadline
-        if now >= self._due:
+        if now >= self._due or len(self.outstanding) <= POLL_BATCH:
+            # (A few are gone over at every step, as ever: cheap, and exact to the moment.)
             self._time_asks(now, ignored_after)
         self._wake = min(self._wake, self._due)
         want = self._idle_lanes(now)
@@ -180,10 +181,17 @@ class SplitRequests:
         want -= len(self.outstanding)
         if want <= 0:
             return
-        if self._looked_at is not None and now < self._looked_at + POLL:
-            # Looking means going over every running tenancy: at most once a poll. At a large
-            # job's end a fleet's lanes sit idle and tenancies end on nearly every event, and
-            # looking on each step (83,000 tenancies) was all the leader did.
+        if (
+            self._looked_at is not None
+            and now < self._looked_at + POLL
+            and len(self._since) > POLL_BATCH
+        ):
+            # Looking means going over every running tenancy: with many, at most once a poll.
+            # At a large job's end a fleet's lanes sit idle and tenancies end on nearly every
+            # event, and looking on each step (83,000 tenancies) was all the leader did. A few
+            # are looked over at once, as before: a lane freed by a short split that was asked
+            # first then goes straight to asking the next (the demo's straggler, asked half a
+            # second late, had too little left to split).
             self._wake = min(self._wake, self._looked_at + POLL)
             return
         self._looked_at = now
@@ -229,7 +237,8 @@ class SplitRequests:
         """Lanes of live members their assignments leave empty; 0 if a runnable split waits.
 
         Counting them reads every member's assignment: O(assigned splits). The answer is
-        kept while the view has not moved, and otherwise for up to :data:`POLL` seconds: a
+        kept while the view has not moved, and in a fleet of more than :data:`POLL_BATCH`
+        members otherwise for up to :data:`POLL` seconds: a
         leader of 1,000 members of 100 lanes steps on every event it hears, and counting
         100,000 assigned splits on each made it spend its time here once the job's
         runnable splits no longer outnumbered its lanes. Idle lanes are asked for only after
@@ -245,7 +254,8 @@ class SplitRequests:
             seq, found, at = self._idle_at
             if seq == view.seq:
                 return found
-            if now < at + POLL:
+            if now < at + POLL and len(view.presence) > POLL_BATCH:
+                # (A small fleet's lanes are counted again at once, as ever: cheap.)
                 self._wake = min(self._wake, at + POLL)  # count again then
                 return found
         idle = assigned = 0

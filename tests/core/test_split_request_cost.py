@@ -10,7 +10,7 @@ from spate import Config
 from spate._core.records import AssignmentRecord, PresenceRecord, ProgressRecord, Status
 from spate._core.split_requests import POLL, POLL_BATCH, SplitRequests, _Ask
 
-MEMBERS, LANES = 50, 4
+MEMBERS, LANES = 80, 4  # more members than POLL_BATCH: a fleet whose counts are throttled
 
 
 class _CountingAssignments(dict[str, tuple[AssignmentRecord, int]]):
@@ -83,10 +83,10 @@ def test_idle_lanes_are_counted_at_most_once_per_poll_while_the_view_moves() -> 
     assert _CountingAssignments.lookups == 2 * MEMBERS
 
 
-def test_running_tenancies_are_looked_over_at_most_once_per_poll() -> None:
+def test_running_tenancies_are_looked_over_at_most_once_per_poll_when_many_run() -> None:
     # Lanes sit idle (the fleet's lanes outnumber its runnable splits) and every look finds
-    # none to ask; looking means going over every running tenancy, so it is not done on each
-    # of the events a leader steps on, only once a poll.
+    # none to ask; looking means going over every running tenancy, so with more than a batch
+    # of them it is not done on each of the events a leader steps on, only once a poll.
     host = _fleet()
     # One member runs one split; every other lane sits idle.
     kept = host.view.assignments["w00"]
@@ -95,6 +95,8 @@ def test_running_tenancies_are_looked_over_at_most_once_per_poll() -> None:
     host.view.tallies.runnable = 1
     host.config = Config(split_request_delay=0.0)
     requests = SplitRequests(host, reads=None)  # type: ignore[arg-type]
+    for n in range(POLL_BATCH + 1):
+        requests.began(f"running-{n}", 0.0)  # (tenancies this stub's view cannot ask)
     looks: list[float] = []
     real = requests._candidates
 
