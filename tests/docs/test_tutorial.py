@@ -1,7 +1,7 @@
 """docs/tutorial.md runs as written: its `backfill.py` blocks, from the page, finish the job.
 
-The program is every fenced block titled ``backfill.py``, in page order (the title is what a
-reader sees above each block). It runs in-process on the memory store under the autojump
+The program is every fenced Python block, each marked ``<!-- backfill.py -->`` (the marker
+this extractor keys on), in page order. It runs in-process on the memory store under the autojump
 clock (the default test run), and as two worker processes against a real etcd and a real
 NATS server started on free loopback ports. The job is shrunk through ``SPLITS``, the
 environment variable the page itself shows; the code text is never edited. The committed
@@ -27,14 +27,18 @@ import spate
 from spate_stores import open_store
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
-PROGRAM_BLOCK = re.compile(r'^```python title="backfill\.py"\n(.*?)^```$', re.S | re.M)
+PROGRAM_BLOCK = re.compile(r"^<!-- backfill\.py -->\n```python\n(.*?)^```$", re.S | re.M)
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 SHELL_BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.S | re.M)
 
 
 def program() -> str:
     """The tutorial's program: its ``backfill.py`` blocks joined in page order."""
-    blocks = PROGRAM_BLOCK.findall(TUTORIAL.read_text())
-    assert len(blocks) >= 5, "the page's program is its blocks titled backfill.py"
+    text = TUTORIAL.read_text()
+    blocks = PROGRAM_BLOCK.findall(text)
+    assert len(blocks) >= 5, "the page's program is its blocks marked <!-- backfill.py -->"
+    # Every Python block on the page is part of the program: none to skip, none left out.
+    assert blocks == PYTHON_BLOCK.findall(text)
     return "\n\n".join(blocks)
 
 
