@@ -300,9 +300,9 @@ def split_lifecycle() -> Svg:
         mid + 10,
         396,
         [
-            "a fail or an expiry that brings",
-            "the attempts to max_attempts (4):",
-            "the leader quarantines",
+            "attempts reach max_attempts (4):",
+            "the failing owner's own write,",
+            "or the leader after an expiry",
         ],
         size=13,
         colour=QUARANTINED[1],
