@@ -185,10 +185,18 @@ def clusters(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build the documentation site with warnings as errors."""
+    """Build the documentation site with warnings as errors, then check that its diagrams are
+    up to date and shown, and that no page fetches a script or a stylesheet from the network."""
     install_project(session, "all")
-    # ruff lets mkdocstrings format the signatures it renders.
-    session.install("mkdocs-material>=9.5", "mkdocstrings[python]>=0.25", "ruff>=0.6")
+    # ruff lets mkdocstrings format the signatures it renders; pytest runs the site checks.
+    session.install(
+        "mkdocs-material>=9.5",
+        "mkdocstrings[python]>=0.25",
+        "ruff>=0.6",
+        "pytest>=8.3",
+        "pytest-trio>=0.8",
+    )
+    session.run("python", "docs/diagrams/make.py", "--check")
     session.run(
         "mkdocs",
         "build",
@@ -196,6 +204,13 @@ def docs(session: nox.Session) -> None:
         "--site-dir",
         "build/site",
         env={"NO_MKDOCS_2_WARNING": "1"},
+    )
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "tests/docs/test_site.py",
+        env={"SPATE_SITE_DIR": "build/site"},
     )
 
 
