@@ -35,6 +35,7 @@ pytest.register_assert_rewrite(
     )
 )
 
+from spate._module_metadata import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
 from spate_testing.conformance._runner import run_conformance  # noqa: E402
 from spate_testing.conformance._session import Link, PartitionedStoreFactory  # noqa: E402
 from spate_testing.conformance._suite import StoreConformance  # noqa: E402
@@ -47,3 +48,6 @@ __all__ = [
     "StoreFactory",
     "run_conformance",
 ]
+
+# Its names report this module as their home (in reprs, tracebacks, pickles), as spate's do.
+_fixup_module_metadata(__name__, globals(), __all__)
