@@ -299,10 +299,6 @@ class EtcdCluster:
         """Bring a stopped, killed or paused member back and wait until it is healthy."""
         await trio.to_thread.run_sync(self.restart_member_sync, member)
 
-    async def current_leader(self) -> EtcdMember:
-        """:meth:`leader` from a Trio task."""
-        return await trio.to_thread.run_sync(self.leader)
-
 
 def _started(size: int, attempts: int = 3) -> EtcdCluster:
     """A started cluster; new ports when another process took one between pick and bind."""
