@@ -35,6 +35,7 @@ from urllib.parse import urlencode
 import httpx
 import trio
 
+from spate_testing.servers._lifetime import running, running_sync, start_on_free_ports
 from spate_testing.servers._ports import free_port
 from spate_testing.servers._signals import freeze
 from spate_testing.servers.etcd import EtcdServerError, etcd_version, find_etcd_binary
@@ -300,37 +301,27 @@ class EtcdCluster:
         await trio.to_thread.run_sync(self.restart_member_sync, member)
 
 
-def _started(size: int, attempts: int = 3) -> EtcdCluster:
-    """A started cluster; new ports when another process took one between pick and bind."""
-    for attempt in range(attempts):
-        cluster = EtcdCluster(Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-")), size)
-        try:
-            cluster.start_sync()
-            return cluster
-        except EtcdServerError:
-            in_use = any("address already in use" in m.log_tail() for m in cluster.members)
-            cluster.cleanup()
-            if not in_use or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
+def _port_taken(cluster: EtcdCluster, exc: Exception) -> bool:
+    return isinstance(exc, EtcdServerError) and any(
+        "address already in use" in member.log_tail() for member in cluster.members
+    )
+
+
+def _started(size: int) -> EtcdCluster:
+    return start_on_free_ports(
+        lambda: EtcdCluster(Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-")), size), _port_taken
+    )
 
 
 @contextmanager
 def etcd_cluster_sync(size: int = 3) -> Iterator[EtcdCluster]:
     """Start a cluster of ``size`` members, yield it, and stop it (blocking)."""
-    cluster = _started(size)
-    try:
+    with running_sync(lambda: _started(size)) as cluster:
         yield cluster
-    finally:
-        cluster.cleanup()
 
 
 @asynccontextmanager
 async def etcd_cluster(size: int = 3) -> AsyncIterator[EtcdCluster]:
     """Start a cluster of ``size`` members from a Trio task, yield it, stop it on exit."""
-    cluster = await trio.to_thread.run_sync(_started, size)
-    try:
+    async with running(lambda: _started(size)) as cluster:
         yield cluster
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(cluster.cleanup)

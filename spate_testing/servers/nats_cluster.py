@@ -37,6 +37,7 @@ from urllib.request import urlopen
 
 import trio
 
+from spate_testing.servers._lifetime import running, running_sync, start_on_free_ports
 from spate_testing.servers._ports import free_port
 from spate_testing.servers.nats import NatsServer
 
@@ -268,36 +269,25 @@ class NatsCluster:
         await trio.to_thread.run_sync(self.restart_member_sync, server)
 
 
-def _started(size: int, attempts: int = 3) -> NatsCluster:
-    """A started cluster; new ports when another process took one between pick and bind."""
-    for attempt in range(attempts):
-        cluster = NatsCluster(Path(tempfile.mkdtemp(prefix="spate-nats-cluster-")), size)
-        try:
-            cluster.start_sync()
-            return cluster
-        except RuntimeError as exc:
-            cluster.cleanup()
-            if "address already in use" not in str(exc) or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
+def _port_taken(cluster: NatsCluster, exc: Exception) -> bool:
+    return isinstance(exc, RuntimeError) and "address already in use" in str(exc)
+
+
+def _started(size: int) -> NatsCluster:
+    return start_on_free_ports(
+        lambda: NatsCluster(Path(tempfile.mkdtemp(prefix="spate-nats-cluster-")), size), _port_taken
+    )
 
 
 @contextmanager
 def nats_cluster_sync(size: int = 3) -> Iterator[NatsCluster]:
     """Start a cluster of ``size`` servers, yield it, and stop it (blocking)."""
-    cluster = _started(size)
-    try:
+    with running_sync(lambda: _started(size)) as cluster:
         yield cluster
-    finally:
-        cluster.cleanup()
 
 
 @asynccontextmanager
 async def nats_cluster(size: int = 3) -> AsyncIterator[NatsCluster]:
     """Start a cluster of ``size`` servers from a Trio task, yield it, stop it on exit."""
-    cluster = await trio.to_thread.run_sync(_started, size)
-    try:
+    async with running(lambda: _started(size)) as cluster:
         yield cluster
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(cluster.cleanup)
