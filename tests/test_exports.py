@@ -185,6 +185,55 @@ def test_a_public_name_reads_as_its_public_home() -> None:
     assert pickle.loads(pickle.dumps(spate.store.Keyspace.DURABLE)) is spate.store.Keyspace.DURABLE
 
 
+def test_every_package_pins_its_exports() -> None:
+    # trio's test_exports habit: each package says exactly what it offers, and says it once.
+    for module in (spate, spate_stores, spate_testing):
+        exported = module.__all__
+        assert len(exported) == len(set(exported)), module.__name__
+    assert set(spate_stores.__all__) == {
+        "SUPPORTED_SCHEMES",
+        "open_store",
+        "redact_url",
+        "store_from_url",
+    }
+    assert set(spate_testing.__all__) == {"blackhole", "conformance", "faults", "servers", "sim"}
+    for name in spate_stores.__all__:
+        assert hasattr(spate_stores, name), name
+    for name in spate_testing.__all__:
+        # submodules, imported on demand so importing the kit stays light
+        assert importlib.import_module(f"spate_testing.{name}").__doc__, name
+
+
+def test_the_simulator_pins_its_exports() -> None:
+    import spate_testing.sim as sim
+
+    assert set(sim.__all__) == {
+        "ENGINES",
+        "INVARIANTS",
+        "Engine",
+        "History",
+        "Recorder",
+        "Scenario",
+        "Scripted",
+        "SeedResult",
+        "SimHang",
+        "SimRun",
+        "Violation",
+        "Workload",
+        "check",
+        "final_listing",
+        "replay_command",
+        "run_checked",
+        "run_scenario",
+        "run_seed",
+        "simulate",
+        "simulate_machines",
+    }
+    assert len(sim.__all__) == len(set(sim.__all__))
+    for name in sim.__all__:
+        assert hasattr(sim, name), name
+
+
 def test_every_public_class_and_function_has_a_docstring() -> None:
     for module in _spate_public():
         assert inspect.getdoc(module), module.__name__
