@@ -25,17 +25,16 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import urlencode
 
 import httpx
 import trio
 
-from spate_testing.servers._lifetime import running, running_sync, start_on_free_ports
+from spate_testing.servers._lifetime import running, running_sync
 from spate_testing.servers._ports import free_port
 from spate_testing.servers._signals import freeze
 from spate_testing.servers.etcd import EtcdServerError, etcd_version, find_etcd_binary
@@ -95,6 +94,8 @@ class EtcdMember:
 
 class EtcdCluster:
     """Three etcd members on loopback, started together (see the module docstring)."""
+
+    _kind: ClassVar[str] = "etcd"  # names its temporary directory
 
     def __init__(self, workdir: Path, size: int = 3) -> None:
         self.binary = find_etcd_binary()
@@ -278,6 +279,12 @@ class EtcdCluster:
 
     # -- from Trio ----------------------------------------------------------------------
 
+    def _lost_a_port(self, error: Exception) -> bool:
+        """Whether ``error``, from :meth:`start_sync`, says another process took a port."""
+        return isinstance(error, EtcdServerError) and any(
+            "address already in use" in member.log_tail() for member in self.members
+        )
+
     async def stop(self, role: str | int) -> EtcdMember:
         """SIGTERM the member with ``role``; returns it (for :meth:`restart`)."""
         member = await trio.to_thread.run_sync(self.member, role)
@@ -301,27 +308,11 @@ class EtcdCluster:
         await trio.to_thread.run_sync(self.restart_member_sync, member)
 
 
-def _port_taken(cluster: EtcdCluster, exc: Exception) -> bool:
-    return isinstance(exc, EtcdServerError) and any(
-        "address already in use" in member.log_tail() for member in cluster.members
-    )
-
-
-def _started(size: int) -> EtcdCluster:
-    return start_on_free_ports(
-        lambda: EtcdCluster(Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-")), size), _port_taken
-    )
-
-
-@contextmanager
-def etcd_cluster_sync(size: int = 3) -> Iterator[EtcdCluster]:
+def etcd_cluster_sync(size: int = 3) -> AbstractContextManager[EtcdCluster]:
     """Start a cluster of ``size`` members, yield it, and stop it (blocking)."""
-    with running_sync(lambda: _started(size)) as cluster:
-        yield cluster
+    return running_sync(EtcdCluster, size)
 
 
-@asynccontextmanager
-async def etcd_cluster(size: int = 3) -> AsyncIterator[EtcdCluster]:
+def etcd_cluster(size: int = 3) -> AbstractAsyncContextManager[EtcdCluster]:
     """Start a cluster of ``size`` members from a Trio task, yield it, stop it on exit."""
-    async with running(lambda: _started(size)) as cluster:
-        yield cluster
+    return running(EtcdCluster, size)

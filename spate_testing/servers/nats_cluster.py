@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
 import trio
 
-from spate_testing.servers._lifetime import running, running_sync, start_on_free_ports
+from spate_testing.servers._lifetime import running, running_sync
 from spate_testing.servers._ports import free_port
 from spate_testing.servers.nats import NatsServer
 
@@ -92,6 +90,8 @@ class NatsClusterServer(NatsServer):
 
 class NatsCluster:
     """Three nats-servers with JetStream, routed into one cluster (see the module docstring)."""
+
+    _kind: ClassVar[str] = "nats"  # names its temporary directory
 
     def __init__(self, directory: Path, size: int = 3) -> None:
         self.directory = directory
@@ -245,6 +245,10 @@ class NatsCluster:
 
     # -- from Trio ----------------------------------------------------------------------
 
+    def _lost_a_port(self, error: Exception) -> bool:
+        """Whether ``error``, from :meth:`start_sync`, says another process took a port."""
+        return isinstance(error, RuntimeError) and "address already in use" in str(error)
+
     async def stop(self, role: str | int, *, stream: str | None = None) -> NatsClusterServer:
         """SIGTERM the server with ``role``; returns it (for :meth:`restart`)."""
         server = await trio.to_thread.run_sync(self.member, role, stream)
@@ -269,25 +273,11 @@ class NatsCluster:
         await trio.to_thread.run_sync(self.restart_member_sync, server)
 
 
-def _port_taken(cluster: NatsCluster, exc: Exception) -> bool:
-    return isinstance(exc, RuntimeError) and "address already in use" in str(exc)
-
-
-def _started(size: int) -> NatsCluster:
-    return start_on_free_ports(
-        lambda: NatsCluster(Path(tempfile.mkdtemp(prefix="spate-nats-cluster-")), size), _port_taken
-    )
-
-
-@contextmanager
-def nats_cluster_sync(size: int = 3) -> Iterator[NatsCluster]:
+def nats_cluster_sync(size: int = 3) -> AbstractContextManager[NatsCluster]:
     """Start a cluster of ``size`` servers, yield it, and stop it (blocking)."""
-    with running_sync(lambda: _started(size)) as cluster:
-        yield cluster
+    return running_sync(NatsCluster, size)
 
 
-@asynccontextmanager
-async def nats_cluster(size: int = 3) -> AsyncIterator[NatsCluster]:
+def nats_cluster(size: int = 3) -> AbstractAsyncContextManager[NatsCluster]:
     """Start a cluster of ``size`` servers from a Trio task, yield it, stop it on exit."""
-    async with running(lambda: _started(size)) as cluster:
-        yield cluster
+    return running(NatsCluster, size)

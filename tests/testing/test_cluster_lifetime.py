@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import ClassVar
+
 import pytest
 import trio
 
@@ -9,61 +12,67 @@ from spate_testing.servers._lifetime import running, running_sync, start_on_free
 
 
 class FakeCluster:
-    def __init__(self, log: list[str], failure: Exception | None) -> None:
-        self.log = log
-        self.failure = failure
+    """Fails its first starts as ``FAILURES`` says; logs what is done to it."""
+
+    _kind: ClassVar[str] = "fake"
+    FAILURES: ClassVar[list[Exception | None]] = []
+    LOG: ClassVar[list[str]] = []
+
+    def __init__(self, directory: Path, size: int = 3) -> None:
+        assert directory.name.startswith("spate-fake-cluster-")
+        self.directory = directory
+        self.failure = self.FAILURES.pop(0) if self.FAILURES else None
 
     def start_sync(self) -> None:
-        self.log.append("start")
+        self.LOG.append("start")
         if self.failure is not None:
             raise self.failure
 
     def cleanup(self) -> None:
-        self.log.append("cleanup")
+        self.LOG.append("cleanup")
+        self.directory.rmdir()
+
+    def _lost_a_port(self, error: Exception) -> bool:
+        return "address already in use" in str(error)
 
 
-def _port_taken(cluster: FakeCluster, exc: Exception) -> bool:
-    return "address already in use" in str(exc)
+@pytest.fixture(autouse=True)
+def fresh() -> None:
+    FakeCluster.FAILURES = []
+    FakeCluster.LOG = []
 
 
 def test_a_lost_port_starts_a_new_cluster() -> None:
-    log: list[str] = []
-    failures = [RuntimeError("address already in use"), None]
-    cluster = start_on_free_ports(lambda: FakeCluster(log, failures.pop(0)), _port_taken)
+    FakeCluster.FAILURES = [RuntimeError("address already in use")]
+    cluster = start_on_free_ports(FakeCluster, 3)
     assert cluster.failure is None
-    assert log == ["start", "cleanup", "start"]
+    assert FakeCluster.LOG == ["start", "cleanup", "start"]
+    cluster.cleanup()
 
 
 def test_any_other_failure_is_cleaned_up_and_raised_at_once() -> None:
-    log: list[str] = []
+    FakeCluster.FAILURES = [ValueError("bad flag")]
     with pytest.raises(ValueError, match="bad flag"):
-        start_on_free_ports(lambda: FakeCluster(log, ValueError("bad flag")), _port_taken)
-    assert log == ["start", "cleanup"]
+        start_on_free_ports(FakeCluster, 3)
+    assert FakeCluster.LOG == ["start", "cleanup"]
 
 
 def test_ports_lost_on_every_attempt_raise_the_last_failure() -> None:
-    log: list[str] = []
+    FakeCluster.FAILURES = [RuntimeError("address already in use")] * 3
     with pytest.raises(RuntimeError, match="in use"):
-        start_on_free_ports(
-            lambda: FakeCluster(log, RuntimeError("address already in use")), _port_taken
-        )
-    assert log == ["start", "cleanup"] * 3
+        start_on_free_ports(FakeCluster, 3)
+    assert FakeCluster.LOG == ["start", "cleanup"] * 3
 
 
 def test_the_blocking_form_cleans_up_when_its_block_raises() -> None:
-    log: list[str] = []
-    with (
-        pytest.raises(KeyError),
-        running_sync(lambda: start_on_free_ports(lambda: FakeCluster(log, None), _port_taken)),
-    ):
+    with pytest.raises(KeyError), running_sync(FakeCluster, 3):
         raise KeyError("boom")
-    assert log == ["start", "cleanup"]
+    assert FakeCluster.LOG == ["start", "cleanup"]
 
 
 async def test_the_trio_form_cleans_up_even_when_cancelled() -> None:
-    log: list[str] = []
     with trio.CancelScope() as scope:
-        async with running(lambda: FakeCluster(log, None)):
+        async with running(FakeCluster, 3):
             scope.cancel()
             await trio.sleep_forever()
-    assert log == ["cleanup"]  # this start made the cluster without starting it
+    assert FakeCluster.LOG == ["start", "cleanup"]
