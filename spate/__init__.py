@@ -72,3 +72,13 @@ __all__ = [
     "open_coordinator",
     "run_worker",
 ]
+
+# Public names report their public home: `spate.Fenced`, not `spate._errors.Fenced`, in reprs,
+# tracebacks and pickles (as trio's do). The public submodules are only re-exports (a test
+# pins that), so their names are fixed here.
+from spate._module_metadata import fixup_module_metadata as _fixup
+
+_fixup(__name__, globals(), __all__)
+for _public in (ops, store, telemetry):
+    _fixup(_public.__name__, vars(_public), _public.__all__)
+del _fixup, _public

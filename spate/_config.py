@@ -154,16 +154,6 @@ class Config:
                 f"({timeout} s): a drain needs time for at least one commit."
             )
 
-    @property
-    def renew_interval(self) -> float:
-        """Seconds between lease renewals: a third of the lease (needs a resolved config)."""
-        if self.lease_duration is None:
-            raise ConfigError(
-                "this Config has no lease_duration yet; use the coordinator's resolved config "
-                "(coordinator.config) or Config.resolve(store.ephemeral_ttl)."
-            )
-        return self.lease_duration / 3
-
     def resolve(self, ephemeral_ttl: float) -> Config:
         """Return this config with ``lease_duration`` and ``op_timeout`` filled in for a store.
 

@@ -19,6 +19,11 @@ Every adapter module exposes ``store_from_url(url) -> Store``: a synchronous con
 validates the URL and connects nothing; connecting happens when the store is entered.
 ``memory://`` stores of one process share one server while any of them is open, so in-process
 workers opening the same URL see the same data.
+
+Other packages add schemes: a distribution registers its adapter's ``store_from_url`` under
+the ``spate.stores`` entry-point group, named by its scheme (see docs/writing-a-store-adapter.md).
+Such a scheme is looked up only when it is not one of :data:`SUPPORTED_SCHEMES`, so the bundled
+schemes cannot be shadowed.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from urllib.parse import urlsplit
 
 from spate import ConfigError, StoreError
 from spate.store import Store
+from spate_stores import _entry_points
 
 __all__ = ["SUPPORTED_SCHEMES", "open_store", "redact_url", "store_from_url"]
 
@@ -47,7 +53,7 @@ _ADAPTERS: dict[str, tuple[str, str | None]] = {
     "nats+wss": ("spate_stores.nats", "nats"),
 }
 SUPPORTED_SCHEMES = tuple(_ADAPTERS)
-"""Every URL scheme :func:`open_store` understands."""
+"""Every URL scheme :func:`open_store` understands without a third-party adapter."""
 
 
 def redact_url(url: str) -> str:
@@ -68,9 +74,13 @@ def redact_url(url: str) -> str:
 def store_from_url(url: str) -> Store:
     """The (not yet opened) store a URL names; enter it to connect.
 
+    A scheme spate does not bundle is looked up among the adapters installed distributions
+    register under the ``spate.stores`` entry-point group.
+
     Raises :class:`~spate.ConfigError` for an unknown scheme (naming the supported
     ones) or a malformed URL, and :class:`~spate.StoreError` when the scheme's extra
-    is not installed (naming the extra to install). Credentials never appear in messages.
+    is not installed (naming the extra to install) or a third-party adapter is broken
+    (naming its distribution). Credentials never appear in messages.
     """
     try:
         scheme = urlsplit(url).scheme.lower()
@@ -79,10 +89,15 @@ def store_from_url(url: str) -> Store:
             f"not a store URL: {redact_url(url) if isinstance(url, str) else url!r}"
         ) from None
     if scheme not in _ADAPTERS:
-        raise ConfigError(
-            f"unsupported store URL {redact_url(url)!r}: the scheme must be one of "
-            f"{', '.join(s + '://' for s in SUPPORTED_SCHEMES)}"
-        )
+        third_party = _entry_points.adapter_for(scheme, SUPPORTED_SCHEMES) if scheme else None
+        if third_party is None:
+            known = (*SUPPORTED_SCHEMES, *_entry_points.installed_schemes(SUPPORTED_SCHEMES))
+            raise ConfigError(
+                f"unsupported store URL {redact_url(url)!r}: the scheme must be one of "
+                f"{', '.join(s + '://' for s in known)} (or one an installed adapter "
+                f"registers under the {_entry_points.GROUP!r} entry points)"
+            )
+        return third_party(url)
     module_name, extra = _ADAPTERS[scheme]
     try:
         module = importlib.import_module(module_name)

@@ -55,11 +55,6 @@ class BlackholeProxy:
         self.cuts = 0
         """How many times the link was cut."""
 
-    @property
-    def is_cut(self) -> bool:
-        """Whether bytes are currently held back."""
-        return not self._open.is_set()
-
     def cut(self) -> None:
         """Stop every byte both ways (and new connections from reaching the target)."""
         if self._open.is_set():

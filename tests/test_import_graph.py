@@ -212,14 +212,14 @@ def test_the_facade_check_sees_a_component_reached_through_a_machine() -> None:
 # -- the simulator's machine engine ------------------------------------------------------------
 
 MACHINE_ENGINE = (
-    "spate_testing.sim.process",
-    "spate_testing.sim.flowrunner",
-    "spate_testing.sim.handlers",
-    "spate_testing.sim.machines",
-    "spate_testing.sim.clockwork",
-    "spate_testing.sim.model",
-    "spate_testing.sim.session",
-    "spate_testing.sim.recorder",
+    "spate_testing.sim._process",
+    "spate_testing.sim._flowrunner",
+    "spate_testing.sim._handlers",
+    "spate_testing.sim._machines",
+    "spate_testing.sim._clockwork",
+    "spate_testing.sim._model",
+    "spate_testing.sim._session",
+    "spate_testing.sim._recorder",
 )
 """The simulator's own runtime for the machine (the Trio engine, ``fleet``, runs the real one)."""
 

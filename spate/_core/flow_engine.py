@@ -8,7 +8,7 @@ up its key, and the watch events of a key an API call holds wait until it lets g
 (:mod:`spate._core.hold_back`). :class:`FlowEngine` holds those rules once. How a store
 call is made, how a batch or a fork runs, and when a flow queued for a key resumes are left
 to a subclass: the Trio runtime's driver (:class:`spate._runtime.driver.Driver`, with I/O
-tasks) and the simulator's (:class:`spate_testing.sim.flowrunner.FlowRunner`, with scheduled
+tasks) and the simulator's (:class:`spate_testing.sim._flowrunner.FlowRunner`, with scheduled
 callbacks).
 """
 

@@ -38,7 +38,7 @@ from spate._store import Entry, Keyspace, Won
 
 __all__ = ["Owned", "Tenancies", "committed"]
 
-logger = logging.getLogger("spate.claims")
+logger = logging.getLogger("spate.tenancy")
 
 DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 

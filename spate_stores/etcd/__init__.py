@@ -17,6 +17,7 @@ from __future__ import annotations
 import httpx  # noqa: F401
 import trio_websocket  # noqa: F401
 
+from spate._module_metadata import fixup_module_metadata as _fixup_module_metadata
 from spate_stores.etcd._config import (
     DEFAULT_EPHEMERAL_TTL as DEFAULT_EPHEMERAL_TTL,
 )
@@ -48,3 +49,7 @@ def store_from_url(url: str) -> EtcdStore:
     the store is entered.
     """
     return EtcdStore.from_url(url)
+
+
+# Its names report this module as their home (in reprs, tracebacks, pickles), as spate's do.
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -16,6 +16,7 @@ The client underneath is layered so each part is testable alone: a sans-IO proto
 push consumers (``_watch``) and the store itself (``_store``).
 """
 
+from spate._module_metadata import fixup_module_metadata as _fixup_module_metadata
 from spate_stores.nats._connection import NatsConnection
 from spate_stores.nats._options import ConnectOptions, StoreOptions, parse_url
 from spate_stores.nats._store import NatsStore, store_from_url
@@ -28,3 +29,6 @@ __all__ = [
     "parse_url",
     "store_from_url",
 ]
+
+# Its names report this module as their home (in reprs, tracebacks, pickles), as spate's do.
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -14,27 +14,19 @@ Run it against your own store from your own tests, the way ``trio.testing`` offe
 or run it against a store URL with :func:`run_conformance` (``spate conformance --store URL``).
 """
 
+import pkgutil
+
 import pytest
 
 # The suite's assertions live in this package rather than in a test module; ask pytest to
 # rewrite them so a failure shows the values compared (must precede the imports below).
+# Every module of the package, so a new one cannot be left out (``_batched`` once was, and its
+# failures named neither rule nor values).
 pytest.register_assert_rewrite(
-    *(
-        f"spate_testing.conformance.{name}"
-        for name in (
-            "_cas",
-            "_concurrency",
-            "_data",
-            "_exact_watch",
-            "_expiry",
-            "_pages",
-            "_session",
-            "_support",
-            "_watch",
-        )
-    )
+    *(f"{__name__}.{module.name}" for module in pkgutil.iter_modules(__path__))
 )
 
+from spate._module_metadata import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
 from spate_testing.conformance._runner import run_conformance  # noqa: E402
 from spate_testing.conformance._session import Link, PartitionedStoreFactory  # noqa: E402
 from spate_testing.conformance._suite import StoreConformance  # noqa: E402
@@ -47,3 +39,6 @@ __all__ = [
     "StoreFactory",
     "run_conformance",
 ]
+
+# Its names report this module as their home (in reprs, tracebacks, pickles), as spate's do.
+_fixup_module_metadata(__name__, globals(), __all__)

@@ -35,6 +35,7 @@ from spate_testing.conformance._support import (
     require_expiry_reaches_watchers,
     unique_prefix,
 )
+from spate_testing.conformance._watch import check_no_gap
 
 __all__ = ["ExactWatchConformance"]
 
@@ -108,41 +109,7 @@ class ExactWatchConformance:
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None, keyspace: Keyspace
     ) -> None:
         """An exact watch opened while its key is being rewritten misses none of the writes."""
-        key = unique_prefix() + "counter"
-        total = 40
-        async with store_factory(NAMESPACE) as writer, store_factory(NAMESPACE) as watcher:
-            created = expect_won(await writer.create(keyspace, key, b"0"), "create")
-            writing = trio.Event()
-
-            async def write_all() -> None:
-                revision = created.revision
-                for n in range(1, total + 1):
-                    if n == total // 4:
-                        writing.set()
-                    won = await writer.update(keyspace, key, b"%d" % n, revision)
-                    revision = expect_won(won, f"write {n}").revision
-                    # A lookalike written between each pair would show up as a jump.
-                    other = f"{key}{n}"
-                    expect_won(await writer.create(keyspace, other, b"other"), f"create {other}")
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(write_all)
-                await writing.wait()
-                async with watcher.watch(keyspace, key, exact=True) as events:
-                    event = await next_event(events, f"the snapshot Put of {key!r}")
-                    assert isinstance(event, Put), f"expected the Put of {key!r}, got {event!r}"
-                    last = event.entry
-                    event = await next_event(events, "SnapshotDone after one entry")
-                    assert event == SnapshotDone(), f"expected SnapshotDone, got {event!r}"
-                    while int(last.value) < total:
-                        event = await next_event(events, f"the write after {last.value!r}")
-                        assert isinstance(event, Put), f"unexpected {event!r}"
-                        assert event.entry.key == key, f"a watch of {key!r} delivered {event!r}"
-                        assert int(event.entry.value) == int(last.value) + 1, (
-                            f"after {last.value!r} the watch jumped to {event.entry.value!r}"
-                        )
-                        assert event.entry.revision > last.revision
-                        last = event.entry
+        await check_no_gap(store_factory, keyspace, exact=True)
 
     async def test_exact_watch_reports_expiry_as_delete(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None

@@ -26,7 +26,7 @@ from spate_testing.conformance._support import (
     unique_prefix,
 )
 
-__all__ = ["WatchConformance"]
+__all__ = ["WatchConformance", "check_no_gap"]
 
 EPHEMERAL = Keyspace.EPHEMERAL
 
@@ -42,6 +42,53 @@ async def _read_snapshot(events: AsyncIterator[WatchEvent], count: int) -> dict[
     event = await next_event(events, f"SnapshotDone after {count} snapshot entries")
     assert event == SnapshotDone(), f"expected SnapshotDone after the snapshot, got {event!r}"
     return snapshot
+
+
+async def check_no_gap(store_factory: StoreFactory, keyspace: Keyspace, *, exact: bool) -> None:
+    """A watch opened while its key is being rewritten misses none of the later writes.
+
+    A writer rewrites one key 40 times (each value one more than the last); a watch of the key
+    opens after the first few writes and must deliver the snapshot and then every later write,
+    in order. An ``exact`` watch is of that key alone: a lookalike (the key and a suffix) is
+    created after each write, and any event of one would show as a jump.
+    """
+    key = unique_prefix() + "counter"
+    total = 40
+    async with store_factory(NAMESPACE) as writer, store_factory(NAMESPACE) as watcher:
+        created = expect_won(await writer.create(keyspace, key, b"0"), "create")
+        writing = trio.Event()
+
+        async def write_all() -> None:
+            revision = created.revision
+            for n in range(1, total + 1):
+                if n == total // 4:
+                    writing.set()
+                won = await writer.update(keyspace, key, b"%d" % n, revision)
+                revision = expect_won(won, f"write {n}").revision
+                if exact:
+                    other = f"{key}{n}"
+                    expect_won(await writer.create(keyspace, other, b"other"), f"create {other}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_all)
+            await writing.wait()
+            # A prefix watch is opened as callers did before exact= existed: without it.
+            watch = (
+                watcher.watch(keyspace, key, exact=True) if exact else watcher.watch(keyspace, key)
+            )
+            async with watch as events:
+                snapshot = await _read_snapshot(events, 1)
+                assert key in snapshot, f"a watch of {key!r} began with {snapshot!r}"
+                last = snapshot[key]
+                while int(last.value) < total:
+                    event = await next_event(events, f"the write after {last.value!r}")
+                    assert isinstance(event, Put), f"unexpected {event!r}"
+                    assert event.entry.key == key, f"a watch of {key!r} delivered {event!r}"
+                    assert int(event.entry.value) == int(last.value) + 1, (
+                        f"after {last.value!r} the watch jumped to {event.entry.value!r}"
+                    )
+                    assert event.entry.revision > last.revision
+                    last = event.entry
 
 
 def _assert_in_revision_order(events: list[WatchEvent]) -> None:
@@ -190,34 +237,7 @@ class WatchConformance:
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None, keyspace: Keyspace
     ) -> None:
         """A watch opened while a key is being rewritten misses none of the later writes."""
-        key = unique_prefix() + "counter"
-        total = 40
-        async with store_factory(NAMESPACE) as writer, store_factory(NAMESPACE) as watcher:
-            created = expect_won(await writer.create(keyspace, key, b"0"), "create")
-            writing = trio.Event()
-
-            async def write_all() -> None:
-                revision = created.revision
-                for n in range(1, total + 1):
-                    if n == total // 4:
-                        writing.set()
-                    won = await writer.update(keyspace, key, b"%d" % n, revision)
-                    revision = expect_won(won, f"write {n}").revision
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(write_all)
-                await writing.wait()
-                async with watcher.watch(keyspace, key) as events:
-                    snapshot = await _read_snapshot(events, 1)
-                    last = snapshot[key]
-                    while int(last.value) < total:
-                        event = await next_event(events, f"the write after {last.value!r}")
-                        assert isinstance(event, Put), f"unexpected {event!r}"
-                        assert int(event.entry.value) == int(last.value) + 1, (
-                            f"after {last.value!r} the watch jumped to {event.entry.value!r}"
-                        )
-                        assert event.entry.revision > last.revision
-                        last = event.entry
+        await check_no_gap(store_factory, keyspace, exact=False)
 
     async def test_watch_reports_per_key_expiry_as_delete(
         self, store_factory: StoreFactory, spate_clock: trio.abc.Clock | None

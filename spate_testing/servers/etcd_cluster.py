@@ -25,16 +25,16 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import urlencode
 
 import httpx
 import trio
 
+from spate_testing.servers._lifetime import running, running_sync
 from spate_testing.servers._ports import free_port
 from spate_testing.servers._signals import freeze
 from spate_testing.servers.etcd import EtcdServerError, etcd_version, find_etcd_binary
@@ -94,6 +94,8 @@ class EtcdMember:
 
 class EtcdCluster:
     """Three etcd members on loopback, started together (see the module docstring)."""
+
+    _kind: ClassVar[str] = "etcd"  # names its temporary directory
 
     def __init__(self, workdir: Path, size: int = 3) -> None:
         self.binary = find_etcd_binary()
@@ -277,6 +279,12 @@ class EtcdCluster:
 
     # -- from Trio ----------------------------------------------------------------------
 
+    def _lost_a_port(self, error: Exception) -> bool:
+        """Whether ``error``, from :meth:`start_sync`, says another process took a port."""
+        return isinstance(error, EtcdServerError) and any(
+            "address already in use" in member.log_tail() for member in self.members
+        )
+
     async def stop(self, role: str | int) -> EtcdMember:
         """SIGTERM the member with ``role``; returns it (for :meth:`restart`)."""
         member = await trio.to_thread.run_sync(self.member, role)
@@ -299,42 +307,12 @@ class EtcdCluster:
         """Bring a stopped, killed or paused member back and wait until it is healthy."""
         await trio.to_thread.run_sync(self.restart_member_sync, member)
 
-    async def current_leader(self) -> EtcdMember:
-        """:meth:`leader` from a Trio task."""
-        return await trio.to_thread.run_sync(self.leader)
 
-
-def _started(size: int, attempts: int = 3) -> EtcdCluster:
-    """A started cluster; new ports when another process took one between pick and bind."""
-    for attempt in range(attempts):
-        cluster = EtcdCluster(Path(tempfile.mkdtemp(prefix="spate-etcd-cluster-")), size)
-        try:
-            cluster.start_sync()
-            return cluster
-        except EtcdServerError:
-            in_use = any("address already in use" in m.log_tail() for m in cluster.members)
-            cluster.cleanup()
-            if not in_use or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-@contextmanager
-def etcd_cluster_sync(size: int = 3) -> Iterator[EtcdCluster]:
+def etcd_cluster_sync(size: int = 3) -> AbstractContextManager[EtcdCluster]:
     """Start a cluster of ``size`` members, yield it, and stop it (blocking)."""
-    cluster = _started(size)
-    try:
-        yield cluster
-    finally:
-        cluster.cleanup()
+    return running_sync(EtcdCluster, size)
 
 
-@asynccontextmanager
-async def etcd_cluster(size: int = 3) -> AsyncIterator[EtcdCluster]:
+def etcd_cluster(size: int = 3) -> AbstractAsyncContextManager[EtcdCluster]:
     """Start a cluster of ``size`` members from a Trio task, yield it, stop it on exit."""
-    cluster = await trio.to_thread.run_sync(_started, size)
-    try:
-        yield cluster
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(cluster.cleanup)
+    return running(EtcdCluster, size)

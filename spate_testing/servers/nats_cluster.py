@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
 import trio
 
+from spate_testing.servers._lifetime import running, running_sync
 from spate_testing.servers._ports import free_port
 from spate_testing.servers.nats import NatsServer
 
@@ -91,6 +90,8 @@ class NatsClusterServer(NatsServer):
 
 class NatsCluster:
     """Three nats-servers with JetStream, routed into one cluster (see the module docstring)."""
+
+    _kind: ClassVar[str] = "nats"  # names its temporary directory
 
     def __init__(self, directory: Path, size: int = 3) -> None:
         self.directory = directory
@@ -244,6 +245,10 @@ class NatsCluster:
 
     # -- from Trio ----------------------------------------------------------------------
 
+    def _lost_a_port(self, error: Exception) -> bool:
+        """Whether ``error``, from :meth:`start_sync`, says another process took a port."""
+        return isinstance(error, RuntimeError) and "address already in use" in str(error)
+
     async def stop(self, role: str | int, *, stream: str | None = None) -> NatsClusterServer:
         """SIGTERM the server with ``role``; returns it (for :meth:`restart`)."""
         server = await trio.to_thread.run_sync(self.member, role, stream)
@@ -268,36 +273,11 @@ class NatsCluster:
         await trio.to_thread.run_sync(self.restart_member_sync, server)
 
 
-def _started(size: int, attempts: int = 3) -> NatsCluster:
-    """A started cluster; new ports when another process took one between pick and bind."""
-    for attempt in range(attempts):
-        cluster = NatsCluster(Path(tempfile.mkdtemp(prefix="spate-nats-cluster-")), size)
-        try:
-            cluster.start_sync()
-            return cluster
-        except RuntimeError as exc:
-            cluster.cleanup()
-            if "address already in use" not in str(exc) or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-@contextmanager
-def nats_cluster_sync(size: int = 3) -> Iterator[NatsCluster]:
+def nats_cluster_sync(size: int = 3) -> AbstractContextManager[NatsCluster]:
     """Start a cluster of ``size`` servers, yield it, and stop it (blocking)."""
-    cluster = _started(size)
-    try:
-        yield cluster
-    finally:
-        cluster.cleanup()
+    return running_sync(NatsCluster, size)
 
 
-@asynccontextmanager
-async def nats_cluster(size: int = 3) -> AsyncIterator[NatsCluster]:
+def nats_cluster(size: int = 3) -> AbstractAsyncContextManager[NatsCluster]:
     """Start a cluster of ``size`` servers from a Trio task, yield it, stop it on exit."""
-    cluster = await trio.to_thread.run_sync(_started, size)
-    try:
-        yield cluster
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(cluster.cleanup)
+    return running(NatsCluster, size)

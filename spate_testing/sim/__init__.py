@@ -17,26 +17,27 @@ Record a fleet (yours or the simulator's) into a :class:`History`, then :func:`c
 See docs/testing.md for how to use them on your own workload.
 """
 
-from spate_testing.sim.checker import INVARIANTS as INVARIANTS
-from spate_testing.sim.checker import Violation as Violation
-from spate_testing.sim.checker import check as check
-from spate_testing.sim.fleet import SimRun as SimRun
-from spate_testing.sim.fleet import simulate as simulate
-from spate_testing.sim.history import History as History
-from spate_testing.sim.machines import simulate_machines as simulate_machines
-from spate_testing.sim.recorder import Recorder as Recorder
-from spate_testing.sim.recorder import final_listing as final_listing
-from spate_testing.sim.runner import ENGINES as ENGINES
-from spate_testing.sim.runner import Engine as Engine
-from spate_testing.sim.runner import SeedResult as SeedResult
-from spate_testing.sim.runner import SimHang as SimHang
-from spate_testing.sim.runner import replay_command as replay_command
-from spate_testing.sim.runner import run_checked as run_checked
-from spate_testing.sim.runner import run_scenario as run_scenario
-from spate_testing.sim.runner import run_seed as run_seed
-from spate_testing.sim.scenario import Scenario as Scenario
-from spate_testing.sim.scenario import Scripted as Scripted
-from spate_testing.sim.workload import Workload as Workload
+from spate._module_metadata import fixup_module_metadata as _fixup_module_metadata
+from spate_testing.sim._checker import INVARIANTS as INVARIANTS
+from spate_testing.sim._checker import Violation as Violation
+from spate_testing.sim._checker import check as check
+from spate_testing.sim._fleet import SimRun as SimRun
+from spate_testing.sim._fleet import simulate as simulate
+from spate_testing.sim._history import History as History
+from spate_testing.sim._machines import simulate_machines as simulate_machines
+from spate_testing.sim._recorder import Recorder as Recorder
+from spate_testing.sim._recorder import final_listing as final_listing
+from spate_testing.sim._runner import ENGINES as ENGINES
+from spate_testing.sim._runner import Engine as Engine
+from spate_testing.sim._runner import SeedResult as SeedResult
+from spate_testing.sim._runner import SimHang as SimHang
+from spate_testing.sim._runner import replay_command as replay_command
+from spate_testing.sim._runner import run_checked as run_checked
+from spate_testing.sim._runner import run_scenario as run_scenario
+from spate_testing.sim._runner import run_seed as run_seed
+from spate_testing.sim._scenario import Scenario as Scenario
+from spate_testing.sim._scenario import Scripted as Scripted
+from spate_testing.sim._workload import Workload as Workload
 
 __all__ = [
     "ENGINES",
@@ -60,3 +61,6 @@ __all__ = [
     "simulate",
     "simulate_machines",
 ]
+
+# Its names report this module as their home (in reprs, tracebacks, pickles), as spate's do.
+_fixup_module_metadata(__name__, globals(), __all__)

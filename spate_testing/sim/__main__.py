@@ -1,7 +1,7 @@
-"""``python -m spate_testing.sim``: see :mod:`spate_testing.sim.cli`."""
+"""``python -m spate_testing.sim``: see :mod:`spate_testing.sim._cli`."""
 
 import sys
 
-from spate_testing.sim.cli import main
+from spate_testing.sim._cli import main
 
 sys.exit(main())

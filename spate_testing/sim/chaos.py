@@ -50,9 +50,9 @@ import trio
 
 from spate._cli.demo.process import CRASH_EXIT
 from spate._cli.demo.workload import Dataset
-from spate_testing.sim.checker import Violation, check
-from spate_testing.sim.history import Acked, Action, History, Verdict
-from spate_testing.sim.recorder import final_listing
+from spate_testing.sim._checker import Violation, check
+from spate_testing.sim._history import Acked, Action, History, Verdict
+from spate_testing.sim._recorder import final_listing
 
 __all__ = ["ChaosResult", "main", "run_chaos"]
 

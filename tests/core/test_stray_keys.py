@@ -9,6 +9,10 @@ once its store model kept keys by session (seeds 166 and 2719, 1704, 3294).
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from spate._core.records import LeaderRecord, LeaseRecord, encode
 from spate.store import Keyspace
 
@@ -53,7 +57,10 @@ def test_a_leader_key_written_unseen_is_given_back_and_the_election_runs_again()
     assert w1.leading
 
 
-def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back() -> None:
+def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="spate")
     world, w1 = lone_worker()
     # The tenancy ends without the lease key going (a loss noticed first; a hand-back whose
     # delete could not be written); and the worker claims nothing more (it is leaving), so
@@ -75,6 +82,9 @@ def test_a_lease_key_of_this_process_for_a_split_it_does_not_hold_is_given_back(
     assert world.get(*w1.lease_key("a")) is None
     record, _ = world.record("a")
     assert record.epoch == 1
+    # Said by the tenancies, under their own logger (not the claims').
+    [said] = [r for r in caplog.records if "giving back a lease key" in r.getMessage()]
+    assert said.name == "spate.tenancy"
 
 
 def test_a_stray_lease_key_whose_give_back_failed_is_tried_again() -> None:

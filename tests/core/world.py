@@ -1,11 +1,11 @@
 """A fleet of coordination machines on one float clock: the synchronous test harness.
 
 Nothing here runs Trio. Each worker is the real :class:`~spate._core.machine.Machine`, driven
-by the simulator's callback runtime (:class:`~spate_testing.sim.process.SimWorker`: startup,
+by the simulator's callback runtime (:class:`~spate_testing.sim._process.SimWorker`: startup,
 watches, heartbeats, the planner, flows with the runtime's per-key rules), over the
-simulator's store model (:class:`~spate_testing.sim.model.ModelStore`: revisions,
+simulator's store model (:class:`~spate_testing.sim._model.ModelStore`: revisions,
 compare-and-swap, per-key expiry of ephemeral keys) and a discrete-event
-:class:`~spate_testing.sim.clockwork.Scheduler` whose time is a float. A test reads as the
+:class:`~spate_testing.sim._clockwork.Scheduler` whose time is a float. A test reads as the
 protocol's specification:
 
     world = World()
@@ -80,12 +80,12 @@ from spate.store import (
     WriteResult,
 )
 from spate_testing.faults import FaultRates
-from spate_testing.sim.clockwork import Scheduler
-from spate_testing.sim.history import History, StoreWrite
-from spate_testing.sim.model import Link, ModelStore, WatchSink
-from spate_testing.sim.process import SimWorker
-from spate_testing.sim.recorder import RecordingMetrics
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._clockwork import Scheduler
+from spate_testing.sim._history import History, StoreWrite
+from spate_testing.sim._model import Link, ModelStore, WatchSink
+from spate_testing.sim._process import SimWorker
+from spate_testing.sim._recorder import RecordingMetrics
+from spate_testing.sim._workload import Workload
 from tests.common import JOB, KEYS, EventLog, config, planner_of
 
 __all__ = [

@@ -1,7 +1,8 @@
 """Who reads what, end to end (Trio, the memory store): what each worker's watches are sent.
 
 The rules are specified machine by machine in ``tests/core/test_reading.py``; here the runtime's
-watch pumps open the machine's watches on a real store client, which counts what it delivers.
+watch pumps open the machine's watches on a real store client, which counts what it delivers,
+and re-open a watch that broke.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from typing import Any
 import trio
 import trio.testing
 
-from spate import Progress
+from spate import AllComplete, Progress
 from spate.store import Delete, Keyspace, Put, SnapshotDone
 from spate_stores.memory import MemoryServer, MemoryStore
+from spate_testing.faults import FaultyStore
 
-from .harness import KEYS, TTL, config, cooperative, planner_of, spawn
+from .harness import KEYS, TTL, client, config, cooperative, planner_of, spawn
 
 
 class _CountingWatches(MemoryStore):
@@ -110,4 +112,22 @@ async def test_a_plain_commit_is_delivered_to_nobody_and_a_completion_to_the_lea
             (Keyspace.DURABLE, KEYS.lease(theirs), "delete")
         ]
         assert stores["b"].split_events(marks["b"]) == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_broken_watch_is_rewatched_and_rebuilt(autojump_clock: trio.abc.Clock) -> None:
+    server = MemoryServer()
+    cut = FaultyStore(client(server), name="b")
+    async with trio.open_nursery() as nursery:
+        a = await spawn(nursery, client(server), "a", planner=planner_of(1))
+        await a.until(lambda: a.c.owned == {"s00"})
+        b = await spawn(
+            nursery, cut, "b", planner=planner_of(1), cfg=config(reconcile_interval=1000.0)
+        )
+        cut.partition()
+        await trio.sleep(0.5)
+        await a.c.commit("s00", Progress(1, completed=True))
+        await trio.sleep(0.5)
+        cut.heal()
+        await b.wait_for(AllComplete, within=10)  # learned from the new watch's snapshot
         nursery.cancel_scope.cancel()

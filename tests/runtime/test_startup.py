@@ -16,6 +16,7 @@ from spate import (
     StoreUnavailable,
     open_coordinator,
 )
+from spate._core.schedule import heartbeat_delay
 from spate._runtime.probe import probe_store
 from spate.store import Conflict, Keyspace, Revision, Store, Won, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
@@ -256,9 +257,15 @@ def test_config_resolves_lease_and_op_timeout_from_the_store() -> None:
     resolved = Config().resolve(9.0)
     assert resolved.lease_duration == 9.0
     assert resolved.op_timeout == 3.0
-    assert resolved.renew_interval == 3.0
-    with pytest.raises(ConfigError, match="lease_duration"):
-        _ = Config().renew_interval
+    # How often leases are renewed is the schedule's rule (a third of the lease, jittered), not
+    # a Config field restating it.
+    assert not hasattr(resolved, "renew_interval")
+    delays = [
+        heartbeat_delay(seed, round_, resolved.lease_duration)
+        for seed in range(20)
+        for round_ in range(5)
+    ]
+    assert all(0.8 * 3.0 <= delay < 1.2 * 3.0 for delay in delays)
 
 
 async def test_commit_fail_release_of_a_split_not_held_are_fenced_and_write_nothing(

@@ -14,12 +14,12 @@ from spate import Config
 from spate._core.flows import Op
 from spate.store import Keyspace, Revision, Store, Won, WriteResult
 from spate_testing.faults import FaultRates
-from spate_testing.sim.checker import check
-from spate_testing.sim.machines import simulate_machines
-from spate_testing.sim.model import ModelStore
-from spate_testing.sim.runner import ENGINES, Engine, run_checked
-from spate_testing.sim.scenario import Scenario, Scripted
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._checker import check
+from spate_testing.sim._machines import simulate_machines
+from spate_testing.sim._model import ModelStore
+from spate_testing.sim._runner import ENGINES, Engine, run_checked
+from spate_testing.sim._scenario import Scenario, Scripted
+from spate_testing.sim._workload import Workload
 
 LEASE = 3.0
 ZOMBIE = Scenario(

@@ -7,8 +7,8 @@ import attrs
 import pytest
 
 from spate._core.records import ProgressRecord, Status, encode
-from spate_testing.sim.checker import INVARIANTS, check
-from spate_testing.sim.history import (
+from spate_testing.sim._checker import INVARIANTS, check
+from spate_testing.sim._history import (
     Acked,
     Delivered,
     Final,

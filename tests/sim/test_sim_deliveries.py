@@ -13,11 +13,11 @@ from spate._core.machine import Machine
 from spate._core.scopes import WatchScope
 from spate.store import Keyspace
 from spate_testing.faults import FaultRates
-from spate_testing.sim.checker import check
-from spate_testing.sim.history import Delivered, Leading
-from spate_testing.sim.machines import simulate_machines
-from spate_testing.sim.scenario import Scenario, Scripted
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._checker import check
+from spate_testing.sim._history import Delivered, Leading
+from spate_testing.sim._machines import simulate_machines
+from spate_testing.sim._scenario import Scenario, Scripted
+from spate_testing.sim._workload import Workload
 
 LEASE = 3.0
 FLEET = Scenario(

@@ -14,14 +14,14 @@ from spate._core.flows import Op
 from spate._core.records import Keys, PresenceRecord, decode
 from spate.store import Conflict, Delete, Entry, Keyspace, Put, WatchEvent, Won
 from spate_testing.faults import FaultRates
-from spate_testing.sim.checker import check
-from spate_testing.sim.clockwork import Scheduler
-from spate_testing.sim.fleet import worker_nonce
-from spate_testing.sim.history import History, StoreWrite, Verdict
-from spate_testing.sim.machines import simulate_machines
-from spate_testing.sim.model import Link, ModelStore
-from spate_testing.sim.scenario import Scenario, Scripted
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._checker import check
+from spate_testing.sim._clockwork import Scheduler
+from spate_testing.sim._fleet import worker_nonce
+from spate_testing.sim._history import History, StoreWrite, Verdict
+from spate_testing.sim._machines import simulate_machines
+from spate_testing.sim._model import Link, ModelStore
+from spate_testing.sim._scenario import Scenario, Scripted
+from spate_testing.sim._workload import Workload
 
 DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
@@ -329,8 +329,8 @@ def test_the_same_scenario_replays_the_same_history() -> None:
 def test_a_stubborn_handler_declines_its_revocation_and_the_split_moves_anyway(
     engine: str,
 ) -> None:
-    from spate_testing.sim.history import Revocations
-    from spate_testing.sim.runner import run_checked
+    from spate_testing.sim._history import Revocations
+    from spate_testing.sim._runner import run_checked
 
     splits = tuple((f"s{i}", 12, 1) for i in range(4))
     scenario = Scenario(

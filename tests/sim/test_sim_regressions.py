@@ -30,9 +30,9 @@ from spate._core.records import (
 from spate.store import Keyspace, Put, SnapshotDone, WatchEvent, Won, Write, WriteResult
 from spate_stores.memory import MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
-from spate_testing.sim.runner import SeedResult, run_checked
-from spate_testing.sim.scenario import Scenario, Scripted
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._runner import SeedResult, run_checked
+from spate_testing.sim._scenario import Scenario, Scripted
+from spate_testing.sim._workload import Workload
 from tests.core.world import KEYS, LEASE, Worker, World, config, planner_of
 
 DURABLE = Keyspace.DURABLE

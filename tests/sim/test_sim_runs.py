@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from spate_testing.sim import cli
-from spate_testing.sim.checker import Violation
-from spate_testing.sim.history import Acked, Action, Final, Gained, StoreWrite, Verdict
-from spate_testing.sim.runner import SeedResult, replay_command, run_checked, run_seed
-from spate_testing.sim.scenario import Scenario
+from spate_testing.sim import _cli as cli
+from spate_testing.sim._checker import Violation
+from spate_testing.sim._history import Acked, Action, Final, Gained, StoreWrite, Verdict
+from spate_testing.sim._runner import SeedResult, replay_command, run_checked, run_seed
+from spate_testing.sim._scenario import Scenario
 
 
 def faulty_seed() -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spate_testing.sim.scale import ScaleSpec, run_scale
+from spate_testing.sim._scale import ScaleSpec, run_scale
 
 
 def test_a_small_fleet_scale_run_counts_who_hears_what() -> None:

@@ -17,8 +17,8 @@ import pytest
 
 from spate._core.records import ProgressRecord, Residual, SpecRecord, Status, encode
 from spate._core.splitting import residual_id
-from spate_testing.sim.checker import check
-from spate_testing.sim.history import (
+from spate_testing.sim._checker import check
+from spate_testing.sim._history import (
     Acked,
     Final,
     FinalSplit,
@@ -31,9 +31,9 @@ from spate_testing.sim.history import (
     StoreWrite,
     Verdict,
 )
-from spate_testing.sim.runner import Engine, SeedResult, run_checked
-from spate_testing.sim.scenario import Scenario, SplitFaults
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._runner import Engine, SeedResult, run_checked
+from spate_testing.sim._scenario import Scenario, SplitFaults
+from spate_testing.sim._workload import Workload
 
 JOB = "j"
 

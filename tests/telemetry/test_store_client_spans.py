@@ -110,3 +110,18 @@ def test_round_trip_durations_are_recorded(spans: Spans, global_meters: Meters) 
     ]
     assert attrs["error.type"] == "ValueError"
     assert attrs["db.system.name"] == "etcd"
+
+
+def test_round_trips_share_spates_duration_buckets(global_meters: Meters) -> None:
+    # One list of boundaries for every spate duration (spate.telemetry.SECONDS_BUCKETS); a
+    # client round trip adds one below a millisecond, for servers on loopback.
+    from spate.telemetry import SECONDS_BUCKETS
+
+    with client_span("etcd", "txn", server=server_endpoint("bucket-host", 1)):
+        pass
+    [point] = [
+        p
+        for attrs, p in global_meters.points("db.client.operation.duration")
+        if attrs.get("server.address") == "bucket-host"
+    ]
+    assert tuple(point.explicit_bounds) == (0.0005, *SECONDS_BUCKETS)  # type: ignore[attr-defined]

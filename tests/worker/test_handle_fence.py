@@ -79,16 +79,42 @@ async def test_decline_revoke_forces_the_revocation_at_once(
 async def test_decline_revoke_without_a_revocation_does_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    hooks = Outcomes()
+    declined: list[str] = []
+
     async def handle(split: spate.SplitHandle) -> None:
         await split.decline_revoke()
-        await split.commit(1, completed=True)
+        declined.append(split.id)
+        assert not split.revoke_requested.is_set()
+        await split.commit(1, completed=True)  # still the owner: the commit lands
 
     with trio.fail_after(120):
         verdict = await spate.run_worker(
             client(MemoryServer()), job=JOB, instance="a", planner=planner(2), handler=handle,
-            config=config(),
+            config=config(), metrics=hooks,
         )  # fmt: skip
     assert verdict == spate.AllComplete()
+    # Each split was held once, never lost and never revoked: nothing was forced.
+    assert sorted(declined) == ["s00", "s01"]
+    assert len(hooks.acquired_reasons) == 2
+    assert hooks.lost_reasons == []
+    assert hooks.revocations == []
+
+
+class Outcomes(spate.MetricsHooks):
+    def __init__(self) -> None:
+        self.acquired_reasons: list[str] = []
+        self.lost_reasons: list[str] = []
+        self.revocations: list[str] = []
+
+    def acquired(self, reason: str) -> None:  # type: ignore[override]
+        self.acquired_reasons.append(reason)
+
+    def lost(self, reason: str) -> None:  # type: ignore[override]
+        self.lost_reasons.append(reason)
+
+    def revocation(self, outcome: str) -> None:  # type: ignore[override]
+        self.revocations.append(outcome)
 
 
 class Counting(spate.MetricsHooks):

@@ -1,4 +1,4 @@
-"""Recording a run into a :class:`~spate_testing.sim.history.History`.
+"""Recording a run into a :class:`~spate_testing.sim._history.History`.
 
 Three taps, one per side of the protocol:
 
@@ -53,7 +53,7 @@ from spate.store import (
     batched,
     max_batch_of,
 )
-from spate_testing.sim.history import (
+from spate_testing.sim._history import (
     Acked,
     Action,
     Final,
@@ -72,7 +72,7 @@ from spate_testing.sim.history import (
 
 if TYPE_CHECKING:
     from spate import SplitHandle
-    from spate_testing.sim.handlers import SplitHooks
+    from spate_testing.sim._handlers import SplitHooks
 
 __all__ = [
     "RecordedSplit",

@@ -1,9 +1,9 @@
 """The simulator's Trio engine: a whole fleet of ``run_worker`` calls in one Trio run.
 
-:func:`simulate` runs one :class:`~spate_testing.sim.scenario.Scenario` and returns its
-:class:`~spate_testing.sim.history.History`. It must run under a ``MockClock`` (see
-:func:`spate_testing.sim.runner.run_scenario`). Unlike the machine engine
-(:mod:`spate_testing.sim.machines`), it runs the real runtime, handlers and store client;
+:func:`simulate` runs one :class:`~spate_testing.sim._scenario.Scenario` and returns its
+:class:`~spate_testing.sim._history.History`. It must run under a ``MockClock`` (see
+:func:`spate_testing.sim._runner.run_scenario`). Unlike the machine engine
+(:mod:`spate_testing.sim._machines`), it runs the real runtime, handlers and store client;
 the price is that Trio decides the order of tasks runnable at one instant, and (on purpose)
 not the same way twice, so a seed names a scenario here, not one exact interleaving.
 
@@ -14,7 +14,7 @@ partition switches) -> ``RecordingStore`` (the true outcome of each write) -> it
 script) joins, kills, restarts, freezes and partitions workers while the random store faults
 run; then *settle*, where every fault stops and the job has ``scenario.bound`` seconds of
 simulated time to reach its verdict. The final listing is then read straight from the
-server and appended as the history's :class:`~spate_testing.sim.history.Final`.
+server and appended as the history's :class:`~spate_testing.sim._history.Final`.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from spate._core.records import Keys
 from spate.store import Keyspace, Store
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
-from spate_testing.sim.actions import FleetActions
-from spate_testing.sim.history import Action, Final, History, ItemSpace, Split, StoreWrite
-from spate_testing.sim.recorder import Recorder, RecordingMetrics, final_listing
-from spate_testing.sim.scenario import Scenario
+from spate_testing.sim._actions import FleetActions
+from spate_testing.sim._history import Action, Final, History, ItemSpace, Split, StoreWrite
+from spate_testing.sim._recorder import Recorder, RecordingMetrics, final_listing
+from spate_testing.sim._scenario import Scenario
 
 __all__ = ["SimRun", "note_item_space", "simulate", "split_counts", "worker_nonce"]
 

@@ -12,7 +12,7 @@ Examples::
 
 The default engine drives the coordination machines on the simulator's own discrete-event
 scheduler: a seed replays bit for bit. ``--engine trio`` runs the real Trio runtime instead
-(see :mod:`spate_testing.sim.runner` for what that one can and cannot replay).
+(see :mod:`spate_testing.sim._runner` for what that one can and cannot replay).
 
 A failing seed prints its violations and the one command that replays it. The exit status
 is 0 when every seed was clean, 1 otherwise.
@@ -32,8 +32,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from spate_testing.sim.history import Action, Revocations, Split, Verdict
-from spate_testing.sim.runner import (
+from spate_testing.sim._history import Action, Revocations, Split, Verdict
+from spate_testing.sim._runner import (
     DEFAULT_WALL_BUDGET,
     ENGINES,
     HUNG_EXIT,
@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scale",
         action="store_true",
-        help="run the fleet-scale scenario (spate_testing.sim.scale) and print its counts",
+        help="run the fleet-scale scenario (spate_testing.sim._scale) and print its counts",
     )
     parser.add_argument("--workers", type=int, default=1000, help="with --scale (default 1000)")
     parser.add_argument("--splits", type=int, default=100_000, help="with --scale (default 100000)")
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _scale(workers: int, splits: int, max_in_flight: int) -> int:
-    from spate_testing.sim.scale import ScaleSpec, run_scale
+    from spate_testing.sim._scale import ScaleSpec, run_scale
 
     spec = ScaleSpec(workers=workers, splits=splits, max_in_flight=max_in_flight)
     report = run_scale(spec, progress=lambda line: print(f"... {line}", flush=True))

@@ -37,7 +37,7 @@ from spate import (
 )
 from spate.store import Store
 from spate_stores import open_store, store_from_url
-from spate_testing.sim.recorder import final_listing
+from spate_testing.sim._recorder import final_listing
 
 __all__ = ["FleetRecord", "lost", "run_fleet"]
 

@@ -29,7 +29,7 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
 ``termination``
     The job reached its verdict within the run's bound of simulated time.
 ``range-partition``
-    For a splittable workload (a history with an :class:`~spate_testing.sim.history.ItemSpace`):
+    For a splittable workload (a history with an :class:`~spate_testing.sim._history.ItemSpace`):
     the committed ranges partition the job's items exactly. Every progress write's watermark
     lies within its split's range (the record's descriptor since its last split, else the
     spec's) and a completed split's equals its end; a split write cuts its range in order into
@@ -48,8 +48,8 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     No worker is delivered anything about a split it neither holds nor claims, the leader's
     ownership events aside (DESIGN §4b): no watch delivers a progress record or a spec to
     anyone (nobody watches them), a lease only to a worker that leads at that moment
-    (:class:`~spate_testing.sim.history.Leading`), and another instance's assignment record
-    to no follower. Read from :class:`~spate_testing.sim.history.Delivered` events (live
+    (:class:`~spate_testing.sim._history.Leading`), and another instance's assignment record
+    to no follower. Read from :class:`~spate_testing.sim._history.Delivered` events (live
     events and snapshot entries; point reads and listings are not deliveries), which the
     machine engine's store model records; a history without them passes.
 """
@@ -72,7 +72,7 @@ from spate._core.records import (
     UnreadableRecord,
     decode,
 )
-from spate_testing.sim.history import (
+from spate_testing.sim._history import (
     Acked,
     Delivered,
     Final,

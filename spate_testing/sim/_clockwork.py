@@ -1,6 +1,6 @@
 """A discrete-event scheduler: the one clock and the one order of a machine-level simulation.
 
-The machine-level simulator (:mod:`spate_testing.sim.machines`) runs no event loop of anyone
+The machine-level simulator (:mod:`spate_testing.sim._machines`) runs no event loop of anyone
 else's. Every timer, store reply and watch delivery of every simulated worker is a callback
 in one heap, ordered by its due time and, among callbacks due at the same instant, by the
 order they were scheduled in. Nothing else decides what runs next, so a run is a pure

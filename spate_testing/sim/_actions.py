@@ -1,15 +1,15 @@
 """The chaos actions of a simulated fleet, decided once for both engines.
 
-Both engines (:mod:`spate_testing.sim.fleet` on Trio, :mod:`spate_testing.sim.machines` on the
+Both engines (:mod:`spate_testing.sim._fleet` on Trio, :mod:`spate_testing.sim._machines` on the
 discrete-event scheduler) run the same chaos on their workers: join, kill, restart, leave,
-freeze, partition, outage, duplicate (see :data:`~spate_testing.sim.scenario.ACTIONS`), drawn
+freeze, partition, outage, duplicate (see :data:`~spate_testing.sim._scenario.ACTIONS`), drawn
 the same way from the scenario's driver generator, with the same rules for who may be
 restarted and when a stall ends. :class:`FleetActions` holds those decisions; an engine
 supplies its lives and the few things only it can do (start a worker, kill one, have one
 leave, run something later).
 
-Around splitting the driver also strikes on cue (:class:`~spate_testing.sim.scenario.
-SplitFaults`): the handlers call its hooks (:class:`~spate_testing.sim.handlers.SplitHooks`)
+Around splitting the driver also strikes on cue (:class:`~spate_testing.sim._scenario.
+SplitFaults`): the handlers call its hooks (:class:`~spate_testing.sim._handlers.SplitHooks`)
 as a split is sent, lands and is heard, and as a request is told, and each hook draws from a
 generator of its own whether to kill, freeze or partition someone there.
 """
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from spate_testing.faults import FaultRates
-from spate_testing.sim.history import Action, History
-from spate_testing.sim.scenario import ActionKind, Scenario
+from spate_testing.sim._history import Action, History
+from spate_testing.sim._scenario import ActionKind, Scenario
 
 __all__ = ["FleetActions", "Life", "Switches"]
 

@@ -1,7 +1,7 @@
 """The machine engine's flow driver: the runtime's flow rules, on callbacks.
 
 :class:`FlowRunner` performs the store requests of the machine's flows
-(:mod:`spate._core.flows`) over a worker's :class:`~spate_testing.sim.model.Link` and resumes
+(:mod:`spate._core.flows`) over a worker's :class:`~spate_testing.sim._model.Link` and resumes
 each flow with its results. The rules (a flow is resumed synchronously with each result; at
 most one write per key is in flight; a key passes to the first flow queued for it) are the
 production driver's own: both are a :class:`spate._core.flow_engine.FlowEngine`. Only the
@@ -23,7 +23,7 @@ from spate._core.flow_engine import BATCH_CONCURRENCY, FlowEngine, FlowRun
 from spate._core.flows import Batch, Flow, Fork, Op
 from spate._core.hold_back import Redeliver
 from spate.store import Keyspace, SessionLost
-from spate_testing.sim.model import Link
+from spate_testing.sim._model import Link
 
 __all__ = ["FlowRunner"]
 

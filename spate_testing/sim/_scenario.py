@@ -7,7 +7,7 @@ every worker suffers (unavailability, lost replies, duplicate and dropped watch 
 latency, silent expiry), and how often the chaos driver acts (joins, kills, restarts,
 graceful leaves, freezes, partitions, store outages).
 
-Half the seeds draw a *splittable* workload (:class:`~spate_testing.sim.workload.Workload`'s
+Half the seeds draw a *splittable* workload (:class:`~spate_testing.sim._workload.Workload`'s
 ranges, longer splits, sometimes one straggler) with the leader's split requests on, and
 :class:`SplitFaults`: the chaos driver then also strikes around splits (a kill just after a
 split landed, a zombie that splits, a split whose reply is lost, a leader failover while a
@@ -29,7 +29,7 @@ import attrs
 
 from spate import Config
 from spate_testing.faults import FaultRates
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._workload import Workload
 
 __all__ = ["ACTIONS", "ActionKind", "Scenario", "Scripted", "SplitFaults"]
 

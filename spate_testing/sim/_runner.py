@@ -4,14 +4,14 @@
 the history. There are two engines:
 
 ``"machines"`` (the default)
-    :func:`~spate_testing.sim.machines.simulate_machines`: the real coordination machines on
+    :func:`~spate_testing.sim._machines.simulate_machines`: the real coordination machines on
     a discrete-event scheduler of the simulator's own, with a model store. Their clocks and
     nonces are injected, the faults come from seeded generators, and what runs next is
     decided by due time and scheduling order alone, so a run is a pure function of its seed:
     it replays bit for bit, in any process. This is what ``python -m spate_testing.sim``
     runs and what a replay command replays.
 ``"trio"``
-    :func:`~spate_testing.sim.fleet.simulate`: whole ``run_worker`` calls (the Trio runtime,
+    :func:`~spate_testing.sim._fleet.simulate`: whole ``run_worker`` calls (the Trio runtime,
     the handlers, the memory store behind fault-injecting wrappers) in one Trio run under an
     autojumping ``MockClock``. It exercises everything the machine engine models, for real.
     The scenario, the faults and the nonces are still functions of the seed, but Trio
@@ -38,11 +38,11 @@ import trio
 import trio.testing
 
 from spate.store import Store
-from spate_testing.sim.checker import Violation, check
-from spate_testing.sim.fleet import SimRun, simulate
-from spate_testing.sim.history import Action, History
-from spate_testing.sim.machines import simulate_machines
-from spate_testing.sim.scenario import Scenario
+from spate_testing.sim._checker import Violation, check
+from spate_testing.sim._fleet import SimRun, simulate
+from spate_testing.sim._history import Action, History
+from spate_testing.sim._machines import simulate_machines
+from spate_testing.sim._scenario import Scenario
 
 __all__ = [
     "ENGINES",

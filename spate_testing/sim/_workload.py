@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from spate import Plan, PlanContext, SplitHandle, SplitSpec
-from spate_testing.sim.history import range_bounds, range_descriptor
+from spate_testing.sim._history import range_bounds, range_descriptor
 
 __all__ = ["PoisonedSplit", "Workload", "root_of"]
 

@@ -1,8 +1,8 @@
 """The history of one run: what the store saw, what the workers were told, and how it ended.
 
 A :class:`History` is an append-only list of frozen events. The recorder
-(:mod:`spate_testing.sim.recorder`) fills it while a fleet runs; the invariant checker
-(:mod:`spate_testing.sim.checker`) reads it afterwards. Events are appended in the order they
+(:mod:`spate_testing.sim._recorder`) fills it while a fleet runs; the invariant checker
+(:mod:`spate_testing.sim._checker`) reads it afterwards. Events are appended in the order they
 happened on one Trio event loop, so list order is real-time order for an in-process fleet.
 Histories of real processes (the chaos run) are merged from several files and carry only the
 events each process could see.

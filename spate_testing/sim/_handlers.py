@@ -2,7 +2,7 @@
 
 :class:`Handlers` turns a worker's events into handlers the way
 :func:`spate.run_worker` does: a :class:`~spate.Gained` split gets a handler
-doing :meth:`Workload.handle <spate_testing.sim.workload.Workload.handle>`'s steps (one commit
+doing :meth:`Workload.handle <spate_testing.sim._workload.Workload.handle>`'s steps (one commit
 each, retried with the runtime's backoff while the store is unavailable); a revocation makes it
 return at the next step, and the split is handed back (a stubborn split's handler declines the
 revocation instead, which forces it); a poison split fails halfway, and the
@@ -15,7 +15,7 @@ A splittable workload's handler also splits at commit points, as the workload's 
 one fenced write (:meth:`Machine.split_flow <spate._core.machine.Machine.split_flow>`), retried
 with the runtime's backoff while the store is unavailable (as :meth:`SplitHandle.split
 <spate.SplitHandle.split>` retries it: a split that did land is recognised). Each call's end is
-a :class:`~spate_testing.sim.history.Split` event; the :class:`SplitHooks` let the chaos
+a :class:`~spate_testing.sim._history.Split` event; the :class:`SplitHooks` let the chaos
 driver strike around it.
 """
 
@@ -44,11 +44,11 @@ from spate._core.backoff import RETRY_BACKOFF, Backoff
 from spate._core.flow_engine import FlowRun
 from spate._core.flows import Flow
 from spate._core.machine import Machine
-from spate_testing.sim import history as h
-from spate_testing.sim.clockwork import Scheduler, Timer
-from spate_testing.sim.flowrunner import FlowRunner
-from spate_testing.sim.history import range_descriptor
-from spate_testing.sim.workload import Workload
+from spate_testing.sim import _history as h
+from spate_testing.sim._clockwork import Scheduler, Timer
+from spate_testing.sim._flowrunner import FlowRunner
+from spate_testing.sim._history import range_descriptor
+from spate_testing.sim._workload import Workload
 
 __all__ = ["Handler", "Handlers", "SplitHooks"]
 

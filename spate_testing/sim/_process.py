@@ -3,13 +3,13 @@
 :class:`SimWorker` does for a :class:`~spate._core.machine.Machine` what the Trio runtime
 (:mod:`spate._runtime`) and :func:`~spate.run_worker` do for it in production, with
 every wait turned into a callback on the simulation's
-:class:`~spate_testing.sim.clockwork.Scheduler`:
+:class:`~spate_testing.sim._clockwork.Scheduler`:
 
 - *effects*: flows run on a small driver with the runtime's per-key serialisation
-  (:mod:`spate_testing.sim.flowrunner`), events go to the handlers
-  (:mod:`spate_testing.sim.handlers`), wake-ups become timers, the planner is
+  (:mod:`spate_testing.sim._flowrunner`), events go to the handlers
+  (:mod:`spate_testing.sim._handlers`), wake-ups become timers, the planner is
   called at the next turn;
-- *inputs*: watch snapshots and events from the worker's :class:`~spate_testing.sim.model.Link`
+- *inputs*: watch snapshots and events from the worker's :class:`~spate_testing.sim._model.Link`
   (re-watched with the runtime's backoff when they break), the heartbeat on its jittered
   period, reconcile and replan on theirs; each input is followed by a step unless it changed
   nothing, as in the runtime's loop;
@@ -22,7 +22,7 @@ every wait turned into a callback on the simulation's
 
 The machine is the real one, with its clock and nonce injected: everything it decides is what
 it would decide in production. What this module models is only the runtime around it, which
-the Trio-level simulator (:mod:`spate_testing.sim.fleet`) exercises for real.
+the Trio-level simulator (:mod:`spate_testing.sim._fleet`) exercises for real.
 """
 
 from __future__ import annotations
@@ -51,14 +51,14 @@ from spate._core.scopes import WatchScope
 from spate._core.startup import Retry, StartupStep, StartupTries
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
-from spate_testing.sim import history as h
-from spate_testing.sim.clockwork import Scheduler, Timer
-from spate_testing.sim.flowrunner import FlowRunner
-from spate_testing.sim.handlers import Handlers, SplitHooks
-from spate_testing.sim.model import Link
-from spate_testing.sim.recorder import RecordingMetrics
-from spate_testing.sim.session import SimSession
-from spate_testing.sim.workload import Workload
+from spate_testing.sim import _history as h
+from spate_testing.sim._clockwork import Scheduler, Timer
+from spate_testing.sim._flowrunner import FlowRunner
+from spate_testing.sim._handlers import Handlers, SplitHooks
+from spate_testing.sim._model import Link
+from spate_testing.sim._recorder import RecordingMetrics
+from spate_testing.sim._session import SimSession
+from spate_testing.sim._workload import Workload
 
 __all__ = ["SimWorker", "WorkerState"]
 

@@ -1,12 +1,12 @@
 """A whole fleet of coordination machines on one discrete-event scheduler: the replayable simulator.
 
-:func:`simulate_machines` runs one :class:`~spate_testing.sim.scenario.Scenario` the way
-:func:`spate_testing.sim.fleet.simulate` does (the same workers, faults, chaos actions and
-phases, recorded into the same :class:`~spate_testing.sim.history.History` for the same
-checker), but with no event loop: each worker is a :class:`~spate_testing.sim.process.SimWorker`
+:func:`simulate_machines` runs one :class:`~spate_testing.sim._scenario.Scenario` the way
+:func:`spate_testing.sim._fleet.simulate` does (the same workers, faults, chaos actions and
+phases, recorded into the same :class:`~spate_testing.sim._history.History` for the same
+checker), but with no event loop: each worker is a :class:`~spate_testing.sim._process.SimWorker`
 driving the real :class:`~spate._core.machine.Machine` with an injected clock and nonce, the
-store is the synchronous :class:`~spate_testing.sim.model.ModelStore`, and every wait is a
-callback on one :class:`~spate_testing.sim.clockwork.Scheduler`. What runs next is decided by
+store is the synchronous :class:`~spate_testing.sim._model.ModelStore`, and every wait is a
+callback on one :class:`~spate_testing.sim._clockwork.Scheduler`. What runs next is decided by
 due time and scheduling order alone, so a run is a pure function of its scenario: a seed
 replays bit for bit, in any process, with nothing of Trio's (or anyone's) patched.
 """
@@ -24,20 +24,20 @@ from spate import FatalCoordinationError
 from spate._core.records import Keys
 from spate.store import EphemeralSemantics, Keyspace
 from spate_testing.faults import FaultRates
-from spate_testing.sim.actions import FleetActions
-from spate_testing.sim.clockwork import Scheduler
-from spate_testing.sim.fleet import (
+from spate_testing.sim._actions import FleetActions
+from spate_testing.sim._clockwork import Scheduler
+from spate_testing.sim._fleet import (
     FINGERPRINT,
     SimRun,
     note_item_space,
     split_counts,
     worker_nonce,
 )
-from spate_testing.sim.history import Action, Final, History
-from spate_testing.sim.model import Link, ModelStore
-from spate_testing.sim.process import SimWorker
-from spate_testing.sim.recorder import RecordingMetrics, listing_of
-from spate_testing.sim.scenario import Scenario, Scripted
+from spate_testing.sim._history import Action, Final, History
+from spate_testing.sim._model import Link, ModelStore
+from spate_testing.sim._process import SimWorker
+from spate_testing.sim._recorder import RecordingMetrics, listing_of
+from spate_testing.sim._scenario import Scenario, Scripted
 
 __all__ = ["simulate_machines"]
 

@@ -4,8 +4,8 @@
 entries with revisions, compare-and-swap on the revision, per-key expiry of ephemeral keys
 (a lease lives ``ttl`` seconds past its last write), and watches that see every change in
 revision order. It is synchronous: a write applies at the instant the
-:class:`~spate_testing.sim.clockwork.Scheduler` runs it, and every write is recorded with its
-true outcome (:class:`~spate_testing.sim.history.StoreWrite`) as it applies.
+:class:`~spate_testing.sim._clockwork.Scheduler` runs it, and every write is recorded with its
+true outcome (:class:`~spate_testing.sim._history.StoreWrite`) as it applies.
 
 :class:`Link` is one worker incarnation's connection to the model, and carries the faults
 :class:`~spate_testing.faults.FaultyStore` injects into a real store, with the same meaning and
@@ -48,8 +48,8 @@ from spate.store import (
     WriteResult,
 )
 from spate_testing.faults import FaultRates
-from spate_testing.sim.clockwork import Scheduler, Timer
-from spate_testing.sim.history import Delivered, History, StoreWrite, instance_of
+from spate_testing.sim._clockwork import Scheduler, Timer
+from spate_testing.sim._history import Delivered, History, StoreWrite, instance_of
 
 __all__ = ["Link", "ModelStore", "WatchSink"]
 

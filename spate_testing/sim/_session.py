@@ -8,7 +8,7 @@ and the etcd adapter's :class:`~spate_stores.etcd._session.LeaseSession` do: the
 ``starved``), the keepalive with its backoff, the clock's verdict that a lease no keepalive
 confirmed for a whole TTL is gone, and a lost session replaced by a new one (a new
 generation) at the next heartbeat. Its requests go through the worker's
-:class:`~spate_testing.sim.model.Link`, so partitions, freezes and injected unavailability
+:class:`~spate_testing.sim._model.Link`, so partitions, freezes and injected unavailability
 reach them too.
 
 On a PER_KEY store (memory, NATS) it is a light handle: generation 1, nothing kept alive by
@@ -26,8 +26,8 @@ import outcome
 from spate import StoreUnavailable
 from spate._core.backoff import REOPEN_BACKOFF, Backoff
 from spate.store import SessionLost
-from spate_testing.sim.clockwork import Timer
-from spate_testing.sim.model import Link
+from spate_testing.sim._clockwork import Timer
+from spate_testing.sim._model import Link
 
 __all__ = ["SimSession"]
 

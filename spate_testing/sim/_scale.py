@@ -35,13 +35,13 @@ from spate._core.flows import Op
 from spate._core.records import KeyKind, Keys, ProgressRecord, UnreadableRecord, decode
 from spate.store import Delete, Keyspace, WatchEvent, Won, WriteResult
 from spate_testing.faults import FaultRates
-from spate_testing.sim.clockwork import Scheduler
-from spate_testing.sim.history import History, HistoryEvent, Leading, Verdict
-from spate_testing.sim.machines import _Fleet, _Life
-from spate_testing.sim.model import ModelStore, _Table
-from spate_testing.sim.process import SimWorker
-from spate_testing.sim.scenario import Scenario
-from spate_testing.sim.workload import Workload
+from spate_testing.sim._clockwork import Scheduler
+from spate_testing.sim._history import History, HistoryEvent, Leading, Verdict
+from spate_testing.sim._machines import _Fleet, _Life
+from spate_testing.sim._model import ModelStore, _Table
+from spate_testing.sim._process import SimWorker
+from spate_testing.sim._scenario import Scenario
+from spate_testing.sim._workload import Workload
 
 __all__ = ["ScaleReport", "ScaleSpec", "run_scale"]
 
