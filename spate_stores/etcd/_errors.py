@@ -21,6 +21,7 @@ import httpx
 
 from spate import SpateError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import SessionLost
+from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
 
 __all__ = [
@@ -280,12 +281,8 @@ def ttl_record_unreadable(namespace: str, value: bytes, key: str) -> StoreError:
 
 
 def ttl_mismatch(namespace: str, recorded: int, wanted: int) -> StoreError:
-    """The namespace already uses another ephemeral TTL."""
-    return StoreError(
-        f"etcd namespace {namespace!r} already uses an ephemeral "
-        f"TTL of {recorded} s, not {wanted} s; open it with ttl={recorded} "
-        "or use another namespace"
-    )
+    """The namespace already uses another ephemeral TTL (the message every store gives)."""
+    return _namespace.ttl_mismatch("etcd", namespace, recorded, wanted)
 
 
 def ttl_record_unstable(namespace: str) -> StoreUnavailable:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spate import StoreError, StoreUnavailable, ValueTooLarge
+from spate_stores import _namespace
 from spate_stores.nats._protocol import ProtocolError
 from spate_stores.nats._servers import ServerPool
 from spate_stores.nats._transport import TransportError
@@ -380,13 +381,9 @@ def durable_bucket_expires(bucket: str, max_age: float) -> StoreError:
     )
 
 
-def ttl_mismatch(bucket: str, current: float, wanted: float) -> StoreError:
-    """An ephemeral bucket made with another TTL (both in seconds)."""
-    return StoreError(
-        f"this namespace's ephemeral keyspace (NATS KV bucket {bucket}) already uses a TTL of "
-        f"{current:g} s, not {wanted:g} s; open the store with ttl={current:g} "
-        "(every worker of a job must use the same lease duration) or use another namespace."
-    )
+def ttl_mismatch(namespace: str, current: float, wanted: float) -> StoreError:
+    """The namespace's ephemeral bucket has another TTL (the message every store gives)."""
+    return _namespace.ttl_mismatch("NATS", namespace, current, wanted)
 
 
 def stream_without_config(stream: str) -> StoreError:
