@@ -266,10 +266,18 @@ def not_connected(url: str, last_loss: str) -> StoreUnavailable:
 
 def reply_timeout(url: str, subject: str, timeout: float) -> StoreUnavailable:
     """No reply to a request within its timeout."""
+    # A read (stream info, a get) changed nothing: saying it "may have been applied" would
+    # send an operator looking for a write nobody made.
+    if any(part in subject for part in _READ_SUBJECTS):
+        outcome = "it changed nothing (a read); retry"
+    else:
+        outcome = "it may or may not have been applied"
     return StoreUnavailable(
-        f"no reply from NATS at {url} to a request on "
-        f"{subject} within {timeout:g} s; it may or may not have been applied"
+        f"no reply from NATS at {url} to a request on {subject} within {timeout:g} s; {outcome}"
     )
+
+
+_READ_SUBJECTS = (".INFO", ".DIRECT.GET.", ".MSG.GET.", ".STREAM.NAMES", ".STREAM.LIST")
 
 
 def publish_denied(url: str, subject: str, message: str) -> StoreError:
