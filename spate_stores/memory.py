@@ -278,6 +278,7 @@ class MemoryStore:
         else:
             self._server._bind(namespace, ephemeral_ttl)
         self._shares_process_server = False
+        self._adopt_ttl = False  # a memory:// URL without ttl: take the namespace's (as etcd)
         self._namespace = namespace
         self._capabilities = Capabilities(
             system="memory",
@@ -391,9 +392,9 @@ class MemoryStore:
         if self._shares_process_server and self._server is None:
             server = _PROCESS_SERVER.acquire()
             try:
-                if self._read_only:
+                if self._read_only or self._adopt_ttl:
                     self._ttl = server._ttl_of(self._namespace) or self._ttl
-                else:
+                if not self._read_only:
                     server._bind(self._namespace, self._ttl)
             except StoreError:
                 _PROCESS_SERVER.release()
@@ -711,8 +712,9 @@ def store_from_url(url: str, *, read_only: bool = False) -> MemoryStore:
     """The store a ``memory://`` URL names, sharing this process's memory server.
 
     ``memory://[namespace][?namespace=...&ttl=SECONDS&max_value_size=BYTES]``: the query's
-    namespace wins over the one in the URL's host and path. ``read_only=True`` opens a
-    client that writes nothing (see :class:`MemoryStore`). Raises
+    namespace wins over the one in the URL's host and path. Without ``ttl``, a namespace an
+    open client already uses keeps its TTL (adopted); a new one gets the default.
+    ``read_only=True`` opens a client that writes nothing (see :class:`MemoryStore`). Raises
     :class:`~spate.ConfigError` for unknown or malformed parameters.
     """
     parts = urlsplit(url)
@@ -737,7 +739,7 @@ def store_from_url(url: str, *, read_only: bool = False) -> MemoryStore:
             "of bytes"
         ) from None
     try:
-        return MemoryStore.process_shared(
+        store = MemoryStore.process_shared(
             namespace=namespace,
             ephemeral_ttl=ttl,
             max_value_size=max_value_size,
@@ -745,3 +747,5 @@ def store_from_url(url: str, *, read_only: bool = False) -> MemoryStore:
         )
     except ConfigError as exc:
         raise ConfigError(f"in {url!r}: {exc}") from None
+    store._adopt_ttl = "ttl" not in query
+    return store

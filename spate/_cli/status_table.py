@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from spate._ops import JobStatus, read_status
+from spate._ops import JobStatus, read_status, require_job
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -29,23 +29,31 @@ def _age(seconds: float | None) -> str:
 
 
 def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
-    """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first)."""
+    """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first).
+
+    Made to fit an 80-column terminal: every split is one line, and what does not fit (a long
+    id, a long failure reason) is cut with an ellipsis (``--json`` has everything whole).
+    """
+    from rich import box
     from rich.console import Group
+    from rich.markup import escape
     from rich.table import Table
 
     if not status.exists:
         return (
-            f"[yellow]job {status.job!r} has no plan record in this store "
-            "(not started yet, or another namespace?)[/yellow]"
+            f"[yellow]job {status.job!r} has no plan record yet (its first worker is "
+            "starting?)[/yellow]"
         )
     counts = status.counts()
+    # Two short lines, not one long one: each fits 80 columns for any reasonable job name.
     header = (
-        f"[bold]{status.job}[/bold]  plan generation {status.generation} · {status.finality} · "
+        f"[bold]{status.job}[/bold] · plan generation {status.generation} · {status.finality} "
+        f"· leader: {status.leader or '[red]none[/red]'}\n"
         f"{len(status.splits)} splits: {counts['completed']} completed, "
-        f"{counts['runnable']} runnable ({counts['owned']} owned), "
-        f"{counts['quarantined']} quarantined · leader: {status.leader or '[red]none[/red]'}"
+        f"{counts['owned']} held, {counts['runnable'] - counts['owned']} runnable, "
+        f"{counts['quarantined']} quarantined"
     )
-    workers = Table(title="live workers", title_justify="left")
+    workers = Table(title="live workers", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("instance", "capacity", "holding", "leader"):
         workers.add_column(column)
     for worker in status.workers:
@@ -55,21 +63,23 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             str(worker.holding),
             "★" if worker.leader else "",
         )
-    splits = Table(title="splits", title_justify="left")
-    for column in (
-        "split",
-        "status",
-        "owner",
-        "lease",
-        "epoch",
-        "attempts",
-        "watermark",
-        "age",
+    # One line per split, in 80 columns: the reason takes what is left, cut with an ellipsis.
+    splits = Table(title="splits", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column, width in (
+        ("split", 24),
+        ("status", 11),
+        ("owner", 12),
+        ("epoch", 5),
+        ("tries", 5),
+        ("watermark", 10),
+        ("age", 6),
     ):
-        splits.add_column(column)
+        splits.add_column(column, no_wrap=True, overflow="ellipsis", max_width=width)
+    splits.add_column("reason", no_wrap=True, overflow="ellipsis", ratio=1, min_width=6)
     ordered = status.ordered_splits()
     for split in ordered[:limit]:
-        colour = {"quarantined": "red", "completed": "green"}.get(split.status, "white")
+        shown = split.display_status
+        colour = {"quarantined": "red", "completed": "green", "held": "cyan"}.get(shown, "white")
         # A residual sits under its parent, indented by how deep it was split off.
         depth = status.depth(split)
         name = f"{'  ' * (depth - 1)}└ {split.id}" if depth else split.id
@@ -77,13 +87,14 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             name += " (not seeded yet)"
         splits.add_row(
             name,
-            f"[{colour}]{split.status}[/{colour}]",
-            split.owner or "-",
-            split.lease_owner or "-",
+            f"[{colour}]{shown}[/{colour}]",
+            # The lease holder while held, else the last owner the record names.
+            split.lease_owner or split.owner or "-",
             str(split.epoch),
             str(split.attempts),
             "-" if split.watermark is None else str(split.watermark),
             _age(split.age(status.read_at_ms)),
+            escape(split.reason) if split.reason else "",
         )
     parts: list[RenderableType] = [header, workers, *_domains(status), splits]
     if len(ordered) > limit:
@@ -95,6 +106,7 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
 
 def _domains(status: JobStatus) -> list[RenderableType]:
     """The failure-domain table (only when some worker advertises a locality)."""
+    from rich import box
     from rich.table import Table
 
     if not any(w.locality for w in status.workers):
@@ -104,6 +116,7 @@ def _domains(status: JobStatus) -> list[RenderableType]:
         title=f"failure domains (tier {status.isolation_tier}) · blast radius "
         f"{report.blast_radius:.0%}",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
     )
     for column in ("domain", "workers", "splits held", "weight", "share"):
         table.add_column(column)
@@ -130,11 +143,15 @@ async def show_status(
     """Print the status of ``job`` in the store at ``url``.
 
     With ``watch``, refresh every ``interval`` seconds until cancelled. ``isolation_tier``
-    picks the locality tier the failure-domain table groups workers by.
+    picks the locality tier the failure-domain table groups workers by. The store is opened
+    read-only: nothing is written, whatever TTL its namespace was made with. Raises
+    :class:`~spate.ops.JobNotFound` (naming the jobs there) when the store holds no key of
+    ``job``.
     """
     from spate_stores import open_store
 
-    async with open_store(url) as store:
+    async with open_store(url, read_only=True) as store:
+        await require_job(store, job)
 
         async def read() -> JobStatus:
             return await read_status(store, job, isolation_tier=isolation_tier)

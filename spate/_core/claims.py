@@ -654,6 +654,6 @@ class Claims(Tenancies):
 
 def _lost_owner_reason(kind: ClaimKind, attempts: int, earlier: str) -> str:
     """Why the leader quarantines a split nobody failed: its owner went away once too often."""
-    how = "its lease expired" if kind is ClaimKind.EXPIRED else "it restarted under the same id"
+    how = "it restarted under the same id" if kind is ClaimKind.RECLAIM else "its lease expired"
     reason = f"attempt {attempts}: its owner went away without moving it forward ({how})"
     return f"{reason}; before that: {earlier}" if earlier else reason
