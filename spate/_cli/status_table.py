@@ -28,11 +28,20 @@ def _age(seconds: float | None) -> str:
     return f"{whole // 3600}h{whole // 60 % 60:02d}m"
 
 
+_REASON_WIDTH = 61
+"""Characters of a failure reason the table shows: 80 columns less the split id and a space."""
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
     """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first).
 
     Made to fit an 80-column terminal: every split is one line, and what does not fit (a long
-    id, a long failure reason) is cut with an ellipsis (``--json`` has everything whole).
+    id, a long failure reason) is cut with an ellipsis (``--json`` has everything whole). Why
+    each failed split failed (quarantined first) follows the splits, one line each.
     """
     from rich import box
     from rich.console import Group
@@ -63,19 +72,31 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             str(worker.holding),
             "★" if worker.leader else "",
         )
-    # One line per split, in 80 columns: the reason takes what is left, cut with an ellipsis.
-    splits = Table(title="splits", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column, width in (
-        ("split", 24),
+    # One line per split, in 80 columns (bounded widths, long values cut with an ellipsis);
+    # why splits failed follows in a table of its own, where the reason has the width.
+    splits = Table(
+        title="splits", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=0
+    )
+    for column, most in (
+        # Content widths: with a space between columns they come to 77.
+        ("split", 18),
         ("status", 11),
         ("owner", 12),
-        ("epoch", 5),
+        ("epoch", 6),
         ("tries", 5),
-        ("watermark", 10),
-        ("age", 6),
+        ("watermark", 12),
+        ("age", 7),
     ):
-        splits.add_column(column, no_wrap=True, overflow="ellipsis", max_width=width)
-    splits.add_column("reason", no_wrap=True, overflow="ellipsis", ratio=1, min_width=6)
+        splits.add_column(column, no_wrap=True, overflow="ellipsis", max_width=most)
+    reasons = Table(
+        title="why they failed (the last failure; --json has it whole)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+    )
+    reasons.add_column("split", no_wrap=True, overflow="ellipsis", min_width=18, max_width=18)
+    reasons.add_column("reason", no_wrap=True, overflow="ellipsis")
     ordered = status.ordered_splits()
     for split in ordered[:limit]:
         shown = split.display_status
@@ -94,9 +115,12 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             str(split.attempts),
             "-" if split.watermark is None else str(split.watermark),
             _age(split.age(status.read_at_ms)),
-            escape(split.reason) if split.reason else "",
         )
+        if split.reason and split.status != "completed":
+            reasons.add_row(split.id, escape(_cut(" ".join(split.reason.split()), _REASON_WIDTH)))
     parts: list[RenderableType] = [header, workers, *_domains(status), splits]
+    if reasons.row_count:
+        parts.append(reasons)
     if len(ordered) > limit:
         parts.append(f"… and {len(ordered) - limit} more (use --json for all)")
     if status.unreadable:
