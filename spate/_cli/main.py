@@ -234,7 +234,8 @@ def _demo(args: argparse.Namespace) -> int:
         display = PlainDisplay(lambda line: print(line, flush=True))
     print(
         f"spate demo: {options.workers} workers, {options.splits} splits, seed {options.seed}, "
-        f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}",
+        f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}, "
+        f"job {options.job}",
         flush=True,
     )
     telemetry = None
