@@ -78,14 +78,15 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
         title="splits", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=0
     )
     for column, most in (
-        # Content widths: with a space between columns they come to 77.
-        ("split", 18),
+        # Content widths: with a space between columns they come to 78 (a watermark of 13
+        # digits shows whole: a millisecond timestamp).
+        ("split", 23),
         ("status", 11),
-        ("owner", 12),
-        ("epoch", 6),
+        ("owner", 9),
+        ("epoch", 5),
         ("tries", 5),
-        ("watermark", 12),
-        ("age", 7),
+        ("watermark", 13),
+        ("age", 6),
     ):
         splits.add_column(column, no_wrap=True, overflow="ellipsis", max_width=most)
     reasons = Table(
