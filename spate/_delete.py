@@ -15,6 +15,7 @@ flight is lost; nothing is committed twice).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -59,6 +60,9 @@ class DeleteReport:
     the job's prefix that spate does not write."""
     cut_off: tuple[str, ...] = ()
     """The live workers a forced delete cut off (empty when none was live)."""
+    released: bool = False
+    """The job was the namespace's last: the namespace's TTL was released with it (etcd: its
+    TTL record; NATS: its two buckets), so the next store opened on it may set any TTL."""
 
     @property
     def total(self) -> int:
@@ -71,7 +75,18 @@ class DeleteReport:
         text = f"deleted job {self.job}: {self.total} key(s) ({counts or 'none'})"
         if self.cut_off:
             text += f"; cut off the live worker(s) {', '.join(self.cut_off)}"
+        if self.released:
+            text += "; the namespace is now empty, and its TTL was released"
         return text
+
+
+@runtime_checkable
+class ReleasesNamespace(Protocol):
+    """A store that can forget an empty namespace's TTL (etcd, NATS; optional)."""
+
+    async def release_namespace(self) -> bool:
+        """Forget the namespace's TTL if it holds no key; whether it was forgotten."""
+        ...
 
 
 async def delete_job(store: Store, job: str, *, force: bool = False) -> DeleteReport:
@@ -79,8 +94,10 @@ async def delete_job(store: Store, job: str, *, force: bool = False) -> DeleteRe
 
     Refuses with :class:`DeleteRefused` (removing nothing) while a worker of the job is live,
     unless ``force``: then the live workers are cut off (their next write is refused, and
-    they stop with an error). Raises :class:`~spate.ops.JobNotFound` when the store holds no
-    key of the job, and :class:`~spate.StoreError` when keys kept being rewritten under the
+    they stop with an error). When the job was the last in the store's namespace, the
+    namespace's TTL is released too (on stores that record one: etcd, NATS), so the namespace
+    may next be opened with any TTL. Raises :class:`~spate.ops.JobNotFound` when the store
+    holds no key of the job, and :class:`~spate.StoreError` when keys kept being rewritten under the
     delete (a worker still running). Returns what was removed.
     """
     validate_job(job)
@@ -103,7 +120,10 @@ async def delete_job(store: Store, job: str, *, force: bool = False) -> DeleteRe
                     removed[name] = removed.get(name, 0) + 1
         listed = await _list(store, keys)
         if not listed:
-            return DeleteReport(job, removed, tuple(live))
+            # The namespace's last job gone: its TTL goes too, so the namespace may be used
+            # with another (what the TTL-mismatch message offers as a way out).
+            released = isinstance(store, ReleasesNamespace) and await store.release_namespace()
+            return DeleteReport(job, removed, tuple(live), released)
     raise StoreError(
         f"job {job}'s keys kept being rewritten while they were deleted ({len(listed)} left "
         f"after {_ROUNDS} rounds; removed so far: {sum(removed.values())}): a worker of it is "

@@ -261,6 +261,26 @@ class EtcdStore:
                 return
         raise errors.ttl_record_unstable(self._config.namespace)
 
+    async def release_namespace(self) -> bool:
+        """Forget the namespace's TTL if it holds no key (True if it was forgotten).
+
+        What ``spate delete`` calls after removing a namespace's last job, so the next store
+        opened on it sets the TTL anew. A namespace with any key keeps its TTL.
+        """
+        self._check_open(Keyspace.DURABLE)
+        self._check_writable("releasing the namespace")
+        for keyspace in Keyspace:
+            async with aclosing(self._range_pages(keyspace, "", 1)) as pages:
+                async for page, _ in pages:
+                    if page:
+                        return False
+        record = await self._get_raw(self._layout.ttl_key, doing="reading the namespace's TTL")
+        if record is None:
+            return False
+        doing = "forgetting the namespace's TTL"
+        reply = await self._call_txn(txn_delete(self._layout.ttl_key, record.mod_revision), doing)
+        return txn_succeeded(reply)
+
     # -- helpers -----------------------------------------------------------------------
 
     def _check_writable(self, doing: str) -> None:

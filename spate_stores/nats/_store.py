@@ -226,6 +226,26 @@ class NatsStore:
         if stack is not None:
             await stack.aclose()
 
+    async def release_namespace(self) -> bool:
+        """Delete the namespace's two buckets if they hold no key (True if they were deleted).
+
+        What ``spate delete`` calls after removing a namespace's last job: the buckets (and
+        the TTL the ephemeral one was made with) go, and the next store opened on the
+        namespace makes them anew. A namespace with any key keeps them.
+        """
+        for keyspace in Keyspace:
+            self._writable_bucket(keyspace, "releasing the namespace")
+            if await self.list(keyspace, ""):
+                return False
+        js = self._jetstream()
+        for keyspace in Keyspace:
+            try:
+                await js.api(f"STREAM.DELETE.{self._buckets[keyspace].stream}")
+            except ApiError as exc:
+                raise exc.translate() from None
+        self._buckets = {}  # this store can no longer write: its buckets are gone
+        return True
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _bucket(self, keyspace: Keyspace) -> Bucket:
@@ -249,8 +269,13 @@ class NatsStore:
 
     def _writable_bucket(self, keyspace: Keyspace, doing: str) -> Bucket:
         bucket = self._existing_bucket(keyspace)
-        if self._read_only or bucket is None:
+        if self._read_only:
             raise read_only_refusal(self, doing)
+        if bucket is None:
+            raise StoreError(
+                f"{self!r} released namespace {self.namespace!r} (its buckets were deleted), "
+                f"so {doing} is refused; open a new store to use the namespace again"
+            )
         return bucket
 
     def _jetstream(self) -> JetStream:

@@ -19,6 +19,7 @@ from spate import StoreError
 from spate._cli.demo.display import PlainDisplay, print_result
 from spate._cli.demo.fleet import DemoOptions, run_demo
 from spate._cli.main import main
+from spate.ops import delete_job
 from spate.store import Keyspace
 from spate_stores import open_store
 from tests.ops.test_ops import JOB, seed_job
@@ -47,9 +48,9 @@ async def demo_twice_computes_each_result(url: str) -> None:
 
 
 async def ttl_mismatch_says_how_to_resolve_it(url: UrlOf, system: str) -> None:
-    """The same message on every store: the two TTLs, and the three ways out."""
-    async with open_store(url(15)):
-        pass
+    """The same message on every store: the two TTLs, and the three ways out (each works)."""
+    async with open_store(url(15)) as store:
+        await seed_job(store)
     with pytest.raises(StoreError) as refused:
         async with open_store(url(3)):
             pass
@@ -62,6 +63,12 @@ async def ttl_mismatch_says_how_to_resolve_it(url: UrlOf, system: str) -> None:
     assert "`spate delete --store URL --job NAME`" in message
     async with open_store(url(None)) as adopted:
         assert adopted.ephemeral_ttl == 15
+        # Deleting the namespace's last job releases its TTL: then any TTL may open it.
+        report = await delete_job(adopted, JOB, force=True)
+        assert report.released
+        assert report.describe().endswith("; the namespace is now empty, and its TTL was released")
+    async with open_store(url(3)) as reopened:
+        assert reopened.ephemeral_ttl == 3
 
 
 def status_reads_whatever_ttl_and_refuses_a_missing_job(
