@@ -128,8 +128,6 @@ class JobStatus:
     """The locality tier whose domains :meth:`placement` groups the workers by."""
     read_at_ms: int = 0
     """Wall-clock milliseconds when the store was read (the reference of split ages)."""
-    keys: int = 0
-    """How many keys of the job the store holds, in both keyspaces (0: no such job)."""
 
     def placement(self) -> PlacementReport:
         """What each failure domain holds now (live leases, by weight) and the blast radius."""
@@ -331,7 +329,6 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         unreadable=unreadable,
         isolation_tier=isolation_tier,
         read_at_ms=read_at_ms,
-        keys=len(durable) + len(ephemeral),
     )
 
 

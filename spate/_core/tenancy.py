@@ -454,4 +454,5 @@ def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) ->
         descriptor=record.descriptor,
         splits=record.splits,
         residuals=record.residuals,
+        reason=record.reason,
     )
