@@ -348,6 +348,12 @@ def _cmd_requeue(args: argparse.Namespace) -> int:
         raise ConfigError(
             "name the quarantined splits to requeue, or pass --all for every one (not both)"
         )
+    patterns = [s for s in args.splits if any(c in s for c in "*?[")]
+    if patterns:
+        raise ConfigError(
+            f"split ids are exact, not patterns ({', '.join(patterns)}); to requeue every "
+            "quarantined split of the job, pass --all"
+        )
 
     async def work() -> int:
         await _require_job(args.store, args.job)

@@ -223,19 +223,19 @@ def headers_unsupported(url: str) -> StoreError:
     )
 
 
-def closed_while_waiting(url: str) -> StoreUnavailable:
-    """The store was closed while a request waited for its reply."""
+def closed_while_waiting(url: str, subject: str = "") -> StoreUnavailable:
+    """The store was closed while a request (on ``subject``) waited for its reply."""
     return StoreUnavailable(
         f"the store's connection to {url} was closed while a request waited "
-        "for its reply; it may or may not have been applied"
+        f"for its reply; {_outcome(subject)}"
     )
 
 
-def broke_while_waiting(url: str, reason: Exception) -> StoreUnavailable:
-    """The connection broke while a request waited for its reply."""
+def broke_while_waiting(url: str, reason: Exception, subject: str = "") -> StoreUnavailable:
+    """The connection broke while a request (on ``subject``) waited for its reply."""
     return StoreUnavailable(
         f"the connection to NATS at {url} broke ({reason}) while waiting for "
-        "a reply; the request may or may not have been applied"
+        f"a reply; {_outcome(subject)}"
     )
 
 
@@ -266,18 +266,24 @@ def not_connected(url: str, last_loss: str) -> StoreUnavailable:
 
 def reply_timeout(url: str, subject: str, timeout: float) -> StoreUnavailable:
     """No reply to a request within its timeout."""
-    # A read (stream info, a get) changed nothing: saying it "may have been applied" would
-    # send an operator looking for a write nobody made.
-    if any(part in subject for part in _READ_SUBJECTS):
-        outcome = "it changed nothing (a read); retry"
-    else:
-        outcome = "it may or may not have been applied"
     return StoreUnavailable(
-        f"no reply from NATS at {url} to a request on {subject} within {timeout:g} s; {outcome}"
+        f"no reply from NATS at {url} to a request on {subject} within {timeout:g} s; "
+        f"{_outcome(subject)}"
     )
 
 
 _READ_SUBJECTS = (".INFO", ".DIRECT.GET.", ".MSG.GET.", ".STREAM.NAMES", ".STREAM.LIST")
+
+
+def _outcome(subject: str) -> str:
+    """What an unanswered request on ``subject`` may have done.
+
+    A read (stream info, a get) changed nothing: saying it "may have been applied" would send
+    an operator looking for a write nobody made.
+    """
+    if any(part in subject for part in _READ_SUBJECTS):
+        return "it changed nothing (a read); retry"
+    return "it may or may not have been applied"
 
 
 def publish_denied(url: str, subject: str, message: str) -> StoreError:

@@ -7,6 +7,7 @@ long to lapse between them: the seeded workers' presence keys stay live througho
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -72,6 +73,18 @@ def test_status_reads_a_namespace_made_with_another_ttl(
     assert '"job": "job-1"' in capsys.readouterr().out
 
 
+def test_status_json_shows_a_held_split_as_held_and_each_reason(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--store", URL, "--job", JOB, "--json"]) == 0
+    splits = json.loads(capsys.readouterr().out)["splits"]
+    assert [(s["id"], s["status"], s["display_status"], s["reason"]) for s in splits] == [
+        ("b", "quarantined", "quarantined", ""),
+        ("c", "runnable", "held", ""),
+        ("a", "completed", "completed", ""),
+    ]
+
+
 def test_requeue_all_requeues_every_quarantined_split(
     store: MemoryStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -87,6 +100,16 @@ def test_requeue_takes_split_ids_or_all(
 ) -> None:
     assert main(["requeue", "--store", URL, "--job", JOB, *argv]) == 2
     assert "or pass --all" in capsys.readouterr().err
+
+
+def test_a_pattern_for_requeue_points_at_all(
+    store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["requeue", "--store", URL, "--job", JOB, "range-*"]) == 2
+    assert (
+        "split ids are exact, not patterns (range-*); to requeue every quarantined split of "
+        "the job, pass --all" in capsys.readouterr().err
+    )
 
 
 def test_requeue_of_a_missing_job_is_refused_before_anything_is_written(

@@ -40,12 +40,21 @@ def test_an_etcd_read_that_failed_says_it_changed_nothing(exc: Exception) -> Non
         "$JS.API.STREAM.MSG.GET.KV_spate_durable_ns",
     ],
 )
-def test_a_nats_read_that_timed_out_says_it_changed_nothing(subject: str) -> None:
-    error = nats_errors.reply_timeout("nats://127.0.0.1:4222", subject, 5)
-    assert "it changed nothing (a read); retry" in str(error)
-    assert "may or may not" not in str(error)
-    write = nats_errors.reply_timeout("nats://127.0.0.1:4222", "$KV.spate_durable_ns.k", 5)
-    assert "may or may not have been applied" in str(write)
+def test_a_nats_read_that_got_no_reply_says_it_changed_nothing(subject: str) -> None:
+    url, write_subject = "nats://127.0.0.1:4222", "$KV.spate_durable_ns.k"
+    for error in (
+        nats_errors.reply_timeout(url, subject, 5),
+        nats_errors.broke_while_waiting(url, OSError("reset"), subject),
+        nats_errors.closed_while_waiting(url, subject),
+    ):
+        assert "it changed nothing (a read); retry" in str(error)
+        assert "may or may not" not in str(error)
+    for error in (
+        nats_errors.reply_timeout(url, write_subject, 5),
+        nats_errors.broke_while_waiting(url, OSError("reset"), write_subject),
+        nats_errors.closed_while_waiting(url, write_subject),
+    ):
+        assert "may or may not have been applied" in str(error)
 
 
 async def test_a_read_only_etcd_open_against_a_broken_server_says_nothing_was_changed() -> None:
