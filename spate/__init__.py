@@ -3,7 +3,8 @@
 This module is the table of contents of the public API; everything here is re-exported
 from the private modules behind it. The other public modules are :mod:`spate.store` (the
 contract a store adapter implements), :mod:`spate.telemetry` (tracing and metrics wiring) and
-:mod:`spate.ops` (operator actions: status, requeue); every module with an underscore is private.
+:mod:`spate.ops` (operator actions: status, requeue, delete); every module with an
+underscore is private.
 """
 
 # The public submodules, so that `import spate` is enough to reach spate.store.Won (as trio's

@@ -34,7 +34,18 @@ from spate._errors import ConfigError, StoreError
 from spate._plan import validate_job, validate_split_id
 from spate._store import Conflict, Keyspace, Store
 
-__all__ = ["JobStatus", "RequeueRefused", "SplitStatus", "WorkerStatus", "read_status", "requeue"]
+__all__ = [
+    "JobNotFound",
+    "JobStatus",
+    "RequeueRefused",
+    "SplitStatus",
+    "WorkerStatus",
+    "list_jobs",
+    "read_status",
+    "requeue",
+    "requeue_all",
+    "require_job",
+]
 
 
 @attrs.frozen
@@ -62,6 +73,20 @@ class SplitStatus:
     seeded: bool = True
     """False for a residual its parent's record names whose own records the leader has not
     written yet (it shows with no progress of its own)."""
+    reason: str = ""
+    """Why the split last failed (the handler's reason, or the leader's note of an owner lost
+    without progress); "" if it never failed. For a quarantined split: why it was set aside."""
+
+    @property
+    def display_status(self) -> str:
+        """The status `spate status` shows: ``held``, ``runnable``, ``completed``, ``quarantined``.
+
+        ``held`` is a runnable split with a live lease (a worker is on it); ``runnable`` one
+        waiting for an owner.
+        """
+        if self.status == "runnable" and self.lease_owner is not None:
+            return "held"
+        return self.status
 
     def age(self, now_ms: int) -> float | None:
         """Seconds from the last write of the split's progress record to ``now_ms``.
@@ -175,7 +200,7 @@ class JobStatus:
             "workers": [attrs.asdict(w) for w in self.workers],
             "splits": [
                 {k: v for k, v in attrs.asdict(s).items() if k not in ("state", "descriptor")}
-                | {"age_s": _rounded(s.age(self.read_at_ms))}
+                | {"age_s": _rounded(s.age(self.read_at_ms)), "display_status": s.display_status}
                 for s in self.ordered_splits()
             ],
             "unreadable": self.unreadable,
@@ -269,6 +294,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
             descriptor=_descriptor(record, spec),
             parent=spec.parent if spec is not None and spec.parent else None,
             residuals=tuple(r.id for r in record.residuals),
+            reason=record.reason,
         )
     # A residual named by its parent's record but not seeded yet (the leader writes its
     # records when it reads the parent's): shown, so no work looks missing.
@@ -304,6 +330,62 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         isolation_tier=isolation_tier,
         read_at_ms=read_at_ms,
     )
+
+
+class JobNotFound(StoreError):
+    """The store holds no key of the named job; ``jobs`` names the jobs it does hold."""
+
+    def __init__(self, job: str, jobs: Iterable[str]) -> None:
+        self.job = job
+        self.jobs = sorted(jobs)
+        here = ", ".join(self.jobs) if self.jobs else "none"
+        super().__init__(
+            f"no job {job} in this store (jobs here: {here}); check --job, and that the store "
+            "URL names the namespace the job runs in"
+        )
+
+
+_LIST_PAGE = 1000
+
+
+async def list_jobs(store: Store) -> list[str]:
+    """The names of every job with a key in ``store`` (either keyspace), sorted. Writes nothing.
+
+    Every key of job ``J`` starts with ``J.``; keys of other programs sharing the namespace
+    (no dot, or not a valid job name before it) are not jobs and are left out. Reads the
+    whole namespace page by page: an operator's look, not something to call in a loop.
+    """
+    jobs: set[str] = set()
+    for keyspace in Keyspace:
+        async with store.list_pages(keyspace, "", page_size=_LIST_PAGE) as pages:
+            async for page in pages:
+                for entry in page:
+                    name, dot, _ = entry.key.partition(".")
+                    if dot and name not in jobs and _is_job_name(name):
+                        jobs.add(name)
+    return sorted(jobs)
+
+
+def _is_job_name(name: str) -> bool:
+    try:
+        validate_job(name)
+    except ConfigError:
+        return False
+    return True
+
+
+async def require_job(store: Store, job: str) -> None:
+    """Raise :class:`JobNotFound` (naming the jobs there) unless ``store`` holds a key of ``job``.
+
+    Reads only: what read-only commands check before they show anything.
+    """
+    validate_job(job)
+    prefix = Keys(job).prefix
+    for keyspace in Keyspace:
+        async with store.list_pages(keyspace, prefix, page_size=1) as pages:
+            async for _ in pages:
+                return
+    raise JobNotFound(job, await list_jobs(store))
 
 
 class RequeueRefused(StoreError):
@@ -377,6 +459,32 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
             + ". Only quarantined splits can be requeued (see `spate status`)."
         )
     return done
+
+
+async def requeue_all(store: Store, job: str) -> list[str]:
+    """Requeue every quarantined split of ``job`` (as :func:`requeue` does each); their ids.
+
+    Returns ``[]`` when none is quarantined. Raises :class:`JobNotFound` when the store holds
+    no key of the job, and :class:`RequeueRefused` when a split listed as quarantined moved
+    on before it could be requeued (a worker's write, say): the others are requeued.
+    """
+    validate_job(job)
+    keys = Keys(job)
+    quarantined: list[str] = []
+    for entry in await store.list(Keyspace.DURABLE, keys.split_prefix):
+        kind = keys.classify(entry.key)
+        if kind is None or kind[0] is not KeyKind.SPLIT:
+            continue
+        try:
+            record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
+        except UnreadableRecord:
+            continue  # `spate status` names it; requeueing what cannot be read helps nobody
+        if record.status is Status.QUARANTINED:
+            quarantined.append(kind[1])
+    if not quarantined:
+        await require_job(store, job)
+        return []
+    return await requeue(store, job, quarantined)
 
 
 async def _reopen(store: Store, scope: fenced.Scope, keys: Keys) -> None:

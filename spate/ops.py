@@ -1,13 +1,28 @@
-"""Operator actions on a job, from outside the fleet: read its status, requeue quarantined splits.
+"""Operator actions from outside the fleet: status, requeue, list the jobs, delete a job.
 
-Both read the store directly with the job's key layout, so they work against a live fleet
+They read the store directly with the job's key layout, so they work against a live fleet
 without joining it. :func:`requeue` is a fenced write like any other: it moves a quarantined
 split back to runnable with one compare-and-swap on its progress record (attempts reset,
-epoch bumped), so it can never race a worker into two owners.
+epoch bumped), so it can never race a worker into two owners. :func:`read_status`,
+:func:`list_jobs` and :func:`require_job` only read: they work on a store opened with
+``read_only=True``. :func:`delete_job` removes every key of a job, refusing while a worker of
+it is live.
 
 Everything here is re-exported from a private module; this module only names it.
 """
 
+from spate._delete import (
+    DeleteRefused as DeleteRefused,
+)
+from spate._delete import (
+    DeleteReport as DeleteReport,
+)
+from spate._delete import (
+    delete_job as delete_job,
+)
+from spate._ops import (
+    JobNotFound as JobNotFound,
+)
 from spate._ops import (
     JobStatus as JobStatus,
 )
@@ -21,17 +36,33 @@ from spate._ops import (
     WorkerStatus as WorkerStatus,
 )
 from spate._ops import (
+    list_jobs as list_jobs,
+)
+from spate._ops import (
     read_status as read_status,
 )
 from spate._ops import (
     requeue as requeue,
 )
+from spate._ops import (
+    requeue_all as requeue_all,
+)
+from spate._ops import (
+    require_job as require_job,
+)
 
 __all__ = [
+    "DeleteRefused",
+    "DeleteReport",
+    "JobNotFound",
     "JobStatus",
     "RequeueRefused",
     "SplitStatus",
     "WorkerStatus",
+    "delete_job",
+    "list_jobs",
     "read_status",
     "requeue",
+    "requeue_all",
+    "require_job",
 ]

@@ -15,8 +15,15 @@ URL                         store                                           extr
 Common query parameters: ``namespace=`` (or the URL path) isolates jobs and tenants, and
 ``ttl=`` sets the ephemeral keyspace's TTL in seconds (the job's lease duration).
 
-Every adapter module exposes ``store_from_url(url) -> Store``: a synchronous constructor that
-validates the URL and connects nothing; connecting happens when the store is entered.
+Every adapter module exposes ``store_from_url(url, *, read_only=False) -> Store``: a
+synchronous constructor that validates the URL and connects nothing; connecting happens when
+the store is entered.
+
+``read_only=True`` opens a store that writes nothing of any kind, whatever the URL says:
+entering creates nothing (no NATS bucket, no etcd TTL record or lease), checks no TTL (the
+namespace's own is adopted, so a namespace made with any TTL reads), and every write or
+session is refused with :class:`~spate.StoreError`. A namespace never written reads as empty.
+The operator commands that only look (``spate status``) open stores so.
 ``memory://`` stores of one process share one server while any of them is open, so in-process
 workers opening the same URL see the same data.
 
@@ -71,11 +78,12 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc=f"***@{host}").geturl()
 
 
-def store_from_url(url: str) -> Store:
+def store_from_url(url: str, *, read_only: bool = False) -> Store:
     """The (not yet opened) store a URL names; enter it to connect.
 
     A scheme spate does not bundle is looked up among the adapters installed distributions
     register under the ``spate.stores`` entry-point group.
+    ``read_only=True``: a store that writes nothing (see the module docstring).
 
     Raises :class:`~spate.ConfigError` for an unknown scheme (naming the supported
     ones) or a malformed URL, and :class:`~spate.StoreError` when the scheme's extra
@@ -97,7 +105,7 @@ def store_from_url(url: str) -> Store:
                 f"{', '.join(s + '://' for s in known)} (or one an installed adapter "
                 f"registers under the {_entry_points.GROUP!r} entry points)"
             )
-        return third_party(url)
+        return third_party(url, read_only=read_only)
     module_name, extra = _ADAPTERS[scheme]
     try:
         module = importlib.import_module(module_name)
@@ -109,16 +117,18 @@ def store_from_url(url: str) -> Store:
             f"({exc.name or module_name} could not be imported); "
             f"run: pip install 'spate[{extra}]'"
         ) from None
-    return cast(Store, module.store_from_url(url))
+    return cast(Store, module.store_from_url(url, read_only=read_only))
 
 
 @asynccontextmanager
-async def open_store(url: str) -> AsyncIterator[Store]:
+async def open_store(url: str, *, read_only: bool = False) -> AsyncIterator[Store]:
     """Open the store a URL names, yield it, and close it on exit.
+
+    ``read_only=True``: a store that writes nothing (see the module docstring).
 
     Raises what :func:`store_from_url` raises, and whatever entering the store raises
     (:class:`~spate.StoreUnavailable` when the server cannot be reached).
     """
-    store = store_from_url(url)
+    store = store_from_url(url, read_only=read_only)
     async with store:
         yield store

@@ -15,6 +15,7 @@ installed distributions are read once per process.
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable, Collection
 from importlib.metadata import EntryPoint, entry_points
@@ -70,7 +71,7 @@ def installed_schemes(builtin: Collection[str]) -> tuple[str, ...]:
 
 
 @functools.cache
-def _load(entry: EntryPoint) -> Callable[[str], object]:
+def _load(entry: EntryPoint) -> Callable[..., object]:
     try:
         loaded = entry.load()
     except Exception as exc:
@@ -87,14 +88,15 @@ def _load(entry: EntryPoint) -> Callable[[str], object]:
     return loaded  # type: ignore[no-any-return]
 
 
-def adapter_for(scheme: str, builtin: Collection[str]) -> Callable[[str], Store] | None:
+def adapter_for(scheme: str, builtin: Collection[str]) -> Callable[..., Store] | None:
     """The ``store_from_url`` a third party registered for ``scheme``, or None if none did.
 
     Raises :class:`~spate.ConfigError` when two distributions claim the scheme, and
     :class:`~spate.StoreError` naming the distribution when its entry point cannot be loaded
     or is not callable. The returned callable raises :class:`~spate.StoreError` naming the
     distribution when the adapter fails unexpectedly or returns something that is not a
-    :class:`spate.store.Store`.
+    :class:`spate.store.Store`. It takes the built-ins' ``read_only`` keyword, and passes it on
+    to an adapter whose ``store_from_url`` accepts it (the contract asks only for the URL).
     """
     entries = _registered(frozenset(builtin)).get(scheme.lower())
     if not entries:
@@ -108,9 +110,15 @@ def adapter_for(scheme: str, builtin: Collection[str]) -> Callable[[str], Store]
     entry = entries[0]
     constructor = _load(entry)
 
-    def store_from_url(url: str) -> Store:
+    takes_read_only = _accepts_read_only(constructor)
+
+    def store_from_url(url: str, *, read_only: bool = False) -> Store:
         try:
-            store = constructor(url)
+            store = (
+                constructor(url, read_only=True)
+                if read_only and takes_read_only
+                else constructor(url)
+            )
         except SpateError:
             raise  # the adapter's own, already clear (a bad URL, a missing dependency)
         except Exception as exc:
@@ -127,6 +135,15 @@ def adapter_for(scheme: str, builtin: Collection[str]) -> Callable[[str], Store]
         return store
 
     return store_from_url
+
+
+def _accepts_read_only(constructor: Callable[..., object]) -> bool:
+    # An adapter that also takes `read_only` gets it, so `spate status` writes nothing there
+    # either; one that does not is opened as it always was.
+    try:
+        return "read_only" in inspect.signature(constructor).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def forget() -> None:

@@ -52,6 +52,7 @@ from spate.store import (
     validate_page_size,
     validate_prefix,
 )
+from spate_stores._namespace import read_only_refusal, ttl_mismatch
 
 __all__ = [
     "DEFAULT_EPHEMERAL_TTL",
@@ -197,14 +198,19 @@ class MemoryServer:
     def _bind(self, namespace: str, ttl: float) -> None:
         known = self._ttls.setdefault(namespace, ttl)
         if known != ttl:
-            raise StoreError(
-                f"memory namespace {namespace!r} already uses an ephemeral TTL of {known} s, "
-                f"not {ttl} s; open it with ttl={known} or use another namespace."
-            )
+            raise ttl_mismatch("memory", namespace, known, ttl)
+
+    def _ttl_of(self, namespace: str) -> float | None:
+        """The namespace's TTL if a client has bound it (what a read-only client adopts)."""
+        return self._ttls.get(namespace)
 
     def _table(self, namespace: str, keyspace: Keyspace) -> _Table:
         table = self._tables.get((namespace, keyspace))
         if table is None:
+            if namespace not in self._ttls:
+                # Only a read-only client gets here: a namespace nobody bound, so nothing
+                # was ever written to it. An empty table, not kept: reading creates nothing.
+                return _Table(None)
             ttl = self._ttls[namespace] if keyspace is Keyspace.EPHEMERAL else None
             table = self._tables[(namespace, keyspace)] = _Table(ttl)
         return table
@@ -244,6 +250,9 @@ class MemoryStore:
     Raises :class:`~spate.ConfigError` for a non-positive or infinite TTL or a size
     limit under one byte, and :class:`~spate.StoreError` when ``namespace`` is already
     bound to another TTL on ``server``.
+
+    With ``read_only=True`` the client writes nothing at all: it binds no TTL (it adopts the
+    namespace's, if bound), and every write or session is refused with StoreError.
     """
 
     def __init__(
@@ -253,6 +262,7 @@ class MemoryStore:
         ephemeral_ttl: float = DEFAULT_EPHEMERAL_TTL,
         max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
         server: MemoryServer | None = None,
+        read_only: bool = False,
     ) -> None:
         if not (ephemeral_ttl > 0 and math.isfinite(ephemeral_ttl)):
             raise ConfigError(
@@ -261,10 +271,15 @@ class MemoryStore:
         if max_value_size < 1:
             raise ConfigError(f"max_value_size must be at least 1 byte, not {max_value_size!r}")
         self._server: MemoryServer | None = server if server is not None else MemoryServer()
-        self._server._bind(namespace, ephemeral_ttl)
-        self._shares_process_server = False
-        self._namespace = namespace
+        self._read_only = read_only
         self._ttl = float(ephemeral_ttl)
+        if read_only:
+            self._ttl = self._server._ttl_of(namespace) or self._ttl
+        else:
+            self._server._bind(namespace, ephemeral_ttl)
+        self._shares_process_server = False
+        self._adopt_ttl = False  # a memory:// URL without ttl: take the namespace's (as etcd)
+        self._namespace = namespace
         self._capabilities = Capabilities(
             system="memory",
             ephemeral=EphemeralSemantics.PER_KEY,
@@ -276,7 +291,13 @@ class MemoryStore:
         self._watch_channels: set[trio.MemorySendChannel[WatchEvent]] = set()
 
     def __repr__(self) -> str:
-        return f"MemoryStore(namespace={self._namespace!r}, ephemeral_ttl={self._ttl})"
+        mode = ", read_only=True" if self._read_only else ""
+        return f"MemoryStore(namespace={self._namespace!r}, ephemeral_ttl={self._ttl}{mode})"
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this client was opened to read only (it then writes nothing at all)."""
+        return self._read_only
 
     @classmethod
     def process_shared(
@@ -285,6 +306,7 @@ class MemoryStore:
         namespace: str = "",
         ephemeral_ttl: float = DEFAULT_EPHEMERAL_TTL,
         max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+        read_only: bool = False,
     ) -> MemoryStore:
         """A client of the process-wide server that every ``memory://`` URL shares.
 
@@ -292,7 +314,12 @@ class MemoryStore:
         while any such client is open. Entering raises StoreError if the namespace is in use
         by an open client with another TTL.
         """
-        store = cls(namespace=namespace, ephemeral_ttl=ephemeral_ttl, max_value_size=max_value_size)
+        store = cls(
+            namespace=namespace,
+            ephemeral_ttl=ephemeral_ttl,
+            max_value_size=max_value_size,
+            read_only=read_only,
+        )
         # Validated against a private server; the shared one is joined in __aenter__, since a
         # store that is never entered must not keep the process-wide data alive.
         store._server = None
@@ -301,20 +328,27 @@ class MemoryStore:
 
     @classmethod
     def from_url(
-        cls, url: str, *, namespace: str | None = None, ttl: float | None = None
+        cls,
+        url: str,
+        *,
+        namespace: str | None = None,
+        ttl: float | None = None,
+        read_only: bool = False,
     ) -> MemoryStore:
         """A client of the process-wide server for a ``memory://`` URL (see :func:`store_from_url`).
 
         ``namespace`` and ``ttl`` (seconds), when given, override the URL's; the same shape
-        as every adapter's ``from_url``. Raises ConfigError for a malformed URL.
+        as every adapter's ``from_url``. ``read_only``: see the class. Raises ConfigError for
+        a malformed URL.
         """
-        store = store_from_url(url)
+        store = store_from_url(url, read_only=read_only)
         if namespace is None and ttl is None:
             return store
         return cls.process_shared(
             namespace=store.namespace if namespace is None else namespace,
             ephemeral_ttl=store.ephemeral_ttl if ttl is None else ttl,
             max_value_size=store.capabilities.max_value_size,
+            read_only=read_only,
         )
 
     @property
@@ -358,7 +392,10 @@ class MemoryStore:
         if self._shares_process_server and self._server is None:
             server = _PROCESS_SERVER.acquire()
             try:
-                server._bind(self._namespace, self._ttl)
+                if self._read_only or self._adopt_ttl:
+                    self._ttl = server._ttl_of(self._namespace) or self._ttl
+                if not self._read_only:
+                    server._bind(self._namespace, self._ttl)
             except StoreError:
                 _PROCESS_SERVER.release()
                 raise
@@ -409,6 +446,10 @@ class MemoryStore:
         if len(value) > self._capabilities.max_value_size:
             raise ValueTooLarge(key, len(value), self._capabilities.max_value_size)
 
+    def _check_writable(self, doing: str) -> None:
+        if self._read_only:
+            raise read_only_refusal(self, doing)
+
     def _check_session(self, keyspace: Keyspace, session: Session | None) -> None:
         if keyspace is Keyspace.EPHEMERAL:
             check_session(session, self)
@@ -456,6 +497,7 @@ class MemoryStore:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[KeySession]:
         """A light session handle: entries keep their per-key TTL; writes after its end fail."""
+        self._check_writable("opening a session")
         await self._enter(Keyspace.EPHEMERAL)
         session = KeySession(self)
         try:
@@ -468,6 +510,7 @@ class MemoryStore:
     ) -> WriteResult:
         """Create-if-absent."""
         validate_key(key)
+        self._check_writable(f"creating {key!r}")
         self._check_value(key, value)
         self._check_session(keyspace, session)
         table = await self._enter(keyspace)
@@ -486,6 +529,7 @@ class MemoryStore:
     ) -> WriteResult:
         """Compare-and-swap on the key's revision."""
         validate_key(key)
+        self._check_writable(f"updating {key!r}")
         self._check_value(key, value)
         self._check_session(keyspace, session)
         table = await self._enter(keyspace)
@@ -499,6 +543,7 @@ class MemoryStore:
     ) -> Sequence[WriteResult | StoreError]:
         """Writes applied together, each on its own (see :class:`~spate.store.BatchedWrites`)."""
         check_writes(writes)
+        self._check_writable(f"writing {len(writes)} keys")
         if any(write.keyspace is Keyspace.EPHEMERAL for write in writes):
             check_session(session, self)  # a refused session refuses the whole call
         await trio.lowlevel.checkpoint()
@@ -537,6 +582,7 @@ class MemoryStore:
     ) -> WriteResult:
         """Delete, guarded by ``expected`` when given."""
         validate_key(key)
+        self._check_writable(f"deleting {key!r}")
         table = await self._enter(keyspace)
         current = table.entries.get(key)
         if current is None or (expected is not None and current.revision != expected):
@@ -662,11 +708,13 @@ class _WatchIterator:
             ) from None
 
 
-def store_from_url(url: str) -> MemoryStore:
+def store_from_url(url: str, *, read_only: bool = False) -> MemoryStore:
     """The store a ``memory://`` URL names, sharing this process's memory server.
 
     ``memory://[namespace][?namespace=...&ttl=SECONDS&max_value_size=BYTES]``: the query's
-    namespace wins over the one in the URL's host and path. Raises
+    namespace wins over the one in the URL's host and path. Without ``ttl``, a namespace an
+    open client already uses keeps its TTL (adopted); a new one gets the default.
+    ``read_only=True`` opens a client that writes nothing (see :class:`MemoryStore`). Raises
     :class:`~spate.ConfigError` for unknown or malformed parameters.
     """
     parts = urlsplit(url)
@@ -691,8 +739,13 @@ def store_from_url(url: str) -> MemoryStore:
             "of bytes"
         ) from None
     try:
-        return MemoryStore.process_shared(
-            namespace=namespace, ephemeral_ttl=ttl, max_value_size=max_value_size
+        store = MemoryStore.process_shared(
+            namespace=namespace,
+            ephemeral_ttl=ttl,
+            max_value_size=max_value_size,
+            read_only=read_only,
         )
     except ConfigError as exc:
         raise ConfigError(f"in {url!r}: {exc}") from None
+    store._adopt_ttl = "ttl" not in query
+    return store

@@ -1,10 +1,10 @@
 """The ``spate`` command line (also ``python -m spate``).
 
 Commands: ``demo`` (the main job on the embedded memory store), ``worker`` (one real worker
-process of the demo job), ``status`` and ``requeue`` (operator tools), ``conformance`` (the
-store conformance suite against a deployed store). Ctrl-C leaves gracefully: splits are
-handed back and the process waits, bounded, until they are held elsewhere; a second Ctrl-C
-leaves at once.
+process of the demo job), ``status``, ``requeue`` and ``delete`` (operator tools),
+``conformance`` (the store conformance suite against a deployed store). Ctrl-C leaves
+gracefully: splits are handed back and the process waits, bounded, until they are held
+elsewhere; a second Ctrl-C leaves at once.
 """
 
 from __future__ import annotations
@@ -99,7 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         "omitted; PORT 0 picks a free one); needs the otel extra",
     )
 
-    status = commands.add_parser("status", help="show a job as an operator needs it")
+    status = commands.add_parser(
+        "status",
+        help="show a job as an operator needs it",
+        description="Show a job's plan, leader, live workers and splits (quarantined first, "
+        "with the reason each failed). Writes nothing: the store is opened read-only, "
+        "whatever TTL its namespace was made with. Exits 2 when the store holds no such job, "
+        "naming the jobs it does hold.",
+    )
     status.add_argument("--store", required=True, help="store URL")
     status.add_argument("--job", required=True, help="job name")
     status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
@@ -112,10 +119,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="locality tier whose failure domains to show (default 0, the coarsest)",
     )
 
-    requeue = commands.add_parser("requeue", help="return quarantined splits to the queue")
+    requeue = commands.add_parser(
+        "requeue",
+        help="return quarantined splits to the queue",
+        description="Return quarantined splits to the queue (attempts reset): the ones named, "
+        "or every quarantined split of the job with --all.",
+    )
     requeue.add_argument("--store", required=True, help="store URL")
     requeue.add_argument("--job", required=True, help="job name")
-    requeue.add_argument("splits", nargs="+", metavar="SPLIT", help="quarantined split ids")
+    requeue.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_quarantined",
+        help="requeue every quarantined split of the job (name no SPLIT then)",
+    )
+    requeue.add_argument(
+        "splits", nargs="*", metavar="SPLIT", help="quarantined split ids (or use --all)"
+    )
+
+    delete = commands.add_parser(
+        "delete",
+        help="remove every key of a job from the store",
+        description="Remove every key of a job in both keyspaces (its plan, splits, progress, "
+        "leases, workers' presence) and print what was removed; other jobs in the store are "
+        "left untouched. Refused while a worker of the job is live, unless --force.",
+    )
+    delete.add_argument("--store", required=True, help="store URL")
+    delete.add_argument("--job", required=True, help="name of the job to remove")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete even while workers of the job are live: they are cut off (their next "
+        "write is refused and they stop with an error, losing the work in flight)",
+    )
 
     conformance = commands.add_parser(
         "conformance", help="run the store conformance suite against a deployed store"
@@ -198,7 +234,8 @@ def _demo(args: argparse.Namespace) -> int:
         display = PlainDisplay(lambda line: print(line, flush=True))
     print(
         f"spate demo: {options.workers} workers, {options.splits} splits, seed {options.seed}, "
-        f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}",
+        f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}, "
+        f"job {options.job}",
         flush=True,
     )
     telemetry = None
@@ -290,14 +327,66 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return _run_with_ctrl_c(work)
 
 
+async def _require_job(url: str, job: str) -> None:
+    """Raise JobNotFound unless the store holds ``job``, writing nothing to find out.
+
+    A command that writes checks first on a read-only store, so a mistyped job or namespace
+    creates nothing (opening a NATS namespace for writing creates its buckets).
+    """
+    from spate._ops import require_job
+    from spate_stores import open_store
+
+    async with open_store(url, read_only=True) as store:
+        await require_job(store, job)
+
+
 def _cmd_requeue(args: argparse.Namespace) -> int:
-    from spate._ops import requeue
+    from spate._ops import requeue, requeue_all
+    from spate_stores import open_store
+
+    if args.all_quarantined == bool(args.splits):
+        raise ConfigError(
+            "name the quarantined splits to requeue, or pass --all for every one (not both)"
+        )
+    patterns = [s for s in args.splits if any(c in s for c in "*?[")]
+    if patterns:
+        raise ConfigError(
+            f"split ids are exact, not patterns ({', '.join(patterns)}); to requeue every "
+            "quarantined split of the job, pass --all"
+        )
+
+    async def work() -> int:
+        await _require_job(args.store, args.job)
+        async with open_store(args.store) as store:
+            if args.all_quarantined:
+                done = await requeue_all(store, args.job)
+            else:
+                done = await requeue(store, args.job, args.splits)
+        if not done:
+            print(f"job {args.job} has no quarantined split; nothing was requeued")
+        else:
+            print(f"requeued {len(done)} split(s): {', '.join(done)}")
+        return EXIT_OK
+
+    return trio.run(work)
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from spate._delete import delete_job
     from spate_stores import open_store
 
     async def work() -> int:
+        await _require_job(args.store, args.job)
         async with open_store(args.store) as store:
-            done = await requeue(store, args.job, args.splits)
-        print(f"requeued {len(done)} split(s): {', '.join(done)}")
+            report = await delete_job(store, args.job, force=args.force)
+        print(report.describe())
+        if report.cut_off:
+            print(
+                f"--force cut off {', '.join(report.cut_off)}: their next write is refused and "
+                "they stop with an error; stop their processes (a live leader would start the "
+                "job again)",
+                file=sys.stderr,
+            )
         return EXIT_OK
 
     return trio.run(work)
@@ -322,6 +411,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": _cmd_worker,
     "status": _cmd_status,
     "requeue": _cmd_requeue,
+    "delete": _cmd_delete,
     "conformance": _cmd_conformance,
 }
 
@@ -336,10 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except SpateError as exc:
-        from spate._ops import RequeueRefused
+        from spate._delete import DeleteRefused
+        from spate._ops import JobNotFound, RequeueRefused
 
         print(f"spate {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, ValueError | RequeueRefused) else EXIT_FAILED
+        refused = ValueError | RequeueRefused | JobNotFound | DeleteRefused
+        return EXIT_USAGE if isinstance(exc, refused) else EXIT_FAILED
     except KeyboardInterrupt:
         return 130
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from spate._ops import JobStatus, read_status
+from spate._ops import JobStatus, read_status, require_job
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -28,24 +28,41 @@ def _age(seconds: float | None) -> str:
     return f"{whole // 3600}h{whole // 60 % 60:02d}m"
 
 
+_REASON_WIDTH = 61
+"""Characters of a failure reason the table shows: 80 columns less the split id and a space."""
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
-    """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first)."""
+    """A rich renderable of ``status``: plan, leader, workers, then splits (quarantined first).
+
+    Made to fit an 80-column terminal: every split is one line, and what does not fit (a long
+    id, a long failure reason) is cut with an ellipsis (``--json`` has everything whole). Why
+    each failed split failed (quarantined first) follows the splits, one line each.
+    """
+    from rich import box
     from rich.console import Group
+    from rich.markup import escape
     from rich.table import Table
 
     if not status.exists:
         return (
-            f"[yellow]job {status.job!r} has no plan record in this store "
-            "(not started yet, or another namespace?)[/yellow]"
+            f"[yellow]job {status.job!r} has no plan record yet (its first worker is "
+            "starting?)[/yellow]"
         )
     counts = status.counts()
+    # Two short lines, not one long one: each fits 80 columns for any reasonable job name.
     header = (
-        f"[bold]{status.job}[/bold]  plan generation {status.generation} · {status.finality} · "
+        f"[bold]{status.job}[/bold] · plan generation {status.generation} · {status.finality} "
+        f"· leader: {status.leader or '[red]none[/red]'}\n"
         f"{len(status.splits)} splits: {counts['completed']} completed, "
-        f"{counts['runnable']} runnable ({counts['owned']} owned), "
-        f"{counts['quarantined']} quarantined · leader: {status.leader or '[red]none[/red]'}"
+        f"{counts['owned']} held, {counts['runnable'] - counts['owned']} runnable, "
+        f"{counts['quarantined']} quarantined"
     )
-    workers = Table(title="live workers", title_justify="left")
+    workers = Table(title="live workers", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("instance", "capacity", "holding", "leader"):
         workers.add_column(column)
     for worker in status.workers:
@@ -55,21 +72,36 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             str(worker.holding),
             "★" if worker.leader else "",
         )
-    splits = Table(title="splits", title_justify="left")
-    for column in (
-        "split",
-        "status",
-        "owner",
-        "lease",
-        "epoch",
-        "attempts",
-        "watermark",
-        "age",
+    # One line per split, in 80 columns (bounded widths, long values cut with an ellipsis);
+    # why splits failed follows in a table of its own, where the reason has the width.
+    splits = Table(
+        title="splits", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=0
+    )
+    for column, most in (
+        # Content widths: with a space between columns they come to 78 (a watermark of 13
+        # digits shows whole: a millisecond timestamp).
+        ("split", 23),
+        ("status", 11),
+        ("owner", 9),
+        ("epoch", 5),
+        ("tries", 5),
+        ("watermark", 13),
+        ("age", 6),
     ):
-        splits.add_column(column)
+        splits.add_column(column, no_wrap=True, overflow="ellipsis", max_width=most)
+    reasons = Table(
+        title="why they failed (the last failure; --json has it whole)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+    )
+    reasons.add_column("split", no_wrap=True, overflow="ellipsis", min_width=18, max_width=18)
+    reasons.add_column("reason", no_wrap=True, overflow="ellipsis")
     ordered = status.ordered_splits()
     for split in ordered[:limit]:
-        colour = {"quarantined": "red", "completed": "green"}.get(split.status, "white")
+        shown = split.display_status
+        colour = {"quarantined": "red", "completed": "green", "held": "cyan"}.get(shown, "white")
         # A residual sits under its parent, indented by how deep it was split off.
         depth = status.depth(split)
         name = f"{'  ' * (depth - 1)}└ {split.id}" if depth else split.id
@@ -77,15 +109,19 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
             name += " (not seeded yet)"
         splits.add_row(
             name,
-            f"[{colour}]{split.status}[/{colour}]",
-            split.owner or "-",
-            split.lease_owner or "-",
+            f"[{colour}]{shown}[/{colour}]",
+            # The lease holder while held, else the last owner the record names.
+            split.lease_owner or split.owner or "-",
             str(split.epoch),
             str(split.attempts),
             "-" if split.watermark is None else str(split.watermark),
             _age(split.age(status.read_at_ms)),
         )
+        if split.reason and split.status != "completed":
+            reasons.add_row(split.id, escape(_cut(" ".join(split.reason.split()), _REASON_WIDTH)))
     parts: list[RenderableType] = [header, workers, *_domains(status), splits]
+    if reasons.row_count:
+        parts.append(reasons)
     if len(ordered) > limit:
         parts.append(f"… and {len(ordered) - limit} more (use --json for all)")
     if status.unreadable:
@@ -95,6 +131,7 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
 
 def _domains(status: JobStatus) -> list[RenderableType]:
     """The failure-domain table (only when some worker advertises a locality)."""
+    from rich import box
     from rich.table import Table
 
     if not any(w.locality for w in status.workers):
@@ -104,6 +141,7 @@ def _domains(status: JobStatus) -> list[RenderableType]:
         title=f"failure domains (tier {status.isolation_tier}) · blast radius "
         f"{report.blast_radius:.0%}",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
     )
     for column in ("domain", "workers", "splits held", "weight", "share"):
         table.add_column(column)
@@ -130,11 +168,15 @@ async def show_status(
     """Print the status of ``job`` in the store at ``url``.
 
     With ``watch``, refresh every ``interval`` seconds until cancelled. ``isolation_tier``
-    picks the locality tier the failure-domain table groups workers by.
+    picks the locality tier the failure-domain table groups workers by. The store is opened
+    read-only: nothing is written, whatever TTL its namespace was made with. Raises
+    :class:`~spate.ops.JobNotFound` (naming the jobs there) when the store holds no key of
+    ``job``.
     """
     from spate_stores import open_store
 
-    async with open_store(url) as store:
+    async with open_store(url, read_only=True) as store:
+        await require_job(store, job)
 
         async def read() -> JobStatus:
             return await read_status(store, job, isolation_tier=isolation_tier)

@@ -52,6 +52,7 @@ from spate._core.records import (
     LeaseRecord,
     ProgressRecord,
     Status,
+    bounded_reason,
     decode,
     encode,
 )
@@ -632,6 +633,9 @@ class Claims(Tenancies):
             owner_nonce="",
             attempts=attempts,
             written_at_ms=self.host.wall_ms(),
+            reason=bounded_reason(
+                _lost_owner_reason(candidate.kind, attempts, state.progress.reason)
+            ),
         )
         op = Op(
             "update", DURABLE, key, encode(record), expected=state.progress_rev,
@@ -646,3 +650,10 @@ class Claims(Tenancies):
         host.fold(host.view.put_progress(split, record, result.revision))
         if stale_lease:
             yield from self._drop_lease(split, stale_lease, stale_epoch)
+
+
+def _lost_owner_reason(kind: ClaimKind, attempts: int, earlier: str) -> str:
+    """Why the leader quarantines a split nobody failed: its owner went away once too often."""
+    how = "it restarted under the same id" if kind is ClaimKind.RECLAIM else "its lease expired"
+    reason = f"attempt {attempts}: its owner went away without moving it forward ({how})"
+    return f"{reason}; before that: {earlier}" if earlier else reason

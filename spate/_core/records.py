@@ -55,6 +55,7 @@ from spate._errors import StoreError
 from spate._events import Progress
 
 __all__ = [
+    "MAX_REASON",
     "PROGRESS_SCHEMA",
     "SCHEMA",
     "AssignmentRecord",
@@ -72,12 +73,24 @@ __all__ = [
     "Status",
     "UnreadableRecord",
     "Verdict",
+    "bounded_reason",
     "canonical_progress",
     "canonical_spec",
     "decode",
     "encode",
     "now_ms",
 ]
+
+MAX_REASON = 500
+"""The most characters of a failure's reason a progress record keeps (the rest is cut)."""
+
+
+def bounded_reason(reason: str) -> str:
+    """``reason`` as a progress record keeps it: at most :data:`MAX_REASON` characters."""
+    if len(reason) <= MAX_REASON:
+        return reason
+    return reason[: MAX_REASON - 1] + "…"
+
 
 SCHEMA = 1
 """The record schema of every record but the progress record (one JSON object)."""
@@ -238,6 +251,11 @@ class ProgressRecord:
     """How many residuals were split off this split (each split's write adds one)."""
     residuals: tuple[Residual, ...] = ()
     """Every residual split off this split, in order (the leader seeds each one it finds)."""
+    reason: str = ""
+    """Why the split last failed (a handler's ``fail`` reason, or the leader's note of owners
+    lost without progress), at most :data:`MAX_REASON` characters; "" if it never failed (and
+    in records written before the field existed). Kept until the next failure replaces it:
+    what ``spate status`` shows for a quarantined split."""
 
     @property
     def progress(self) -> Progress:
@@ -376,7 +394,7 @@ def _make_converter() -> cattrs.Converter:
 
 _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
     PlanRecord: ("verdict",),
-    ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals"),
+    ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals", "reason"),
     SpecRecord: ("locality", "parent"),
     PresenceRecord: ("locality", "parents"),
     AssignmentRecord: ("ready", "split_requested"),
@@ -499,8 +517,8 @@ _STATUS_JSON = {status: _json_str(status.value) for status in Status}
 _STATUS_OF = {status.value: status for status in Status}
 _PROGRESS_OPTIONAL = ("advanced", "owner_nonce")
 """Header fields the encoder writes only when they are not their defaults."""
-_PROGRESS_RARE = ("descriptor", "splits", "residuals")
-"""Optional fields of a split that was split: such records take the general path."""
+_PROGRESS_RARE = ("descriptor", "splits", "residuals", "reason")
+"""Optional fields of a split that was split or failed: such records take the general path."""
 _PROGRESS_ALWAYS = (
     len(attrs.fields(ProgressRecord)) - 1 - len(_PROGRESS_OPTIONAL) - len(_PROGRESS_RARE)
 )
@@ -535,6 +553,7 @@ def _fast_encode_progress(r: ProgressRecord) -> bytes | None:
         and r.descriptor is None
         and not r.splits
         and not r.residuals
+        and not r.reason
     ):
         return None
     header = (

@@ -30,7 +30,7 @@ import attrs
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.protocol import FAIL, attempts_after, exhausts_attempts
-from spate._core.records import ProgressRecord, Status, decode, encode
+from spate._core.records import ProgressRecord, Status, bounded_reason, decode, encode
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
@@ -320,6 +320,7 @@ class Tenancies:
             status=Status.QUARANTINED if quarantine else state.progress.status,
             epoch=state.progress.epoch + int(quarantine),
             written_at_ms=self.host.wall_ms(),
+            reason=bounded_reason(reason),  # what `spate status` shows an operator
         )
         logger.warning(
             "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
@@ -453,4 +454,5 @@ def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) ->
         descriptor=record.descriptor,
         splits=record.splits,
         residuals=record.residuals,
+        reason=record.reason,
     )

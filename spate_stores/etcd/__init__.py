@@ -42,13 +42,14 @@ __all__ = [
 ]
 
 
-def store_from_url(url: str) -> EtcdStore:
+def store_from_url(url: str, *, read_only: bool = False) -> EtcdStore:
     """An unopened :class:`EtcdStore` for an ``etcd://`` / ``etcd+http(s)://`` URL.
 
-    Raises :class:`~spate.ConfigError` for a malformed URL. Connecting happens when
-    the store is entered.
+    ``read_only=True`` opens a store that writes nothing (see :class:`EtcdStore`). Raises
+    :class:`~spate.ConfigError` for a malformed URL. Connecting happens when the store is
+    entered.
     """
-    return EtcdStore.from_url(url)
+    return EtcdStore.from_url(url, read_only=read_only)
 
 
 # Its names report this module as their home (in reprs, tracebacks, pickles), as spate's do.

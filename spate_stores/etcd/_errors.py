@@ -21,6 +21,7 @@ import httpx
 
 from spate import SpateError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import SessionLost
+from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
 
 __all__ = [
@@ -80,8 +81,19 @@ def _ssl_detail(error: ssl.SSLError, first: str | None = None) -> object:
     return error
 
 
-def transport_error(endpoint: str, exc: BaseException, *, doing: str) -> SpateError:
-    """The store error for a transport exception raised while ``doing`` something."""
+def transport_error(
+    endpoint: str, exc: BaseException, *, doing: str, read: bool = False
+) -> SpateError:
+    """The store error for a transport exception raised while ``doing`` something.
+
+    ``read``: the request changes nothing (a range), so its message does not suggest it may
+    have been applied.
+    """
+    unknown = (
+        "it changed nothing (a read); retry"
+        if read
+        else "the operation may or may not have been applied"
+    )
     tls = _ssl_cause(exc)
     if isinstance(tls, ssl.SSLCertVerificationError):
         return StoreError(
@@ -95,8 +107,7 @@ def transport_error(endpoint: str, exc: BaseException, *, doing: str) -> SpateEr
         )
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return StoreUnavailable(
-            f"etcd at {endpoint} did not answer in time while {doing}; the operation may or "
-            "may not have been applied"
+            f"etcd at {endpoint} did not answer in time while {doing}; {unknown}"
         )
     if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
         return StoreUnavailable(
@@ -104,8 +115,7 @@ def transport_error(endpoint: str, exc: BaseException, *, doing: str) -> SpateEr
             "check that it is running and reachable"
         )
     return StoreUnavailable(
-        f"the connection to etcd at {endpoint} failed while {doing} ({_describe(exc)}); "
-        "the operation may or may not have been applied"
+        f"the connection to etcd at {endpoint} failed while {doing} ({_describe(exc)}); {unknown}"
     )
 
 
@@ -280,12 +290,8 @@ def ttl_record_unreadable(namespace: str, value: bytes, key: str) -> StoreError:
 
 
 def ttl_mismatch(namespace: str, recorded: int, wanted: int) -> StoreError:
-    """The namespace already uses another ephemeral TTL."""
-    return StoreError(
-        f"etcd namespace {namespace!r} already uses an ephemeral "
-        f"TTL of {recorded} s, not {wanted} s; open it with ttl={recorded} "
-        "or use another namespace"
-    )
+    """The namespace already uses another ephemeral TTL (the message every store gives)."""
+    return _namespace.ttl_mismatch("etcd", namespace, recorded, wanted)
 
 
 def ttl_record_unstable(namespace: str) -> StoreUnavailable:

@@ -53,7 +53,8 @@ class ReplyError(Exception):
 # Kinds a caller recovers from; every other error reply becomes a store error here.
 _PASSED_THROUGH = {ErrorKind.LEASE_NOT_FOUND, ErrorKind.COMPACTED}
 # Calls that change nothing (or nothing a second time) when resent to another member.
-_RESENDABLE = {"/v3/kv/range", "/v3/auth/authenticate", "/v3/lease/revoke"}
+_RANGE = "/v3/kv/range"
+_RESENDABLE = {_RANGE, "/v3/auth/authenticate", "/v3/lease/revoke"}
 
 
 class _Failover(Exception):
@@ -215,7 +216,7 @@ class Gateway:
         except httpx.HTTPError as exc:
             # ConnectError (refused, unreachable) and ConnectTimeout mean no byte was sent.
             never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-            error = transport_error(endpoint, exc, doing=doing)
+            error = transport_error(endpoint, exc, doing=doing, read=path == _RANGE)
             if isinstance(error, StoreUnavailable):
                 raise _Failover(error, resend=resend or never_sent) from None
             raise error from None

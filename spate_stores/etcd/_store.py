@@ -32,6 +32,7 @@ from spate.store import (
     validate_page_size,
     validate_prefix,
 )
+from spate_stores._namespace import read_only_refusal
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import DEFAULT_EPHEMERAL_TTL, TXN_OVERHEAD, EtcdConfig, KeyLayout
 from spate_stores.etcd._gateway import Gateway, ReplyError
@@ -94,10 +95,16 @@ class EtcdStore:
     is gone within the TTL after it stops (at once when it ends: the lease is revoked), even
     while this client stays open. Writes that name no session use the client's default lease,
     which lives as long as the client. Revisions are etcd mod_revisions.
+
+    With ``read_only=True`` the store writes nothing at all: entering records no TTL and
+    grants no lease (the namespace's TTL is adopted if it has one, whatever the URL says),
+    and every write or session is refused with StoreError. Operator tools that only look
+    open it so.
     """
 
-    def __init__(self, config: EtcdConfig) -> None:
+    def __init__(self, config: EtcdConfig, *, read_only: bool = False) -> None:
         self._config = config
+        self._read_only = read_only
         self._layout = KeyLayout(config.namespace)
         self._gateway = Gateway(config)
         self._ttl = int(config.ephemeral_ttl or DEFAULT_EPHEMERAL_TTL)
@@ -115,26 +122,38 @@ class EtcdStore:
 
     @classmethod
     def from_url(
-        cls, url: str, *, namespace: str | None = None, ttl: float | None = None
+        cls,
+        url: str,
+        *,
+        namespace: str | None = None,
+        ttl: float | None = None,
+        read_only: bool = False,
     ) -> EtcdStore:
         """A store for an ``etcd://`` / ``etcd+https://`` URL (see docs/stores/etcd.md).
 
         ``namespace`` and ``ttl`` (seconds), when given, override the URL's; the same shape
-        as every adapter's ``from_url``. Raises ConfigError for a malformed URL.
+        as every adapter's ``from_url``. ``read_only``: see the class. Raises ConfigError for
+        a malformed URL.
         """
         config = EtcdConfig.from_url(url)
         if namespace is not None:
             config = attrs.evolve(config, namespace=namespace)
         if ttl is not None:
             config = attrs.evolve(config, ephemeral_ttl=ttl)
-        return cls(config)
+        return cls(config, read_only=read_only)
 
     def __repr__(self) -> str:
         user = f", user={self._config.username!r}" if self._config.username else ""
+        mode = ", read_only=True" if self._read_only else ""
         return (
             f"EtcdStore(endpoint={self._config.endpoint!r}, "
-            f"namespace={self._config.namespace!r}{user})"
+            f"namespace={self._config.namespace!r}{user}{mode})"
         )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this store was opened to read only (it then writes nothing at all)."""
+        return self._read_only
 
     @property
     def config(self) -> EtcdConfig:
@@ -171,6 +190,10 @@ class EtcdStore:
         try:
             await self._gateway.open()
             stack.push_async_callback(self._gateway.aclose)
+            if self._read_only:
+                await self._adopt_ttl()
+                self._stack = stack
+                return self
             await self._bind_ttl()
             self._session = LeaseSession(self._gateway, self._ttl, replace_lost=True)
             stack.push_async_callback(self._session.close)
@@ -202,6 +225,15 @@ class EtcdStore:
         await stack.aclose()
         self._nursery = None
 
+    async def _adopt_ttl(self) -> None:
+        """Read the namespace's TTL, if it has one, without checking or recording any."""
+        current = await self._get_raw(self._layout.ttl_key, doing="reading the namespace's TTL")
+        if current is not None:
+            try:
+                self._ttl = int(current.value.decode())
+            except ValueError:
+                pass  # a reader needs no TTL; a writer's open says what is wrong with it
+
     async def _bind_ttl(self) -> None:
         key = self._layout.ttl_key
         wanted = self._config.ephemeral_ttl
@@ -229,7 +261,31 @@ class EtcdStore:
                 return
         raise errors.ttl_record_unstable(self._config.namespace)
 
+    async def release_namespace(self) -> bool:
+        """Forget the namespace's TTL if it holds no key (True if it was forgotten).
+
+        What ``spate delete`` calls after removing a namespace's last job, so the next store
+        opened on it sets the TTL anew. A namespace with any key keeps its TTL.
+        """
+        self._check_open(Keyspace.DURABLE)
+        self._check_writable("releasing the namespace")
+        for keyspace in Keyspace:
+            async with aclosing(self._range_pages(keyspace, "", 1)) as pages:
+                async for page, _ in pages:
+                    if page:
+                        return False
+        record = await self._get_raw(self._layout.ttl_key, doing="reading the namespace's TTL")
+        if record is None:
+            return False
+        doing = "forgetting the namespace's TTL"
+        reply = await self._call_txn(txn_delete(self._layout.ttl_key, record.mod_revision), doing)
+        return txn_succeeded(reply)
+
     # -- helpers -----------------------------------------------------------------------
+
+    def _check_writable(self, doing: str) -> None:
+        if self._read_only:
+            raise read_only_refusal(self, doing)
 
     def _check_open(self, keyspace: Keyspace) -> None:
         if self._stack is None:
@@ -331,6 +387,7 @@ class EtcdStore:
         the TTL). Raises StoreUnavailable when etcd cannot grant a lease.
         """
         self._check_open(Keyspace.EPHEMERAL)
+        self._check_writable("opening a session")
         assert self._nursery is not None
         session = LeaseSession(self._gateway, self._ttl)
         keepalive = trio.CancelScope()
@@ -446,6 +503,7 @@ class EtcdStore:
         validate_key(key)
         data = self._value(key, value)
         self._check_open(keyspace)
+        self._check_writable(f"creating {key!r}")
         raw = self._layout.key(keyspace, key)
         return await self._leased_write(
             keyspace,
@@ -467,6 +525,7 @@ class EtcdStore:
         validate_key(key)
         data = self._value(key, value)
         self._check_open(keyspace)
+        self._check_writable(f"updating {key!r}")
         if not isinstance(expected, int) or expected <= 0:
             # No key is at such a revision (and etcd's MOD == 0 would match a missing key).
             return Conflict()
@@ -493,6 +552,7 @@ class EtcdStore:
         limit, go in several txns, sent at once.
         """
         self._check_open(Keyspace.DURABLE)
+        self._check_writable(f"writing {len(writes)} keys")
         check_writes(writes)
         lease_session = (
             self._lease_session(session)
@@ -571,6 +631,7 @@ class EtcdStore:
         """Delete ``key``, guarded by its mod_revision when ``expected`` is given."""
         validate_key(key)
         self._check_open(keyspace)
+        self._check_writable(f"deleting {key!r}")
         raw = self._layout.key(keyspace, key)
         doing = f"deleting {key!r}"
         if expected is None:

@@ -23,7 +23,7 @@ from spate_stores.nats import _errors as errors
 from spate_stores.nats._errors import ERR_STREAM_EXISTS, ERR_STREAM_NOT_FOUND, ApiError
 from spate_stores.nats._jetstream import JetStream
 
-__all__ = ["HISTORY", "Bucket", "ensure_bucket"]
+__all__ = ["HISTORY", "Bucket", "ensure_bucket", "find_bucket"]
 
 HISTORY = 5
 """Messages kept per key: a watcher may fall this many minus one writes of one key behind
@@ -50,6 +50,8 @@ class Bucket:
     """Whether direct gets are allowed (else reads use STREAM.MSG.GET)."""
     expiry_markers: bool
     """Whether expiries leave markers that reach watchers (2.11+ ephemeral buckets)."""
+    max_age: float = 0.0
+    """Seconds an entry lives after its last write (the ephemeral bucket's TTL; 0: forever)."""
 
 
 def _desired_config(
@@ -80,7 +82,7 @@ def _desired_config(
 
 
 def _verify(
-    config: dict[str, Any], desired: dict[str, Any], keyspace: Keyspace, ttl: float
+    config: dict[str, Any], desired: dict[str, Any], keyspace: Keyspace, ttl: float, namespace: str
 ) -> None:
     name = desired["name"][3:]
     if config.get("subjects") != desired["subjects"]:
@@ -91,21 +93,32 @@ def _verify(
     if keyspace is Keyspace.DURABLE and max_age != 0:
         raise errors.durable_bucket_expires(name, max_age / _NS)
     if keyspace is Keyspace.EPHEMERAL and abs(max_age - desired["max_age"]) > _TTL_TOLERANCE_NS:
-        raise errors.ttl_mismatch(name, max_age / _NS, ttl)
+        raise errors.ttl_mismatch(namespace, max_age / _NS, ttl)
 
 
 async def ensure_bucket(
-    js: JetStream, name: str, keyspace: Keyspace, ttl: float, namespace: str, replicas: int = 1
+    js: JetStream,
+    name: str,
+    keyspace: Keyspace,
+    ttl: float,
+    namespace: str,
+    replicas: int = 1,
+    *,
+    adopt_ttl: bool = False,
 ) -> Bucket:
     """Create the bucket if it is missing, verify it if present, and describe it.
 
-    Raises StoreError when an existing bucket cannot serve this keyspace (another TTL, more
-    history, foreign subjects), StoreUnavailable when JetStream does not answer.
+    With ``adopt_ttl``, an existing ephemeral bucket's TTL is taken whatever ``ttl`` says
+    (the URL named none). Raises StoreError when an existing bucket cannot serve this
+    keyspace (another TTL, more history, foreign subjects), StoreUnavailable when JetStream
+    does not answer.
     """
     stream = f"KV_{name}"
     markers_supported = js.connection.server_version >= _MARKERS_SINCE
-    desired = _desired_config(name, keyspace, ttl, namespace, markers_supported, replicas)
     config = await _stream_config(js, stream)
+    if adopt_ttl and config is not None and keyspace is Keyspace.EPHEMERAL:
+        ttl = int(config.get("max_age") or 0) / _NS or ttl
+    desired = _desired_config(name, keyspace, ttl, namespace, markers_supported, replicas)
     if config is None:
         try:
             config = (await js.api(f"STREAM.CREATE.{stream}", desired))["config"]
@@ -117,7 +130,7 @@ async def ensure_bucket(
             if config is None:
                 raise exc.translate() from None
     assert config is not None
-    _verify(config, desired, keyspace, ttl)
+    _verify(config, desired, keyspace, ttl, namespace)
     markers = bool(config.get("subject_delete_marker_ttl"))
     if keyspace is Keyspace.EPHEMERAL and markers_supported and not markers:
         # Made by a server before 2.11 (or another client): add markers so expiry reaches
@@ -127,12 +140,29 @@ async def ensure_bucket(
             markers = bool(updated["config"].get("subject_delete_marker_ttl"))
         except ApiError:
             markers = False
+    return _describe(name, keyspace, config, markers)
+
+
+async def find_bucket(js: JetStream, name: str, keyspace: Keyspace) -> Bucket | None:
+    """The bucket if it exists (as it is: nothing verified, created or changed), else None.
+
+    What a read-only store uses: reading a namespace must work whatever TTL it was made
+    with, and must not create its buckets.
+    """
+    config = await _stream_config(js, f"KV_{name}")
+    if config is None:
+        return None
+    return _describe(name, keyspace, config, bool(config.get("subject_delete_marker_ttl")))
+
+
+def _describe(name: str, keyspace: Keyspace, config: dict[str, Any], markers: bool) -> Bucket:
     return Bucket(
         name=name,
-        stream=stream,
+        stream=f"KV_{name}",
         subject_prefix=f"$KV.{name}.",
         direct=bool(config.get("allow_direct")),
         expiry_markers=keyspace is Keyspace.EPHEMERAL and markers,
+        max_age=int(config.get("max_age") or 0) / _NS,
     )
 
 

@@ -237,9 +237,8 @@ class NatsConnection:
         if self._nursery_manager is None or self._nursery is None:
             return
         self._closed = True
-        reason = errors.closed_while_waiting(self.options.url)
         for pending in list(self._pending.values()):
-            pending.resolve(reason)
+            pending.resolve(errors.closed_while_waiting(self.options.url, pending.subject))
         for sub in list(self._subs.values()):
             sub.send.close()
         self._subs.clear()
@@ -330,9 +329,8 @@ class NatsConnection:
         self._last_loss = str(reason)
         self._outbuf.clear()
         self._ready = trio.Event()
-        failure = errors.broke_while_waiting(self.options.url, reason)
         for pending in list(self._pending.values()):
-            pending.resolve(failure)
+            pending.resolve(errors.broke_while_waiting(self.options.url, reason, pending.subject))
         marker = ConnectionLost(str(reason))
         for sub in self._subs.values():
             sub.send.send_nowait(marker)

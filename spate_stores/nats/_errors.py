@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spate import StoreError, StoreUnavailable, ValueTooLarge
+from spate_stores import _namespace
 from spate_stores.nats._protocol import ProtocolError
 from spate_stores.nats._servers import ServerPool
 from spate_stores.nats._transport import TransportError
@@ -222,19 +223,19 @@ def headers_unsupported(url: str) -> StoreError:
     )
 
 
-def closed_while_waiting(url: str) -> StoreUnavailable:
-    """The store was closed while a request waited for its reply."""
+def closed_while_waiting(url: str, subject: str = "") -> StoreUnavailable:
+    """The store was closed while a request (on ``subject``) waited for its reply."""
     return StoreUnavailable(
         f"the store's connection to {url} was closed while a request waited "
-        "for its reply; it may or may not have been applied"
+        f"for its reply; {_outcome(subject)}"
     )
 
 
-def broke_while_waiting(url: str, reason: Exception) -> StoreUnavailable:
-    """The connection broke while a request waited for its reply."""
+def broke_while_waiting(url: str, reason: Exception, subject: str = "") -> StoreUnavailable:
+    """The connection broke while a request (on ``subject``) waited for its reply."""
     return StoreUnavailable(
         f"the connection to NATS at {url} broke ({reason}) while waiting for "
-        "a reply; the request may or may not have been applied"
+        f"a reply; {_outcome(subject)}"
     )
 
 
@@ -266,9 +267,23 @@ def not_connected(url: str, last_loss: str) -> StoreUnavailable:
 def reply_timeout(url: str, subject: str, timeout: float) -> StoreUnavailable:
     """No reply to a request within its timeout."""
     return StoreUnavailable(
-        f"no reply from NATS at {url} to a request on "
-        f"{subject} within {timeout:g} s; it may or may not have been applied"
+        f"no reply from NATS at {url} to a request on {subject} within {timeout:g} s; "
+        f"{_outcome(subject)}"
     )
+
+
+_READ_SUBJECTS = (".INFO", ".DIRECT.GET.", ".MSG.GET.", ".STREAM.NAMES", ".STREAM.LIST")
+
+
+def _outcome(subject: str) -> str:
+    """What an unanswered request on ``subject`` may have done.
+
+    A read (stream info, a get) changed nothing: saying it "may have been applied" would send
+    an operator looking for a write nobody made.
+    """
+    if any(part in subject for part in _READ_SUBJECTS):
+        return "it changed nothing (a read); retry"
+    return "it may or may not have been applied"
 
 
 def publish_denied(url: str, subject: str, message: str) -> StoreError:
@@ -380,13 +395,9 @@ def durable_bucket_expires(bucket: str, max_age: float) -> StoreError:
     )
 
 
-def ttl_mismatch(bucket: str, current: float, wanted: float) -> StoreError:
-    """An ephemeral bucket made with another TTL (both in seconds)."""
-    return StoreError(
-        f"this namespace's ephemeral keyspace (NATS KV bucket {bucket}) already uses a TTL of "
-        f"{current:g} s, not {wanted:g} s; open the store with ttl={current:g} "
-        "(every worker of a job must use the same lease duration) or use another namespace."
-    )
+def ttl_mismatch(namespace: str, current: float, wanted: float) -> StoreError:
+    """The namespace's ephemeral bucket has another TTL (the message every store gives)."""
+    return _namespace.ttl_mismatch("NATS", namespace, current, wanted)
 
 
 def stream_without_config(stream: str) -> StoreError:

@@ -8,13 +8,14 @@ Schemes: ``nats://`` (TCP; TLS when the server requires it or ``ca=`` is given),
 ``nats+tls://`` (TCP, TLS required), ``nats+ws://`` (WebSocket) and ``nats+wss://`` (WebSocket
 over TLS). Default ports: 4222 for TCP, 80 for ``ws``, 443 for ``wss``.
 
-Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral keyspace's TTL,
-at least 1), ``timeout`` (seconds per request, default 5), ``ca`` (a PEM file of CA certificates
-to verify the server with, instead of the system store), ``name`` (the client name the server
-shows in its monitoring), ``replicas`` (stream replicas of buckets this store creates: 1, 3 or
-5; default 1). User, password and token are percent-decoded. Several comma-separated servers
-of one cluster may be given: the client connects to the first that answers, moves on when its
-server goes away, and also learns the servers the cluster advertises.
+Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral keyspace's TTL, at
+least 1; without it an existing namespace's TTL is adopted, and a new one gets 30), ``timeout``
+(seconds per request, default 5), ``ca`` (a PEM file of CA certificates to verify the server with,
+instead of the system store), ``name`` (the client name the server shows in its monitoring),
+``replicas`` (stream replicas of buckets this store creates: 1, 3 or 5; default 1). User,
+password and token are percent-decoded. Several comma-separated servers of one cluster may be
+given: the client connects to the first that answers, moves on when its server goes away, and also
+learns the servers the cluster advertises.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class StoreOptions:
     ttl: float = DEFAULT_TTL
     replicas: int = 1
     """Stream replicas for buckets this store creates (existing buckets keep theirs)."""
+    adopt_ttl: bool = False
+    """The URL named no ttl: an existing namespace's TTL is adopted (``ttl`` is the default
+    for a new one), as on etcd."""
 
 
 def _number(query: dict[str, str], name: str, default: float, url: str) -> float:
@@ -186,7 +190,13 @@ def parse_url(url: str) -> StoreOptions:
     replicas = query.get("replicas", "1")
     if replicas not in ("1", "3", "5"):
         raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {replicas!r}")
-    return StoreOptions(connect=connect, namespace=namespace, ttl=ttl, replicas=int(replicas))
+    return StoreOptions(
+        connect=connect,
+        namespace=namespace,
+        ttl=ttl,
+        replicas=int(replicas),
+        adopt_ttl="ttl" not in query,
+    )
 
 
 def _redact(url: str) -> str:

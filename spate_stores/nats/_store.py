@@ -41,8 +41,9 @@ from spate.store import (
     validate_page_size,
     validate_prefix,
 )
+from spate_stores._namespace import read_only_refusal
 from spate_stores.nats import _errors as errors
-from spate_stores.nats._bucket import Bucket, ensure_bucket
+from spate_stores.nats._bucket import Bucket, ensure_bucket, find_bucket
 from spate_stores.nats._connection import NatsConnection
 from spate_stores.nats._errors import ApiError, WrongLastSequence
 from spate_stores.nats._jetstream import JetStream, StoredMessage, expect_sequence
@@ -73,15 +74,23 @@ class NatsStore:
     ``nats+wss://``) or :meth:`from_url`, then use it as an async context manager: entering
     connects, creates (or verifies) the two buckets of the namespace, and learns what the
     server supports; leaving closes the connection and ends open watches.
+
+    With ``read_only=True`` the store writes nothing at all: entering creates no bucket and
+    checks no TTL (an existing bucket's is adopted; a missing one reads as empty), and every
+    write or session is refused with StoreError. Operator tools that only look open it so.
     """
 
-    def __init__(self, options: StoreOptions, *, heartbeat: float | None = None) -> None:
+    def __init__(
+        self, options: StoreOptions, *, heartbeat: float | None = None, read_only: bool = False
+    ) -> None:
         if not (MIN_TTL <= options.ttl < math.inf):
             raise ConfigError(
                 f"the ephemeral TTL must be at least {MIN_TTL:g} s on NATS (expiry markers have "
                 f"one-second granularity), not {options.ttl!r}"
             )
         self._options = options
+        self._read_only = read_only
+        self._fixed_heartbeat = heartbeat
         self._heartbeat = heartbeat if heartbeat is not None else _heartbeat_for(options.ttl)
         self._stack: AsyncExitStack | None = None
         self._conn: NatsConnection | None = None
@@ -104,12 +113,14 @@ class NatsStore:
         namespace: str | None = None,
         ttl: float | None = None,
         heartbeat: float | None = None,
+        read_only: bool = False,
     ) -> NatsStore:
         """A store for ``url`` (format in ``spate_stores.nats``), optionally overriding parts.
 
         ``namespace`` and ``ttl`` (seconds), when given, override the URL's, the same shape as
         every adapter's ``from_url``; ``heartbeat`` (seconds) is NATS's own tuning of how
-        often the connection is checked. Raises ConfigError for a malformed URL.
+        often the connection is checked; ``read_only``: see the class. Raises ConfigError for
+        a malformed URL.
         """
         options = parse_url(url)
         if namespace is not None or ttl is not None:
@@ -117,14 +128,20 @@ class NatsStore:
                 options,
                 namespace=options.namespace if namespace is None else namespace,
                 ttl=options.ttl if ttl is None else ttl,
+                adopt_ttl=options.adopt_ttl and ttl is None,
             )
-        return cls(options, heartbeat=heartbeat)
+        return cls(options, heartbeat=heartbeat, read_only=read_only)
 
     def __repr__(self) -> str:
         return (
             f"NatsStore({self._options.connect.url!r}, namespace={self._options.namespace!r}, "
-            f"ttl={self._options.ttl:g})"
+            f"ttl={self._options.ttl:g}{', read_only=True' if self._read_only else ''})"
         )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this store was opened to read only (it then writes nothing at all)."""
+        return self._read_only
 
     @property
     def capabilities(self) -> Capabilities:
@@ -164,23 +181,35 @@ class NatsStore:
         async with AsyncExitStack() as stack:
             conn = await stack.enter_async_context(NatsConnection(options.connect))
             js = JetStream(conn)
-            buckets = {
-                keyspace: await ensure_bucket(
+            buckets: dict[Keyspace, Bucket] = {}
+            for keyspace in Keyspace:
+                name = bucket_name(options.namespace, keyspace)
+                if self._read_only:
+                    found = await find_bucket(js, name, keyspace)
+                    if found is not None:
+                        buckets[keyspace] = found
+                    continue
+                buckets[keyspace] = await ensure_bucket(
                     js,
-                    bucket_name(options.namespace, keyspace),
+                    name,
                     keyspace,
                     options.ttl,
                     options.namespace,
                     options.replicas,
+                    adopt_ttl=options.adopt_ttl,
                 )
-                for keyspace in Keyspace
-            }
             self._stack = stack.pop_all()
+        ephemeral = buckets.get(Keyspace.EPHEMERAL)
+        if ephemeral is not None and ephemeral.max_age and ephemeral.max_age != options.ttl:
+            # Adopted from the namespace (a URL without ttl, or a read-only store).
+            self._options = attrs.evolve(options, ttl=ephemeral.max_age)
+            if self._fixed_heartbeat is None:
+                self._heartbeat = _heartbeat_for(ephemeral.max_age)
         self._conn, self._js, self._buckets = conn, js, buckets
         self._capabilities = Capabilities(
             system="nats",
             ephemeral=EphemeralSemantics.PER_KEY,
-            expiry_reaches_watchers=buckets[Keyspace.EPHEMERAL].expiry_markers,
+            expiry_reaches_watchers=ephemeral is not None and ephemeral.expiry_markers,
             max_value_size=conn.max_payload - HEADER_OVERHEAD,
             expiry_slack=EXPIRY_SLACK,
         )
@@ -197,16 +226,57 @@ class NatsStore:
         if stack is not None:
             await stack.aclose()
 
+    async def release_namespace(self) -> bool:
+        """Delete the namespace's two buckets if they hold no key (True if they were deleted).
+
+        What ``spate delete`` calls after removing a namespace's last job: the buckets (and
+        the TTL the ephemeral one was made with) go, and the next store opened on the
+        namespace makes them anew. A namespace with any key keeps them.
+        """
+        for keyspace in Keyspace:
+            self._writable_bucket(keyspace, "releasing the namespace")
+            if await self.list(keyspace, ""):
+                return False
+        js = self._jetstream()
+        for keyspace in Keyspace:
+            try:
+                await js.api(f"STREAM.DELETE.{self._buckets[keyspace].stream}")
+            except ApiError as exc:
+                raise exc.translate() from None
+        self._buckets = {}  # this store can no longer write: its buckets are gone
+        return True
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _bucket(self, keyspace: Keyspace) -> Bucket:
+        bucket = self._existing_bucket(keyspace)
+        if bucket is None:
+            raise StoreError(
+                f"{self!r} was opened read-only and namespace {self.namespace!r} has no "
+                f"{keyspace.value} bucket yet, so there is nothing to watch"
+            )
+        return bucket
+
+    def _existing_bucket(self, keyspace: Keyspace) -> Bucket | None:
+        """The keyspace's bucket; None only on a read-only store whose namespace lacks it."""
         if self._closed:
             raise StoreError(f"{self!r} is closed; open a new store to keep working.")
         if self._js is None:
             raise StoreError(f"{self!r} is not open; use it as `async with store:`")
         if not isinstance(keyspace, Keyspace):
             raise StoreError(f"unknown keyspace {keyspace!r}; use spate.store.Keyspace")
-        return self._buckets[keyspace]
+        return self._buckets.get(keyspace)
+
+    def _writable_bucket(self, keyspace: Keyspace, doing: str) -> Bucket:
+        bucket = self._existing_bucket(keyspace)
+        if self._read_only:
+            raise read_only_refusal(self, doing)
+        if bucket is None:
+            raise StoreError(
+                f"{self!r} released namespace {self.namespace!r} (its buckets were deleted), "
+                f"so {doing} is refused; open a new store to use the namespace again"
+            )
+        return bucket
 
     def _jetstream(self) -> JetStream:
         assert self._js is not None
@@ -237,7 +307,10 @@ class NatsStore:
     async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
         """The key's entry, or None if it does not exist (deleted and expired keys included)."""
         validate_key(key)
-        message = await self._last(self._bucket(keyspace), key)
+        bucket = self._existing_bucket(keyspace)
+        if bucket is None:
+            return None  # a read-only store of a namespace never written
+        message = await self._last(bucket, key)
         if message is None or message.tombstone:
             return None
         return Entry(key, message.payload, message.sequence)
@@ -245,7 +318,10 @@ class NatsStore:
     async def list(self, keyspace: Keyspace, prefix: str) -> list[Entry]:
         """Every entry under ``prefix``, sorted by key, from one ordered consumer's snapshot."""
         validate_prefix(prefix)
-        watch = self._key_watch(self._bucket(keyspace), keyspace, prefix)
+        bucket = self._existing_bucket(keyspace)
+        if bucket is None:
+            return []  # a read-only store of a namespace never written
+        watch = self._key_watch(bucket, keyspace, prefix)
         try:
             await watch.start()
             return await watch.snapshot()
@@ -266,6 +342,9 @@ class NatsStore:
         """
         validate_prefix(prefix)
         validate_page_size(page_size)
+        if self._existing_bucket(keyspace) is None:
+            yield _no_pages()  # a read-only store of a namespace never written
+            return
         # No resume window: a paged listing's consumer starts over when recreated (see
         # KeyWatch), so expired entries aging out of the stream meanwhile lose nothing.
         watch = self._key_watch(
@@ -286,7 +365,7 @@ class NatsStore:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[KeySession]:
         """A light session handle: entries keep their per-key TTL (the bucket's max_age)."""
-        self._bucket(Keyspace.EPHEMERAL)
+        self._writable_bucket(Keyspace.EPHEMERAL, "opening a session")
         session = KeySession(self)
         try:
             yield session
@@ -303,7 +382,7 @@ class NatsStore:
         """Create-if-absent, also over a deleted or expired key's tombstone."""
         validate_key(key)
         value = self._check_value(key, value)
-        bucket = self._bucket(keyspace)
+        bucket = self._writable_bucket(keyspace, f"creating {key!r}")
         self._check_session(keyspace, session)
         expected = 0
         for _ in range(_MAX_ATTEMPTS):
@@ -332,7 +411,7 @@ class NatsStore:
         """Compare-and-swap on the key's revision (restarts an ephemeral key's TTL)."""
         validate_key(key)
         value = self._check_value(key, value)
-        bucket = self._bucket(keyspace)
+        bucket = self._writable_bucket(keyspace, f"updating {key!r}")
         self._check_session(keyspace, session)
         if not isinstance(expected, int) or expected < 1:
             return Conflict()
@@ -347,7 +426,7 @@ class NatsStore:
     ) -> WriteResult:
         """Delete (leaving a tombstone), guarded by ``expected`` when given."""
         validate_key(key)
-        bucket = self._bucket(keyspace)
+        bucket = self._writable_bucket(keyspace, f"deleting {key!r}")
         if expected is not None:
             return await self._delete_at(bucket, key, expected)
         for _ in range(_MAX_ATTEMPTS):
@@ -419,6 +498,11 @@ class NatsStore:
         )
 
 
-def store_from_url(url: str) -> NatsStore:
+async def _no_pages() -> AsyncGenerator[builtins.list[Entry], None]:
+    return
+    yield  # pragma: no cover (makes this an async generator)
+
+
+def store_from_url(url: str, *, read_only: bool = False) -> NatsStore:
     """The NATS store a URL describes (not yet connected); used by ``open_store``."""
-    return NatsStore.from_url(url)
+    return NatsStore.from_url(url, read_only=read_only)

@@ -89,7 +89,9 @@ def test_status_table_lists_quarantined_splits_first(
     assert main(["status", "--store", "memory://", "--job", JOB]) == 0
     out = capsys.readouterr().out
     assert "1 quarantined" in out
-    assert out.index("│ quarantined") < out.index("│ runnable") < out.index("│ completed")
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["a"], ["b"], ["c"])]
+    assert [row[0] for row in rows] == ["b", "c", "a"]
+    assert (rows[0][1], rows[2][1]) == ("quarantined", "completed")
 
 
 def test_requeue_returns_a_quarantined_split_and_refuses_others(

@@ -164,3 +164,18 @@ def test_a_plan_record_whose_verdict_contradicts_itself_is_refused(
     assert decode(PlanRecord, "job.plan", json.dumps(raw).encode()).verdict == Verdict(
         all_complete=False, completed=3, quarantined=1
     )
+
+
+# -- the failure reason (issue 33) ---------------------------------------------------------------
+
+
+def test_a_progress_record_without_a_reason_reads_with_none_and_is_written_without_one() -> None:
+    assert decode(ProgressRecord, "k", OLD_PROGRESS, split="s").reason == ""
+    assert b"reason" not in encode(ProgressRecord(id="s", watermark=3))
+
+
+def test_a_failure_reason_round_trips_through_either_encoder() -> None:
+    record = ProgressRecord(id="s", watermark=3, attempts=2, reason='bad row 7: "x"\n', state=b"z")
+    data = encode(record)
+    assert json.loads(data.partition(b"\n")[0])["reason"] == 'bad row 7: "x"\n'
+    assert decode(ProgressRecord, "k", data, split="s") == record

@@ -20,7 +20,15 @@ from spate._core.records import (
     decode,
     encode,
 )
-from spate.ops import RequeueRefused, read_status, requeue
+from spate.ops import (
+    JobNotFound,
+    RequeueRefused,
+    list_jobs,
+    read_status,
+    requeue,
+    requeue_all,
+    require_job,
+)
 from spate.store import Keyspace, Store
 from spate_stores.memory import MemoryStore
 
@@ -284,3 +292,66 @@ async def test_status_shows_what_a_split_covers_now_and_which_split_a_residual_c
     parents = {s["id"]: s["parent"] for s in document["splits"]}
     assert parents["d.r1"] == "d"
     assert parents["a"] is None
+
+
+async def test_status_shows_why_each_split_failed_and_a_held_split_as_held() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    entry = await store.get(Keyspace.DURABLE, KEYS.split("b"))
+    assert entry is not None
+    record = attrs.evolve(decode(ProgressRecord, entry.key, entry.value), reason="bad row 7")
+    await store.update(Keyspace.DURABLE, KEYS.split("b"), encode(record), entry.revision)
+    status = await read_status(store, JOB)
+    assert status.splits["b"].reason == "bad row 7"
+    assert status.splits["a"].reason == ""
+    assert [s.display_status for s in status.ordered_splits()] == [
+        "quarantined",
+        "held",
+        "completed",
+    ]
+    document = json.loads(json.dumps(status.to_json()))
+    assert [(s["id"], s["display_status"], s["reason"]) for s in document["splits"]] == [
+        ("b", "quarantined", "bad row 7"),
+        ("c", "held", ""),
+        ("a", "completed", ""),
+    ]
+
+
+async def test_list_jobs_names_every_job_with_a_key_in_either_keyspace() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    await store.create(Keyspace.EPHEMERAL, "starting.worker.w1", b"x")  # no plan yet
+    await store.create(Keyspace.DURABLE, "not-a-job", b"x")  # another program's key
+    assert await list_jobs(store) == [JOB, "starting"]
+
+
+async def test_require_job_refuses_a_job_with_no_key_and_names_the_jobs_there() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    await require_job(store, JOB)
+    with pytest.raises(JobNotFound, match=r"^no job job-9 in this store \(jobs here: job-1\)"):
+        await require_job(store, "job-9")
+    with pytest.raises(JobNotFound, match=r"\(jobs here: none\)"):
+        await require_job(MemoryStore(), JOB)
+
+
+async def test_requeue_all_requeues_every_quarantined_split_and_nothing_else() -> None:
+    store = MemoryStore()
+    await seed_job(store)
+    entry = await store.get(Keyspace.DURABLE, KEYS.split("c"))
+    assert entry is not None
+    record = attrs.evolve(decode(ProgressRecord, entry.key, entry.value), status=Status.QUARANTINED)
+    await store.update(Keyspace.DURABLE, KEYS.split("c"), encode(record), entry.revision)
+    completed = await store.get(Keyspace.DURABLE, KEYS.split("a"))
+    assert await requeue_all(store, JOB) == ["b", "c"]
+    status = await read_status(store, JOB)
+    assert {s.id: s.status for s in status.splits.values()} == {
+        "a": "completed", "b": "runnable", "c": "runnable",
+    }  # fmt: skip
+    assert await store.get(Keyspace.DURABLE, KEYS.split("a")) == completed
+    assert await requeue_all(store, JOB) == []  # none left
+
+
+async def test_requeue_all_of_a_job_that_does_not_exist_is_refused() -> None:
+    with pytest.raises(JobNotFound, match="no job job-1 in this store"):
+        await requeue_all(MemoryStore(), JOB)

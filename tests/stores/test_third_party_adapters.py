@@ -10,7 +10,6 @@ length. Nothing is left installed.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -127,8 +126,9 @@ def test_an_installed_adapter_opens_by_url_everywhere(tmp_path: Path) -> None:
     status = _run(
         target, "-m", "spate", "status", "--store", "myscheme://ops", "--job", "j", "--json"
     )
-    assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["job"] == "j"
+    # The adapter opened (a fresh memory store): status reads it and finds no job there.
+    assert status.returncode == 2, status.stderr
+    assert "no job j in this store" in status.stderr
 
     conformance = _run(
         target, "-m", "spate", "conformance", "--store", "myscheme://suite", "--", "-q", "-k", "cas"
@@ -153,6 +153,34 @@ async def test_in_process_the_adapter_is_found_lazily_and_once(site: Path) -> No
     with pytest.raises(ConfigError, match=r"myscheme://") as info:
         store_from_url("redis://localhost")
     assert "'spate.stores' entry points" in str(info.value)
+
+
+def test_read_only_reaches_an_adapter_that_takes_it_and_spares_one_that_does_not(
+    site: Path,
+) -> None:
+    install(
+        site,
+        pyproject(
+            "spate-twoways", keen="spate_keen:store_from_url", plain="spate_plain:store_from_url"
+        ),
+        {
+            "spate_keen": (
+                "from spate_stores.memory import MemoryStore\n"
+                "seen = []\n"
+                "def store_from_url(url, *, read_only=False):\n"
+                "    seen.append(read_only)\n"
+                "    return MemoryStore.from_url('memory://x', read_only=read_only)\n"
+            ),
+            "spate_plain": ADAPTER,
+        },
+    )
+    import spate_keen  # type: ignore[import-not-found]
+
+    store_from_url("keen://a", read_only=True)
+    store_from_url("keen://a")
+    assert spate_keen.seen == [True, False]
+    # The entry-point contract asks only for the URL: such an adapter is opened as always.
+    assert isinstance(store_from_url("plain://a", read_only=True), MemoryStore)
 
 
 def test_a_bundled_scheme_cannot_be_shadowed(site: Path) -> None:

@@ -153,6 +153,11 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
     stats = result.stats
     verdict = type(result.verdict).__name__ if result.verdict is not None else "none"
     lines = [
+        *(
+            [f"job: {result.job}" + (f" ({result.cleanup})" if result.cleanup else "")]
+            if result.job
+            else []
+        ),
         f"verdict: {verdict}"
         + (f" (after requeueing {', '.join(result.requeued)})" if result.requeued else ""),
         f"check: {result.splits_checked} splits match a single-pass computation"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
@@ -34,6 +35,7 @@ from spate._cli.demo.workload import (
     make_planner,
 )
 from spate._config import Config
+from spate._delete import delete_job
 from spate._errors import ConfigError, SpateError
 from spate._events import AllComplete, Stalled
 from spate._groups import single_error
@@ -45,7 +47,18 @@ from spate_testing.faults import FaultyStore
 __all__ = ["DemoOptions", "DemoResult", "DemoWorker", "Display", "Straggler", "run_demo"]
 
 JOB = "spate-demo"
-"""The job name every demo worker (in-process or `spate worker`) joins."""
+"""The job name every `spate worker` joins by default (an in-process demo runs its own)."""
+
+
+def fresh_job_name() -> str:
+    """A job name no earlier run used: ``spate-demo-<run id>``.
+
+    Each `spate demo` runs a job of its own, so a store namespace that holds an earlier run's
+    job (finished, or left behind by a run that was stopped) can never lend it a result.
+    """
+    return f"{JOB}-{secrets.token_hex(4)}"
+
+
 ZONES = ("zone-a", "zone-b", "zone-c")
 """The failure domains the demo's workers are spread over (round robin by start order)."""
 BATCH = 50
@@ -88,6 +101,8 @@ class DemoOptions:
     duration: float = 20.0
     max_in_flight: int = 4
     lease_duration: float = 3.0
+    job: str = attrs.field(factory=fresh_job_name)
+    """The job this run's fleet works on: a fresh name each run unless given."""
 
     def __attrs_post_init__(self) -> None:
         if self.workers < 2 and self.chaos:
@@ -183,6 +198,10 @@ class DemoResult:
     straggler: Straggler | None = None
     dataset: Dataset | None = None
     """The job's dataset (its straggler included)."""
+    job: str = ""
+    """The job this run worked on (a fresh name each run)."""
+    cleanup: str | None = None
+    """What became of the job's keys in a real store afterwards (None: the memory store)."""
 
 
 def demo_config(options: DemoOptions) -> Config:
@@ -210,6 +229,7 @@ class Fleet:
         stats: DemoStats,
     ) -> None:
         self.options = options
+        self.job = options.job
         self.stats = stats
         self.rng = random.Random(options.seed)
         self.config = demo_config(options)
@@ -278,7 +298,7 @@ class Fleet:
                 with worker.scope:
                     worker.verdict = await run_worker(
                         worker.store,
-                        job=JOB,
+                        job=self.job,
                         instance=worker.name,
                         planner=make_planner(self.dataset),
                         handler=handler,
@@ -315,12 +335,12 @@ class Fleet:
 
     async def lose_zone(self, zone: str, nursery: trio.Nursery) -> None:
         """A whole zone goes dark at once; the blast radius is reported before and after."""
-        status = await read_status(self.current_store(), JOB)
+        status = await read_status(self.current_store(), self.job)
         with trio.move_on_after(self.options.lease_duration):
             while not any(share.splits for share in status.placement().domains):
                 # Nothing held at this instant (a rebalance in flight): measure a moment later.
                 await trio.sleep(0.1)
-                status = await read_status(self.current_store(), JOB)
+                status = await read_status(self.current_store(), self.job)
         before = status.placement().blast_radius
         lost = [w for w in self.workers.values() if w.locality.startswith(zone + "/")]
         held = {s.id for s in status.splits.values() if s.lease_owner in {w.name for w in lost}}
@@ -338,7 +358,7 @@ class Fleet:
         # Its leases expire first, then its splits wait out the rebalance delay.
         await trio.sleep(self.options.lease_duration + self.config.rebalance_delay)
         while True:
-            status = await read_status(self.current_store(), JOB)
+            status = await read_status(self.current_store(), self.job)
             waiting = [
                 s
                 for s in held
@@ -421,8 +441,13 @@ async def _clients(
     from spate_stores import open_store
     from spate_stores.memory import MemoryServer, MemoryStore
 
-    if options.store_url.startswith("memory:"):
-        server = MemoryServer()
+    if options.store_url.startswith("memory:") and options.store_url != "memory://":
+        # A named memory namespace: the process-wide server's, shared with whatever else in
+        # this process has it open (as a real store's namespace is shared).
+        url = options.store_url
+        yield lambda: MemoryStore.from_url(url, ttl=options.lease_duration)
+    elif options.store_url.startswith("memory:"):
+        server = MemoryServer()  # plain memory://: a server of this run's own
 
         def memory_client() -> AbstractAsyncContextManager[Store]:
             return MemoryStore(
@@ -468,6 +493,12 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
                 nursery.cancel_scope.cancel()
         checked = await _check(fleet, observer, verdict)
         problems = checked.problems
+        if fleet.stats.processed == 0 and options.splits:
+            # Never report a result this run did not compute.
+            problems.append("the fleet folded no record, so there is no result of this run")
+        cleanup = (
+            None if options.store_url.startswith("memory:") else await _remove(observer, fleet.job)
+        )
         faults: dict[str, int] = {}
         late: dict[str, int] = {}
         for worker in fleet.workers.values():
@@ -500,7 +531,23 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
                 fleet, checked, 0.0 if fix_started is None else seconds - fix_started
             ),
             dataset=fleet.dataset,
+            job=fleet.job,
+            cleanup=cleanup,
         )
+
+
+async def _remove(store: Store, job: str) -> str:
+    """Delete the run's job from a real store (every worker has stopped): what became of it.
+
+    Its keys would otherwise pile up run after run in the namespace (and on NATS linger for a
+    TTL as live-looking workers).
+    """
+    try:
+        with trio.fail_after(30):
+            report = await delete_job(store, job, force=True)
+    except (SpateError, trio.TooSlowError) as exc:
+        return f"its keys were left in the store ({exc}); remove them with `spate delete`"
+    return f"its {report.total} keys were removed from the store"
 
 
 def _straggler(fleet: Fleet, checked: Checked, fix: float) -> Straggler | None:
@@ -530,13 +577,13 @@ async def _operator_fixes_poison(
 ) -> tuple[AllComplete | Stalled | None, list[str]]:
     """The operator fixes the bad data and requeues the split; a fresh worker finishes it."""
     stats = fleet.stats
-    status = await read_status(fleet.current_store(), JOB)
+    status = await read_status(fleet.current_store(), fleet.job)
     # What the store quarantined, not what the demo poisoned: a poisoned split that was split
     # leaves its bad record in one of its pieces.
     quarantined = sorted(s.id for s in status.splits.values() if s.status == "quarantined")
     stats.log(f"operator: the job stalled on {', '.join(quarantined)}; fixing the data, requeueing")
     fleet.bad_records.clear()
-    await requeue(fleet.current_store(), JOB, quarantined)
+    await requeue(fleet.current_store(), fleet.job, quarantined)
     worker = fleet.add(nursery, "w-fix")
     await worker.finished.wait()
     return worker.verdict, quarantined
@@ -544,7 +591,7 @@ async def _operator_fixes_poison(
 
 async def _check(fleet: Fleet, store: Store, verdict: AllComplete | Stalled | None) -> Checked:
     """Compare every split's final committed state with a single pass over its range."""
-    status = await read_status(store, JOB)
+    status = await read_status(store, fleet.job)
     pieces = []
     unreadable = []
     for split in status.splits.values():

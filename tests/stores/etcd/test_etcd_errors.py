@@ -128,7 +128,8 @@ TABLE: list[tuple[str, Callable[[], Exception], type[Exception], str]] = [
     ("ttl_record_unreadable", lambda: errors.ttl_record_unreadable("ns", b"x", "spate/ns:ttl"),
      StoreError, "delete the key 'spate/ns:ttl' to reset it"),
     ("ttl_mismatch", lambda: errors.ttl_mismatch("ns", 30, 10), StoreError,
-     "already uses an ephemeral TTL of 30 s, not 10 s; open it with ttl=30"),
+     "already uses an ephemeral TTL of 30 s, not 10 s (all jobs of a namespace share its lease "
+     "duration). To resolve it, open the store with ttl=30"),
     ("ttl_record_unstable", lambda: errors.ttl_record_unstable("ns"), StoreUnavailable,
      "kept changing; retry"),
     ("session_lost", lambda: errors.session_lost(EP, 10), SessionLost,

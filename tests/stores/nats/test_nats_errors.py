@@ -187,7 +187,7 @@ TABLE: list[tuple[str, Callable[[], Exception], type[Exception], str]] = [
     ("durable_bucket_expires", lambda: errors.durable_bucket_expires("b", 60.0), StoreError,
      "expires entries after 60 s"),
     ("ttl_mismatch", lambda: errors.ttl_mismatch("b", 30.0, 10.0), StoreError,
-     "already uses a TTL of 30 s, not 10 s; open the store with ttl=30"),
+     "NATS namespace 'b' already uses an ephemeral TTL of 30 s, not 10 s"),
     ("stream_without_config", lambda: errors.stream_without_config("KV_b"), StoreError,
      "without a configuration"),
     ("watch_store_closed", errors.watch_store_closed, StoreUnavailable, "watch again"),
