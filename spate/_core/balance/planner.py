@@ -1,0 +1,418 @@
+"""One balance round: which running splits move, given their measured loads.
+
+The rules (issue 35), each with what it prevents:
+
+1. **Trust before acting.** A split counts by its smoothed load once that load is *trusted*
+   (:mod:`.meter`); until then it counts as the job's mean load per unit of weight, and it is
+   never moved (a guess moved is a drain paid for nothing). A job with no trusted split makes
+   no move at all.
+2. **The band.** Each worker has a *mean*: its share of the job by capacity. With failure
+   domains (any worker has a locality) each domain's mean is an equal share of the job, as
+   placement's blast-radius rule puts it, split among the domain's workers by capacity. The
+   round acts only when some worker's load lies outside its mean ± ``load_band``, and the job
+   is not *idle* (its load is above 0 and above ``idle_share`` of its recent peak): an idle job
+   whose smoothed loads decay never shuffles.
+3. **A bounded price.** The moves of a round carry at most ``max_moved_load`` of the job's
+   load, and at most ``excess_share`` of each hot worker's excess over its mean (all of it
+   when the receiver is a *new* worker: new workers are filled toward their mean). A move
+   goes from a worker above its mean to one below it, and only when one of the two lies outside
+   the band; it must remove more imbalance (the summed distance of the loads from their means)
+   than ``churn_price`` × its load; the receiver ends at most at the top of its band and the
+   donor never below its mean. A moved split stays put ``cooldown_rounds`` rounds.
+4. **Every placement rule still holds.** A receiver has a free lane (its lane cap is
+   ``max_in_flight``). A move across failure domains never lifts the receiving domain's load
+   above the largest domain load the round began with: the blast radius never rises. A split
+   whose affinity its owner honours moves only to another worker that honours it. A split of
+   load 0 never moves (a move that buys nothing).
+5. **Hot splits split.** A trusted split whose load exceeds ``split_factor`` × the mean worker
+   load is reported in :attr:`BalanceRound.split_requests`.
+
+The greedy: the hottest donor first (by load over mean), each time to the coldest receiver
+that can take one of its splits, the largest split that fits every limit above (largest: the
+fewest drains for the load moved). Cost: one pass over the splits to sum each worker's load,
+then a sort of each donor's movable splits and O(log n) per move; never splits × workers.
+
+Pure: no I/O, no clock; the round number and the time are passed in.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+
+from spate._core.balance.model import (
+    BalanceConfig,
+    BalanceRound,
+    BalanceSplit,
+    BalanceState,
+    BalanceWorker,
+    Move,
+)
+from spate._core.placement import affinity_matches, domain_of
+from spate._errors import ConfigError
+
+__all__ = ["PEAK_HALF_LIFE_ROUNDS", "plan_balance_round", "weight_units"]
+
+PEAK_HALF_LIFE_ROUNDS = 60
+"""Rounds over which the remembered peak load halves (an hour at the default interval)."""
+
+_TOP = chr(0x10FFFF)  # sorts after every split id: (load, _TOP) bounds all entries of a load
+_Candidates = dict[str, list[tuple[float, str]]]  # affinity key ("" for none) -> sorted (load, id)
+
+
+def weight_units(weight: int) -> int:
+    """The weight a split counts for: ``max(1, weight)``, as placement counts it."""
+    return weight if weight > 1 else 1
+
+
+def _prefixes(locality: str) -> tuple[str, ...]:
+    """The affinity keys a worker at ``locality`` honours: "" and each whole-tier prefix."""
+    if not locality:
+        return ("",)
+    tiers = locality.split("/")
+    return ("", *("/".join(tiers[: i + 1]) for i in range(len(tiers))))
+
+
+def plan_balance_round(
+    workers: Sequence[BalanceWorker],
+    splits: Iterable[BalanceSplit],
+    config: BalanceConfig,
+    state: BalanceState,
+    *,
+    round: int,
+    now: float,
+) -> BalanceRound:
+    """Decide round ``round`` at time ``now``: the moves, the split requests, the next state.
+
+    ``workers`` are the live workers; ``splits`` the running splits (one whose owner is not in
+    ``workers`` is left to placement). Deterministic in its arguments, whatever their order.
+    Raises :class:`~spate.ConfigError` for two workers of one name.
+    """
+    return _Round(workers, config, state, round, now).plan(splits)
+
+
+class _Round:
+    """The working state of one round (see the module text)."""
+
+    def __init__(
+        self,
+        workers: Sequence[BalanceWorker],
+        config: BalanceConfig,
+        state: BalanceState,
+        round_: int,
+        now: float,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.round = round_
+        self.now = now
+        self.workers = {w.name: w for w in workers}
+        if len(self.workers) != len(workers):
+            seen: set[str] = set()
+            dup = next(w.name for w in workers if w.name in seen or seen.add(w.name))  # type: ignore[func-returns-value]
+            raise ConfigError(f"worker {dup!r} is listed twice; give each live worker once")
+        self.names = sorted(self.workers)
+        domains = any(w.locality for w in workers)
+        tier = config.isolation_tier
+        self.domain = {
+            n: domain_of(self.workers[n].locality, tier) if domains else "" for n in self.names
+        }
+        self.groups: dict[str, list[BalanceSplit]] = {n: [] for n in self.names}
+        self.count: dict[str, int] = {}
+        self.trusted_load: dict[str, float] = {}
+        self.untrusted_weight: dict[str, int] = {}
+        self.hottest: dict[str, float] = {}
+
+    # -- reading the splits ------------------------------------------------------------------
+
+    def _read(self, splits: Iterable[BalanceSplit]) -> tuple[float, int]:
+        """Sum each worker's loads. Returns the trusted splits' summed (load, weight).
+
+        The one pass over every split does as little as it can (group by owner); the sums
+        are then taken per worker in C loops, and a worker's movable splits are listed only
+        when it donates (:meth:`_movable`).
+        """
+        add = {n: group.append for n, group in self.groups.items()}
+        for s in splits:
+            put = add.get(s.owner)
+            if put is not None:
+                put(s)
+        weight_sum = 0
+        for n, group in self.groups.items():
+            loads = [s.load for s in group if s.trusted]
+            self.count[n] = len(group)
+            self.trusted_load[n] = sum(loads)
+            self.hottest[n] = max(loads, default=0.0)
+            weights = [weight_units(s.weight) for s in group]
+            untrusted = sum([w for w, s in zip(weights, group) if not s.trusted])
+            self.untrusted_weight[n] = untrusted
+            weight_sum += sum(weights) - untrusted
+        return sum(self.trusted_load.values()), weight_sum
+
+    def _movable(self, worker: str) -> _Candidates:
+        """The splits of a donor that may move, by affinity key, each group sorted by load.
+
+        Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
+        their cooldown.
+        """
+        moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
+        locality = self.workers[worker].locality
+        groups: _Candidates = {}
+        for s in self.groups[worker]:
+            if not s.trusted or s.load <= 0:
+                continue
+            last = moved.get(s.id)
+            if last is not None and round_ - last < cooldown:
+                continue
+            key = s.affinity if s.affinity and affinity_matches(s.affinity, locality) else ""
+            groups.setdefault(key, []).append((s.load, s.id))
+        for group in groups.values():
+            group.sort()
+        return groups
+
+    # -- the round ---------------------------------------------------------------------------
+
+    def plan(self, splits: Iterable[BalanceSplit]) -> BalanceRound:
+        config = self.config
+        trusted_total, trusted_weight = self._read(splits)
+        decay = 0.5 ** (1 / PEAK_HALF_LIFE_ROUNDS)
+        if trusted_weight == 0:
+            return self._idle("unmeasured", 0.0, self.state.peak_load * decay)
+        per_weight = trusted_total / trusted_weight
+        load = {
+            n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names
+        }
+        total = sum(load.values())
+        peak = max(total, self.state.peak_load * decay)
+        if total <= 0 or total < config.idle_share * peak:
+            return self._idle("idle", total, peak)
+        self.load = load
+        self.target = self._targets(total)
+        band = config.load_band
+        ratio = {n: load[n] / self.target[n] for n in self.names}
+        before = max(ratio.values())
+        requests = self._split_requests(total)
+        if all(abs(r - 1) <= band for r in ratio.values()):
+            return self._result("within band", total, peak, (), requests, before)
+        moves = self._moves(total)
+        return self._result(
+            "moved" if moves else "no move worth its price", total, peak, moves, requests, before
+        )
+
+    def _targets(self, total: float) -> dict[str, float]:
+        """Each worker's mean: an equal share per domain, by capacity inside it."""
+        capacity: dict[str, float] = {}
+        for n in self.names:
+            d = self.domain[n]
+            capacity[d] = capacity.get(d, 0.0) + self.workers[n].capacity
+        share = total / len(capacity)
+        members: dict[str, list[str]] = {}
+        for n in self.names:
+            members.setdefault(self.domain[n], []).append(n)
+        target: dict[str, float] = {}
+        for names in members.values():
+            target.update(self._fill(names, share))
+        return target
+
+    def _fill(self, names: list[str], share: float) -> dict[str, float]:
+        """Water-fill ``share`` over ``names`` by capacity, around splits too heavy to share.
+
+        A worker whose heaviest split outweighs its capacity share has that split's load as
+        its mean (no placement does better: the bound is the larger of the mean and the
+        heaviest split), and the rest of the load is shared among the others. Without it the
+        band would see such a worker as over forever, and its neighbours as under.
+        """
+        workers = self.workers
+        order = sorted(names, key=lambda n: (-self.hottest[n] / workers[n].capacity, n))
+        rest, capacity = share, sum(workers[n].capacity for n in names)
+        target: dict[str, float] = {}
+        for n in order:
+            if rest <= 0 or self.hottest[n] * capacity <= rest * workers[n].capacity:
+                break
+            target[n] = self.hottest[n]
+            rest -= self.hottest[n]
+            capacity -= workers[n].capacity
+        for n in names:
+            if n not in target:
+                # a domain whose heavy splits outweigh its share: the rest have no load to
+                # share, and a mean of (almost) 0 makes whatever they hold an excess
+                target[n] = max(rest, share * 1e-9) * workers[n].capacity / capacity
+        return target
+
+    def _split_requests(self, total: float) -> tuple[str, ...]:
+        threshold = self.config.split_factor * total / len(self.names)
+        hot = [
+            (s.load, s.id)
+            for n in self.names
+            if self.hottest[n] > threshold
+            for s in self.groups[n]
+            if s.trusted and s.load > threshold
+        ]
+        return tuple(split for _, split in sorted(hot, key=lambda t: (-t[0], t[1])))
+
+    def _moves(self, total: float) -> tuple[Move, ...]:
+        config, load, target = self.config, self.load, self.target
+        band = config.load_band
+        budget = config.max_moved_load * total
+        excess = {n: load[n] - target[n] for n in self.names}
+        shed = dict.fromkeys(self.names, 0.0)
+        domain_load: dict[str, float] = {}
+        for n in self.names:
+            domain_load[self.domain[n]] = domain_load.get(self.domain[n], 0.0) + load[n]
+        blast_cap = max(domain_load.values())
+        new = {
+            n
+            for n in self.names
+            if self.now - self.workers[n].joined_at < config.new_worker_window
+        }
+
+        def ratio(n: str) -> float:
+            return load[n] / target[n]
+
+        def over(n: str) -> bool:
+            return ratio(n) > 1 + band
+
+        def under(n: str) -> bool:
+            return ratio(n) < 1 - band
+
+        receivers = sorted(
+            (ratio(n), n)
+            for n in self.names
+            if load[n] < target[n] and self.count[n] < self.workers[n].lanes
+        )
+        donors = [(-ratio(n), n) for n in self.names if excess[n] > 0]
+        heapq.heapify(donors)
+        candidates: dict[str, _Candidates] = {}
+        moves: list[Move] = []
+        moved_load = 0.0
+        while donors and budget - moved_load > 0:
+            _, d = heapq.heappop(donors)
+            if d not in candidates:
+                candidates[d] = self._movable(d)
+            chosen: tuple[str, float, str] | None = None
+            for _, r in receivers:
+                if not (over(d) or under(r)):
+                    break  # receivers are coldest first: no later one is under the band either
+                share = 1.0 if r in new else config.excess_share
+                allowance = share * excess[d] - shed[d]
+                if allowance <= 0:
+                    break  # the donor gave its share of this round (to this receiver, and so
+                    # to every later one: only a new worker's share is larger, and they are
+                    # not ordered first)
+                shortfall = target[r] - load[r]
+                limit = min(
+                    load[d] - target[d],  # the donor never ends below its mean
+                    budget - moved_load,
+                    shortfall + band * target[r],  # nor the receiver above its band
+                    # past its mean the receiver's distance grows again: the move removes
+                    # 2 × shortfall, which must beat the churn price
+                    math.nextafter(2 * shortfall / config.churn_price, 0)
+                    if config.churn_price
+                    else math.inf,
+                )
+                if self.domain[r] != self.domain[d]:
+                    limit = min(limit, blast_cap - domain_load[self.domain[r]])
+                if limit <= 0:
+                    continue
+                found = _take(candidates[d], _prefixes(self.workers[r].locality), allowance, limit)
+                if found is not None:
+                    chosen = (r, *found)
+                    break
+            if chosen is None:
+                continue  # this donor has nothing any receiver can take: done with it
+            r, x, split = chosen
+            moves.append(Move(split, d, r, x))
+            moved_load += x
+            shed[d] += x
+            load[d] -= x
+            load[r] += x
+            self.count[d] -= 1
+            self.count[r] += 1
+            domain_load[self.domain[d]] -= x
+            domain_load[self.domain[r]] += x
+            receivers = sorted(
+                (ratio(n), n)
+                for _, n in receivers
+                if load[n] < target[n] and self.count[n] < self.workers[n].lanes
+            )
+            if load[d] > target[d]:
+                heapq.heappush(donors, (-ratio(d), d))
+        return tuple(moves)
+
+    # -- results -----------------------------------------------------------------------------
+
+    def _next_state(self, peak: float, moves: Sequence[Move]) -> BalanceState:
+        cooldown = self.config.cooldown_rounds
+        moved = {s: r for s, r in self.state.moved.items() if self.round - r < cooldown}
+        for move in moves:
+            moved[move.split] = self.round
+        return BalanceState(moved=moved, peak_load=peak)
+
+    def _idle(self, reason: str, total: float, peak: float) -> BalanceRound:
+        return BalanceRound(
+            round=self.round,
+            moves=(),
+            split_requests=(),
+            reason=reason,
+            job_load=total,
+            moved_load=0.0,
+            imbalance_before=1.0,
+            imbalance_after=1.0,
+            state=self._next_state(peak, ()),
+        )
+
+    def _result(
+        self,
+        reason: str,
+        total: float,
+        peak: float,
+        moves: tuple[Move, ...],
+        requests: tuple[str, ...],
+        before: float,
+    ) -> BalanceRound:
+        return BalanceRound(
+            round=self.round,
+            moves=moves,
+            split_requests=requests,
+            reason=reason,
+            job_load=total,
+            moved_load=sum(m.load for m in moves),
+            imbalance_before=before,
+            imbalance_after=max(self.load[n] / self.target[n] for n in self.names),
+            state=self._next_state(peak, moves),
+            loads=dict(self.load),
+            targets=dict(self.target),
+        )
+
+
+def _take(
+    groups: _Candidates, keys: tuple[str, ...], allowance: float, limit: float
+) -> tuple[float, str] | None:
+    """Take out and return the split a donor gives, among ``groups[keys]``, or None.
+
+    The heaviest of load at most ``min(allowance, limit)``; when none is that light, the
+    lightest of load at most ``limit`` (KCL's rule: leases are given until the amount is
+    reached, so the last may pass it; without that, a hot worker whose splits are all heavier
+    than 60% of its excess could never shed one).
+    """
+    best: tuple[float, str] | None = None
+    where: tuple[list[tuple[float, str]], int] | None = None
+    within = min(allowance, limit)
+    for key in keys:
+        group = groups.get(key)
+        if group:
+            i = bisect.bisect_right(group, (within, _TOP)) - 1
+            if i >= 0 and (best is None or group[i] > best):
+                best, where = group[i], (group, i)
+    if best is None and allowance < limit:
+        for key in keys:
+            group = groups.get(key)
+            if group:
+                i = bisect.bisect_right(group, (within, _TOP))
+                if i < len(group) and group[i][0] <= limit and (best is None or group[i] < best):
+                    best, where = group[i], (group, i)
+    if where is not None:
+        where[0].pop(where[1])
+    return best
