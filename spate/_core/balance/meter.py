@@ -65,7 +65,9 @@ class LoadMeter:
 
     def __init__(self, started_at: float, half_life: float) -> None:
         if not (math.isfinite(half_life) and half_life > 0):
-            raise ConfigError(f"load_half_life must be a positive number of seconds, not {half_life!r}")
+            raise ConfigError(
+                f"load_half_life must be a positive number of seconds, not {half_life!r}"
+            )
         self._half_life = half_life
         self._decay = math.log(2) / half_life
         self._started = started_at

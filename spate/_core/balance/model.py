@@ -89,7 +89,9 @@ class BalanceConfig:
                 f"new_worker_window must be seconds, at least 0, not {self.new_worker_window!r}"
             )
         if not (isinstance(self.isolation_tier, int) and self.isolation_tier >= 0):
-            raise ConfigError(f"isolation_tier must be an int at least 0, not {self.isolation_tier!r}")
+            raise ConfigError(
+                f"isolation_tier must be an int at least 0, not {self.isolation_tier!r}"
+            )
 
 
 @attrs.frozen
@@ -108,7 +110,9 @@ class BalanceWorker:
 
     def __attrs_post_init__(self) -> None:
         if not (isinstance(self.lanes, int) and self.lanes >= 1):
-            raise ConfigError(f"worker {self.name!r}: lanes must be an int at least 1, not {self.lanes!r}")
+            raise ConfigError(
+                f"worker {self.name!r}: lanes must be an int at least 1, not {self.lanes!r}"
+            )
         if not (math.isfinite(self.capacity) and self.capacity > 0):
             raise ConfigError(
                 f"worker {self.name!r}: capacity must be a positive number (1.0 is a default "
@@ -135,7 +139,9 @@ class BalanceSplit:
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.load) and self.load >= 0):
-            raise ConfigError(f"split {self.id!r}: load must be finite and at least 0, not {self.load!r}")
+            raise ConfigError(
+                f"split {self.id!r}: load must be finite and at least 0, not {self.load!r}"
+            )
 
 
 @attrs.frozen
@@ -171,7 +177,7 @@ class BalanceRound:
     moves: tuple[Move, ...]
     """The splits to move, in the order they were chosen."""
     split_requests: tuple[str, ...]
-    """Trusted splits hotter than ``split_factor`` × the mean worker load, hottest first."""
+    """Trusted splits hotter than ``split_factor`` x the mean worker load, hottest first."""
     reason: str
     """Why the round did what it did: ``idle``, ``unmeasured``, ``within band``, ``moved``,
     or ``no move worth its price``."""

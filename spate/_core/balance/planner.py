@@ -17,20 +17,20 @@ The rules (issue 35), each with what it prevents:
    when the receiver is a *new* worker: new workers are filled toward their mean). A move
    goes from a worker above its mean to one below it, and only when one of the two lies outside
    the band; it must remove more imbalance (the summed distance of the loads from their means)
-   than ``churn_price`` × its load; the receiver ends at most at the top of its band and the
+   than ``churn_price`` x its load; the receiver ends at most at the top of its band and the
    donor never below its mean. A moved split stays put ``cooldown_rounds`` rounds.
 4. **Every placement rule still holds.** A receiver has a free lane (its lane cap is
    ``max_in_flight``). A move across failure domains never lifts the receiving domain's load
    above the largest domain load the round began with: the blast radius never rises. A split
    whose affinity its owner honours moves only to another worker that honours it. A split of
    load 0 never moves (a move that buys nothing).
-5. **Hot splits split.** A trusted split whose load exceeds ``split_factor`` × the mean worker
+5. **Hot splits split.** A trusted split whose load exceeds ``split_factor`` x the mean worker
    load is reported in :attr:`BalanceRound.split_requests`.
 
 The greedy: the hottest donor first (by load over mean), each time to the coldest receiver
 that can take one of its splits, the largest split that fits every limit above (largest: the
 fewest drains for the load moved). Cost: one pass over the splits to sum each worker's load,
-then a sort of each donor's movable splits and O(log n) per move; never splits × workers.
+then a sort of each donor's movable splits and O(log n) per move; never splits x workers.
 
 Pure: no I/O, no clock; the round number and the time are passed in.
 """
@@ -141,14 +141,17 @@ class _Round:
                 put(s)
         weight_sum = 0
         for n, group in self.groups.items():
-            loads = [s.load for s in group if s.trusted]
+            trusted = [s for s in group if s.trusted]
+            loads = [s.load for s in trusted]
             self.count[n] = len(group)
             self.trusted_load[n] = sum(loads)
             self.hottest[n] = max(loads, default=0.0)
-            weights = [weight_units(s.weight) for s in group]
-            untrusted = sum([w for w, s in zip(weights, group) if not s.trusted])
-            self.untrusted_weight[n] = untrusted
-            weight_sum += sum(weights) - untrusted
+            weight_sum += sum([s.weight if s.weight > 1 else 1 for s in trusted])
+            self.untrusted_weight[n] = (
+                sum([s.weight if s.weight > 1 else 1 for s in group if not s.trusted])
+                if len(trusted) < len(group)
+                else 0
+            )
         return sum(self.trusted_load.values()), weight_sum
 
     def _movable(self, worker: str) -> _Candidates:
@@ -181,9 +184,7 @@ class _Round:
         if trusted_weight == 0:
             return self._idle("unmeasured", 0.0, self.state.peak_load * decay)
         per_weight = trusted_total / trusted_weight
-        load = {
-            n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names
-        }
+        load = {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
         total = sum(load.values())
         peak = max(total, self.state.peak_load * decay)
         if total <= 0 or total < config.idle_share * peak:
@@ -263,9 +264,7 @@ class _Round:
             domain_load[self.domain[n]] = domain_load.get(self.domain[n], 0.0) + load[n]
         blast_cap = max(domain_load.values())
         new = {
-            n
-            for n in self.names
-            if self.now - self.workers[n].joined_at < config.new_worker_window
+            n for n in self.names if self.now - self.workers[n].joined_at < config.new_worker_window
         }
 
         def ratio(n: str) -> float:
@@ -276,6 +275,10 @@ class _Round:
 
         def under(n: str) -> bool:
             return ratio(n) < 1 - band
+
+        def wanting(n: str) -> bool:
+            # under the band, or new and under its mean: new workers are filled to the mean
+            return under(n) or (n in new and load[n] < target[n])
 
         receivers = sorted(
             (ratio(n), n)
@@ -289,12 +292,12 @@ class _Round:
         moved_load = 0.0
         while donors and budget - moved_load > 0:
             _, d = heapq.heappop(donors)
-            if d not in candidates:
-                candidates[d] = self._movable(d)
+            if not over(d) and not any(wanting(r) for _, r in receivers):
+                break  # donors come hottest first: no later one is over the band either
             chosen: tuple[str, float, str] | None = None
             for _, r in receivers:
-                if not (over(d) or under(r)):
-                    break  # receivers are coldest first: no later one is under the band either
+                if not (over(d) or wanting(r)):
+                    continue
                 share = 1.0 if r in new else config.excess_share
                 allowance = share * excess[d] - shed[d]
                 if allowance <= 0:
@@ -307,7 +310,7 @@ class _Round:
                     budget - moved_load,
                     shortfall + band * target[r],  # nor the receiver above its band
                     # past its mean the receiver's distance grows again: the move removes
-                    # 2 × shortfall, which must beat the churn price
+                    # 2 x shortfall, which must beat the churn price
                     math.nextafter(2 * shortfall / config.churn_price, 0)
                     if config.churn_price
                     else math.inf,
@@ -316,6 +319,8 @@ class _Round:
                     limit = min(limit, blast_cap - domain_load[self.domain[r]])
                 if limit <= 0:
                     continue
+                if d not in candidates:
+                    candidates[d] = self._movable(d)
                 found = _take(candidates[d], _prefixes(self.workers[r].locality), allowance, limit)
                 if found is not None:
                     chosen = (r, *found)
@@ -393,9 +398,10 @@ def _take(
     """Take out and return the split a donor gives, among ``groups[keys]``, or None.
 
     The heaviest of load at most ``min(allowance, limit)``; when none is that light, the
-    lightest of load at most ``limit`` (KCL's rule: leases are given until the amount is
-    reached, so the last may pass it; without that, a hot worker whose splits are all heavier
-    than 60% of its excess could never shed one).
+    lightest of load at most ``limit``: KCL gives leases until the amount is reached, so the
+    last may pass it. (Letting only a donor's first split pass it, more strictly, took a
+    count-balanced Zipf job of 1,024 splits on 32 workers 8 rounds to converge instead of 5,
+    and a hot worker whose splits are all heavier than its allowance could shed none.)
     """
     best: tuple[float, str] | None = None
     where: tuple[list[tuple[float, str]], int] | None = None
