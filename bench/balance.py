@@ -311,7 +311,7 @@ def _capacity_rows(seeds: int) -> list[Row]:
     measured = statistics.median(worst)
     return [
         Row(
-            bench="balance: 8 workers, 2 of capacity 2.0: |load / capacity share - 1|, worst worker",
+            bench="balance: 8 workers, 2 of capacity 2.0: worst |load / capacity share - 1|",
             store="—",
             measured=f"{measured:.3f}",
             baseline="—",

@@ -161,18 +161,22 @@ class _Round:
         their cooldown.
         """
         moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
+        cooling = {split for split, last in moved.items() if round_ - last < cooldown}
+        group = self.groups[worker]
+        # the common case in C loops: no affinity, not cooling; the rest one by one
+        plain = [
+            (s.load, s.id)
+            for s in group
+            if s.trusted and s.load > 0 and not s.affinity and s.id not in cooling
+        ]
+        groups: _Candidates = {"": plain}
         locality = self.workers[worker].locality
-        groups: _Candidates = {}
-        for s in self.groups[worker]:
-            if not s.trusted or s.load <= 0:
-                continue
-            last = moved.get(s.id)
-            if last is not None and round_ - last < cooldown:
-                continue
-            key = s.affinity if s.affinity and affinity_matches(s.affinity, locality) else ""
-            groups.setdefault(key, []).append((s.load, s.id))
-        for group in groups.values():
-            group.sort()
+        for s in group:
+            if s.affinity and s.trusted and s.load > 0 and s.id not in cooling:
+                key = s.affinity if affinity_matches(s.affinity, locality) else ""
+                groups.setdefault(key, []).append((s.load, s.id))
+        for candidates in groups.values():
+            candidates.sort()
         return groups
 
     # -- the round ---------------------------------------------------------------------------
@@ -280,11 +284,11 @@ class _Round:
             # under the band, or new and under its mean: new workers are filled to the mean
             return under(n) or (n in new and load[n] < target[n])
 
-        receivers = sorted(
-            (ratio(n), n)
-            for n in self.names
-            if load[n] < target[n] and self.count[n] < self.workers[n].lanes
-        )
+        def receiving(n: str) -> bool:
+            return load[n] < target[n] and self.count[n] < self.workers[n].lanes
+
+        receivers = sorted((ratio(n), n) for n in self.names if receiving(n))
+        entry = {n: key for key, n in receivers}  # a receiver's entry in the sorted list
         donors = [(-ratio(n), n) for n in self.names if excess[n] > 0]
         heapq.heapify(donors)
         candidates: dict[str, _Candidates] = {}
@@ -292,7 +296,9 @@ class _Round:
         moved_load = 0.0
         while donors and budget - moved_load > 0:
             _, d = heapq.heappop(donors)
-            if not over(d) and not any(wanting(r) for _, r in receivers):
+            if not over(d) and not (
+                (receivers and under(receivers[0][1])) or any(wanting(n) for n in new)
+            ):
                 break  # donors come hottest first: no later one is over the band either
             chosen: tuple[str, float, str] | None = None
             for _, r in receivers:
@@ -337,11 +343,10 @@ class _Round:
             self.count[r] += 1
             domain_load[self.domain[d]] -= x
             domain_load[self.domain[r]] += x
-            receivers = sorted(
-                (ratio(n), n)
-                for _, n in receivers
-                if load[n] < target[n] and self.count[n] < self.workers[n].lanes
-            )
+            receivers.pop(bisect.bisect_left(receivers, (entry[r], r)))
+            if receiving(r):
+                entry[r] = ratio(r)
+                bisect.insort(receivers, (entry[r], r))
             if load[d] > target[d]:
                 heapq.heappush(donors, (-ratio(d), d))
         return tuple(moves)
