@@ -214,10 +214,24 @@ def test_a_moved_split_cools_down_for_several_rounds() -> None:
     assert [m.split for m in _plan(workers, splits, state, config, round_=8).moves] == ["a-0"]
 
 
-def test_a_receiver_without_a_free_lane_takes_nothing() -> None:
-    workers, splits = _fleet({"a": [4, 4, 4, 4], "b": [1, 1]}, lanes=4)
+def test_a_receiver_without_a_free_lane_takes_a_split_only_in_exchange_for_a_lighter_one() -> None:
+    workers, splits = _fleet({"a": [4, 4, 4, 1], "b": [1, 1]}, lanes=4)
     workers[1] = BalanceWorker("b", 2)
-    assert _plan(workers, splits).moves == ()
+    result = _plan(workers, splits, config=BalanceConfig(max_moved_load=0.5))
+    assert [(m.split, m.source, m.target, m.exchange) for m in result.moves] == [
+        ("a-2", "a", "b", "b-0"),
+        ("b-0", "b", "a", "a-2"),
+    ]
+    assert result.loads == {"a": 10.0, "b": 5.0}
+    assert result.moved_load == 5.0  # both halves are paid for
+
+
+def test_an_exchange_that_buys_less_than_its_price_is_not_made() -> None:
+    # mean 5.75: a's 4 for b's 3.5 passes 0.5 net and removes 1 of imbalance (0.5 on each
+    # side), less than the price of moving both, 0.25 x 7.5
+    workers, splits = _fleet({"a": [4, 4], "b": [3.5]}, lanes=2)
+    workers[1] = BalanceWorker("b", 1)
+    assert _plan(workers, splits, config=BalanceConfig(max_moved_load=0.9)).moves == ()
 
 
 def test_a_split_with_an_honoured_affinity_moves_only_to_a_match() -> None:
@@ -338,6 +352,8 @@ def _check(
     target = result.targets
     band = config.load_band
     given: dict[str, list[float]] = {}
+    received: set[str] = set()
+    previous = None
     for m in result.moves:
         s = by_id[m.split]
         assert s.owner == m.source
@@ -347,16 +363,25 @@ def _check(
         # an honoured affinity stays honoured
         if s.affinity and affinity_matches(s.affinity, by_name[m.source].locality):
             assert affinity_matches(s.affinity, by_name[m.target].locality)
-        # from above the mean to below it, and one of them outside the band
+        count[m.source] -= 1
+        count[m.target] += 1
+        if previous is not None and previous.exchange == m.split:
+            # the returning half of an exchange: a lighter split, for a receiver without a lane
+            assert m.exchange == previous.split
+            assert (m.source, m.target) == (previous.target, previous.source)
+            assert m.load < previous.load
+            given[m.target][-1] -= m.load
+            previous = None
+            continue
+        # from above the mean to below it
         assert before[m.source] > target[m.source]
         assert before[m.target] < target[m.target]
         given.setdefault(m.source, []).append(m.load)
-        count[m.source] -= 1
-        count[m.target] += 1
+        received.add(m.target)
+        previous = m if m.exchange else None
     for w in by_name:
-        assert count[w] <= by_name[w].lanes or not any(m.target == w for m in result.moves)
-        received = any(m.target == w for m in result.moves)
-        if received:  # never pushed above the band
+        assert count[w] <= by_name[w].lanes or w not in received
+        if w in received:  # never pushed above the band
             assert result.loads[w] <= target[w] * (1 + band) + EPS
         if w in given:  # never below its mean; at most ~60% of its excess (the last may pass)
             assert result.loads[w] >= target[w] - EPS

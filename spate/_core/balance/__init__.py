@@ -3,6 +3,7 @@
 - :mod:`.meter` — a split's smoothed load (:class:`LoadMeter`) and when it is trusted.
 - :mod:`.model` — the round's inputs and outputs, and the config with its defaults' reasons.
 - :mod:`.planner` — :func:`plan_balance_round`, the rules and the greedy that applies them.
+- :mod:`.candidates` — a donor's movable splits by affinity, and the searches in them.
 
 Pure: no Trio, no I/O, no clock of its own.
 """

@@ -167,6 +167,9 @@ class Move:
     source: str
     target: str
     load: float
+    exchange: str = ""
+    """The split that moves the other way, when this move is half of an exchange (a receiver
+    without a free lane takes a split only for one of its own)."""
 
 
 @attrs.frozen
