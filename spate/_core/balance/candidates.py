@@ -8,9 +8,10 @@ bisection, whatever the worker holds.
 from __future__ import annotations
 
 import bisect
+import heapq
 from typing import TypeAlias
 
-__all__ = ["Candidates", "lightest", "prefixes", "take"]
+__all__ = ["Candidates", "find", "lightest", "prefixes", "take"]
 
 Candidates: TypeAlias = dict[str, list[tuple[float, str]]]
 """Affinity key ("" for none) -> that group's splits as sorted (load, id)."""
@@ -26,10 +27,10 @@ def prefixes(locality: str) -> tuple[str, ...]:
     return ("", *("/".join(tiers[: i + 1]) for i in range(len(tiers))))
 
 
-def take(
+def find(
     groups: Candidates, keys: tuple[str, ...], allowance: float, limit: float
-) -> tuple[float, str, str] | None:
-    """Take out and return a split a donor gives, among ``groups[keys]``, as (load, id, key).
+) -> tuple[float, str, str, int] | None:
+    """The split a donor gives, among ``groups[keys]``, as (load, id, key, index), left in place.
 
     The heaviest of load at most ``min(allowance, limit)``; when none is that light, the
     lightest of load at most ``limit``: KCL gives leases until the amount is reached, so the
@@ -55,14 +56,23 @@ def take(
                     best, where = group[i], (key, i)
     if best is None:
         return None
-    groups[where[0]].pop(where[1])
-    return (*best, where[0])
+    return (*best, *where)
 
 
-def lightest(groups: Candidates, keys: tuple[str, ...]) -> tuple[float, str, str] | None:
-    """The lightest split among ``groups[keys]``, as (load, id, key), left in place."""
-    found = [(group[0], key) for key in keys if (group := groups.get(key))]
-    if not found:
+def take(
+    groups: Candidates, keys: tuple[str, ...], allowance: float, limit: float
+) -> tuple[float, str] | None:
+    """Take out and return the split :func:`find` finds, as (load, id)."""
+    found = find(groups, keys, allowance, limit)
+    if found is None:
         return None
-    (load, split), key = min(found)
-    return load, split, key
+    load, split, key, i = found
+    groups[key].pop(i)
+    return load, split
+
+
+def lightest(groups: Candidates, keys: tuple[str, ...], count: int) -> list[tuple[float, str, str]]:
+    """The ``count`` lightest splits among ``groups[keys]``, as (load, id, key), left in place."""
+    return heapq.nsmallest(
+        count, ((load, split, key) for key in keys for load, split in groups.get(key, ())[:count])
+    )

@@ -50,7 +50,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
-from spate._core.balance.candidates import Candidates, lightest, prefixes, take
+from spate._core.balance.candidates import Candidates, find, lightest, prefixes, take
 from spate._core.balance.model import (
     BalanceConfig,
     BalanceRound,
@@ -62,8 +62,10 @@ from spate._core.balance.model import (
 from spate._core.placement import affinity_matches, domain_of
 from spate._errors import ConfigError
 
-__all__ = ["PEAK_HALF_LIFE_ROUNDS", "plan_balance_round", "weight_units"]
+__all__ = ["EXCHANGE_CHOICES", "PEAK_HALF_LIFE_ROUNDS", "plan_balance_round", "weight_units"]
 
+EXCHANGE_CHOICES = 8
+"""A receiver's lightest splits an exchange considers giving back."""
 PEAK_HALF_LIFE_ROUNDS = 60
 """Rounds over which the remembered peak load halves (an hour at the default interval)."""
 
@@ -327,9 +329,9 @@ class _Round:
                     candidates[d] = self._movable(d)
                 keys = prefixes(self.workers[r].locality)
                 if self.count[r] < self.workers[r].lanes:
-                    found = take(candidates[d], keys, allowance, min(limit, budget - moved_load))
-                    if found is not None:
-                        chosen = (r, Move(found[1], d, r, found[0]), None)
+                    given = take(candidates[d], keys, allowance, min(limit, budget - moved_load))
+                    if given is not None:
+                        chosen = (r, Move(given[1], d, r, given[0]), None)
                         break
                     continue
                 swap = self._swap(
@@ -373,32 +375,39 @@ class _Round:
         budget: float,
         shortfall: float,
     ) -> tuple[Move, Move] | None:
-        """An exchange for a receiver without a free lane: d's split for r's lightest.
+        """An exchange for a receiver without a free lane: one of d's splits for one of r's.
 
         Its net load (the difference) keeps every limit of a single move, both loads count
-        against the budget, and what it removes must beat the churn price of both. Without
-        it a fleet whose every lane is full (64 splits on 8 workers of the default
-        ``max_in_flight`` of 8) could never be balanced.
+        against the budget, and what it removes must beat the churn price of both. Of r's
+        lightest splits (``EXCHANGE_CHOICES``), each paired with the split d would give for
+        it, the pair whose removal exceeds its price most. Without exchanges a fleet whose
+        every lane is full (64 splits on 8 workers of the default ``max_in_flight`` of 8)
+        could never be balanced.
         """
         if r not in candidates:
             candidates[r] = self._movable(r)
-        back = lightest(candidates[r], prefixes(self.workers[d].locality))
-        if back is None:
+        price = self.config.churn_price
+        give_keys = prefixes(self.workers[r].locality)
+        best: tuple[float, tuple[float, str, str, int], tuple[float, str, str]] | None = None
+        for back in lightest(candidates[r], prefixes(self.workers[d].locality), EXCHANGE_CHOICES):
+            y = back[0]
+            room = min(limit, budget - 2 * y)
+            if room <= 0:
+                break  # heavier ones leave less of the budget still
+            found = find(candidates[d], give_keys, y + allowance, y + room)
+            if found is None:
+                continue
+            x = found[0]
+            net = x - y
+            value = net + min(net, 2 * shortfall - net) - price * (x + y)
+            if net > 0 and value > 0 and (best is None or value > best[0]):
+                best = (value, found, back)
+        if best is None:
             return None
-        y, returned, back_key = back
-        room = min(limit, budget - 2 * y)
-        if room <= 0:
-            return None
-        found = take(candidates[d], prefixes(self.workers[r].locality), y + allowance, y + room)
-        if found is None:
-            return None
-        x, given, key = found
-        net = x - y
-        removed = net + min(net, 2 * shortfall - net)
-        if net <= 0 or removed <= self.config.churn_price * (x + y):
-            bisect.insort(candidates[d][key], (x, given))  # not worth it: the split stays
-            return None
-        candidates[r][back_key].pop(0)
+        _, (x, given, key, i), (y, returned, back_key) = best
+        candidates[d][key].pop(i)
+        group = candidates[r][back_key]
+        group.pop(bisect.bisect_left(group, (y, returned)))
         return Move(given, d, r, x, exchange=returned), Move(returned, r, d, y, exchange=given)
 
     # -- results -----------------------------------------------------------------------------
