@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -445,3 +446,40 @@ def test_with_stable_loads_the_rounds_converge_and_then_move_nothing(
         state = result.state
         quiet = 0 if result.moves else quiet + 1
     assert quiet >= 10
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleets(), st.floats(200.0, 1e6))
+def test_an_idle_job_never_moves_a_split(
+    fleet: tuple[list[BalanceWorker], list[BalanceSplit], BalanceState], scale: float
+) -> None:
+    workers, splits, state = fleet
+    zero = [attrs.evolve(s, load=0.0) for s in splits]
+    assert _plan(workers, zero, state, round_=10).moves == ()
+    # a job under 1% of its recent peak is idle whatever its shape
+    total = _plan(workers, splits, state, round_=10).job_load
+    quiet = BalanceState(moved=state.moved, peak_load=max(total, 1.0) * scale)
+    result = _plan(workers, splits, quiet, round_=10)
+    assert result.moves == ()
+    assert result.reason in {"idle", "unmeasured"}
+
+
+def test_a_split_whose_owner_is_no_live_worker_is_left_to_placement() -> None:
+    workers, splits = _fleet({"a": [4.0, 4.0], "b": [1.0]})
+    splits.append(BalanceSplit("gone", "dead", load=100.0, trusted=True))
+    result = _plan(workers, splits)
+    assert result.job_load == 9.0
+    assert "gone" not in {m.split for m in result.moves}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.01, 1e6), st.floats(1.0, 30.0), st.floats(10.0, 600.0))
+def test_a_steady_rate_reported_at_any_pace_reads_as_itself(
+    rate: float, every: float, half_life: float
+) -> None:
+    meter = LoadMeter(started_at=0.0, half_life=half_life)
+    t = 0.0
+    while t < 10 * half_life:
+        t += every
+        meter.report(rate * every, at=t)
+    assert meter.rate(t) == pytest.approx(rate, rel=0.5 * every / half_life + 0.01)
