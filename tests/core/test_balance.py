@@ -483,3 +483,26 @@ def test_a_steady_rate_reported_at_any_pace_reads_as_itself(
         t += every
         meter.report(rate * every, at=t)
     assert meter.rate(t) == pytest.approx(rate, rel=0.5 * every / half_life + 0.01)
+
+
+def test_a_move_across_failure_domains_never_raises_the_blast_radius() -> None:
+    # zone a holds 15 (the largest share), b 14; each has a hot worker and a cold one. Once b1
+    # gave b2 a 4, b2 is the coldest worker, but a1's 1.5 there would lift zone b over 15: a1
+    # gives it to a2, in its own zone
+    workers = [
+        BalanceWorker("a1", 8, locality="a/1"),
+        BalanceWorker("a2", 8, locality="a/2"),
+        BalanceWorker("b1", 8, locality="b/1"),
+        BalanceWorker("b2", 8, locality="b/2"),
+    ]
+    loads = {"a1": [2.5, 2.5, 2.5, 1.5], "a2": [6.0], "b1": [4.0, 4.0, 4.5], "b2": [1.5]}
+    splits = [
+        BalanceSplit(f"{w}-{i}", w, load=x, trusted=True)
+        for w, xs in loads.items()
+        for i, x in enumerate(xs)
+    ]
+    result = _plan(workers, splits, config=BalanceConfig(max_moved_load=0.5))
+    assert [(m.source, m.target, m.load) for m in result.moves] == [
+        ("b1", "b2", 4.0),
+        ("a1", "a2", 1.5),
+    ]
