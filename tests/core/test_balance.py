@@ -487,8 +487,8 @@ def test_a_steady_rate_reported_at_any_pace_reads_as_itself(
 
 def test_a_move_across_failure_domains_never_raises_the_blast_radius() -> None:
     # zone a holds 15 (the largest share), b 14; each has a hot worker and a cold one. Once b1
-    # gave b2 a 4, b2 is the coldest worker, but a1's 1.5 there would lift zone b over 15: a1
-    # gives it to a2, in its own zone
+    # gave b2 a 4, b2 is the coldest worker, but a1's 1.5 there would lift zone b over 15:
+    # only a net 1 may cross (a 2.5 for b2's 1.5)
     workers = [
         BalanceWorker("a1", 8, locality="a/1"),
         BalanceWorker("a2", 8, locality="a/2"),
@@ -504,5 +504,19 @@ def test_a_move_across_failure_domains_never_raises_the_blast_radius() -> None:
     result = _plan(workers, splits, config=BalanceConfig(max_moved_load=0.5))
     assert [(m.source, m.target, m.load) for m in result.moves] == [
         ("b1", "b2", 4.0),
-        ("a1", "a2", 1.5),
+        ("a1", "b2", 2.5),
+        ("b2", "a1", 1.5),
+    ]
+    assert result.loads["b1"] + result.loads["b2"] == 15.0
+
+
+def test_a_receiver_with_no_room_for_a_split_takes_it_in_exchange_for_a_lighter_one() -> None:
+    # mean 5.75: no 4 fits in w1's band (3 + 4 > 6.325), a 4 for a 1 does (3 + 3)
+    workers, splits = _fleet({"w0": [4.0, 4.0, 4.0], "w1": [1.0, 1.0, 1.0], "w2": [1.0] * 3})
+    workers.append(BalanceWorker("w3", 16))
+    splits += [BalanceSplit("w3-0", "w3", 4.0, True), BalanceSplit("w3-1", "w3", 1.0, True)]
+    result = _plan(workers, splits, config=BalanceConfig(max_moved_load=0.3))
+    assert [(m.source, m.target, m.load) for m in result.moves[:2]] == [
+        ("w0", "w1", 4.0),
+        ("w1", "w0", 1.0),
     ]

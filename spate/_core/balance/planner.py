@@ -21,9 +21,10 @@ The rules (issue 35), each with what it prevents:
    the top of its band and the donor never below its mean. A moved split stays put
    ``cooldown_rounds`` rounds.
 4. **Every placement rule still holds.** A receiver takes a split into a free lane (its lane
-   cap is ``max_in_flight``); one without a free lane takes it only in *exchange* for its own
-   lightest movable split, the pair judged as one move of their difference (both loads count
-   against the budget and the churn price). A move across failure domains never lifts the
+   cap is ``max_in_flight``). One without a free lane, or with no room in its band for any
+   split the donor could give, takes one in *exchange* for one of its own lighter splits, the
+   pair judged as one move of their difference (both loads count against the budget and the
+   churn price). A move across failure domains never lifts the
    receiving domain's load above the largest domain load the round began with: the blast
    radius never rises. A split whose affinity its owner honours moves only to another worker
    that honours it. A split of load 0 never moves (a move that buys nothing).
@@ -333,7 +334,6 @@ class _Round:
                     if given is not None:
                         chosen = (r, Move(given[1], d, r, given[0]), None)
                         break
-                    continue
                 swap = self._swap(
                     d, r, candidates, allowance, limit, budget - moved_load, shortfall
                 )
@@ -375,14 +375,15 @@ class _Round:
         budget: float,
         shortfall: float,
     ) -> tuple[Move, Move] | None:
-        """An exchange for a receiver without a free lane: one of d's splits for one of r's.
+        """An exchange: one of d's splits for a lighter one of r's (see the module text).
 
         Its net load (the difference) keeps every limit of a single move, both loads count
         against the budget, and what it removes must beat the churn price of both. Of r's
         lightest splits (``EXCHANGE_CHOICES``), each paired with the split d would give for
         it, the pair whose removal exceeds its price most. Without exchanges a fleet whose
         every lane is full (64 splits on 8 workers of the default ``max_in_flight`` of 8)
-        could never be balanced.
+        could never be balanced, nor a worker holding three 4s next to workers holding 1s
+        with 2.75 of room each (no 4 fits; a 4 for a 1 does).
         """
         if r not in candidates:
             candidates[r] = self._movable(r)
