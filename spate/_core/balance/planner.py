@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -111,8 +112,8 @@ class _Round:
         self.now = now
         self.workers = {w.name: w for w in workers}
         if len(self.workers) != len(workers):
-            seen: set[str] = set()
-            dup = next(w.name for w in workers if w.name in seen or seen.add(w.name))  # type: ignore[func-returns-value]
+            names = sorted(w.name for w in workers)
+            dup = next(a for a, b in itertools.pairwise(names) if a == b)
             raise ConfigError(f"worker {dup!r} is listed twice; give each live worker once")
         self.names = sorted(self.workers)
         domains = any(w.locality for w in workers)
