@@ -9,9 +9,10 @@ Pure: no Trio, no I/O, no clock of its own.
 
 How the leader is meant to call it (the integration, after the leader's balance seam lands):
 
-- every ``balance_interval``, with a round number that only grows (it survives no failover,
-  and need not: a new leader starting at round 1 with an empty :class:`BalanceState` holds no
-  split, which costs at most one early move per split the old leader had just moved);
+- every ``balance_interval``, with a round number that only grows. :class:`BalanceState` lives
+  in the leader's memory: after a failover the new leader should seed ``moved`` from the
+  splits whose current tenancy began within ``cooldown_rounds`` intervals, or a split the old
+  leader just moved could move again at once;
 - workers from presence: ``lanes`` = the advertised ``max_in_flight``, ``capacity``, locality,
   ``joined_at`` (the leader's clock when it first saw the worker);
 - splits from the assignment and the load summaries the owners carry on their renewals: a
