@@ -46,7 +46,6 @@ from spate._core.balance import (
     BalanceSplit,
     BalanceState,
     BalanceWorker,
-    LoadMeter,
     plan_balance_round,
 )
 from spate._core.placement import Placement
@@ -254,7 +253,7 @@ def rotating(
     base = lognormal(rng, 64)
     job = placed_job(base, 8, seed=seed)
     ids = sorted(job.loads)
-    meters = {s: LoadMeter(0.0, 60.0) for s in ids}
+    meters = {s: CONFIG.meter(0.0) for s in ids}
     state, round_, ratios = BalanceState(), 0, []
     hot: set[str] = set()
     now = 0.0

@@ -81,6 +81,9 @@ def test_a_report_stamped_in_the_past_counts_at_the_last_report() -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
+        ("balance_interval", -1.0),
+        ("balance_interval", math.inf),
+        ("load_half_life", 0.0),
         ("load_band", 0.0),
         ("load_band", 1.5),
         ("max_moved_load", -0.1),
@@ -97,6 +100,18 @@ def test_a_report_stamped_in_the_past_counts_at_the_last_report() -> None:
 def test_a_bad_balance_setting_is_a_config_error_naming_it(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         BalanceConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_issues_four_settings_have_their_defaults_and_0_turns_balancing_off() -> None:
+    config = BalanceConfig()
+    assert (config.balance_interval, config.load_band) == (60.0, 0.10)
+    assert (config.load_half_life, config.max_moved_load) == (60.0, 0.10)
+    assert config.enabled
+    assert not BalanceConfig(balance_interval=0).enabled
+    meter = config.meter(started_at=5.0)
+    assert meter.started_at == 5.0
+    assert not meter.trusted(64.0)
+    assert meter.trusted(65.0)
 
 
 def test_bad_workers_and_splits_are_config_errors() -> None:
