@@ -7,7 +7,17 @@ import importlib
 
 import pytest
 
-SUITES = ["commit", "failover", "scale", "steady", "cluster", "fleet", "makespan", "bench_etcd"]
+SUITES = [
+    "commit",
+    "failover",
+    "scale",
+    "steady",
+    "cluster",
+    "fleet",
+    "makespan",
+    "balance",
+    "bench_etcd",
+]
 
 
 @pytest.mark.parametrize("name", SUITES)
@@ -26,4 +36,5 @@ def test_every_suite_is_registered() -> None:
         "cluster",
         "fleet",
         "makespan",
+        "balance",
     }

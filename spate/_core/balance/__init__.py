@@ -1,0 +1,53 @@
+"""Load-aware balancing: which running splits move, by measured load (issue 35).
+
+- :mod:`.meter` — a split's smoothed load (:class:`LoadMeter`) and when it is trusted.
+- :mod:`.model` — the round's inputs and outputs, and the config with its defaults' reasons.
+- :mod:`.planner` — :func:`plan_balance_round`, the rules and the greedy that applies them.
+- :mod:`.candidates` — a donor's movable splits by affinity, and the searches in them.
+
+Pure: no Trio, no I/O, no clock of its own.
+
+How the leader is meant to call it (the integration, after the leader's balance seam lands):
+
+- every ``balance_interval``, with a round number that only grows. :class:`BalanceState` lives
+  in the leader's memory: after a failover the new leader should seed ``moved`` from the
+  splits whose current tenancy began within ``cooldown_rounds`` intervals, or a split the old
+  leader just moved could move again at once;
+- workers from presence: ``lanes`` = the advertised ``max_in_flight``, ``capacity``, locality,
+  ``joined_at`` (the leader's clock when it first saw the worker);
+- splits from the assignment and the load summaries the owners carry on their renewals: a
+  split's new owner measures it afresh (untrusted for a minute), so the leader should keep the
+  last trusted load across a move until the new owner's is trusted, or the receiver reads as
+  colder than it is;
+- the moves become graceful revocations naming the target as the new assignee; the next
+  state's ``moved`` is what the placement must hold (``held``) for the cooldown;
+- placement's own balance steps weigh splits by ``max(1, weight)``: with loads reported they
+  must weigh by the same load this module uses (the seam's one function for a split's load),
+  or the next membership change undoes the moves made by load.
+"""
+
+from spate._core.balance.meter import MIN_TRUST_WINDOW, LoadMeter, check_amount, trust_window
+from spate._core.balance.model import (
+    BalanceConfig,
+    BalanceRound,
+    BalanceSplit,
+    BalanceState,
+    BalanceWorker,
+    Move,
+)
+from spate._core.balance.planner import plan_balance_round, weight_units
+
+__all__ = [
+    "MIN_TRUST_WINDOW",
+    "BalanceConfig",
+    "BalanceRound",
+    "BalanceSplit",
+    "BalanceState",
+    "BalanceWorker",
+    "LoadMeter",
+    "Move",
+    "check_amount",
+    "plan_balance_round",
+    "trust_window",
+    "weight_units",
+]

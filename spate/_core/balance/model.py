@@ -1,0 +1,230 @@
+"""What a balance round reads and what it decides: plain values, validated on construction.
+
+The defaults, each from an anchor (``reference/load-balancing.md``):
+
+- ``balance_interval = 60.0`` — KCL 3 runs its variance balancing on every third assignment
+  run (about once a minute) and Dicer balances every minute; 0 turns balancing off.
+- ``load_half_life = 60.0`` — between Dicer's two (120 s on the client, 10 s at the
+  assigner): a load that moved on is half forgotten by the next round, and with the trust
+  window of a minute (:func:`~spate._core.balance.meter.trust_window`) a split is measured
+  before its first round counts it. (In ``bench/balance.py`` a hot set rotating every 10
+  minutes averages 1.18x the bound at 60 s; 30 s does no better.)
+- ``load_band = 0.10`` — KCL 3's ``reBalanceThresholdPercentage`` and Dicer's default
+  tolerance are both 10%: a worker within ±10% of its mean is left alone.
+- ``max_moved_load = 0.10`` — Slicer's churn budget is about 9% of the load a round; 10% is
+  that, rounded, and still lets a count-balanced lognormal job (whose total excess above the
+  mean is about 15-20% of its load) converge in two or three rounds.
+- ``excess_share = 0.6`` — KCL 3's ``dampeningPercentage``: a hot worker sheds at most 60% of
+  its excess a round, so a load that is drifting is not chased past the mean.
+- ``churn_price = 0.25`` — Dicer's churn penalty: a move must remove more imbalance than a
+  quarter of the load it moves.
+- ``cooldown_rounds = 3`` — a split moved stays put three rounds (three minutes at the default
+  ``balance_interval`` of 60 s): longer than the trust window of its new owner's measurement
+  (60 s), so it is never moved again on a guess.
+- ``split_factor = 2.0`` — Slicer splits a slice hotter than twice the mean.
+- ``idle_share = 0.01`` — a job whose load fell under 1% of its recent peak is idle.
+- ``new_worker_window = 120.0`` — a worker that joined within two default rounds is *new*:
+  Dicer fills new pods to the mean, so a donor may give a new worker its whole excess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import attrs
+
+from spate._core.balance.meter import LoadMeter
+from spate._core.placement import validate_locality
+from spate._errors import ConfigError
+
+__all__ = [
+    "BalanceConfig",
+    "BalanceRound",
+    "BalanceSplit",
+    "BalanceState",
+    "BalanceWorker",
+    "Move",
+]
+
+
+def _fraction(name: str, value: float, *, upper: float = 1.0) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= upper):
+        raise ConfigError(f"{name} must be a number in (0, {upper}], not {value!r}")
+
+
+@attrs.frozen
+class BalanceConfig:
+    """The knobs of load balancing (see the module text for why each default)."""
+
+    balance_interval: float = 60.0
+    """Seconds between balance rounds (0 turns load balancing off)."""
+    load_half_life: float = 60.0
+    """Half-life of a split's smoothed load, in seconds (see :mod:`.meter`)."""
+    load_band: float = 0.10
+    """Half-width of the band around a worker's mean load per unit of capacity."""
+    max_moved_load: float = 0.10
+    """Share of the job's load one round may move."""
+    excess_share: float = 0.6
+    """Share of a hot worker's excess over its mean that one round may take from it."""
+    churn_price: float = 0.25
+    """A move must remove more imbalance than this times the load it moves."""
+    cooldown_rounds: int = 3
+    """Rounds a moved split stays where it was put."""
+    split_factor: float = 2.0
+    """A split whose load exceeds this times the mean worker load is asked to split."""
+    idle_share: float = 0.01
+    """The job is idle below this share of its recent peak load."""
+    new_worker_window: float = 120.0
+    """Seconds after joining during which a worker is filled to its mean."""
+    isolation_tier: int = 0
+    """The tier of localities whose failure domains share the job evenly (as placement's)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not (math.isfinite(self.balance_interval) and self.balance_interval >= 0):
+            raise ConfigError(
+                f"balance_interval must be seconds between balance rounds, at least 0 (0 turns "
+                f"load balancing off), not {self.balance_interval!r}"
+            )
+        if not (math.isfinite(self.load_half_life) and self.load_half_life > 0):
+            raise ConfigError(
+                f"load_half_life must be a positive number of seconds, not {self.load_half_life!r}"
+            )
+        _fraction("load_band", self.load_band)
+        _fraction("max_moved_load", self.max_moved_load)
+        _fraction("excess_share", self.excess_share)
+        _fraction("idle_share", self.idle_share)
+        if not (math.isfinite(self.churn_price) and 0 <= self.churn_price < 2):
+            # a move removes at most twice its load from the sum of deviations: a price of
+            # 2 or more forbids every move
+            raise ConfigError(f"churn_price must be in [0, 2), not {self.churn_price!r}")
+        if not (isinstance(self.cooldown_rounds, int) and self.cooldown_rounds >= 1):
+            raise ConfigError(
+                f"cooldown_rounds must be a whole number of rounds, at least 1, not "
+                f"{self.cooldown_rounds!r}"
+            )
+        if not (math.isfinite(self.split_factor) and self.split_factor > 1):
+            raise ConfigError(f"split_factor must be a number above 1, not {self.split_factor!r}")
+        if not (math.isfinite(self.new_worker_window) and self.new_worker_window >= 0):
+            raise ConfigError(
+                f"new_worker_window must be seconds, at least 0, not {self.new_worker_window!r}"
+            )
+        if not (isinstance(self.isolation_tier, int) and self.isolation_tier >= 0):
+            raise ConfigError(
+                f"isolation_tier must be an int at least 0, not {self.isolation_tier!r}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether load balancing runs at all (``balance_interval`` above 0)."""
+        return self.balance_interval > 0
+
+    def meter(self, started_at: float) -> LoadMeter:
+        """A fresh meter of one split's load with this config's half-life."""
+        return LoadMeter(started_at, self.load_half_life)
+
+
+@attrs.frozen
+class BalanceWorker:
+    """One live worker, as the balance sees it."""
+
+    name: str
+    lanes: int
+    """Its lane cap (``max_in_flight``): splits it may hold at once."""
+    capacity: float = 1.0
+    """Load it takes relative to a worker of capacity 1.0 (``Config.capacity``)."""
+    locality: str = ""
+    """Its failure-domain path, coarsest tier first ("" when unknown)."""
+    joined_at: float = -math.inf
+    """When it joined the fleet (the leader's clock)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not (isinstance(self.lanes, int) and self.lanes >= 1):
+            raise ConfigError(
+                f"worker {self.name!r}: lanes must be an int at least 1, not {self.lanes!r}"
+            )
+        if not (math.isfinite(self.capacity) and self.capacity > 0):
+            raise ConfigError(
+                f"worker {self.name!r}: capacity must be a positive number (1.0 is a default "
+                f"worker), not {self.capacity!r}"
+            )
+        validate_locality(self.locality)
+
+
+@attrs.frozen
+class BalanceSplit:
+    """One running split, as the balance sees it."""
+
+    id: str
+    owner: str
+    """The live worker running it (a split whose owner is not a live worker is placement's)."""
+    load: float = 0.0
+    """Its smoothed load (units a second); read only when ``trusted``."""
+    trusted: bool = False
+    """Whether ``load`` was measured long enough to count (see :mod:`.meter`)."""
+    weight: int = 1
+    """Its planned weight: an untrusted split counts as the job's mean load per unit of it."""
+    affinity: str = ""
+    """A locality prefix it prefers ("" for none)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not (math.isfinite(self.load) and self.load >= 0):
+            raise ConfigError(
+                f"split {self.id!r}: load must be finite and at least 0, not {self.load!r}"
+            )
+
+
+@attrs.frozen
+class BalanceState:
+    """What one round leaves to the next."""
+
+    moved: Mapping[str, int] = attrs.field(factory=dict)
+    """Split -> the round it was last moved in (its cooldown runs from there)."""
+    peak_load: float = 0.0
+    """The job's recent peak load (decaying), against which idleness is judged."""
+
+    def cooling(self, split: str, round_: int, cooldown_rounds: int) -> bool:
+        """Whether ``split`` is still in its cooldown at round ``round_``."""
+        moved = self.moved.get(split)
+        return moved is not None and round_ - moved < cooldown_rounds
+
+
+@attrs.frozen
+class Move:
+    """One split to move: from ``source`` to ``target``, carrying ``load``."""
+
+    split: str
+    source: str
+    target: str
+    load: float
+    exchange: str = ""
+    """The split that moves the other way, when this move is half of an exchange (a receiver
+    without a free lane takes a split only for one of its own)."""
+
+
+@attrs.frozen
+class BalanceRound:
+    """The decision of one balance round."""
+
+    round: int
+    moves: tuple[Move, ...]
+    """The splits to move, in the order they were chosen."""
+    split_requests: tuple[str, ...]
+    """Trusted splits hotter than ``split_factor`` x the mean worker load, hottest first."""
+    reason: str
+    """Why the round did what it did: ``idle``, ``unmeasured``, ``within band``, ``moved``,
+    or ``no move worth its price``."""
+    job_load: float
+    """The job's load (untrusted splits counted at the mean per unit of weight)."""
+    moved_load: float
+    """The summed load of the moves."""
+    imbalance_before: float
+    """The hottest worker's load over its mean, before the moves (1.0 is even)."""
+    imbalance_after: float
+    """The same after the moves."""
+    state: BalanceState
+    """What the next round starts from."""
+    loads: Mapping[str, float] = attrs.field(factory=dict)
+    """Each worker's load after the moves."""
+    targets: Mapping[str, float] = attrs.field(factory=dict)
+    """Each worker's mean: its share of the job by capacity (inside its failure domain's share)."""

@@ -1,0 +1,458 @@
+"""One balance round: which running splits move, given their measured loads.
+
+The rules (issue 35), each with what it prevents:
+
+1. **Trust before acting.** A split counts by its smoothed load once that load is *trusted*
+   (:mod:`.meter`); until then it counts as the job's mean load per unit of weight, and it is
+   never moved (a guess moved is a drain paid for nothing). A job with no trusted split makes
+   no move at all.
+2. **The band.** Each worker has a *mean*: its share of the job by capacity. With failure
+   domains (any worker has a locality) each domain's mean is an equal share of the job, as
+   placement's blast-radius rule puts it, split among the domain's workers by capacity. The
+   round acts only when some worker's load lies outside its mean ± ``load_band``, and the job
+   is not *idle* (its load is above 0 and above ``idle_share`` of its recent peak): an idle job
+   whose smoothed loads decay never shuffles.
+3. **A bounded price.** The moves of a round carry at most ``max_moved_load`` of the job's
+   load, and at most ``excess_share`` of each hot worker's excess over its mean (all of it
+   when the receiver is a *new* worker: new workers are filled toward their mean). A move
+   goes from a worker above its mean to one below it, and only when one of the two lies outside
+   the band (or the receiver is new); it must remove more imbalance (the summed distance of
+   the loads from their means) than ``churn_price`` x its load; the receiver ends at most at
+   the top of its band and the donor never below its mean. A moved split stays put
+   ``cooldown_rounds`` rounds.
+4. **Every placement rule still holds.** A receiver takes a split into a free lane (its lane
+   cap is ``max_in_flight``). One without a free lane, or with no room in its band for any
+   split the donor could give, takes one in *exchange* for one of its own lighter splits, the
+   pair judged as one move of their difference (both loads count against the budget and the
+   churn price). A move across failure domains never lifts the
+   receiving domain's load above the largest domain load the round began with: the blast
+   radius never rises. A split whose affinity its owner honours moves only to another worker
+   that honours it. A split of load 0 never moves (a move that buys nothing).
+5. **Hot splits split.** A trusted split whose load exceeds ``split_factor`` x the mean worker
+   load is reported in :attr:`BalanceRound.split_requests`.
+
+A worker holding a split heavier than its share has that split's load as its mean, and the
+others share the rest (``_Round._fill``): no placement does better than that split, and without
+it the band would see that worker as over forever.
+
+The greedy: the hottest donor first (by load over mean), each time to the coldest receiver
+that can take one of its splits, the largest split that fits every limit above (largest: the
+fewest drains for the load moved). Cost: one pass over the splits to group them by owner and
+sum each worker's load in C loops, then a sort of each donor's movable splits and O(log n) per
+move; never splits x workers (100,000 splits x 100 workers: 20-45 ms, ``bench/balance.py``).
+
+Pure: no I/O, no clock; the round number and the time are passed in.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+
+from spate._core.balance.candidates import Candidates, find, lightest, prefixes, take
+from spate._core.balance.model import (
+    BalanceConfig,
+    BalanceRound,
+    BalanceSplit,
+    BalanceState,
+    BalanceWorker,
+    Move,
+)
+from spate._core.placement import affinity_matches, domain_of
+from spate._errors import ConfigError
+
+__all__ = ["EXCHANGE_CHOICES", "PEAK_HALF_LIFE_ROUNDS", "plan_balance_round", "weight_units"]
+
+EXCHANGE_CHOICES = 8
+"""A receiver's lightest splits an exchange considers giving back."""
+PEAK_HALF_LIFE_ROUNDS = 60
+"""Rounds over which the remembered peak load halves (an hour at the default interval)."""
+
+
+def weight_units(weight: int) -> int:
+    """The weight a split counts for: ``max(1, weight)``, as placement counts it."""
+    return weight if weight > 1 else 1
+
+
+def plan_balance_round(
+    workers: Sequence[BalanceWorker],
+    splits: Iterable[BalanceSplit],
+    config: BalanceConfig,
+    state: BalanceState,
+    *,
+    round: int,
+    now: float,
+) -> BalanceRound:
+    """Decide round ``round`` at time ``now``: the moves, the split requests, the next state.
+
+    ``workers`` are the live workers; ``splits`` the running splits (one whose owner is not in
+    ``workers`` is left to placement). Deterministic in its arguments, whatever their order.
+    Raises :class:`~spate.ConfigError` for two workers of one name.
+    """
+    return _Round(workers, config, state, round, now).plan(splits)
+
+
+class _Round:
+    """The working state of one round (see the module text)."""
+
+    def __init__(
+        self,
+        workers: Sequence[BalanceWorker],
+        config: BalanceConfig,
+        state: BalanceState,
+        round_: int,
+        now: float,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.round = round_
+        self.now = now
+        self.workers = {w.name: w for w in workers}
+        if len(self.workers) != len(workers):
+            names = sorted(w.name for w in workers)
+            dup = next(a for a, b in itertools.pairwise(names) if a == b)
+            raise ConfigError(f"worker {dup!r} is listed twice; give each live worker once")
+        self.names = sorted(self.workers)
+        domains = any(w.locality for w in workers)
+        tier = config.isolation_tier
+        self.domain = {
+            n: domain_of(self.workers[n].locality, tier) if domains else "" for n in self.names
+        }
+        self.groups: dict[str, list[BalanceSplit]] = {n: [] for n in self.names}
+        self.count: dict[str, int] = {}
+        self.trusted_load: dict[str, float] = {}
+        self.untrusted_weight: dict[str, int] = {}
+        self.hottest: dict[str, float] = {}
+
+    # -- reading the splits ------------------------------------------------------------------
+
+    def _read(self, splits: Iterable[BalanceSplit]) -> tuple[float, int]:
+        """Sum each worker's loads. Returns the trusted splits' summed (load, weight).
+
+        The one pass over every split does as little as it can (group by owner); the sums
+        are then taken per worker in C loops, and a worker's movable splits are listed only
+        when it donates (:meth:`_movable`).
+        """
+        add = {n: group.append for n, group in self.groups.items()}
+        for s in splits:
+            put = add.get(s.owner)
+            if put is not None:
+                put(s)
+        weight_sum = 0
+        for n, group in self.groups.items():
+            trusted = [s for s in group if s.trusted]
+            loads = [s.load for s in trusted]
+            self.count[n] = len(group)
+            self.trusted_load[n] = sum(loads)
+            self.hottest[n] = max(loads, default=0.0)
+            weight_sum += sum([s.weight if s.weight > 1 else 1 for s in trusted])
+            self.untrusted_weight[n] = (
+                sum([s.weight if s.weight > 1 else 1 for s in group if not s.trusted])
+                if len(trusted) < len(group)
+                else 0
+            )
+        return sum(self.trusted_load.values()), weight_sum
+
+    def _movable(self, worker: str) -> Candidates:
+        """The splits of a donor that may move, by affinity key, each group sorted by load.
+
+        Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
+        their cooldown.
+        """
+        moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
+        cooling = {split for split, last in moved.items() if round_ - last < cooldown}
+        group = self.groups[worker]
+        # the common case in C loops: no affinity, not cooling; the rest one by one
+        plain = [
+            (s.load, s.id)
+            for s in group
+            if s.trusted and s.load > 0 and not s.affinity and s.id not in cooling
+        ]
+        groups: Candidates = {"": plain}
+        locality = self.workers[worker].locality
+        for s in group:
+            if s.affinity and s.trusted and s.load > 0 and s.id not in cooling:
+                key = s.affinity if affinity_matches(s.affinity, locality) else ""
+                groups.setdefault(key, []).append((s.load, s.id))
+        for candidates in groups.values():
+            candidates.sort()
+        return groups
+
+    # -- the round ---------------------------------------------------------------------------
+
+    def plan(self, splits: Iterable[BalanceSplit]) -> BalanceRound:
+        config = self.config
+        trusted_total, trusted_weight = self._read(splits)
+        decay = 0.5 ** (1 / PEAK_HALF_LIFE_ROUNDS)
+        if trusted_weight == 0:
+            return self._idle("unmeasured", 0.0, self.state.peak_load * decay)
+        per_weight = trusted_total / trusted_weight
+        load = {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
+        total = sum(load.values())
+        peak = max(total, self.state.peak_load * decay)
+        if total <= 0 or total < config.idle_share * peak:
+            return self._idle("idle", total, peak)
+        self.load = load
+        self.target = self._targets(total)
+        band = config.load_band
+        ratio = {n: load[n] / self.target[n] for n in self.names}
+        before = max(ratio.values())
+        requests = self._split_requests(total)
+        if all(abs(r - 1) <= band for r in ratio.values()):
+            return self._result("within band", total, peak, (), requests, before)
+        moves = self._moves(total)
+        return self._result(
+            "moved" if moves else "no move worth its price", total, peak, moves, requests, before
+        )
+
+    def _targets(self, total: float) -> dict[str, float]:
+        """Each worker's mean: an equal share per domain, by capacity inside it."""
+        capacity: dict[str, float] = {}
+        for n in self.names:
+            d = self.domain[n]
+            capacity[d] = capacity.get(d, 0.0) + self.workers[n].capacity
+        share = total / len(capacity)
+        members: dict[str, list[str]] = {}
+        for n in self.names:
+            members.setdefault(self.domain[n], []).append(n)
+        target: dict[str, float] = {}
+        for names in members.values():
+            target.update(self._fill(names, share))
+        return target
+
+    def _fill(self, names: list[str], share: float) -> dict[str, float]:
+        """Water-fill ``share`` over ``names`` by capacity, around splits too heavy to share.
+
+        A worker whose heaviest split outweighs its capacity share has that split's load as
+        its mean (no placement does better: the bound is the larger of the mean and the
+        heaviest split), and the rest of the load is shared among the others. Without it the
+        band would see such a worker as over forever, and its neighbours as under.
+        """
+        workers = self.workers
+        order = sorted(names, key=lambda n: (-self.hottest[n] / workers[n].capacity, n))
+        rest, capacity = share, sum(workers[n].capacity for n in names)
+        target: dict[str, float] = {}
+        for n in order:
+            if rest <= 0 or self.hottest[n] * capacity <= rest * workers[n].capacity:
+                break
+            target[n] = self.hottest[n]
+            rest -= self.hottest[n]
+            capacity -= workers[n].capacity
+        for n in names:
+            if n not in target:
+                # a domain whose heavy splits outweigh its share: the rest have no load to
+                # share, and a mean of (almost) 0 makes whatever they hold an excess
+                target[n] = max(rest, share * 1e-9) * workers[n].capacity / capacity
+        return target
+
+    def _split_requests(self, total: float) -> tuple[str, ...]:
+        threshold = self.config.split_factor * total / len(self.names)
+        hot = [
+            (s.load, s.id)
+            for n in self.names
+            if self.hottest[n] > threshold
+            for s in self.groups[n]
+            if s.trusted and s.load > threshold
+        ]
+        return tuple(split for _, split in sorted(hot, key=lambda t: (-t[0], t[1])))
+
+    def _moves(self, total: float) -> tuple[Move, ...]:
+        config, load, target = self.config, self.load, self.target
+        band = config.load_band
+        budget = config.max_moved_load * total
+        excess = {n: load[n] - target[n] for n in self.names}
+        shed = dict.fromkeys(self.names, 0.0)
+        domain_load: dict[str, float] = {}
+        for n in self.names:
+            domain_load[self.domain[n]] = domain_load.get(self.domain[n], 0.0) + load[n]
+        blast_cap = max(domain_load.values())
+        new = {
+            n for n in self.names if self.now - self.workers[n].joined_at < config.new_worker_window
+        }
+
+        def ratio(n: str) -> float:
+            return load[n] / target[n]
+
+        def over(n: str) -> bool:
+            return ratio(n) > 1 + band
+
+        def under(n: str) -> bool:
+            return ratio(n) < 1 - band
+
+        def wanting(n: str) -> bool:
+            # under the band, or new and under its mean: new workers are filled to the mean
+            return under(n) or (n in new and load[n] < target[n])
+
+        def receiving(n: str) -> bool:
+            return load[n] < target[n]  # one without a free lane takes a split in exchange
+
+        receivers = sorted((ratio(n), n) for n in self.names if receiving(n))
+        entry = {n: key for key, n in receivers}  # a receiver's entry in the sorted list
+        donors = [(-ratio(n), n) for n in self.names if excess[n] > 0]
+        heapq.heapify(donors)
+        candidates: dict[str, Candidates] = {}
+        moves: list[Move] = []
+        moved_load = 0.0
+        while donors and budget - moved_load > 0:
+            _, d = heapq.heappop(donors)
+            if not over(d) and not (
+                (receivers and under(receivers[0][1])) or any(wanting(n) for n in new)
+            ):
+                break  # donors come hottest first: no later one is over the band either
+            chosen: tuple[str, Move, Move | None] | None = None
+            for _, r in receivers:
+                if not (over(d) or wanting(r)):
+                    continue
+                share = 1.0 if r in new else config.excess_share
+                allowance = share * excess[d] - shed[d]
+                if allowance <= 0:
+                    break  # the donor gave its share of this round (to this receiver, and so
+                    # to every later one: only a new worker's share is larger, and they are
+                    # not ordered first)
+                shortfall = target[r] - load[r]
+                # what may pass from d to r: d never ends below its mean, r never above its
+                # band, and past r's mean its distance grows again, so the move removes
+                # 2 x shortfall, which must beat the churn price
+                limit = min(
+                    load[d] - target[d],
+                    shortfall + band * target[r],
+                    math.nextafter(2 * shortfall / config.churn_price, 0)
+                    if config.churn_price
+                    else math.inf,
+                )
+                if self.domain[r] != self.domain[d]:
+                    limit = min(limit, blast_cap - domain_load[self.domain[r]])
+                if limit <= 0:
+                    continue
+                if d not in candidates:
+                    candidates[d] = self._movable(d)
+                keys = prefixes(self.workers[r].locality)
+                if self.count[r] < self.workers[r].lanes:
+                    given = take(candidates[d], keys, allowance, min(limit, budget - moved_load))
+                    if given is not None:
+                        chosen = (r, Move(given[1], d, r, given[0]), None)
+                        break
+                swap = self._swap(
+                    d, r, candidates, allowance, limit, budget - moved_load, shortfall
+                )
+                if swap is not None:
+                    chosen = (r, *swap)
+                    break
+            if chosen is None:
+                continue  # this donor has nothing any receiver can take: done with it
+            r, move, back = chosen
+            net = move.load - (back.load if back else 0.0)
+            moves.append(move)
+            moved_load += move.load
+            if back is not None:
+                moves.append(back)
+                moved_load += back.load
+            else:
+                self.count[d] -= 1
+                self.count[r] += 1
+            shed[d] += net
+            load[d] -= net
+            load[r] += net
+            domain_load[self.domain[d]] -= net
+            domain_load[self.domain[r]] += net
+            receivers.pop(bisect.bisect_left(receivers, (entry[r], r)))
+            if receiving(r):
+                entry[r] = ratio(r)
+                bisect.insort(receivers, (entry[r], r))
+            if load[d] > target[d]:
+                heapq.heappush(donors, (-ratio(d), d))
+        return tuple(moves)
+
+    def _swap(
+        self,
+        d: str,
+        r: str,
+        candidates: dict[str, Candidates],
+        allowance: float,
+        limit: float,
+        budget: float,
+        shortfall: float,
+    ) -> tuple[Move, Move] | None:
+        """An exchange: one of d's splits for a lighter one of r's (see the module text).
+
+        Its net load (the difference) keeps every limit of a single move, both loads count
+        against the budget, and what it removes must beat the churn price of both. Of r's
+        lightest splits (``EXCHANGE_CHOICES``), each paired with the split d would give for
+        it, the pair whose removal exceeds its price most. Without exchanges a fleet whose
+        every lane is full (64 splits on 8 workers of the default ``max_in_flight`` of 8)
+        could never be balanced, nor a worker holding three 4s next to workers holding 1s
+        with 2.75 of room each (no 4 fits; a 4 for a 1 does).
+        """
+        if r not in candidates:
+            candidates[r] = self._movable(r)
+        price = self.config.churn_price
+        give_keys = prefixes(self.workers[r].locality)
+        best: tuple[float, tuple[float, str, str, int], tuple[float, str, str]] | None = None
+        for back in lightest(candidates[r], prefixes(self.workers[d].locality), EXCHANGE_CHOICES):
+            y = back[0]
+            room = min(limit, budget - 2 * y)
+            if room <= 0:
+                break  # heavier ones leave less of the budget still
+            found = find(candidates[d], give_keys, y + allowance, y + room)
+            if found is None:
+                continue
+            x = found[0]
+            net = x - y
+            value = net + min(net, 2 * shortfall - net) - price * (x + y)
+            if net > 0 and value > 0 and (best is None or value > best[0]):
+                best = (value, found, back)
+        if best is None:
+            return None
+        _, (x, given, key, i), (y, returned, back_key) = best
+        candidates[d][key].pop(i)
+        group = candidates[r][back_key]
+        group.pop(bisect.bisect_left(group, (y, returned)))
+        return Move(given, d, r, x, exchange=returned), Move(returned, r, d, y, exchange=given)
+
+    # -- results -----------------------------------------------------------------------------
+
+    def _next_state(self, peak: float, moves: Sequence[Move]) -> BalanceState:
+        cooldown = self.config.cooldown_rounds
+        moved = {s: r for s, r in self.state.moved.items() if self.round - r < cooldown}
+        for move in moves:
+            moved[move.split] = self.round
+        return BalanceState(moved=moved, peak_load=peak)
+
+    def _idle(self, reason: str, total: float, peak: float) -> BalanceRound:
+        return BalanceRound(
+            round=self.round,
+            moves=(),
+            split_requests=(),
+            reason=reason,
+            job_load=total,
+            moved_load=0.0,
+            imbalance_before=1.0,
+            imbalance_after=1.0,
+            state=self._next_state(peak, ()),
+        )
+
+    def _result(
+        self,
+        reason: str,
+        total: float,
+        peak: float,
+        moves: tuple[Move, ...],
+        requests: tuple[str, ...],
+        before: float,
+    ) -> BalanceRound:
+        return BalanceRound(
+            round=self.round,
+            moves=moves,
+            split_requests=requests,
+            reason=reason,
+            job_load=total,
+            moved_load=sum(m.load for m in moves),
+            imbalance_before=before,
+            imbalance_after=max(self.load[n] / self.target[n] for n in self.names),
+            state=self._next_state(peak, moves),
+            loads=dict(self.load),
+            targets=dict(self.target),
+        )
