@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from spate import ConfigError, StoreError
 from spate.store import Store
+from spate_stores._redact import redact_url
 
 __all__ = ["SUPPORTED_SCHEMES", "open_store", "redact_url", "store_from_url"]
 
@@ -50,21 +51,6 @@ SUPPORTED_SCHEMES = tuple(_ADAPTERS)
 """Every URL scheme :func:`open_store` understands."""
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any user name and password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None and parts.username is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        # An unparseable netloc (a bad port, say) may still hold a secret: drop it whole.
-        return "<unparseable store URL>"
-    return parts._replace(netloc=f"***@{host}").geturl()
-
-
 def store_from_url(url: str) -> Store:
     """The (not yet opened) store a URL names; enter it to connect.
 
@@ -76,7 +62,7 @@ def store_from_url(url: str) -> Store:
         scheme = urlsplit(url).scheme.lower()
     except (ValueError, AttributeError):
         raise ConfigError(
-            f"not a store URL: {redact_url(url) if isinstance(url, str) else url!r}"
+            f"not a store URL: {redact_url(url)!r}"
         ) from None
     if scheme not in _ADAPTERS:
         raise ConfigError(

@@ -27,6 +27,7 @@ import attrs
 
 from spate import ConfigError
 from spate_stores._hosts import parse_host_list
+from spate_stores._redact import redact_url
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
 
@@ -131,7 +132,7 @@ def parse_url(url: str) -> StoreOptions:
     """Parse a NATS store URL (see the module docstring); raises ConfigError if malformed."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    redacted = _redact(url)
+    redacted = redact_url(url)
     if scheme not in _TRANSPORTS:
         raise ConfigError(
             f"{redacted!r} is not a NATS URL: use one of "
@@ -187,10 +188,3 @@ def parse_url(url: str) -> StoreOptions:
     if replicas not in ("1", "3", "5"):
         raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {replicas!r}")
     return StoreOptions(connect=connect, namespace=namespace, ttl=ttl, replicas=int(replicas))
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
