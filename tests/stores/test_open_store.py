@@ -101,10 +101,33 @@ def test_credentials_never_appear_in_errors() -> None:
         ("etcd://u:p@h1:1,h2:2/x", "etcd://u:***@h1:1,h2:2/x"),
         ("etcd://u:a/b@c@h:1/x", "etcd://u:***@h:1/x"),
         ("nats://h:1?token=t0k&ttl=5", "nats://h:1?token=***&ttl=5"),
-        ("nats://h:1?password=p&user_password=q&auth_token=r", "nats://h:1?password=***&user_password=***&auth_token=***"),
-        ("nats://h:1?ca=/etc/ca.pem&creds=/x/u.creds", "nats://h:1?ca=/etc/ca.pem&creds=/x/u.creds"),
+        (
+            "nats://h:1?password=p&user_password=q&auth_token=r",
+            "nats://h:1?password=***&user_password=***&auth_token=***",
+        ),
+        (
+            "nats://h:1?ca=/etc/ca.pem&creds=/x/u.creds",
+            "nats://h:1?ca=/etc/ca.pem&creds=/x/u.creds",
+        ),
         (42, "<not a store URL>"),
     ],
 )
 def test_redact_url(url: object, redacted: str) -> None:
     assert redact_url(url) == redacted
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "nats://h:4222?password=s3cret-q&ttl=5",
+        "nats://h:4222?token=s3cret-q",
+        "etcd://h:2379?password=s3cret-q",
+        "nats://u:s3cret-q@h:notaport",
+        "etcd://u:s3cret-q@h:notaport",
+        "etcd://u:s3cret-q@h:2379?ttl=abc",
+    ],
+)
+def test_a_refused_url_is_never_echoed_with_its_secret(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        store_from_url(url)
+    assert "s3cret-q" not in str(info.value)
