@@ -61,9 +61,7 @@ def store_from_url(url: str) -> Store:
     try:
         scheme = urlsplit(url).scheme.lower()
     except (ValueError, AttributeError):
-        raise ConfigError(
-            f"not a store URL: {redact_url(url)!r}"
-        ) from None
+        raise ConfigError(f"not a store URL: {redact_url(url)!r}") from None
     if scheme not in _ADAPTERS:
         raise ConfigError(
             f"unsupported store URL {redact_url(url)!r}: the scheme must be one of "

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from spate import ConfigError
+from spate._echo import shorten
 from spate_stores._hosts import parse_host_list
 from spate_stores._redact import redact_url
 
@@ -124,7 +125,10 @@ def _number(query: dict[str, str], name: str, default: float, url: str) -> float
     except ValueError:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{name} must be a positive number of seconds in {url!r}")
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got {shorten(query[name])!r} "
+            f"(in {url!r})"
+        )
     return value
 
 
@@ -132,7 +136,7 @@ def parse_url(url: str) -> StoreOptions:
     """Parse a NATS store URL (see the module docstring); raises ConfigError if malformed."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    redacted = redact_url(url)
+    redacted = shorten(redact_url(url))
     if scheme not in _TRANSPORTS:
         raise ConfigError(
             f"{redacted!r} is not a NATS URL: use one of "
