@@ -125,6 +125,8 @@ class DemoWorker:
     handover_seconds: float | None = None
     error: str | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
+    killed: bool = False
+    """Whether the demo killed it (its client was cut off: counted as a kill, not a partition)."""
 
 
 @attrs.frozen
@@ -309,6 +311,7 @@ class Fleet:
         if worker.state != "running":
             return
         worker.state = "killed"
+        worker.killed = True
         worker.store.partition()
         worker.scope.cancel()
         self.stats.log(f"{worker.name} killed without warning (its leases must expire)")
@@ -472,7 +475,7 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
         late: dict[str, int] = {}
         for worker in fleet.workers.values():
             if worker.store is not None:
-                for kind, count in worker.store.injected.items():
+                for kind, count in _injected(worker).items():
                     faults[kind] = faults.get(kind, 0) + count
                 for kind, count in worker.store.late_writes.items():
                     late[kind] = late.get(kind, 0) + count
@@ -501,6 +504,19 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
             ),
             dataset=fleet.dataset,
         )
+
+
+def _injected(worker: DemoWorker) -> dict[str, int]:
+    """The faults injected into one worker, a kill counted as a kill.
+
+    A kill is made by cutting the worker's client off (a partition the store only learns of
+    when the leases expire), so its client counts one partition; the report says kill.
+    """
+    injected = dict(worker.store.injected)
+    if worker.killed and injected.get("partition", 0) > 0:
+        injected["partition"] -= 1
+        injected["kill"] = injected.get("kill", 0) + 1
+    return {kind: count for kind, count in injected.items() if count}
 
 
 def _straggler(fleet: Fleet, checked: Checked, fix: float) -> Straggler | None:
