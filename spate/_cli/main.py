@@ -402,7 +402,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     from spate_stores._redact import url_secrets
 
-    secrets = url_secrets(getattr(args, "store", None) or "")
+    secrets = [
+        secret
+        for option in ("store", "otlp_endpoint")
+        for secret in url_secrets(getattr(args, option, None) or "")
+    ]
     with _scrubbed_output(secrets):
         try:
             return _COMMANDS[args.command](args)

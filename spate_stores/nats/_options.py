@@ -123,7 +123,9 @@ def _number(query: dict[str, str], name: str, default: float, url: str) -> float
     try:
         value = float(query[name])
     except ValueError:
-        value = math.nan
+        raise ConfigError(
+            f"{name} must be a number of seconds, got {shorten(query[name])!r} (in {url!r})"
+        ) from None
     if not (value > 0 and math.isfinite(value)):
         raise ConfigError(
             f"{name} must be a positive number of seconds, got {shorten(query[name])!r} "
