@@ -307,12 +307,28 @@ def configure_logging(*, http: bool = False, level: int = logging.INFO) -> None:
     """The command line's logging: ``level`` and up to stderr, one line each.
 
     The libraries configure no logging (they only emit); the command line does. httpx's
-    per-request INFO lines are held at WARNING unless ``http`` (``spate worker --log-http``,
-    or set the ``httpx`` logger's level yourself when calling the library).
+    per-request INFO lines are held at WARNING (by :func:`main`, for every command) unless
+    ``http`` (``spate worker --log-http``; in a program of your own, set the ``httpx``
+    logger's level yourself).
     """
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in HTTP_LOGGERS:
-        logging.getLogger(name).setLevel(logging.NOTSET if http else logging.WARNING)
+    if http:
+        for name in HTTP_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+@contextmanager
+def _quiet_http_logs() -> Iterator[None]:
+    """The HTTP client's loggers held at WARNING while a command runs (levels restored after)."""
+    loggers = [logging.getLogger(name) for name in HTTP_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _has_rich() -> bool:
@@ -407,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         for option in ("store", "otlp_endpoint")
         for secret in url_secrets(getattr(args, option, None) or "")
     ]
-    with _scrubbed_output(secrets):
+    with _scrubbed_output(secrets), _quiet_http_logs():
         try:
             return _COMMANDS[args.command](args)
         except SpateError as exc:

@@ -160,8 +160,8 @@ def parse_url(url: str) -> StoreOptions:
     unknown = set(query) - _PARAMS
     if unknown:
         raise ConfigError(
-            f"unknown parameter(s) {sorted(unknown)} in {redacted!r}; NATS URLs take "
-            + ", ".join(sorted(_PARAMS))
+            f"unknown parameter(s) {[shorten(name) for name in sorted(unknown)]} in "
+            f"{redacted!r}; NATS URLs take " + ", ".join(sorted(_PARAMS))
         )
     user_text, colon, password_text = userinfo.partition(":")
     user = unquote(user_text) if at and user_text else None
@@ -172,7 +172,7 @@ def parse_url(url: str) -> StoreOptions:
     ttl = _number(query, "ttl", DEFAULT_TTL, redacted)
     if ttl < MIN_TTL:
         raise ConfigError(
-            f"ttl={query['ttl']} is too short for NATS in {redacted!r}: JetStream expiry "
+            f"ttl={shorten(query['ttl'])} is too short for NATS in {redacted!r}: JetStream expiry "
             f"markers have one-second granularity, so use ttl >= {MIN_TTL:g}"
         )
     ca_file = query.get("ca") or None
@@ -192,5 +192,5 @@ def parse_url(url: str) -> StoreOptions:
     namespace = query["namespace"] if "namespace" in query else unquote(parts.path.strip("/"))
     replicas = query.get("replicas", "1")
     if replicas not in ("1", "3", "5"):
-        raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {replicas!r}")
+        raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {shorten(replicas)!r}")
     return StoreOptions(connect=connect, namespace=namespace, ttl=ttl, replicas=int(replicas))

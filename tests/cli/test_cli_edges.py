@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import subprocess
 import sys
 
@@ -78,6 +79,18 @@ def test_the_worker_logs_no_line_per_http_request_unless_asked(
     assert "HTTP Request" not in quiet
     loud = _worker_log(etcd_session_server, "cli-loud-log", "--log-http")
     assert loud.count("HTTP Request: POST") > 5
+
+
+@pytest.mark.etcd
+def test_no_command_logs_a_line_per_http_request(
+    etcd_session_server: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    url = etcd_session_server.store_url("cli-status-log")
+    assert main(["status", "--store", url, "--job", "nothing-here", "--json"]) == 0
+    assert not [r for r in caplog.records if r.name.startswith(("httpx", "httpcore"))]
+    # The levels are the caller's again afterwards (main is called in-process here).
+    assert logging.getLogger("httpx").level == logging.NOTSET
 
 
 @pytest.mark.parametrize("argv", [[], ["--watch"]])

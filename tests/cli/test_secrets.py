@@ -176,8 +176,6 @@ def test_no_output_names_a_secret(
     # An unreachable store is tried once, not through the whole startup budget.
     monkeypatch.setattr("spate._cli.demo.process.Config", partial(Config, startup_max_attempts=1))
     caplog.set_level(logging.DEBUG)
-    for name in ("httpx", "httpcore"):
-        monkeypatch.setattr(logging.getLogger(name), "level", logging.DEBUG)
     argv = argv_for(command, subcommands()[command], url)
     status = cli.main(argv)
     out, err = capfd.readouterr()

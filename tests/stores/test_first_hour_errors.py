@@ -89,11 +89,20 @@ async def test_nats_without_jetstream_says_to_start_it_with_js(
     assert "start nats-server with -js (JetStream)" in str(error)
 
 
-@pytest.mark.parametrize("scheme", ["etcd", "nats"])
-@pytest.mark.parametrize("param", ["ttl", "timeout"])
-def test_a_bad_number_in_the_url_names_the_parameter(scheme: str, param: str) -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "etcd://127.0.0.1?ttl=abc",
+        "etcd://127.0.0.1?timeout=abc",
+        "nats://127.0.0.1?ttl=abc",
+        "nats://127.0.0.1?timeout=abc",
+        "memory://job?ttl=abc",
+    ],
+)
+def test_a_bad_number_in_the_url_names_the_parameter(url: str) -> None:
+    param = url.rpartition("?")[2].partition("=")[0]
     with pytest.raises(ConfigError) as info:
-        store_from_url(f"{scheme}://127.0.0.1?{param}=abc")
+        store_from_url(url)
     assert f"{param} must be a number of seconds, got 'abc'" in str(info.value)
 
 
@@ -109,6 +118,12 @@ LONG = "x" * 5000
         (lambda: store_from_url(f"etcd://127.0.0.1/{LONG}!"), ConfigError),
         (lambda: store_from_url(f"etcd://127.0.0.1?{LONG}=1"), ConfigError),
         (lambda: store_from_url(f"nats://127.0.0.1?ttl={LONG}"), ConfigError),
+        (lambda: store_from_url(f"nats://127.0.0.1?{LONG}=1"), ConfigError),
+        (lambda: store_from_url(f"nats://127.0.0.1?replicas={LONG}"), ConfigError),
+        (lambda: store_from_url(f"etcd://{LONG}!:2379"), ConfigError),
+        (lambda: store_from_url(f"nats://{LONG}!:4222"), ConfigError),
+        (lambda: store_from_url(f"memory://job?ttl={LONG}"), ConfigError),
+        (lambda: store_from_url(f"memory://job?{LONG}=1"), ConfigError),
     ],
 )
 def test_errors_echo_at_most_about_100_characters_of_a_bad_name(

@@ -44,7 +44,7 @@ async def test_memory_urls_of_one_process_share_data_and_namespaces_isolate() ->
     [
         ("memory://?ttl=soon", "ttl must be a number of seconds"),
         ("memory://?ttl=0", "ephemeral_ttl must be a positive number"),
-        ("memory://?max_value_size=big", "max_value_size a whole number"),
+        ("memory://?max_value_size=big", "max_value_size must be a whole number of bytes"),
         ("memory://?colour=blue", r"unknown parameter\(s\) \['colour'\]"),
     ],
 )
@@ -125,6 +125,9 @@ def test_redact_url(url: object, redacted: str) -> None:
         "nats://u:s3cret-q@h:notaport",
         "etcd://u:s3cret-q@h:notaport",
         "etcd://u:s3cret-q@h:2379?ttl=abc",
+        "memory://job?password=s3cret-q",
+        "memory://job?token=s3cret-q&ttl=abc",
+        "nats://u:s3cret-q@h:4222?replicas=2",
     ],
 )
 def test_a_refused_url_is_never_echoed_with_its_secret(url: str) -> None:
