@@ -42,8 +42,10 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from spate import ConfigError, StoreError
+from spate._module_metadata import fixup_module_metadata
 from spate.store import Store
 from spate_stores import _entry_points
+from spate_stores._redact import redact_url
 
 __all__ = ["SUPPORTED_SCHEMES", "open_store", "redact_url", "store_from_url"]
 
@@ -63,21 +65,6 @@ SUPPORTED_SCHEMES = tuple(_ADAPTERS)
 """Every URL scheme :func:`open_store` understands without a third-party adapter."""
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any user name and password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None and parts.username is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        # An unparseable netloc (a bad port, say) may still hold a secret: drop it whole.
-        return "<unparseable store URL>"
-    return parts._replace(netloc=f"***@{host}").geturl()
-
-
 def store_from_url(url: str, *, read_only: bool = False) -> Store:
     """The (not yet opened) store a URL names; enter it to connect.
 
@@ -93,9 +80,7 @@ def store_from_url(url: str, *, read_only: bool = False) -> Store:
     try:
         scheme = urlsplit(url).scheme.lower()
     except (ValueError, AttributeError):
-        raise ConfigError(
-            f"not a store URL: {redact_url(url) if isinstance(url, str) else url!r}"
-        ) from None
+        raise ConfigError(f"not a store URL: {redact_url(url)!r}") from None
     if scheme not in _ADAPTERS:
         third_party = _entry_points.adapter_for(scheme, SUPPORTED_SCHEMES) if scheme else None
         if third_party is None:
@@ -132,3 +117,6 @@ async def open_store(url: str, *, read_only: bool = False) -> AsyncIterator[Stor
     store = store_from_url(url, read_only=read_only)
     async with store:
         yield store
+
+
+fixup_module_metadata(__name__, globals(), __all__)

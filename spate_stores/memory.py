@@ -19,15 +19,16 @@ from __future__ import annotations
 import builtins
 import heapq
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import trio
 
 from spate import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
+from spate._echo import shorten
 from spate.store import (
     Capabilities,
     Conflict,
@@ -53,6 +54,9 @@ from spate.store import (
     validate_prefix,
 )
 from spate_stores._namespace import read_only_refusal, ttl_mismatch
+from spate_stores._redact import redact_url
+
+_N = TypeVar("_N", int, float)
 
 __all__ = [
     "DEFAULT_EPHEMERAL_TTL",
@@ -718,26 +722,23 @@ def store_from_url(url: str, *, read_only: bool = False) -> MemoryStore:
     :class:`~spate.ConfigError` for unknown or malformed parameters.
     """
     parts = urlsplit(url)
+    shown = shorten(redact_url(url))  # a message quotes the URL without secrets, briefly
     try:
         raw = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:
-        raise ConfigError(f"malformed query string in {url!r}") from None
+        raise ConfigError(f"malformed query string in {shown!r}") from None
     query = {k: v[-1] for k, v in raw.items()}
     unknown = set(query) - {"namespace", "ttl", "max_value_size"}
     if unknown:
         raise ConfigError(
-            f"unknown parameter(s) {sorted(unknown)} in {url!r}; memory:// takes "
-            "namespace, ttl and max_value_size"
+            f"unknown parameter(s) {[shorten(name) for name in sorted(unknown)]} in {shown!r}; "
+            "memory:// takes namespace, ttl and max_value_size"
         )
     namespace = query.get("namespace") or (parts.netloc + parts.path).strip("/")
-    try:
-        ttl = float(query.get("ttl", DEFAULT_EPHEMERAL_TTL))
-        max_value_size = int(query.get("max_value_size", DEFAULT_MAX_VALUE_SIZE))
-    except ValueError:
-        raise ConfigError(
-            f"in {url!r}, ttl must be a number of seconds and max_value_size a whole number "
-            "of bytes"
-        ) from None
+    ttl = _number(query, "ttl", DEFAULT_EPHEMERAL_TTL, float, "a number of seconds")
+    max_value_size = _number(
+        query, "max_value_size", DEFAULT_MAX_VALUE_SIZE, int, "a whole number of bytes"
+    )
     try:
         store = MemoryStore.process_shared(
             namespace=namespace,
@@ -746,6 +747,18 @@ def store_from_url(url: str, *, read_only: bool = False) -> MemoryStore:
             read_only=read_only,
         )
     except ConfigError as exc:
-        raise ConfigError(f"in {url!r}: {exc}") from None
+        raise ConfigError(f"in {shown!r}: {exc}") from None
     store._adopt_ttl = "ttl" not in query
     return store
+
+
+def _number(
+    query: dict[str, str], name: str, default: _N, kind: Callable[[str], _N], what: str
+) -> _N:
+    """Query parameter ``name`` read by ``kind``; a ConfigError naming it when it is not."""
+    if name not in query:
+        return default
+    try:
+        return kind(query[name])
+    except ValueError:
+        raise ConfigError(f"{name} must be {what}, got {shorten(query[name])!r}") from None

@@ -1,20 +1,27 @@
 """The ``spate`` command line (also ``python -m spate``).
 
 Commands: ``demo`` (the main job on the embedded memory store), ``worker`` (one real worker
-process of the demo job), ``status``, ``requeue`` and ``delete`` (operator tools),
-``conformance`` (the store conformance suite against a deployed store). Ctrl-C leaves
-gracefully: splits are handed back and the process waits, bounded, until they are held
-elsewhere; a second Ctrl-C leaves at once.
+process of the demo's job, not of a job of yours), ``status``, ``requeue`` and ``delete``
+(operator tools), ``conformance`` (the store conformance suite against a deployed store).
+Ctrl-C leaves gracefully: splits are handed back and the process waits, bounded, until they
+are held elsewhere; a second Ctrl-C leaves at once.
+
+Nothing this command prints names a password or token: store URLs are shown through
+:func:`spate_stores.redact_url`, and whatever it prints on an error is also scrubbed of the
+secrets its own ``--store`` URL carries.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import io
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -37,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spate",
         description="Share one job's work safely across a fleet of Trio workers.",
     )
-    parser.add_argument("--version", action="version", version=f"spate {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"spate {__version__}", help="print the version"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -64,19 +73,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser(
         "worker",
-        help="run one worker process of the demo job against a real store",
-        description="One worker of the demo job; start several (in terminals or under a "
-        "supervisor) against etcd or NATS to run a real fleet.",
+        help="run one worker of the demo's job (the demo's synthetic backfill, not a job of "
+        "yours) against a real store",
+        description="One worker process of the demo's job: the synthetic backfill `spate demo` "
+        "runs, with its planner and handler built in. Start several (in terminals or under a "
+        "supervisor) against etcd or NATS to see a real fleet work it. It does not run a job "
+        "of yours: for that, call spate.run_worker with your own planner and handler.",
     )
     worker.add_argument("--store", required=True, help="store URL, e.g. etcd://127.0.0.1:2379")
     worker.add_argument("--job", default="spate-demo", help="job name (default spate-demo)")
     worker.add_argument("--instance", help="instance id (default: the host name)")
-    worker.add_argument("--splits", type=int, default=64)
-    worker.add_argument("--seed", type=int, default=1)
+    worker.add_argument(
+        "--splits", type=int, default=64, help="splits in the demo's job (default 64)"
+    )
+    worker.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="the demo dataset's seed; every worker of one job must use the same (default 1)",
+    )
     worker.add_argument(
         "--batch-seconds", type=float, default=0.05, help="pretend work time per 50 records"
     )
-    worker.add_argument("--max-in-flight", type=int, default=4)
+    worker.add_argument(
+        "--max-in-flight", type=int, default=4, help="splits held at once (default 4)"
+    )
     worker.add_argument(
         "--locality",
         default="",
@@ -97,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[HOST:]PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (HOST: all interfaces if "
         "omitted; PORT 0 picks a free one); needs the otel extra",
+    )
+    worker.add_argument(
+        "--log-http",
+        action="store_true",
+        help="also log every HTTP request the store client makes (httpx's INFO lines; off by "
+        "default: they would be nearly all of the log)",
     )
 
     status = commands.add_parser(
@@ -157,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
         "conformance", help="run the store conformance suite against a deployed store"
     )
     conformance.add_argument("--store", required=True, help="store URL (use a scratch namespace)")
-    conformance.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
+    conformance.add_argument(
+        "pytest_args", nargs="*", help="extra pytest arguments (after --, e.g. -- -x -k cas)"
+    )
     return parser
 
 
@@ -223,9 +252,11 @@ def _demo(args: argparse.Namespace) -> int:
         chaos=not args.no_chaos,
         duration=args.duration,
     )
+    from spate_stores import redact_url
+
     console: Any = None
     display: Display
-    if sys.stdout.isatty() and not args.plain:
+    if sys.stdout.isatty() and not args.plain and _has_rich():
         from rich.console import Console
 
         console = Console()
@@ -234,8 +265,8 @@ def _demo(args: argparse.Namespace) -> int:
         display = PlainDisplay(lambda line: print(line, flush=True))
     print(
         f"spate demo: {options.workers} workers, {options.splits} splits, seed {options.seed}, "
-        f"{'with' if options.chaos else 'without'} chaos, store {options.store_url}, "
-        f"job {options.job}",
+        f"{'with' if options.chaos else 'without'} chaos, store "
+        f"{redact_url(options.store_url)}, job {options.job}",
         flush=True,
     )
     telemetry = None
@@ -261,9 +292,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     from spate._cli.demo.process import run_demo_worker
     from spate._events import AllComplete
+    from spate_stores import redact_url
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure_logging(http=args.log_http)
+    print(
+        f"spate worker: one worker of the demo's job {args.job!r} (the synthetic backfill of "
+        f"`spate demo`: {args.splits} splits, seed {args.seed}), not a job of yours; store "
+        f"{redact_url(args.store)}",
+        flush=True,
     )
 
     telemetry = None
@@ -299,6 +335,47 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             telemetry.shutdown()  # the Trio run is over: blocking here stalls nothing
 
 
+HTTP_LOGGERS = ("httpx", "httpcore")
+"""The HTTP client's loggers: httpx logs every request at INFO (1,240 of 1,247 lines of a
+worker's log before they were held back), httpcore every connection step at DEBUG."""
+
+
+def configure_logging(*, http: bool = False, level: int = logging.INFO) -> None:
+    """The command line's logging: ``level`` and up to stderr, one line each.
+
+    The libraries configure no logging (they only emit); the command line does. httpx's
+    per-request INFO lines are held at WARNING (by :func:`main`, for every command) unless
+    ``http`` (``spate worker --log-http``; in a program of your own, set the ``httpx``
+    logger's level yourself).
+    """
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if http:
+        for name in HTTP_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+@contextmanager
+def _quiet_http_logs() -> Iterator[None]:
+    """The HTTP client's loggers held at WARNING while a command runs (levels restored after)."""
+    loggers = [logging.getLogger(name) for name in HTTP_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _has_rich() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _host_port(value: str) -> tuple[str, int]:
     """``[HOST:]PORT`` (``[::1]:9464`` for IPv6) as a host (all interfaces if omitted) and port."""
     host, _, port = value.rpartition(":")
@@ -313,6 +390,12 @@ def _host_port(value: str) -> tuple[str, int]:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     from spate._cli.status_table import show_status
+
+    if not args.json and not _has_rich():
+        raise ConfigError(
+            "spate status draws its table with rich, which is not installed: run "
+            "`pip install 'spate[cli]'` (or use --json, which needs nothing more)"
+        )
 
     async def work() -> int:
         return await show_status(
@@ -423,17 +506,76 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_OK
-    try:
-        return _COMMANDS[args.command](args)
-    except SpateError as exc:
-        from spate._delete import DeleteRefused
-        from spate._ops import JobNotFound, RequeueRefused
+    from spate_stores._redact import url_secrets
 
-        print(f"spate {args.command}: error: {exc}", file=sys.stderr)
-        refused = ValueError | RequeueRefused | JobNotFound | DeleteRefused
-        return EXIT_USAGE if isinstance(exc, refused) else EXIT_FAILED
-    except KeyboardInterrupt:
-        return 130
+    secrets = [
+        secret
+        for option in ("store", "otlp_endpoint")
+        for secret in url_secrets(getattr(args, option, None) or "")
+    ]
+    with _scrubbed_output(secrets), _quiet_http_logs():
+        try:
+            return _COMMANDS[args.command](args)
+        except SpateError as exc:
+            from spate._delete import DeleteRefused
+            from spate._ops import JobNotFound, RequeueRefused
+
+            print(f"spate {args.command}: error: {exc}", file=sys.stderr)
+            refused = ValueError | RequeueRefused | JobNotFound | DeleteRefused
+            return EXIT_USAGE if isinstance(exc, refused) else EXIT_FAILED
+        except KeyboardInterrupt:
+            return 130
+        except Exception:
+            # An unexpected error's traceback goes out here, through the scrubbing streams:
+            # its message may quote the URL it was given.
+            traceback.print_exc()
+            return EXIT_FAILED
+
+
+class _Scrubbing(io.TextIOBase):
+    """A text stream writing to ``stream`` with ``secrets`` masked (the rest delegated)."""
+
+    def __init__(self, stream: Any, secrets: list[str]) -> None:
+        self._stream = stream
+        self._secrets = secrets
+
+    def write(self, text: str) -> int:
+        from spate_stores._redact import scrub
+
+        self._stream.write(scrub(text, self._secrets))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return bool(self._stream.isatty())
+
+    def fileno(self) -> int:
+        return int(self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _scrubbed_output(secrets: list[str]) -> Iterator[None]:
+    """Standard output and error with ``secrets`` masked, the last line of defence of every command.
+
+    Store URLs are redacted where they are shown; this catches what quotes one unplanned (a
+    server's reply, an unexpected traceback). Secrets shorter than 3 characters are left
+    alone: masking every ``a`` would make the output unreadable and hide nothing.
+    """
+    secrets = [s for s in secrets if len(s) >= 3]
+    if not secrets:
+        yield
+        return
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Scrubbing(stdout, secrets), _Scrubbing(stderr, secrets)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 import re
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
 from spate import ConfigError
+from spate._echo import echo, shorten
 from spate.store import MAX_KEY_LENGTH, Keyspace
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._endpoints import parse_host_list
@@ -53,6 +55,8 @@ _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 _MAX_NAMESPACE_LENGTH = 200
 _SCHEMES = {"etcd": "http", "etcd+http": "http", "etcd+https": "https"}
 _PARAMS = {"namespace", "ttl", "ca", "cert", "key", "timeout", "max_request_bytes"}
+_T = TypeVar("_T")
+_N = TypeVar("_N")
 TXN_OVERHEAD = 512
 """Room for the txn around a value: the key twice (compare and put), the lease, and the
 protobuf framing, so a value of max_value_size always fits the server's request limit."""
@@ -63,7 +67,7 @@ def _check_namespace(namespace: str) -> str:
         not _NAMESPACE_RE.fullmatch(namespace) or len(namespace) > _MAX_NAMESPACE_LENGTH
     ):
         raise ConfigError(
-            f"invalid etcd namespace {namespace!r}: use up to {_MAX_NAMESPACE_LENGTH} "
+            f"invalid etcd namespace {echo(namespace)}: use up to {_MAX_NAMESPACE_LENGTH} "
             "characters of [A-Za-z0-9._-], optionally in '/'-separated segments"
         )
     return namespace
@@ -78,6 +82,18 @@ def _check_ttl(ttl: float | None) -> float | None:
             f"have whole-second TTLs and a minimum of about 2 s), not {ttl!r}"
         )
     return float(ttl)
+
+
+def _number(
+    query: dict[str, str], name: str, default: _N, kind: Callable[[str], _T], what: str
+) -> _T | _N:
+    """Query parameter ``name`` read by ``kind``; a ConfigError naming it when it is not."""
+    if name not in query:
+        return default
+    try:
+        return kind(query[name])
+    except ValueError:
+        raise ConfigError(f"{name} must be {what}, got {shorten(query[name])!r}") from None
 
 
 def _as_tuple(endpoints: Iterable[str]) -> tuple[str, ...]:
@@ -193,24 +209,21 @@ class EtcdConfig:
         for name, values in parse_qs(parts.query, keep_blank_values=True).items():
             if name not in _PARAMS:
                 raise ConfigError(
-                    f"unknown etcd URL parameter {name!r}; known: {', '.join(sorted(_PARAMS))}"
+                    f"unknown etcd URL parameter {echo(name)}; known: {', '.join(sorted(_PARAMS))}"
                 )
             query[name] = values[-1]
         path_namespace = unquote(parts.path).strip("/")
         namespace = query.get("namespace", path_namespace)
         if path_namespace and namespace != path_namespace:
             raise ConfigError(
-                f"the URL path names namespace {path_namespace!r} but namespace= says "
-                f"{namespace!r}; give one"
+                f"the URL path names namespace {echo(path_namespace)} but namespace= says "
+                f"{echo(namespace)}; give one"
             )
-        try:
-            ttl = float(query["ttl"]) if "ttl" in query else None
-            timeout = float(query.get("timeout", DEFAULT_TIMEOUT))
-            max_request = int(query.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES))
-        except ValueError:
-            raise ConfigError(
-                "ttl and timeout must be numbers of seconds and max_request_bytes an integer"
-            ) from None
+        ttl = _number(query, "ttl", None, float, "a number of seconds")
+        timeout = _number(query, "timeout", DEFAULT_TIMEOUT, float, "a number of seconds")
+        max_request = _number(
+            query, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, int, "a whole number of bytes"
+        )
         return cls(
             endpoint=endpoints[0],
             endpoints=endpoints,

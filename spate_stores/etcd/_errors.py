@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -81,6 +82,60 @@ def _ssl_detail(error: ssl.SSLError, first: str | None = None) -> object:
     return error
 
 
+# What the ssl module reports when the other end answers a ClientHello with something other
+# than TLS (an HTTP 400 page, a NATS INFO line) or hangs up on it.
+_NOT_TLS_REASONS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "UNEXPECTED_EOF_WHILE_READING",
+        "RECORD_LAYER_FAILURE",
+        "PACKET_LENGTH_TOO_LONG",
+        "HTTP_REQUEST",
+        "UNKNOWN_PROTOCOL",
+        "WRONG_SSL_VERSION",
+    }
+)
+
+
+def _not_tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The ssl error in ``exc``'s chain saying the server answered the handshake without TLS."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLEOFError) or (
+            isinstance(current, ssl.SSLError)
+            and getattr(current, "reason", None) in _NOT_TLS_REASONS
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _does_not_speak_tls(endpoint: str, cause: ssl.SSLError) -> StoreError | StoreUnavailable:
+    """An https endpoint whose server answered the TLS handshake in plain text (or hung up).
+
+    An answer that is not TLS is certain, and no retry mends it: StoreError. A server that
+    hangs up on the handshake (what etcd serving plain HTTP does) may also be a TLS server
+    dropping a connection, so that one stays retryable.
+    """
+    where = urlsplit(endpoint).netloc or endpoint
+    advice = (
+        ": if it serves plain HTTP, use an etcd:// URL instead of etcd+https://; otherwise "
+        "check the host and port"
+    )
+    if isinstance(cause, ssl.SSLEOFError):
+        return StoreUnavailable(
+            f"the server at {where} does not speak TLS: it hung up on the TLS handshake "
+            f"({_ssl_detail(cause)}){advice} (a TLS server dropping the connection does the "
+            "same, so this may be retried)"
+        )
+    return StoreError(
+        f"the server at {where} does not speak TLS: it answered the TLS handshake with "
+        f"something else ({_ssl_detail(cause)}){advice}"
+    )
+
+
 def transport_error(
     endpoint: str, exc: BaseException, *, doing: str, read: bool = False
 ) -> SpateError:
@@ -89,6 +144,9 @@ def transport_error(
     ``read``: the request changes nothing (a range), so its message does not suggest it may
     have been applied.
     """
+    plain = _not_tls_cause(exc)
+    if plain is not None and endpoint.startswith("https:") and _is_connect_error(exc):
+        return _does_not_speak_tls(endpoint, plain)
     unknown = (
         "it changed nothing (a read); retry"
         if read
@@ -116,6 +174,13 @@ def transport_error(
         )
     return StoreUnavailable(
         f"the connection to etcd at {endpoint} failed while {doing} ({_describe(exc)}); {unknown}"
+    )
+
+
+def _is_connect_error(exc: BaseException) -> bool:
+    # The handshake is part of connecting: a TLS error later on is a broken connection.
+    return isinstance(exc, httpx.ConnectError | ssl.SSLError | ConnectionError) or isinstance(
+        exc.__cause__ or exc.__context__, httpx.ConnectError | ssl.SSLError
     )
 
 

@@ -380,6 +380,9 @@ class NatsConnection:
             except TransportError as exc:
                 if "certificate" in str(exc).lower():
                     raise TlsVerificationFailed(str(exc)) from exc
+                if not (info.get("tls_required") or info.get("tls_available")):
+                    # Its INFO offered no TLS, and the handshake failed: it has none.
+                    raise errors.does_not_speak_tls(host, self.pool.current[1], exc) from exc
                 raise
         if info.get("headers") is False:
             raise errors.headers_unsupported(options.url)

@@ -54,6 +54,7 @@ __all__ = [
     "create_kept_racing",
     "credentials_refused",
     "delete_kept_racing",
+    "does_not_speak_tls",
     "durable_bucket_expires",
     "first_connection_failed",
     "foreign_stream",
@@ -207,6 +208,16 @@ def first_connection_failed(
     )
 
 
+def does_not_speak_tls(host: str, port: int, reason: Exception) -> StoreError:
+    """A ``tls://`` URL (or ``ca=``) against a server whose INFO offers no TLS."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return StoreError(
+        f"the server at {where} does not speak TLS (its INFO offers none; {reason}): use a "
+        "nats:// URL without ca= for a plain connection, or configure TLS on the server "
+        "(a tls {} block)."
+    )
+
+
 def credentials_refused(url: str, message: str) -> StoreError:
     """A server refusing the credentials on a reconnection (requests fail fast until fixed)."""
     return StoreError(
@@ -303,8 +314,9 @@ def no_responders(
     """A ``503`` (no responders) reply to ``what``: JetStream disabled, or a stream unavailable."""
     if jetstream_disabled:
         return StoreError(
-            f"JetStream is not enabled on the NATS server at {url}; "
-            "start nats-server with -js (or a jetstream {} block in its config)."
+            f"JetStream is not enabled on the NATS server at {url}, and spate keeps its "
+            "records in JetStream key-value buckets: start nats-server with -js (JetStream), "
+            "or give its config a jetstream {} block."
         )
     return StoreUnavailable(
         f"nothing answered {what} on {url} (no JetStream responder: "

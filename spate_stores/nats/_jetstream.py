@@ -117,7 +117,8 @@ class JetStream:
         return errors.no_responders(
             self.connection.options.url,
             what,
-            jetstream_disabled=self.connection.server_info.get("jetstream") is False,
+            # nats-server leaves "jetstream" out of its INFO when it runs without it.
+            jetstream_disabled=not self.connection.server_info.get("jetstream"),
         )
 
     async def api(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

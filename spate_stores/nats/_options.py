@@ -27,7 +27,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from spate import ConfigError
+from spate._echo import shorten
 from spate_stores._hosts import parse_host_list
+from spate_stores._redact import redact_url
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
 
@@ -125,9 +127,14 @@ def _number(query: dict[str, str], name: str, default: float, url: str) -> float
     try:
         value = float(query[name])
     except ValueError:
-        value = math.nan
+        raise ConfigError(
+            f"{name} must be a number of seconds, got {shorten(query[name])!r} (in {url!r})"
+        ) from None
     if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{name} must be a positive number of seconds in {url!r}")
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got {shorten(query[name])!r} "
+            f"(in {url!r})"
+        )
     return value
 
 
@@ -135,7 +142,7 @@ def parse_url(url: str) -> StoreOptions:
     """Parse a NATS store URL (see the module docstring); raises ConfigError if malformed."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    redacted = _redact(url)
+    redacted = shorten(redact_url(url))
     if scheme not in _TRANSPORTS:
         raise ConfigError(
             f"{redacted!r} is not a NATS URL: use one of "
@@ -157,8 +164,8 @@ def parse_url(url: str) -> StoreOptions:
     unknown = set(query) - _PARAMS
     if unknown:
         raise ConfigError(
-            f"unknown parameter(s) {sorted(unknown)} in {redacted!r}; NATS URLs take "
-            + ", ".join(sorted(_PARAMS))
+            f"unknown parameter(s) {[shorten(name) for name in sorted(unknown)]} in "
+            f"{redacted!r}; NATS URLs take " + ", ".join(sorted(_PARAMS))
         )
     user_text, colon, password_text = userinfo.partition(":")
     user = unquote(user_text) if at and user_text else None
@@ -169,7 +176,7 @@ def parse_url(url: str) -> StoreOptions:
     ttl = _number(query, "ttl", DEFAULT_TTL, redacted)
     if ttl < MIN_TTL:
         raise ConfigError(
-            f"ttl={query['ttl']} is too short for NATS in {redacted!r}: JetStream expiry "
+            f"ttl={shorten(query['ttl'])} is too short for NATS in {redacted!r}: JetStream expiry "
             f"markers have one-second granularity, so use ttl >= {MIN_TTL:g}"
         )
     ca_file = query.get("ca") or None
@@ -189,7 +196,7 @@ def parse_url(url: str) -> StoreOptions:
     namespace = query["namespace"] if "namespace" in query else unquote(parts.path.strip("/"))
     replicas = query.get("replicas", "1")
     if replicas not in ("1", "3", "5"):
-        raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {replicas!r}")
+        raise ConfigError(f"replicas must be 1, 3 or 5 in {redacted!r}, not {shorten(replicas)!r}")
     return StoreOptions(
         connect=connect,
         namespace=namespace,
@@ -197,10 +204,3 @@ def parse_url(url: str) -> StoreOptions:
         replicas=int(replicas),
         adopt_ttl="ttl" not in query,
     )
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()

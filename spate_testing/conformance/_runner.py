@@ -97,6 +97,7 @@ def run_conformance(url: str, pytest_args: Sequence[str] = ()) -> int:
     running anything when the URL cannot name a store (unknown scheme, missing extra).
     """
     from spate_stores import store_from_url
+    from spate_stores._redact import url_secrets
 
     store_from_url(url)  # fail fast, with open_store's own message, on a URL it cannot open
     with tempfile.TemporaryDirectory(prefix="spate-conformance-") as tmp:
@@ -120,4 +121,24 @@ def run_conformance(url: str, pytest_args: Sequence[str] = ()) -> int:
         ]
         # The URL may carry credentials: hand it over in the environment, not on disk or argv.
         env = {**os.environ, URL_VARIABLE: url}
-        return subprocess.run(command, cwd=root, env=env, check=False).returncode
+        return _run_scrubbed(command, root, env, url_secrets(url))
+
+
+def _run_scrubbed(command: list[str], cwd: Path, env: dict[str, str], secrets: list[str]) -> int:
+    """Run ``command``, copying its output to this process's stdout with ``secrets`` masked.
+
+    pytest's long tracebacks show the arguments of every frame, and a store URL with its
+    password is one of them: the report passes through here line by line, so it never
+    reaches a terminal or a CI log.
+    """
+    from spate_stores._redact import scrub
+
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as process:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = scrub(raw.decode("utf-8", errors="replace"), secrets)
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    return process.returncode

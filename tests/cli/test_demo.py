@@ -75,7 +75,10 @@ async def test_the_demo_with_chaos_recovers_from_every_fault_and_checks_out(
     assert result.ok, result.problems
     assert isinstance(result.verdict, AllComplete)
     assert result.requeued  # the poison split was quarantined, then requeued and finished
-    assert result.faults["partition"] == 2  # a whole zone (the victim and the joiner)
+    # A whole zone is killed (the victim and the joiner): kills, not partitions.
+    assert result.faults["kill"] == 2
+    assert "partition" not in result.faults
+    assert "faults injected: freeze 1, kill 2" in lines
     assert result.blast_radius is not None
     before, after = result.blast_radius
     assert before < 0.5  # spread over three zones
@@ -154,3 +157,23 @@ def test_the_closing_lines_claim_a_saving_only_when_the_unsplit_straggler_ends_l
         "alone could not have ended before ~28 s"
     )
     assert unsplit[1].startswith("  (unsplit: range-0007 started at 2.0 s")
+
+
+def test_the_closing_lines_explain_late_writes_that_landed() -> None:
+    result = _result(12.3, pieces=2)
+    result.late_writes = {"refused": 4, "landed": 3}
+    result.stats.fenced = 1
+    lines: list[str] = []
+    print_result(result, lines.append)
+    (counts,) = [ln for ln in lines if ln.startswith("commits:")]
+    assert counts.endswith("(late store writes refused 4, landed 3; commits fenced 1)")
+    (landed,) = [ln for ln in lines if ln.startswith("  landed 3: ")]
+    # Said plainly: the landed writes were legal, so nobody reads them as a safety failure.
+    assert "were still legal" in landed
+    assert "no other worker had written those keys in between" in landed
+    assert "every late write over a newer owner was refused" in landed
+    # Nothing landed, nothing to explain.
+    quiet: list[str] = []
+    result.late_writes = {"refused": 4}
+    print_result(result, quiet.append)
+    assert not [ln for ln in quiet if "landed" in ln and not ln.startswith("commits:")]

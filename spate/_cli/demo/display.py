@@ -176,6 +176,7 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
         f"{stats.fenced + result.late_writes.get('refused', 0)} "
         f"(late store writes refused {result.late_writes.get('refused', 0)}, landed "
         f"{result.late_writes.get('landed', 0)}; commits fenced {stats.fenced})",
+        *_landed(result.late_writes.get("landed", 0)),
         f"acquisitions: {stats.gained}; resumed mid-split by another worker: {result.resumed}",
         f"handlers cancelled (lost or taken back): {stats.cancelled}; "
         f"poison failures: {stats.poison_hits}",
@@ -198,6 +199,18 @@ def print_result(result: DemoResult, console_print: object = print) -> None:
     lines.extend(f"  problem: {problem}" for problem in result.problems[:20])
     for line in lines:
         p(line)  # type: ignore[operator]
+
+
+def _landed(landed: int) -> list[str]:
+    """What the late writes that landed were: legal writes, not a hole in the fence."""
+    if not landed:
+        return []
+    return [
+        f"  landed {landed}: writes the frozen worker had sent reached the store when it woke "
+        "and were still legal, since no other worker had written those keys in between (a "
+        "split not yet taken over, its own worker record), so the store accepted them; every "
+        "late write over a newer owner was refused, as the count above shows"
+    ]
 
 
 def _times(n: int) -> str:

@@ -140,6 +140,8 @@ class DemoWorker:
     handover_seconds: float | None = None
     error: str | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
+    killed: bool = False
+    """Whether the demo killed it (its client was cut off: counted as a kill, not a partition)."""
 
 
 @attrs.frozen
@@ -329,6 +331,7 @@ class Fleet:
         if worker.state != "running":
             return
         worker.state = "killed"
+        worker.killed = True
         worker.store.partition()
         worker.scope.cancel()
         self.stats.log(f"{worker.name} killed without warning (its leases must expire)")
@@ -503,7 +506,7 @@ async def run_demo(options: DemoOptions, display: Display | None = None) -> Demo
         late: dict[str, int] = {}
         for worker in fleet.workers.values():
             if worker.store is not None:
-                for kind, count in worker.store.injected.items():
+                for kind, count in _injected(worker).items():
                     faults[kind] = faults.get(kind, 0) + count
                 for kind, count in worker.store.late_writes.items():
                     late[kind] = late.get(kind, 0) + count
@@ -548,6 +551,19 @@ async def _remove(store: Store, job: str) -> str:
     except (SpateError, trio.TooSlowError) as exc:
         return f"its keys were left in the store ({exc}); remove them with `spate delete`"
     return f"its {report.total} keys were removed from the store"
+
+
+def _injected(worker: DemoWorker) -> dict[str, int]:
+    """The faults injected into one worker, a kill counted as a kill.
+
+    A kill is made by cutting the worker's client off (a partition the store only learns of
+    when the leases expire), so its client counts one partition; the report says kill.
+    """
+    injected = dict(worker.store.injected)
+    if worker.killed and injected.get("partition", 0) > 0:
+        injected["partition"] -= 1
+        injected["kill"] = injected.get("kill", 0) + 1
+    return {kind: count for kind, count in injected.items() if count}
 
 
 def _straggler(fleet: Fleet, checked: Checked, fix: float) -> Straggler | None:

@@ -51,7 +51,7 @@ def test_the_password_is_never_in_reprs() -> None:
     [
         ("etcd://h:2379?ttl=1", "whole number of seconds >= 2"),
         ("etcd://h:2379?ttl=2.5", "whole number of seconds >= 2"),
-        ("etcd://h:2379?ttl=soon", "numbers of seconds"),
+        ("etcd://h:2379?ttl=soon", "ttl must be a number of seconds, got 'soon'"),
         ("etcd://h:2379?tll=5", "unknown etcd URL parameter 'tll'"),
         ("etcd://h:2379?ca=/ca.pem", "etcd+https://"),
         ("etcd+https://h:2379?cert=/c.pem", "both cert= and key="),

@@ -187,3 +187,41 @@ def test_the_adapter_words_no_transient_failure_outside_the_mapping() -> None:
         text = module.read_text()
         for constructor in ("StoreUnavailable(", "SessionLost(", "ValueTooLarge("):
             assert constructor not in text, f"{module.name} builds a {constructor[:-1]}"
+
+
+def _ssl_error(cls: type[ssl.SSLError], reason: str) -> ssl.SSLError:
+    error = cls(1, f"[SSL: {reason}] {reason.lower()}")
+    error.reason = reason
+    return error
+
+
+def _connect_error_from(cause: BaseException) -> httpx.ConnectError:
+    error = httpx.ConnectError(str(cause))
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(
+    ("cause", "kind"),
+    [
+        (_ssl_error(ssl.SSLError, "WRONG_VERSION_NUMBER"), StoreError),
+        (_ssl_error(ssl.SSLError, "RECORD_LAYER_FAILURE"), StoreError),
+        # etcd serving plain HTTP hangs up on a ClientHello; so may a TLS server under load.
+        (_ssl_error(ssl.SSLEOFError, "UNEXPECTED_EOF_WHILE_READING"), StoreUnavailable),
+    ],
+)
+def test_an_https_url_against_a_plain_server_says_it_does_not_speak_tls(
+    cause: ssl.SSLError, kind: type[Exception]
+) -> None:
+    error = errors.transport_error(
+        "https://10.0.0.1:2379", _connect_error_from(cause), doing="reading"
+    )
+    assert type(error) is kind
+    assert "the server at 10.0.0.1:2379 does not speak TLS" in str(error)
+    assert "use an etcd:// URL" in str(error)
+
+
+def test_a_plain_url_never_blames_tls() -> None:
+    cause = _ssl_error(ssl.SSLEOFError, "UNEXPECTED_EOF_WHILE_READING")
+    error = errors.transport_error(EP, _connect_error_from(cause), doing="reading")
+    assert "does not speak TLS" not in str(error)

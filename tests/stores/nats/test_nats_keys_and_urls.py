@@ -157,7 +157,7 @@ def test_namespace_parameter_overrides_the_path() -> None:
         ("nats://", "names no host"),
         ("nats://h:99999", "invalid host or port"),
         ("nats://h?ttl=0.5", "ttl >= 1"),
-        ("nats://h?ttl=soon", "positive number"),
+        ("nats://h?ttl=soon", "ttl must be a number of seconds, got 'soon'"),
         ("nats://h?timeout=-1", "positive number"),
         ("nats://h?colour=blue", "unknown parameter"),
         ("nats://h?replicas=2", "replicas must be 1, 3 or 5"),
