@@ -110,7 +110,8 @@ def conformance_etcd(session: nox.Session) -> None:
     a system etcd (Debian's etcd-server is 3.4) when one is on PATH."""
     install_project(session)
     # tests/telemetry: the adapter's client spans, on a real etcd; tests/docs: the tutorial's
-    # program, extracted from its page, run by two worker processes on a real etcd.
+    # program, extracted from its page, run by two worker processes on a real etcd; tests/cli:
+    # every command fed credentials (none shown) and the worker's quiet log, on a real etcd.
     session.run(
         "pytest",
         "-m",
@@ -118,6 +119,7 @@ def conformance_etcd(session: nox.Session) -> None:
         "tests/stores/etcd",
         "tests/telemetry",
         "tests/docs",
+        "tests/cli",
         *session.posargs,
     )
     system = _system_etcd()
@@ -135,7 +137,8 @@ def conformance_nats(session: nox.Session) -> None:
     over TCP and WebSocket. The tests that need a nats-server before 2.11 run in
     conformance-nats-legacy (here they skip unless one is installed system-wide)."""
     install_project(session)
-    # tests/docs: the tutorial's program, extracted from its page, on a real nats-server.
+    # tests/docs: the tutorial's program, extracted from its page, on a real nats-server;
+    # tests/cli: every command fed credentials (none shown), on a real nats-server.
     session.run(
         "pytest",
         "-m",
@@ -143,6 +146,7 @@ def conformance_nats(session: nox.Session) -> None:
         "tests/stores/nats",
         "tests/telemetry",
         "tests/docs",
+        "tests/cli",
         *session.posargs,
     )
 
