@@ -45,6 +45,7 @@ from spate._core.echo import is_echo
 from spate._core.flows import Flow, Fork, Hold, Op, Page
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
+from spate._core.leader_phase import LeaderPhase
 from spate._core.ownership import OwnershipReads
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
@@ -194,12 +195,11 @@ class Machine:
         self._claims = Claims(self)
         self._revocations = Revocations(self, holdings=self._claims)
         self._claims.drains = self._revocations
-        self._leader = Leadership(self, planner)
-        self._verdict = VerdictJudge(self, lead=self._leader)
         self._ownership = OwnershipReads(self)
         self._residuals = ResidualSeeds(self)
         self._requests = SplitRequests(self, self._ownership)
-        self._leader.requests = self._requests.of
+        self._leader = Leadership(self, planner, requests=self._requests.of)
+        self._verdict = VerdictJudge(self, lead=self._leader)
         self._listing = False
         self._bulk_listing = 0
         """Records a listing of the whole job in flight is expected to bring (see bulk_records)."""
@@ -285,6 +285,11 @@ class Machine:
     def leading(self) -> bool:
         """Whether this worker leads the job right now."""
         return self._leader.leading
+
+    @property
+    def leader_phase(self) -> LeaderPhase:
+        """Where this worker stands in leading the job (see :mod:`spate._core.leader_phase`)."""
+        return self._leader.phase
 
     @property
     def owned(self) -> frozenset[str]:

@@ -66,6 +66,7 @@ from spate import (
     StoreUnavailable,
 )
 from spate._core.flows import Flow, Op
+from spate._core.leader_phase import LeaderPhase
 from spate._core.records import ProgressRecord, decode
 from spate._core.scopes import WatchScope
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
@@ -447,6 +448,11 @@ class Worker(EventLog, SimWorker):
     def leading(self) -> bool:
         """Whether this worker is the leader."""
         return self.machine.leading
+
+    @property
+    def phase(self) -> LeaderPhase:
+        """Where this worker stands in leading the job."""
+        return self.machine.leader_phase
 
     @property
     def watches(self) -> tuple[WatchScope, ...]:
