@@ -39,16 +39,19 @@ from typing import Any, Protocol, TypeAlias
 import outcome
 
 from spate._config import Config
+from spate._core.backstop import Backstop
 from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
 from spate._core.echo import is_echo
-from spate._core.flows import Flow, Fork, Hold, Op, Page
+from spate._core.flows import Flow, Fork, Op
+from spate._core.handover import HandoverPoll
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
 from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.leader_phase import LeaderPhase
 from spate._core.ownership import OwnershipReads
+from spate._core.presence import Presence
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
-from spate._core.records import Keys, PlanRecord, PresenceRecord, UnreadableRecord, decode, encode
+from spate._core.records import Keys, PlanRecord, UnreadableRecord, decode, encode
 from spate._core.residuals import ResidualSeeds
 from spate._core.revocation import Revocations
 from spate._core.schedule import heartbeat_delay, reconcile_interval
@@ -75,7 +78,7 @@ from spate._errors import FatalCoordinationError, StoreUnavailable
 from spate._events import Event, Progress
 from spate._metrics import Gauges, MetricsHooks
 from spate._plan import PlanContext, Planner
-from spate._store import Conflict, Delete, Entry, Keyspace, Put, Won
+from spate._store import Delete, Entry, Keyspace, Put, Won
 from spate.telemetry._context import Context
 
 __all__ = ["Effects", "Machine"]
@@ -89,8 +92,6 @@ RECHECK_AFTER = 0.1
 """Seconds before the machine looks again at a rule whose deadline passed without it acting."""
 LIST_RETRY = 1.0
 """Seconds before a new leader's failed listing of the job is tried again."""
-HANDOVER_POLL = 0.5
-"""Seconds between a leaving follower's reads of where its handed-back splits went."""
 
 
 class Effects(Protocol):
@@ -154,7 +155,6 @@ class Machine:
         assert config.lease_duration is not None
         self.job = job
         self.instance = instance
-        self.locality = locality
         self.config = config
         self.lease = config.lease_duration
         self.fingerprint = fingerprint
@@ -178,19 +178,9 @@ class Machine:
             session_leases=not session.keeps_keys,
             own=(instance, nonce),
         )
-        self.presence_rev = 0
-        self.presence_ok_at = 0.0
-        """When the last presence write that landed was sent (on a per-key store, the session's
-        last confirmed renewal: every lease of this worker lives until at least then + TTL)."""
         self._parting = False
         self.scopes = Scopes(self.keys, instance, durable_leases=not session.keeps_keys)
         self._ready = False
-        self._handing_over: list[str] = []
-        """After a departure, the splits it handed back (a follower polls for their new owners)."""
-        self._handover_poll_at = 0.0
-        self._handover_polling = False
-        self._handover_seen = False
-        self._reconciling = False
         # The components, and the two narrow links between them (see spate._core.host).
         self._claims = Claims(self)
         self._revocations = Revocations(self, holdings=self._claims)
@@ -200,6 +190,10 @@ class Machine:
         self._requests = SplitRequests(self, self._ownership)
         self._leader = Leadership(self, planner, requests=self._requests.of)
         self._verdict = VerdictJudge(self, lead=self._leader)
+        leader = self._leader
+        self._presence = Presence(self, locality, self._claims, lambda: leader.leading)
+        self._backstop = Backstop(self, self.scopes, self._claims)
+        self._handover = HandoverPoll(self)
         self._listing = False
         self._bulk_listing = 0
         """Records a listing of the whole job in flight is expected to bring (see bulk_records)."""
@@ -212,6 +206,25 @@ class Machine:
     def parting(self) -> bool:
         """Whether this worker is leaving the job (set by :meth:`depart_flow`)."""
         return self._parting
+
+    @property
+    def locality(self) -> str:
+        """This worker's locality, as its presence record advertises it."""
+        return self._presence.locality
+
+    @locality.setter
+    def locality(self, locality: str) -> None:
+        self._presence.locality = locality
+
+    @property
+    def presence_rev(self) -> int:
+        """Revision of this worker's presence key as it last wrote it."""
+        return self._presence.rev
+
+    @property
+    def presence_ok_at(self) -> float:
+        """When the last presence write that landed was sent (a per-key store's session renewal)."""
+        return self._presence.ok_at
 
     @property
     def bulk_records(self) -> int:
@@ -347,12 +360,9 @@ class Machine:
 
         Answered from the view: each is owned elsewhere or finished, or nobody is going to
         take the rest. A follower's view knows that only once it has read those splits and
-        the members since it left (see :meth:`_poll_handover`).
+        the members since it left (see :mod:`spate._core.handover`).
         """
-        wanted = list(splits)
-        if wanted and not self.sees_job and not self._handover_seen:
-            return False
-        return self.view.handed_over(self.instance, wanted)
+        return self._handover.handed_over(splits)
 
     def replan_tick(self) -> None:
         """The replan interval passed: an open plan is asked for again (leader only)."""
@@ -405,7 +415,7 @@ class Machine:
                 self._claims.step(now)
                 self._revocations.step(now)
             self._verdict.step(now)
-        poll = self._poll_handover(now)
+        poll = self._handover.poll(now)
         self._report_gauges()
         for deadline in (
             poll,
@@ -678,205 +688,24 @@ class Machine:
         return True
 
     def announce_flow(self) -> Flow[bool]:
-        """Write this worker's presence key, taking over one left under our instance id.
-
-        A key already there is a predecessor not yet expired (taken over), or a live twin
-        (which finds our nonce at its next renewal and stops). Returns False when the key
-        moved while it was taken over: run it again.
-        """
-        key = self.keys.worker(self.instance)
-        value = self.presence_record()
-        sent = self.now()
-        result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
-        if not isinstance(result, Won):
-            entry: Entry | None = yield Op("get", Keyspace.EPHEMERAL, key)
-            if entry is None:
-                return False  # the old key vanished: create it again
-            result = yield Op(
-                "update", Keyspace.EPHEMERAL, key, value, expected=entry.revision,
-                operation="announce",
-            )  # fmt: skip
-            if not isinstance(result, Won):
-                return False
-        self.presence_rev = result.revision
-        self.presence_ok_at = sent
-        return True
+        """Write this worker's presence key (see :mod:`spate._core.presence`)."""
+        return self._presence.announce_flow()
 
     # -- heartbeat, presence, reconcile -------------------------------------------------------
 
     def heartbeat(self) -> None:
         """Renew presence (the session, on a per-key store) and leadership; fence starved splits."""
         now = self.now()
-        if not self._parting and not self.busy(Keyspace.EPHEMERAL, self.keys.worker(self.instance)):
-            self.start(self._renew_presence())
+        self._presence.heartbeat()
         self._leader.heartbeat()
         self._claims.heartbeat(now)
 
-    def presence_record(self) -> bytes:
-        """This worker's presence value (it advertises its lane budget and locality).
-
-        A follower also names the splits it split since its last landed presence write (see
-        :attr:`PresenceRecord.parents`): a split made without the leader's request, or under a
-        leader that has gone since, reaches the leader within a heartbeat, at no extra write.
-        """
-        parents = () if self._leader.leading else tuple(sorted(self._claims.split_since))
-        return encode(
-            PresenceRecord(
-                nonce=self.nonce,
-                max_in_flight=self.config.max_in_flight,
-                locality=self.locality,
-                parents=parents,
-            )
-        )
-
-    def _presence_landed(self, value: bytes) -> None:
-        """A presence write of ``value`` landed: the splits it named have reached the leader."""
-        named = decode(PresenceRecord, self.keys.worker(self.instance), value).parents
-        self._claims.split_since.difference_update(named)
-
-    def _renew_presence(self) -> Flow[None]:
-        key = self.keys.worker(self.instance)
-        yield Hold(Keyspace.EPHEMERAL, key)
-        if self._parting:
-            return
-        sent = self.now()
-        try:
-            if self.presence_rev:
-                value = self.presence_record()
-                result = yield Op(
-                    "update",
-                    Keyspace.EPHEMERAL,
-                    key,
-                    value,
-                    expected=self.presence_rev,
-                    operation="presence-renew",
-                )
-                if isinstance(result, Won):
-                    self.presence_rev = result.revision
-                    self.presence_ok_at = sent
-                    self._presence_landed(value)
-                    return
-            entry = yield Op("get", Keyspace.EPHEMERAL, key)
-            if entry is None:
-                if self.view.session_leases and self.presence_rev:
-                    # The session expired: every lease it kept expired with it, and a peer may
-                    # be taking them over already. End those tenancies before a new presence
-                    # record could make their leases look alive again.
-                    self._claims.session_ended()
-                value = self.presence_record()
-                result = yield Op("create", Keyspace.EPHEMERAL, key, value, operation="announce")
-                if isinstance(result, Won):
-                    self.presence_rev = result.revision
-                    self.presence_ok_at = sent
-                    self._presence_landed(value)
-                return
-            record = _presence_or_none(entry)
-            if record is not None and record.nonce != self.nonce:
-                raise self.duplicate_instance(f"presence key {key!r}")
-            # Our own write whose reply was lost (maybe landed): adopt its revision.
-            self.presence_rev = entry.revision
-        except StoreUnavailable as exc:
-            logger.debug("presence renewal failed (%s); the next heartbeat retries", exc)
-
     def reconcile(self) -> None:
-        """Start the backstop listing of both keyspaces (one at a time)."""
-        if not self._reconciling and self.ready:
-            self._reconciling = True
-            self.start(self._reconcile_flow())
-
-    def _reconcile_flow(self) -> Flow[None]:
-        started = self.now()
-        if not self.sees_job:
-            # A follower's backstop reads its own keys again, never the job (DESIGN §4b).
-            try:
-                for scope in self.scopes.follower:
-                    yield from self.reread(scope.keyspace, scope.key)
-                self._claims.reread_share()
-                self.metrics.reconcile_duration(self.now() - started)
-            finally:
-                self._reconciling = False
-            return
-        try:
-            for keyspace in (Keyspace.EPHEMERAL, Keyspace.DURABLE):
-                try:
-                    if not (yield from self._list_in_pages(keyspace)):
-                        return
-                except StoreUnavailable as exc:
-                    logger.warning("reconcile listing failed (%s); the next tick retries", exc)
-                    return
-            # Grace windows elapse with time, not events: let the leader re-decide.
-            self.placement_changes.owe()
-            self.metrics.reconcile_duration(self.now() - started)
-        finally:
-            self._reconciling = False
-
-    def _list_in_pages(self, keyspace: Keyspace) -> Flow[bool]:
-        """The leader's backstop listing of one keyspace, folded page by page.
-
-        Each page is folded as it comes and let go, so the listing holds about one page of
-        records whatever the job's size (DESIGN §4b); what no page brought is decided at the
-        end (:meth:`View.end_listing`). The set of keys seen is the one thing kept across
-        pages: a key each, where the view already holds a record each.
-        """
-        since = self.view.seq
-        seen: set[str] = set()
-        cursor: object = None
-        size = self.config.list_page_size
-        while True:
-            page: Page = yield Op(
-                "list-page", keyspace, self.keys.prefix, cursor=cursor, page_size=size
-            )
-            if not self.sees_job:
-                return False  # it stopped leading meanwhile: the rest is not a follower's
-            seen.update(entry.key for entry in page.entries)
-            self.fold(self.view.apply_page(keyspace, page.entries))
-            if page.cursor is None:
-                break
-            cursor = page.cursor
-        self.fold(self.view.end_listing(keyspace, seen, since=since))
-        return True
+        """Start the backstop reads (see :mod:`spate._core.backstop`), one at a time."""
+        if self.ready:
+            self._backstop.reconcile()
 
     # -- leaving -----------------------------------------------------------------------------
-
-    def _poll_handover(self, now: float) -> float:
-        """A leaving follower reads where its handed-back splits went; the next poll's time.
-
-        ``wait_handed_over`` is answered from the view, but a follower's view hears nothing of
-        another worker's claim: so while it waits it reads those splits' progress records, and
-        the members' presence and assignment records (``O(workers)``: to know whether anyone
-        can take the rest), every :data:`HANDOVER_POLL` seconds.
-        """
-        if not self._parting or not self._handing_over or self.sees_job:
-            return math.inf
-        if self._handover_seen and self.view.handed_over(self.instance, self._handing_over):
-            return math.inf
-        if not self._handover_polling and now >= self._handover_poll_at:
-            self._handover_polling = True
-            self._handover_poll_at = now + HANDOVER_POLL
-            self.start(self._handover_reads())
-        return self._handover_poll_at
-
-    def _handover_reads(self) -> Flow[None]:
-        try:
-            for split in self._handing_over:
-                yield from self.reread(Keyspace.DURABLE, self.keys.split(split))
-            for keyspace, prefix in (
-                (Keyspace.EPHEMERAL, self.keys.worker("")),
-                (Keyspace.DURABLE, self.keys.assign("")),
-            ):
-                since = self.view.seq
-                try:
-                    entries = yield Op("list", keyspace, prefix)
-                except StoreUnavailable:
-                    return
-                self.fold(
-                    self.view.apply_listing(
-                        keyspace, entries, since=since, covers=prefix_of(prefix)
-                    )
-                )
-            self._handover_seen = True
-        finally:
-            self._handover_polling = False
 
     def release_all_flow(self, splits: list[str]) -> Flow[None]:
         """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
@@ -890,7 +719,7 @@ class Machine:
         self.request_step()
         self._leader.demote(resign=True)
         claims = self._claims
-        self._handing_over = sorted(claims.owned)
+        self._handover.handing_over = sorted(claims.owned)
         # Every split is handed back at once (their writes go to different keys); once every
         # owner is cleared, the leases are dropped at once and the presence key with them. So
         # leaving takes two writes' time however many splits are held, and the leader sees
@@ -917,35 +746,7 @@ class Machine:
 
     def delete_presence(self) -> Flow[None]:
         """Drop this worker's presence key (departure): peers rebalance now, not after a TTL."""
-        key = self.keys.worker(self.instance)
-        yield Hold(Keyspace.EPHEMERAL, key)
-        try:
-            result = yield Op(
-                "delete",
-                Keyspace.EPHEMERAL,
-                key,
-                expected=self.presence_rev or None,
-                operation="presence-delete",
-            )
-        except StoreUnavailable as exc:
-            logger.warning("could not delete the presence key (%s); it will expire", exc)
-            return
-        if isinstance(result, Won):
-            self.fold(self.view.forget_own(Keyspace.EPHEMERAL, key, self.presence_rev))
-        elif isinstance(result, Conflict):
-            logger.debug("presence key already gone or rewritten")
-
-
-def prefix_of(prefix: str) -> Callable[[str], bool]:
-    """Whether a key starts with ``prefix`` (what a listing of ``prefix`` speaks for)."""
-    return lambda key: key.startswith(prefix)
-
-
-def _presence_or_none(entry: Entry) -> PresenceRecord | None:
-    try:
-        return decode(PresenceRecord, entry.key, entry.value)
-    except UnreadableRecord:
-        return None
+        return self._presence.delete_flow()
 
 
 def _unwrap(result: outcome.Outcome[Any]) -> None:

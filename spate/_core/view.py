@@ -47,6 +47,7 @@ from spate._core.records import (
     canonical_spec,
     decode,
 )
+from spate._core.revisions import Revisions
 from spate._store import Entry, Keyspace
 
 __all__ = [
@@ -205,12 +206,6 @@ class Tallies:
     quarantined: int
 
 
-_Known: TypeAlias = tuple[int, int]
-"""The revision a key was folded at, and :attr:`View.seq` when it was: a plain tuple of ints,
-which the garbage collector stops tracking (two of them per split, and a full collection
-walks every tracked object)."""
-
-
 class View:
     """The folded state of one job as seen by one worker."""
 
@@ -244,8 +239,8 @@ class View:
         self.plan_rev = 0
         self.leader: LeaderRecord | None = None
         self.leader_rev = 0
-        self.seq = 0
-        """Grows with every change; a listing records it when it starts (see module doc)."""
+        self.revisions = Revisions()
+        """The revision each key was folded at, deletions, and :attr:`seq`."""
         # Where the placement inputs this view folds are reported (the leader reads them).
         self._changes = PlacementChanges() if changes is None else changes
         self.assigned: dict[str, set[str]] = {}
@@ -256,19 +251,17 @@ class View:
         self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
         self._pending_specs: dict[str, SpecRecord] = {}
         self._spec_arrivals: set[str] = set()
-        self._known: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
-        self._tombs: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
-        # The same maps, reached without hashing the enum (a join folds two records a split).
-        self._known_durable = self._known[Keyspace.DURABLE]
-        self._known_ephemeral = self._known[Keyspace.EPHEMERAL]
-        self._tombs_durable = self._tombs[Keyspace.DURABLE]
-        self._tombs_ephemeral = self._tombs[Keyspace.EPHEMERAL]
         self._runnable = 0
         self._completed = 0
         self._quarantined = 0
         self._near_memo: dict[tuple[int, bool, int], bool] = {}
 
     # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        """Grows with every change; a listing records it when it starts (see module doc)."""
+        return self.revisions.seq
 
     @property
     def tallies(self) -> Tallies:
@@ -297,7 +290,7 @@ class View:
         if found is None or found[0] is KeyKind.PROBE:
             return []
         kind, name = found
-        if self._stale(keyspace, entry.key, entry.revision):
+        if self.revisions.stale(keyspace, entry.key, entry.revision):
             return []
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
@@ -338,7 +331,7 @@ class View:
             except UnreadableRecord as exc:
                 # An assignment carries no ownership: ignoring it costs balance, never safety.
                 logger.warning("%s; ignoring it (the worker keeps what it holds)", exc)
-                self._remember(keyspace, entry.key, entry.revision)
+                self.revisions.remember(keyspace, entry.key, entry.revision)
                 return []
             return self.put_assignment(name, assignment, entry.revision)
         return []
@@ -348,14 +341,14 @@ class View:
         found = self.keys.classify(key)
         if found is None or found[0] is KeyKind.PROBE:
             return []
-        known = self._known[keyspace].get(key)
+        known = self.revisions.known[keyspace].get(key)
         if known is None:
             if revision is not None:
-                self._tomb(keyspace, key, revision)
+                self.revisions.tomb(keyspace, key, revision)
             return []
         if revision is not None and revision <= known[0]:
             return []  # a delete the key has since been rewritten past
-        self._forget(keyspace, key, known[0] if revision is None else revision)
+        self.revisions.forget(keyspace, key, known[0] if revision is None else revision)
         kind, name = found
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
@@ -404,7 +397,7 @@ class View:
             keyspace, {e.key for e in listed}, since=since, covers=covers, prefix=prefix
         )
         notices.extend(self._listing_puts(keyspace, listed))
-        self._prune_tombs(keyspace, since=since, covers=covers, prefix=prefix)
+        self.revisions.prune_tombs(keyspace, since=since, covers=covers, prefix=prefix)
         return notices
 
     def apply_page(self, keyspace: Keyspace, entries: Iterable[Entry]) -> list[Notice]:
@@ -425,7 +418,7 @@ class View:
         later life of it is a put the watches bring.
         """
         notices = self._listing_deletes(keyspace, seen, since=since, covers=None, prefix=None)
-        self._prune_tombs(keyspace, since=since, covers=None, prefix=None)
+        self.revisions.prune_tombs(keyspace, since=since, covers=None, prefix=None)
         return notices
 
     def _listing_deletes(
@@ -438,7 +431,7 @@ class View:
         prefix: str | None,
     ) -> list[Notice]:
         notices: list[Notice] = []
-        for key, known in list(self._known[keyspace].items()):
+        for key, known in list(self.revisions.known[keyspace].items()):
             if key in present or known[1] > since:
                 continue
             # (A new leader's lease-prefix snapshot comes after its listing, so this asks of
@@ -457,9 +450,9 @@ class View:
 
     def _listing_puts(self, keyspace: Keyspace, listed: list[Entry]) -> list[Notice]:
         notices: list[Notice] = []
-        known_now = self._known[keyspace]
+        known_now = self.revisions.known[keyspace]
         durable = keyspace is Keyspace.DURABLE
-        tombs_durable = self._tombs_durable
+        tombs_durable = self.revisions.tombs_durable
         split_prefix, spec_prefix = self.keys.split_prefix, self.keys.spec_prefix
         split_at, spec_at = len(split_prefix), len(spec_prefix)
         for entry in listed:
@@ -491,33 +484,13 @@ class View:
             notices.extend(self.apply_put(keyspace, entry))
         return notices
 
-    def _prune_tombs(
-        self,
-        keyspace: Keyspace,
-        *,
-        since: int,
-        covers: Callable[[str], bool] | None,
-        prefix: str | None,
-    ) -> None:
-        # A tombstone older than this listing has done its job: the listing already reflects
-        # that deletion, so no older put can arrive from it.
-        tombs = self._tombs[keyspace]
-        for key in [
-            k
-            for k, t in tombs.items()
-            if t[1] <= since
-            and (prefix is None or k.startswith(prefix))
-            and (covers is None or covers(k))
-        ]:
-            del tombs[key]
-
     # -- typed puts (also used for the coordinator's own won writes) -----------------------
 
     def put_lease(self, split: str, lease: LeaseRecord, revision: int) -> list[Notice]:
         """Fold a lease write (in the keyspace this store keeps leases in)."""
         keyspace = self.lease_keyspace
         key = self.lease_key(split)
-        if self._stale(keyspace, key, revision):
+        if self.revisions.stale(keyspace, key, revision):
             return []
         return self._fold_lease(split, key, lease, revision, keyspace)
 
@@ -557,7 +530,7 @@ class View:
         keyspace: Keyspace = Keyspace.EPHEMERAL,
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember(keyspace, key, revision)
+        self.revisions.remember(keyspace, key, revision)
         if keyspace is Keyspace.DURABLE:
             self._index_lease(split, lease.owner)
         state = self.splits.get(split)
@@ -659,7 +632,7 @@ class View:
     def put_progress(self, split: str, record: ProgressRecord, revision: int) -> list[Notice]:
         """Fold a progress record; the only place a split's status changes."""
         key = self.keys.split(split)
-        if self._stale(Keyspace.DURABLE, key, revision):
+        if self.revisions.stale(Keyspace.DURABLE, key, revision):
             return []
         return self._fold_progress(split, key, record, revision)
 
@@ -667,7 +640,7 @@ class View:
         self, split: str, key: str, record: ProgressRecord, revision: int
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember_durable(key, revision)
+        self.revisions.remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
             # A split seen for the first time (every split of a new leader's listing).
@@ -697,7 +670,7 @@ class View:
         self._fold_spec(split, self.keys.spec(split), spec, revision)
 
     def _fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
-        self._remember_durable(key, revision)
+        self.revisions.remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
             self._pending_specs.setdefault(split, spec)
@@ -712,9 +685,9 @@ class View:
     ) -> list[Notice]:
         """Fold a presence write (``presence`` None when its value was unreadable)."""
         key = self.keys.worker(instance)
-        if self._stale(Keyspace.EPHEMERAL, key, revision):
+        if self.revisions.stale(Keyspace.EPHEMERAL, key, revision):
             return []
-        self._remember(Keyspace.EPHEMERAL, key, revision)
+        self.revisions.remember(Keyspace.EPHEMERAL, key, revision)
         new = instance not in self.presence
         before = self.presence.get(instance)
         self.presence[instance] = presence
@@ -731,9 +704,9 @@ class View:
 
     def put_leader(self, leader: LeaderRecord, revision: int) -> list[Notice]:
         """Fold a leader-key write."""
-        if self._stale(Keyspace.EPHEMERAL, self.keys.leader, revision):
+        if self.revisions.stale(Keyspace.EPHEMERAL, self.keys.leader, revision):
             return []
-        self._remember(Keyspace.EPHEMERAL, self.keys.leader, revision)
+        self.revisions.remember(Keyspace.EPHEMERAL, self.keys.leader, revision)
         self.leader, self.leader_rev = leader, revision
         return [LeaderChanged(leader, revision)]
 
@@ -741,7 +714,7 @@ class View:
         """Fold a plan-record write."""
         if revision <= self.plan_rev:
             return []
-        self._remember(Keyspace.DURABLE, self.keys.plan, revision)
+        self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
         previous, self.plan, self.plan_rev = self.plan, plan, revision
         return [PlanChanged(previous, plan, revision)]
 
@@ -750,9 +723,9 @@ class View:
     ) -> list[Notice]:
         """Fold an assignment-record write."""
         key = self.keys.assign(instance)
-        if self._stale(Keyspace.DURABLE, key, revision):
+        if self.revisions.stale(Keyspace.DURABLE, key, revision):
             return []
-        self._remember(Keyspace.DURABLE, key, revision)
+        self.revisions.remember(Keyspace.DURABLE, key, revision)
         before = self.assignments.get(instance)
         self.assignments[instance] = (record, revision)
         self._reassign(instance, before, record)
@@ -762,20 +735,20 @@ class View:
         """Drop a cached assignment whose revision proved stale (a publish CAS lost)."""
         key = self.keys.assign(instance)
         before = self.assignments.pop(instance, None)
-        self._known[Keyspace.DURABLE].pop(key, None)
+        self.revisions.known[Keyspace.DURABLE].pop(key, None)
         self._reassign(instance, before, None)
         self._touch_assignment()
 
     def forget_own(self, keyspace: Keyspace, key: str, deleted: int) -> list[Notice]:
         """Fold this worker's own won guarded delete of the entry at revision ``deleted``."""
-        known = self._known[keyspace].get(key)
+        known = self.revisions.known[keyspace].get(key)
         if known is not None and known[0] > deleted:
             return []  # the key was rewritten after the entry we deleted
         if known is None:
             # Not folded yet: remember the deletion so a listing in flight cannot resurrect it.
-            self._tomb(keyspace, key, deleted)
+            self.revisions.tomb(keyspace, key, deleted)
             return []
-        self._known[keyspace][key] = (deleted, known[1])
+        self.revisions.known[keyspace][key] = (deleted, known[1])
         return self.apply_delete(keyspace, key, None)
 
     # -- internals -------------------------------------------------------------------------
@@ -858,43 +831,7 @@ class View:
         This is how the echo of one's own write is recognised: by its revision, before
         anything is decoded.
         """
-        return self._stale(keyspace, key, revision)
-
-    def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
-        durable = keyspace is Keyspace.DURABLE
-        known = (self._known_durable if durable else self._known_ephemeral).get(key)
-        if known is not None and revision <= known[0]:
-            return True
-        tombs = self._tombs_durable if durable else self._tombs_ephemeral
-        if not tombs:
-            return False
-        tomb = tombs.get(key)
-        return tomb is not None and revision <= tomb[0]
-
-    def _remember(self, keyspace: Keyspace, key: str, revision: int) -> None:
-        self.seq += 1
-        durable = keyspace is Keyspace.DURABLE
-        (self._known_durable if durable else self._known_ephemeral)[key] = (revision, self.seq)
-        tombs = self._tombs_durable if durable else self._tombs_ephemeral
-        if tombs:
-            tombs.pop(key, None)
-
-    def _remember_durable(self, key: str, revision: int) -> None:
-        """:meth:`_remember` in the durable keyspace (twice a split when a leader takes over)."""
-        self.seq = seq = self.seq + 1
-        self._known_durable[key] = (revision, seq)
-        if self._tombs_durable:
-            self._tombs_durable.pop(key, None)
-
-    def _forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
-        self._known[keyspace].pop(key, None)
-        self._tomb(keyspace, key, revision)
-
-    def _tomb(self, keyspace: Keyspace, key: str, revision: int) -> None:
-        self.seq += 1
-        tomb = self._tombs[keyspace].get(key)
-        if tomb is None or tomb[0] < revision:
-            self._tombs[keyspace][key] = (revision, self.seq)
+        return self.revisions.stale(keyspace, key, revision)
 
     def _count(self, status: Status, delta: int) -> None:
         if status is Status.RUNNABLE:
