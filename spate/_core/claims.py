@@ -1,4 +1,4 @@
-"""How a worker comes to hold splits: claiming and quarantining.
+"""How a worker comes to hold splits: claiming (and finding what the leader must quarantine).
 
 What it does with them once held (renewing, committing, failing, handing back) is
 :mod:`spate._core.tenancy`, which :class:`Claims` builds on.
@@ -23,9 +23,7 @@ The rules, each with the race it prevents:
   set by the tenancy's first advancing commit), so the deaths of workers never quarantine a
   split that keeps moving forward, while a split that kills each owner before its first commit
   still runs out of attempts; a hand-back never counts. At ``max_attempts`` the split is
-  quarantined by the leader, whatever its budget (or a fleet of full workers could never
-  reach the Stalled verdict), and only by the leader: it reads every tenancy's end, and a
-  follower's quarantine of a split nobody leases would change no key the leader watches.
+  quarantined by the leader (:mod:`spate._core.quarantine`).
 """
 
 from __future__ import annotations
@@ -41,12 +39,12 @@ from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host
 from spate._core.protocol import (
-    Candidate,
     ClaimKind,
     SplitFacts,
     attempts_after,
     claim_candidates,
 )
+from spate._core.quarantine import quarantine_flow
 from spate._core.records import (
     AssignmentRecord,
     LeaseRecord,
@@ -91,7 +89,7 @@ ACQUIRE_REASONS: dict[ClaimKind, AcquireReason] = {
 
 
 class Claims(Tenancies):
-    """What this worker claims, and the claim and quarantine flows.
+    """What this worker claims, and the claim flows (quarantine: :mod:`spate._core.quarantine`).
 
     The splits it holds, and the flows that keep or end a tenancy, are its
     :class:`~spate._core.tenancy.Tenancies` side.
@@ -171,7 +169,10 @@ class Claims(Tenancies):
             if candidate.quarantine:
                 if host.sees_job:
                     # The leader's alone: it is the one that hears every tenancy end.
-                    self._begin(candidate.split, self._quarantine(candidate))
+                    quarantine = quarantine_flow(
+                        host, candidate, self._write_or_retry_later, self._drop_lease
+                    )
+                    self._begin(candidate.split, quarantine)
             elif candidate.split in self.assigned and slots > 0:
                 slots -= 1
                 self.claiming += 1
@@ -605,44 +606,3 @@ class Claims(Tenancies):
         if host.parting:
             # Departure began while this claim was in flight: hand it straight back.
             host.start(self.release_flow(split))
-
-    # -- quarantine --------------------------------------------------------------------------
-
-    def _quarantine(self, candidate: Candidate) -> Flow[None]:
-        host = self.host
-        split = candidate.split
-        key = host.keys.split(split)
-        yield Hold(DURABLE, key)
-        state = host.view.splits.get(split)
-        if state is None or state.progress.status is not Status.RUNNABLE:
-            return
-        attempts = attempts_after(candidate.kind, state.progress.attempts, state.progress.advanced)
-        if attempts == state.progress.attempts:
-            return  # a late commit of the dead tenancy moved the split forward: no blame
-        stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
-        stale_epoch = state.lease.epoch if state.lease is not None else state.progress.epoch
-        if state.stale_lease is not None:
-            # A durable lease key its dead session left behind: removed with the split.
-            stale_lease, stale_epoch = state.stale_lease_rev, state.stale_lease.epoch
-        record = attrs.evolve(
-            state.progress,
-            epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write
-            status=Status.QUARANTINED,
-            owner=None,
-            owner_nonce="",
-            attempts=attempts,
-            written_at_ms=self.host.wall_ms(),
-        )
-        op = Op(
-            "update", DURABLE, key, encode(record), expected=state.progress_rev,
-            operation="quarantine", split=split, epoch=record.epoch,
-        )  # fmt: skip
-        # Refused: someone else moved it; the watch brings the news (or the reconcile listing,
-        # if the watch missed it).
-        result = yield from self._write_or_retry_later(op, "quarantine write")
-        if result is None:
-            return
-        logger.warning("split %s quarantined after %d attempts", split, record.attempts)
-        host.fold(host.view.put_progress(split, record, result.revision))
-        if stale_lease:
-            yield from self._drop_lease(split, stale_lease, stale_epoch)
