@@ -37,7 +37,7 @@ import outcome
 
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Hold, Op
-from spate._core.host import Host
+from spate._core.host import Drains, Host
 from spate._core.protocol import (
     ClaimKind,
     SplitFacts,
@@ -95,8 +95,8 @@ class Claims(Tenancies):
     :class:`~spate._core.tenancy.Tenancies` side.
     """
 
-    def __init__(self, host: Host) -> None:
-        super().__init__(host)
+    def __init__(self, host: Host, drains: Drains) -> None:
+        super().__init__(host, drains)
         self.claiming = 0
         self.assigned: frozenset[str] = frozenset()
         self.assignment_seen = False

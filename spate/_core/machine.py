@@ -53,7 +53,7 @@ from spate._core.presence import Presence
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
 from spate._core.records import Keys, PlanRecord, UnreadableRecord, decode, encode
 from spate._core.residuals import ResidualSeeds
-from spate._core.revocation import Revocations
+from spate._core.revocation import DrainTable, Revocations
 from spate._core.schedule import heartbeat_delay, reconcile_interval
 from spate._core.scopes import Scopes, WatchScope
 from spate._core.split_requests import SplitRequests
@@ -182,9 +182,9 @@ class Machine:
         self.scopes = Scopes(self.keys, instance, durable_leases=not session.keeps_keys)
         self._ready = False
         # The components, and the two narrow links between them (see spate._core.host).
-        self._claims = Claims(self)
-        self._revocations = Revocations(self, holdings=self._claims)
-        self._claims.drains = self._revocations
+        drains = DrainTable(self)
+        self._claims = Claims(self, drains)
+        self._revocations = Revocations(self, holdings=self._claims, drains=drains)
         self._ownership = OwnershipReads(self)
         self._residuals = ResidualSeeds(self)
         self._requests = SplitRequests(self, self._ownership)

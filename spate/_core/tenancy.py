@@ -59,10 +59,10 @@ class Owned:
 class Tenancies:
     """The splits this worker holds, and every flow that keeps or ends a tenancy."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, drains: Drains) -> None:
         self.host = host
-        self.drains: Drains
-        """The revocations (the machine wires them in): told of commits and of ends."""
+        self.drains = drains
+        """The revocations' table of drains: told of commits and of ends."""
         self.owned: dict[str, Owned] = {}
         self.busy: set[str] = set()
         """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
