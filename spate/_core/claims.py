@@ -1,7 +1,7 @@
 """How a worker comes to hold splits: claiming (and finding what the leader must quarantine).
 
 What it does with them once held (renewing, committing, failing, handing back) is
-:mod:`spate._core.tenancy`, which :class:`Claims` builds on.
+:mod:`spate._core.tenancy`, whose :class:`~spate._core.tenancy.Tenancies` :class:`Claims` holds.
 
 The rules, each with the race it prevents:
 
@@ -37,7 +37,7 @@ import outcome
 
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Hold, Op
-from spate._core.host import Drains, Host
+from spate._core.host import Host, ReleaseOutcome
 from spate._core.protocol import (
     ClaimKind,
     SplitFacts,
@@ -88,15 +88,18 @@ ACQUIRE_REASONS: dict[ClaimKind, AcquireReason] = {
 """The metrics reason of a won claim, by the kind of claim it was."""
 
 
-class Claims(Tenancies):
+class Claims:
     """What this worker claims, and the claim flows (quarantine: :mod:`spate._core.quarantine`).
 
-    The splits it holds, and the flows that keep or end a tenancy, are its
-    :class:`~spate._core.tenancy.Tenancies` side.
+    The splits it holds, and the flows that keep or end a tenancy, are the
+    :class:`~spate._core.tenancy.Tenancies` it holds (a won claim adds one). As the
+    revocations see it (:class:`~spate._core.host.Holdings`) it answers for both.
     """
 
-    def __init__(self, host: Host, drains: Drains) -> None:
-        super().__init__(host, drains)
+    def __init__(self, host: Host, tenancies: Tenancies) -> None:
+        self.host = host
+        self.tenancies = tenancies
+        """The splits held here and the flows that keep or end them (a claim adds to them)."""
         self.claiming = 0
         self.assigned: frozenset[str] = frozenset()
         self.assignment_seen = False
@@ -119,6 +122,22 @@ class Claims(Tenancies):
         self._unsure_leases: dict[str, float] = {}
         """Splits whose lease write of ours failed with an unknown outcome (it may have landed,
         or land later), and until when to keep reading its key back."""
+
+    # -- the holdings, as the revocations see them ---------------------------------------------
+
+    @property
+    def owned(self) -> dict[str, Owned]:
+        """The splits this worker holds."""
+        return self.tenancies.owned
+
+    @property
+    def busy(self) -> set[str]:
+        """Splits with a claim, quarantine, release or fail in flight."""
+        return self.tenancies.busy
+
+    def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
+        """Hand ``split`` back cleanly (see :meth:`Tenancies.release_flow`)."""
+        return self.tenancies.release_flow(split)
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -164,13 +183,16 @@ class Claims(Tenancies):
                 )
             )
         for candidate in claim_candidates(
-            facts, held=self.owned, instance=host.instance, max_attempts=host.config.max_attempts
+            facts,
+            held=self.owned,
+            instance=host.instance,
+            max_attempts=host.config.max_attempts,
         ):
             if candidate.quarantine:
                 if host.sees_job:
                     # The leader's alone: it is the one that hears every tenancy end.
                     quarantine = quarantine_flow(
-                        host, candidate, self._write_or_retry_later, self._drop_lease
+                        host, candidate, self._write_or_retry_later, self.tenancies._drop_lease
                     )
                     self._begin(candidate.split, quarantine)
             elif candidate.split in self.assigned and slots > 0:
@@ -263,7 +285,7 @@ class Claims(Tenancies):
     def heartbeat(self, now: float) -> None:
         """Keep the held leases (see :meth:`keep_leases`) and sweep every candidate next step."""
         self._sweep = True  # the backstop of the incremental step
-        self.keep_leases(now)
+        self.tenancies.keep_leases(now)
         for split, until in sorted(self._unsure_leases.items()):
             if split in self.owned or now > until:
                 del self._unsure_leases[split]
@@ -320,11 +342,11 @@ class Claims(Tenancies):
         self._dirty.add(notice.split)
         if isinstance(notice, LeaseChanged):
             if notice.lease.nonce == host.nonce and notice.split not in self.owned:
-                self._stray.setdefault(notice.split, host.now())
+                self.tenancies._stray.setdefault(notice.split, host.now())
             else:
-                self._stray.pop(notice.split, None)
+                self.tenancies._stray.pop(notice.split, None)
         elif isinstance(notice, LeaseGone):
-            self._stray.pop(notice.split, None)
+            self.tenancies._stray.pop(notice.split, None)
         if isinstance(notice, ProgressChanged):
             record = notice.record
             previous = notice.previous
@@ -336,7 +358,7 @@ class Claims(Tenancies):
             held = self.owned.get(notice.split)
             if held is not None and record.epoch > held.epoch:
                 # A claimant CASed the record past our tenancy.
-                self.drop(notice.split, "fenced")
+                self.tenancies.drop(notice.split, "fenced")
             return
         held = self.owned.get(notice.split)
         if held is None:
@@ -347,12 +369,12 @@ class Claims(Tenancies):
                 if lease.owner == host.instance:
                     raise host.duplicate_instance(f"the lease of split {notice.split!r}")
                 logger.warning("split %s: lease taken by %s; split lost", notice.split, lease.owner)
-                self.drop(notice.split, "fenced")
+                self.tenancies.drop(notice.split, "fenced")
             return
         if notice.revision is None or notice.revision > held.lease_rev:
             # Our lease expired while we believed we held the split: renewals have been
             # failing for a whole lease, and a peer may already be claiming it.
-            self.drop(notice.split, "starved")
+            self.tenancies.drop(notice.split, "starved")
 
     def on_assignment(self, notice: AssignmentChanged | AssignmentGone) -> None:
         """Adopt this worker's assignment (or its withdrawal: "nothing decided")."""
@@ -436,13 +458,13 @@ class Claims(Tenancies):
                 return
             if outcome == "given up" or not (yield from self._adopt_late_commit(split, epoch)):
                 break
-        yield from self._drop_lease(split, lease_rev, epoch)
+        yield from self.tenancies._drop_lease(split, lease_rev, epoch)
 
     def _settle_release_race(self, split: str) -> Flow[ClaimKind]:
         """One durable read: an owner already cleared makes an "expired" claim "released"."""
         host = self.host
         key = host.keys.split(split)
-        entry = yield from self._read_or_none(DURABLE, key)
+        entry = yield from self.tenancies._read_or_none(DURABLE, key)
         if entry is None:
             return ClaimKind.EXPIRED
         state = host.view.splits.get(split)
@@ -543,7 +565,7 @@ class Claims(Tenancies):
             )  # fmt: skip
         except StoreUnavailable as exc:
             logger.warning("split %s: claim write failed (%s); checking", split, exc)
-            result = yield from self._landed(split, record)
+            result = yield from self.tenancies._landed(split, record)
             if result is None:
                 return "given up"
         if not isinstance(result, Won):
@@ -558,7 +580,7 @@ class Claims(Tenancies):
         it still owned the split), not to a rival claim; the retry builds on that commit.
         """
         host = self.host
-        entry = yield from self._read_or_none(DURABLE, host.keys.split(split))
+        entry = yield from self.tenancies._read_or_none(DURABLE, host.keys.split(split))
         if entry is None:
             return False
         host.fold(host.view.apply_put(DURABLE, entry))
@@ -605,4 +627,4 @@ class Claims(Tenancies):
         host.emit(Gained(split, record.epoch, record.progress, descriptor, spec.weight))
         if host.parting:
             # Departure began while this claim was in flight: hand it straight back.
-            host.start(self.release_flow(split))
+            host.start(self.tenancies.release_flow(split))

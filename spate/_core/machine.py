@@ -59,6 +59,7 @@ from spate._core.scopes import Scopes, WatchScope
 from spate._core.split_requests import SplitRequests
 from spate._core.splitting import split_flow
 from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
+from spate._core.tenancy import Tenancies
 from spate._core.verdict import VerdictJudge
 from spate._core.view import (
     AssignmentChanged,
@@ -183,7 +184,8 @@ class Machine:
         self._ready = False
         # The components, and the two narrow links between them (see spate._core.host).
         drains = DrainTable(self)
-        self._claims = Claims(self, drains)
+        self._tenancies = Tenancies(self, drains)
+        self._claims = Claims(self, self._tenancies)
         self._revocations = Revocations(self, holdings=self._claims, drains=drains)
         self._ownership = OwnershipReads(self)
         self._residuals = ResidualSeeds(self)
@@ -191,7 +193,7 @@ class Machine:
         self._leader = Leadership(self, planner, requests=self._requests.of)
         self._verdict = VerdictJudge(self, lead=self._leader)
         leader = self._leader
-        self._presence = Presence(self, locality, self._claims, lambda: leader.leading)
+        self._presence = Presence(self, locality, self._tenancies, lambda: leader.leading)
         self._backstop = Backstop(self, self.scopes, self._claims)
         self._handover = HandoverPoll(self)
         self._listing = False
@@ -329,7 +331,7 @@ class Machine:
         Returns the error to raise to the caller (``Fenced``, ``StoreUnavailable``), or None
         once the write landed.
         """
-        return self._claims.commit_flow(split, progress)
+        return self._tenancies.commit_flow(split, progress)
 
     def split_flow(
         self, split: str, primary: bytes, residual: bytes, weight: int | None
@@ -338,14 +340,14 @@ class Machine:
 
         Returns the residual's id once the write landed, or the error to raise to the caller.
         """
-        return split_flow(self._claims, split, primary, residual, weight)
+        return split_flow(self._tenancies, split, primary, residual, weight)
 
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
 
         Returns the error to raise to the caller, or None once the failure is recorded.
         """
-        return self._claims.fail_flow(split, reason)
+        return self._tenancies.fail_flow(split, reason)
 
     def decline_revoke(self, split: str) -> None:
         """The handler cannot stop ``split`` at a safe boundary: force its revocation now.
@@ -709,7 +711,7 @@ class Machine:
 
     def release_all_flow(self, splits: list[str]) -> Flow[None]:
         """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
-        outcomes = yield Fork(tuple(self._claims.release_flow(split) for split in splits))
+        outcomes = yield Fork(tuple(self._tenancies.release_flow(split) for split in splits))
         # An exception out of a hand-back is fatal, as it was when they ran one after another.
         self.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
 
@@ -718,21 +720,23 @@ class Machine:
         self._parting = True
         self.request_step()
         self._leader.demote(resign=True)
-        claims = self._claims
-        self._handover.handing_over = sorted(claims.owned)
+        tenancies = self._tenancies
+        self._handover.handing_over = sorted(tenancies.owned)
         # Every split is handed back at once (their writes go to different keys); once every
         # owner is cleared, the leases are dropped at once and the presence key with them. So
         # leaving takes two writes' time however many splits are held, and the leader sees
         # the departure with the leases already freed: the new owners claim them all together.
-        results = yield from claims.hand_back_all_flow(sorted(claims.owned), self._presence_after)
+        results = yield from tenancies.hand_back_all_flow(
+            sorted(tenancies.owned), self._presence_after
+        )
         self.metrics.released(results.count("released"))
         if "failed" in results:
             # The store cannot be reached: the hand-backs were all in flight together, so they
             # timed out together (about one operation timeout). Stop holding whatever is left
             # without writing, and let the session's end (expiry, if it cannot be revoked)
             # free it.
-            for rest in sorted(claims.owned):
-                claims.abandon(rest)
+            for rest in sorted(tenancies.owned):
+                tenancies.abandon(rest)
             return StoreUnavailable(
                 "the store could not be reached while leaving, so the hand-back was not "
                 "written; this worker's splits move to others when its session's keys expire "

@@ -470,7 +470,7 @@ class Worker(EventLog, SimWorker):
 
     def drop_silently(self, split: str) -> None:
         """Stop holding ``split`` without writing (a loss noticed before its key went)."""
-        self.machine._claims.drop(split, "fenced")
+        self.machine._tenancies.drop(split, "fenced")
 
     def stop_claiming(self) -> None:
         """Claim nothing more, as a leaving worker does (without its hand-back)."""
@@ -483,7 +483,7 @@ class Worker(EventLog, SimWorker):
     @property
     def stray_leases(self) -> bool:
         """Whether the claims still track a lease key of this process's that it does not hold."""
-        return bool(self.machine._claims._stray)
+        return bool(self.machine._tenancies._stray)
 
     @property
     def renewed_at(self) -> dict[str, float]:
