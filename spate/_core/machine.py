@@ -46,8 +46,10 @@ from spate._core.echo import is_echo
 from spate._core.flows import Flow, Fork, Op
 from spate._core.handover import HandoverPoll
 from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
+from spate._core.job_listing import JobListing
 from spate._core.leader import Leadership, fingerprint_mismatch
 from spate._core.leader_phase import LeaderPhase
+from spate._core.notice_router import NoticeRouter
 from spate._core.ownership import OwnershipReads
 from spate._core.presence import Presence
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
@@ -62,17 +64,7 @@ from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, Start
 from spate._core.tenancy import Tenancies
 from spate._core.verdict import VerdictJudge
 from spate._core.view import (
-    AssignmentChanged,
-    AssignmentGone,
-    LeaderChanged,
-    LeaderGone,
-    LeaseChanged,
-    LeaseGone,
     Notice,
-    PlanChanged,
-    PresenceChanged,
-    PresenceGone,
-    ProgressChanged,
     View,
 )
 from spate._errors import FatalCoordinationError, StoreUnavailable
@@ -91,8 +83,6 @@ HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
 
 RECHECK_AFTER = 0.1
 """Seconds before the machine looks again at a rule whose deadline passed without it acting."""
-LIST_RETRY = 1.0
-"""Seconds before a new leader's failed listing of the job is tried again."""
 
 
 class Effects(Protocol):
@@ -196,11 +186,16 @@ class Machine:
         self._presence = Presence(self, locality, self._tenancies, lambda: leader.leading)
         self._backstop = Backstop(self, self.scopes, self._claims)
         self._handover = HandoverPoll(self)
-        self._listing = False
-        self._bulk_listing = 0
-        """Records a listing of the whole job in flight is expected to bring (see bulk_records)."""
-        self._list_retry_at = 0.0
-        self._saw_job = False
+        self._job_listing = JobListing(self, self.scopes, self._sees_whole_job)
+        self._router = NoticeRouter(
+            self,
+            self.scopes,
+            self._claims,
+            self._leader,
+            self._ownership,
+            self._residuals,
+            self._requests,
+        )
 
     # -- the Host face (what the components use) -----------------------------------------------
 
@@ -231,7 +226,7 @@ class Machine:
     @property
     def bulk_records(self) -> int:
         """Records of bulk work in progress (a plan's seeding), for the runtime's memory policy."""
-        return self._leader.seeding + self._bulk_listing
+        return self._leader.seeding + self._job_listing.bulk
 
     @property
     def ready(self) -> bool:
@@ -391,7 +386,7 @@ class Machine:
         """Move every rule forward from the current state (never awaits)."""
         now = self.now()
         if self.scopes.read_whole_job(self._leader.leading):
-            self._saw_job = False
+            self._job_listing.scope_changed()
             if not self._leader.leading:
                 # Back to a follower's watches: what it learned of its own share while it
                 # led may be stale by now, so it reads its share again.
@@ -399,9 +394,7 @@ class Machine:
                 self._residuals.clear()
                 self._requests.clear()
                 self._claims.reread_share()
-        if self.scopes.wants_listing and not self._listing and now >= self._list_retry_at:
-            self._listing = True
-            self.start(self._list_job())
+        self._job_listing.step(now)
         if self._leader.leading:
             self._residuals.step(now)
             if self.sees_job and not self._parting:
@@ -424,7 +417,7 @@ class Machine:
             self._ownership.next_deadline(),
             self._residuals.next_deadline(),
             self._requests.next_deadline() if self._leader.leading else math.inf,
-            self._list_retry_at if self.scopes.wants_listing else math.inf,
+            self._job_listing.next_deadline(),
             self._leader.next_deadline(now),
             self._revocations.next_deadline(),
             self._verdict.next_deadline(),
@@ -471,37 +464,13 @@ class Machine:
         self.scopes.snapshot_folded(scope)
         if self.scopes.ready:
             self._ready = True
-        self._note_sees_job()
+        self._job_listing.note_sees_job()
 
-    def _note_sees_job(self) -> None:
-        if self.scopes.sees_job and not self._saw_job:
-            self._saw_job = True
-            self._leader.sees_job_now(self.now())
-            self._requests.sees_job_now(self.now())
-            self._residuals.sweep()
-
-    def _list_job(self) -> Flow[None]:
-        """The new leader's one listing of the durable keyspace: the whole job, once."""
-        since = self.view.seq
-        plan = self.view.plan
-        # A spec and a progress record a split: reported as bulk work while the listing is in
-        # flight, so the runtime defers full collections before its hundreds of thousands of
-        # records arrive to be folded (see spate._runtime.bulk).
-        self._bulk_listing = 2 * (plan.planned if plan is not None else 0)
-        try:
-            entries: list[Entry] = yield Op("list", Keyspace.DURABLE, self.keys.prefix)
-        except StoreUnavailable as exc:
-            logger.warning("listing the job failed (%s); retrying", exc)
-            self._list_retry_at = self.now() + LIST_RETRY
-            return
-        finally:
-            self._listing = False
-            self._bulk_listing = 0
-        if not self.scopes.whole_job:
-            return  # it stopped leading meanwhile
-        self.fold(self.view.apply_listing(Keyspace.DURABLE, entries, since=since))
-        self.scopes.listed = True
-        self._note_sees_job()
+    def _sees_whole_job(self, now: float) -> None:
+        """The view holds the whole job now: the leader's parts act on what they did not see."""
+        self._leader.sees_job_now(now)
+        self._requests.sees_job_now(now)
+        self._residuals.sweep()
 
     def watch_put(self, keyspace: Keyspace, entry: Entry) -> bool:
         """A live watch put; ``False`` when it changed nothing (the echo of an own write)."""
@@ -560,69 +529,8 @@ class Machine:
             self.fold(self.view.apply_put(keyspace, entry))
 
     def fold(self, notices: list[Notice]) -> None:
-        """Act on what changed in the view."""
-        for notice in notices:
-            if type(notice) is ProgressChanged:
-                # The bulk of them (one a split when a leader takes over): the branch below,
-                # without its tests for the other kinds.
-                self._claims.on_notice(notice)
-                if self._leader.leading:
-                    self._lead_on(notice)
-            elif isinstance(notice, LeaseChanged | LeaseGone | ProgressChanged):
-                self._claims.on_notice(notice)
-                if isinstance(notice, LeaseGone):
-                    self._leader.nudge_for(notice.split)
-                if self._leader.leading:
-                    self._lead_on(notice)
-            elif isinstance(notice, AssignmentChanged | AssignmentGone):
-                if isinstance(notice, AssignmentChanged):
-                    self._leader.on_assignment(notice.record)
-                if notice.instance == self.instance:
-                    self._claims.on_assignment(notice)
-            elif isinstance(notice, PresenceChanged):
-                self._requests.membership_changed()
-                self._on_presence(notice)
-            elif isinstance(notice, PresenceGone):
-                self._requests.membership_changed()
-                if notice.instance != self.instance:
-                    self._leader.on_departure(notice.instance, self.now())
-            elif isinstance(notice, LeaderChanged | LeaderGone | PlanChanged):
-                self._leader.on_notice(notice)
-                if (
-                    isinstance(notice, PlanChanged)
-                    and notice.previous is not None
-                    and notice.previous.verdict is not None
-                    and notice.plan.verdict is None
-                ):
-                    # The operator reopened the job (spate requeue): progress records moved
-                    # that no lease event tells the leader of.
-                    self.scopes.relist()
-
-    def _lead_on(self, notice: LeaseChanged | LeaseGone | ProgressChanged) -> None:
-        """What a split's lease or progress tells the leader (reads, residuals, requests)."""
-        if isinstance(notice, ProgressChanged):
-            self._residuals.found(notice.record)
-            self._requests.progressed(notice.split, notice.record)
-            return
-        if isinstance(notice, LeaseGone):
-            self._requests.ended(notice.split)
-        elif notice.new_tenancy:
-            self._requests.began(notice.split, self.now())
-        else:
-            return
-        self._ownership.note(notice.split)
-
-    def _on_presence(self, notice: PresenceChanged) -> None:
-        if notice.instance == self.instance:
-            if notice.nonce not in (None, self.nonce) and notice.revision > self.presence_rev:
-                raise self.duplicate_instance(f"presence key {self.keys.worker(self.instance)!r}")
-            return
-        self._leader.on_arrival(notice.instance, notice.new, self.now())
-        presence = self.view.presence.get(notice.instance)
-        if presence is not None and presence.parents and self._leader.leading:
-            # A follower split these: their records name residuals for this leader to seed.
-            for parent in presence.parents:
-                self._ownership.note(parent)
+        """Act on what changed in the view (see :mod:`spate._core.notice_router`)."""
+        self._router.fold(notices)
 
     # -- startup (the sequence and its retries: spate._core.startup) --------------------------
 
