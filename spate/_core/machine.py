@@ -42,25 +42,33 @@ from spate._config import Config
 from spate._core.backstop import Backstop
 from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
+from spate._core.departure import Departure
 from spate._core.echo import is_echo
-from spate._core.flows import Flow, Fork, Op
+from spate._core.flows import Flow, Op
 from spate._core.handover import HandoverPoll
-from spate._core.host import PlannerRun, ReleaseOutcome, SessionFacts
+from spate._core.host import PlannerRun, SessionFacts
 from spate._core.job_listing import JobListing
-from spate._core.leader import Leadership, fingerprint_mismatch
+from spate._core.leader import Leadership
 from spate._core.leader_phase import LeaderPhase
 from spate._core.notice_router import NoticeRouter
 from spate._core.ownership import OwnershipReads
 from spate._core.presence import Presence
 from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
-from spate._core.records import Keys, PlanRecord, UnreadableRecord, decode, encode
+from spate._core.records import Keys
 from spate._core.residuals import ResidualSeeds
 from spate._core.revocation import DrainTable, Revocations
 from spate._core.schedule import heartbeat_delay, reconcile_interval
 from spate._core.scopes import Scopes, WatchScope
 from spate._core.split_requests import SplitRequests
 from spate._core.splitting import split_flow
-from spate._core.startup import STARTUP_STEPS, STEP_TIMEOUT_FACTOR, Retry, StartupStep, StartupTries
+from spate._core.startup import (
+    STARTUP_STEPS,
+    STEP_TIMEOUT_FACTOR,
+    StartupStep,
+    StartupTries,
+    join_flow,
+    startup_step_flow,
+)
 from spate._core.tenancy import Tenancies
 from spate._core.verdict import VerdictJudge
 from spate._core.view import (
@@ -71,7 +79,7 @@ from spate._errors import FatalCoordinationError, StoreUnavailable
 from spate._events import Event, Progress
 from spate._metrics import Gauges, MetricsHooks
 from spate._plan import PlanContext, Planner
-from spate._store import Delete, Entry, Keyspace, Put, Won
+from spate._store import Delete, Entry, Keyspace, Put
 from spate.telemetry._context import Context
 
 __all__ = ["Effects", "Machine"]
@@ -169,7 +177,6 @@ class Machine:
             session_leases=not session.keeps_keys,
             own=(instance, nonce),
         )
-        self._parting = False
         self.scopes = Scopes(self.keys, instance, durable_leases=not session.keeps_keys)
         self._ready = False
         # The components, and the two narrow links between them (see spate._core.host).
@@ -186,6 +193,9 @@ class Machine:
         self._presence = Presence(self, locality, self._tenancies, lambda: leader.leading)
         self._backstop = Backstop(self, self.scopes, self._claims)
         self._handover = HandoverPoll(self)
+        self._departure = Departure(
+            self, self._leader, self._tenancies, self._handover, self._presence
+        )
         self._job_listing = JobListing(self, self.scopes, self._sees_whole_job)
         self._router = NoticeRouter(
             self,
@@ -202,7 +212,7 @@ class Machine:
     @property
     def parting(self) -> bool:
         """Whether this worker is leaving the job (set by :meth:`depart_flow`)."""
-        return self._parting
+        return self._departure.parting
 
     @property
     def locality(self) -> str:
@@ -397,7 +407,7 @@ class Machine:
         self._job_listing.step(now)
         if self._leader.leading:
             self._residuals.step(now)
-            if self.sees_job and not self._parting:
+            if self.sees_job and not self.parting:
                 self._requests.step(now)
                 self._leader.ask(self._requests.take_unsent())
             self._ownership.step(now)
@@ -405,7 +415,7 @@ class Machine:
         # A published verdict ends the job here before any other rule acts on it.
         self._verdict.observe()
         if not self._verdict.reported:
-            if not self._parting:
+            if not self.parting:
                 self._leader.step(now)
                 self._claims.step(now)
                 self._revocations.step(now)
@@ -557,45 +567,12 @@ class Machine:
         return f"{self.nonce[:16]}{tries}"
 
     def startup_flow(self, step: StartupStep) -> Flow[None]:
-        """The machine's part of ``step`` (join or announce).
+        """The machine's part of ``step`` (join or announce; see :func:`startup_step_flow`).
 
         Raises :class:`~spate._core.startup.Retry` when the try lost a benign race, and
         :class:`~spate.FatalCoordinationError` for a plan record it cannot read.
         """
-        if step.name == "join":
-            flow = self.join_flow()
-        elif step.name == "announce":
-            flow = self.announce_flow()
-        else:
-            raise ValueError(f"{step.what} is the runtime's step, not the machine's")
-        try:
-            done = yield from flow
-        except UnreadableRecord as exc:
-            raise FatalCoordinationError(str(exc)) from exc
-        if not done:
-            raise Retry(step.race_lost)
-
-    def join_flow(self) -> Flow[bool]:
-        """Join the job: create its plan record with our fingerprint, or read the one that exists.
-
-        Create first, read only when that loses: the worker that creates the job joins in one
-        round trip and every other in two, however many start together, and the race of who
-        creates it is no failure to retry (a lost create writes nothing, so a worker with
-        another fingerprint is still refused before it writes anything). Returns False only if
-        the record vanished between the two calls (deleted by hand): run it again.
-        """
-        key = self.keys.plan
-        fresh = encode(PlanRecord(fingerprint=self.fingerprint))
-        result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
-        if isinstance(result, Won):
-            return True
-        entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
-        if entry is None:
-            return False
-        plan = decode(PlanRecord, key, entry.value)
-        if plan.fingerprint != self.fingerprint:
-            raise fingerprint_mismatch(self.job, plan.fingerprint, self.fingerprint)
-        return True
+        return startup_step_flow(step, partial(join_flow, self), self._presence.announce_flow)
 
     def announce_flow(self) -> Flow[bool]:
         """Write this worker's presence key (see :mod:`spate._core.presence`)."""
@@ -619,46 +596,11 @@ class Machine:
 
     def release_all_flow(self, splits: list[str]) -> Flow[None]:
         """Hand ``splits`` back, all at once (different keys: their writes overlap)."""
-        outcomes = yield Fork(tuple(self._tenancies.release_flow(split) for split in splits))
-        # An exception out of a hand-back is fatal, as it was when they ran one after another.
-        self.metrics.released(sum(o.unwrap() == "released" for o in outcomes))
+        return self._departure.release_all_flow(splits)
 
     def depart_flow(self) -> Flow[BaseException | None]:
-        """Leave the job: resign, hand every split back at once, delete the presence key."""
-        self._parting = True
-        self.request_step()
-        self._leader.demote(resign=True)
-        tenancies = self._tenancies
-        self._handover.handing_over = sorted(tenancies.owned)
-        # Every split is handed back at once (their writes go to different keys); once every
-        # owner is cleared, the leases are dropped at once and the presence key with them. So
-        # leaving takes two writes' time however many splits are held, and the leader sees
-        # the departure with the leases already freed: the new owners claim them all together.
-        results = yield from tenancies.hand_back_all_flow(
-            sorted(tenancies.owned), self._presence_after
-        )
-        self.metrics.released(results.count("released"))
-        if "failed" in results:
-            # The store cannot be reached: the hand-backs were all in flight together, so they
-            # timed out together (about one operation timeout). Stop holding whatever is left
-            # without writing, and let the session's end (expiry, if it cannot be revoked)
-            # free it.
-            for rest in sorted(tenancies.owned):
-                tenancies.abandon(rest)
-            return StoreUnavailable(
-                "the store could not be reached while leaving, so the hand-back was not "
-                "written; this worker's splits move to others when its session's keys expire "
-                "(within a lease)"
-            )
-        return None
-
-    def _presence_after(self, results: list[ReleaseOutcome]) -> Flow[None] | None:
-        """The presence delete that goes with a departure's lease drops (none if it failed)."""
-        return None if "failed" in results else self.delete_presence()
-
-    def delete_presence(self) -> Flow[None]:
-        """Drop this worker's presence key (departure): peers rebalance now, not after a TTL."""
-        return self._presence.delete_flow()
+        """Leave the job (see :mod:`spate._core.departure`)."""
+        return self._departure.depart_flow()
 
 
 def _unwrap(result: outcome.Outcome[Any]) -> None:

@@ -474,7 +474,7 @@ class Worker(EventLog, SimWorker):
 
     def stop_claiming(self) -> None:
         """Claim nothing more, as a leaving worker does (without its hand-back)."""
-        self.machine._parting = True
+        self.machine._departure.parting = True
 
     def step_down(self, *, resign: bool) -> None:
         """Give up leadership, with or without deleting the leader key."""
