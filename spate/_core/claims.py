@@ -38,6 +38,7 @@ import outcome
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host, ReleaseOutcome
+from spate._core.point_reads import read_session, read_split
 from spate._core.protocol import (
     ClaimKind,
     SplitFacts,
@@ -217,60 +218,7 @@ class Claims:
                 continue  # read when its retry comes due
             self._to_read.discard(split)
             if split not in self.owned:
-                self._begin(split, self._read_split(split))
-
-    def _read_split(self, split: str) -> Flow[None]:
-        """Point reads of one split's records: its progress record, spec and lease.
-
-        A follower watches none of them (DESIGN §4b): this is how it learns a split it is
-        assigned, and how it learns again once it was told the split came free. The progress
-        record first: a lease or spec folded before it waits in the view for it.
-        """
-        host, view = self.host, self.host.view
-        key = host.keys.split(split)
-        try:
-            progress: Entry | None = yield Op("get", DURABLE, key)
-            if progress is None:
-                return  # not seeded yet: the next assignment write or the backstop looks again
-            host.fold(view.apply_put(DURABLE, progress))
-            state = view.splits.get(split)
-            if state is not None and state.spec is None:
-                spec: Entry | None = yield Op("get", DURABLE, host.keys.spec(split))
-                if spec is not None:
-                    host.fold(view.apply_put(DURABLE, spec))
-            lease_keyspace, lease_key = view.lease_keyspace, view.lease_key(split)
-            lease: Entry | None = yield Op("get", lease_keyspace, lease_key)
-            if lease is not None and view.session_leases:
-                # A lease lives by its owner's session: read that too, so the view can tell.
-                yield from self._read_session(decode(LeaseRecord, lease_key, lease.value))
-        except StoreUnavailable as exc:
-            logger.debug("split %s: reading its records failed (%s); retrying later", split, exc)
-            self._retry_later(split)
-            return
-        if split in self.owned:
-            return  # claimed meanwhile (not by this flow): the claim's own writes are newer
-        if lease is None:
-            host.fold(view.apply_delete(lease_keyspace, lease_key, None))
-        else:
-            host.fold(view.apply_put(lease_keyspace, lease))
-
-    def _read_session(self, lease: LeaseRecord) -> Flow[bool]:
-        """Read the session ``lease`` names (its owner's presence) into the view: alive or not.
-
-        On a per-key store this is the proof a takeover needs: a session is gone when its
-        presence record is absent or names another nonce, and a read says so of the store
-        itself, never of a stale view. Raises StoreUnavailable when the store cannot say.
-        """
-        host, view = self.host, self.host.view
-        if (lease.owner, lease.nonce) == (host.instance, host.nonce):
-            return True
-        key = host.keys.worker(lease.owner)
-        entry: Entry | None = yield Op("get", EPHEMERAL, key)
-        if entry is None:
-            host.fold(view.apply_delete(EPHEMERAL, key, None))
-        else:
-            host.fold(view.apply_put(EPHEMERAL, entry))
-        return view.session_live(lease)
+                self._begin(split, read_split(self.host, split, self.owned, self._retry_later))
 
     def _begin(self, split: str, flow: Flow[None]) -> None:
         self.busy.add(split)
@@ -488,7 +436,7 @@ class Claims:
             # A durable lease key stands: it may be taken over only once its session is
             # proven gone, by a read of the store made now (a stale view may not decide it).
             try:
-                alive = yield from self._read_session(existing)
+                alive = yield from read_session(self.host, existing)
             except StoreUnavailable as exc:
                 logger.warning("split %s: cannot tell whether its lease lives (%s)", split, exc)
                 self._retry_later(split)
