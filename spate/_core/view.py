@@ -30,7 +30,6 @@ from typing import TypeAlias
 import attrs
 
 from spate._core.changes import PlacementChanges
-from spate._core.protocol import ClaimKind, exhausts_attempts
 from spate._core.records import (
     AssignmentRecord,
     KeyKind,
@@ -48,6 +47,7 @@ from spate._core.records import (
     decode,
 )
 from spate._core.revisions import Revisions
+from spate._core.split_counts import SplitCounts, Tallies
 from spate._store import Entry, Keyspace
 
 __all__ = [
@@ -197,15 +197,6 @@ class SplitState:
         return self.lease.owner if self.lease is not None else self.progress.owner
 
 
-@attrs.frozen
-class Tallies:
-    """Split counts by status."""
-
-    runnable: int
-    completed: int
-    quarantined: int
-
-
 class View:
     """The folded state of one job as seen by one worker."""
 
@@ -245,16 +236,14 @@ class View:
         self._changes = PlacementChanges() if changes is None else changes
         self.assigned: dict[str, set[str]] = {}
         """Split -> the instances whose assignment record (of any generation) names it."""
-        self.near_quarantine: set[str] = set()
+        self.counts = SplitCounts(max_attempts)
+        """Split counts by status, and the near-quarantine set (kept split by split)."""
+        self.near_quarantine = self.counts.near_quarantine
         """Runnable splits whose next charged takeover reaches ``max_attempts`` (a split whose
         last tenancy advanced is charged nothing, so it is not near)."""
         self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
         self._pending_specs: dict[str, SpecRecord] = {}
         self._spec_arrivals: set[str] = set()
-        self._runnable = 0
-        self._completed = 0
-        self._quarantined = 0
-        self._near_memo: dict[tuple[int, bool, int], bool] = {}
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -266,7 +255,7 @@ class View:
     @property
     def tallies(self) -> Tallies:
         """Split counts by status (kept incrementally)."""
-        return Tallies(self._runnable, self._completed, self._quarantined)
+        return self.counts.tallies
 
     def recount(self) -> Tallies:
         """Split counts by status, recounted from scratch (for checks)."""
@@ -556,7 +545,7 @@ class View:
             state.stale_lease, state.stale_lease_rev = lease, revision
         if state.current_owner != owner_before:
             self._touch_assignment(split)
-        self._check_near_quarantine(split, state)
+        self.counts.check_near_quarantine(split, state.progress)
         if state.lease is None:
             # A lease written under a session already gone: expired the moment it landed. Over
             # a live one it is still news of its own (a holder learns its key was taken).
@@ -626,7 +615,7 @@ class View:
             state.lease, state.lease_rev = None, 0
             if state.current_owner != owner_before:
                 self._touch_assignment(split)
-            self._check_near_quarantine(split, state)
+            self.counts.check_near_quarantine(split, state.progress)
         return [LeaseGone(split, revision)]
 
     def put_progress(self, split: str, record: ProgressRecord, revision: int) -> list[Notice]:
@@ -649,20 +638,20 @@ class View:
             state = self.splits[split] = SplitState(record, revision, spec)
             if pending is not None:
                 self._set_lease(split, state, pending[0], pending[1])
-            self._count(record.status, +1)
+            self.counts.count(record.status, +1)
             self._changes.split_moved(split)
-            self._check_near_quarantine(split, state)
+            self.counts.check_near_quarantine(split, state.progress)
             return [ProgressChanged(split, None, record, revision)]
         previous = state.progress
         owner_before = state.current_owner
         state.progress, state.progress_rev = record, revision
         if previous.status is not record.status:
-            self._count(previous.status, -1)
-            self._count(record.status, +1)
+            self.counts.count(previous.status, -1)
+            self.counts.count(record.status, +1)
             self._touch_assignment(split)
         if state.current_owner != owner_before or previous.completed != record.completed:
             self._touch_assignment(split)
-        self._check_near_quarantine(split, state)
+        self.counts.check_near_quarantine(split, state.progress)
         return [ProgressChanged(split, previous, record, revision)]
 
     def put_spec(self, split: str, spec: SpecRecord, revision: int) -> None:
@@ -832,36 +821,6 @@ class View:
         anything is decoded.
         """
         return self.revisions.stale(keyspace, key, revision)
-
-    def _count(self, status: Status, delta: int) -> None:
-        if status is Status.RUNNABLE:
-            self._runnable += delta
-        elif status is Status.COMPLETED:
-            self._completed += delta
-        else:
-            self._quarantined += delta
-
-    def _check_near_quarantine(self, split: str, state: SplitState) -> None:
-        progress = state.progress
-        if progress.status is Status.RUNNABLE and self._near(progress.attempts, progress.advanced):
-            self.near_quarantine.add(split)
-        else:
-            self.near_quarantine.discard(split)
-
-    def _near(self, attempts: int, advanced: bool) -> bool:
-        """Whether a runnable split's next charged takeover reaches ``max_attempts``.
-
-        Asked once per progress record folded, of a handful of distinct answers: remembered
-        by its arguments (the rule stays :func:`~spate._core.protocol.exhausts_attempts`).
-        """
-        key = (attempts, advanced, self.max_attempts)
-        near = self._near_memo.get(key)
-        if near is None:
-            # The next end that can be charged is a takeover from a dead owner.
-            near = self._near_memo[key] = exhausts_attempts(
-                ClaimKind.EXPIRED, attempts, advanced, self.max_attempts
-            )
-        return near
 
 
 def _cap(presence: PresenceRecord | None) -> int:
