@@ -15,11 +15,17 @@ simulator call its methods, never its components, and ask it the policy they fol
 startup sequence, the ticker schedule, which watch events to drop or hold back), so that a
 runtime only moves bytes and time.
 
-The rules live in the components, one concern each, wired here and nowhere else:
-:mod:`spate._core.leader` (election, planning, assignment), :mod:`spate._core.claims` (claims,
-renewals, commit, fail, release, quarantine), :mod:`spate._core.revocation` (drains and their
-deadlines), :mod:`spate._core.verdict` (the verdict). They see the machine only as a
-:class:`spate._core.host.Host` and each other only through the narrow protocols there.
+The rules live in the components, one concern each, built here (each given the others it
+needs through its constructor) and nowhere else: :mod:`spate._core.leader` (election,
+planning, the rebalance policy, publishing), :mod:`spate._core.claims` and
+:mod:`spate._core.tenancy` (claims; renewals, commit, fail, release),
+:mod:`spate._core.quarantine`, :mod:`spate._core.revocation` (drains and their deadlines),
+:mod:`spate._core.verdict` (the verdict), :mod:`spate._core.presence` (the presence key and
+the session), :mod:`spate._core.backstop` (the reconcile), :mod:`spate._core.job_listing`,
+:mod:`spate._core.handover`, :mod:`spate._core.departure`, and
+:mod:`spate._core.notice_router` (where each change the view reports goes). They see the
+machine only as a :class:`spate._core.host.Host` and each other only through the narrow
+protocols there or the objects they were given.
 
 Work per input is proportional to what it changed: a watch event that is the echo of the
 machine's own write is recognised by its revision before anything is decoded and changes
