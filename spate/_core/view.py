@@ -30,6 +30,7 @@ from typing import TypeAlias
 import attrs
 
 from spate._core.changes import PlacementChanges
+from spate._core.listing_fold import ListingFold
 from spate._core.records import (
     AssignmentRecord,
     KeyKind,
@@ -42,8 +43,6 @@ from spate._core.records import (
     SpecRecord,
     Status,
     UnreadableRecord,
-    canonical_progress,
-    canonical_spec,
     decode,
 )
 from spate._core.revisions import Revisions
@@ -232,6 +231,14 @@ class View:
         self.leader_rev = 0
         self.revisions = Revisions()
         """The revision each key was folded at, deletions, and :attr:`seq`."""
+        self._listings = ListingFold(
+            keys,
+            self.revisions,
+            apply_put=self.apply_put,
+            apply_delete=self.apply_delete,
+            fold_progress=self._fold_progress,
+            fold_spec=self._fold_spec,
+        )
         # Where the placement inputs this view folds are reported (the leader reads them).
         self._changes = PlacementChanges() if changes is None else changes
         self.assigned: dict[str, set[str]] = {}
@@ -379,15 +386,11 @@ class View:
         (an exact-key watch's snapshot speaks for its one key; by default, for all of them);
         ``prefix``, when given, says so of the keys under it (a prefix watch's snapshot).
         In the durable keyspace only assignment records are pruned this way (nothing else is
-        ever deleted by the protocol).
+        ever deleted by the protocol). See :mod:`spate._core.listing_fold`.
         """
-        listed = list(entries)
-        notices = self._listing_deletes(
-            keyspace, {e.key for e in listed}, since=since, covers=covers, prefix=prefix
+        return self._listings.apply_listing(
+            keyspace, entries, since=since, covers=covers, prefix=prefix
         )
-        notices.extend(self._listing_puts(keyspace, listed))
-        self.revisions.prune_tombs(keyspace, since=since, covers=covers, prefix=prefix)
-        return notices
 
     def apply_page(self, keyspace: Keyspace, entries: Iterable[Entry]) -> list[Notice]:
         """Fold one page of a paged listing of the job's keys (its puts; see end_listing).
@@ -395,83 +398,15 @@ class View:
         A page speaks for the keys it holds only: what the listing did not bring is decided
         once its last page is in (:meth:`end_listing`).
         """
-        return self._listing_puts(keyspace, list(entries))
+        return self._listings.apply_page(keyspace, entries)
 
     def end_listing(self, keyspace: Keyspace, seen: set[str], *, since: int) -> list[Notice]:
         """A paged listing's last page is in: tracked keys it never brought are deleted.
 
         ``seen`` holds every key its pages brought; ``since`` is :attr:`seq` when it began
-        (keys learned since outlive it, as with :meth:`apply_listing`). A key that existed
-        throughout the listing is in some page (the store contract), so a key learned before
-        it and in no page did not exist at some moment during it: it was deleted, and any
-        later life of it is a put the watches bring.
+        (keys learned since outlive it, as with :meth:`apply_listing`).
         """
-        notices = self._listing_deletes(keyspace, seen, since=since, covers=None, prefix=None)
-        self.revisions.prune_tombs(keyspace, since=since, covers=None, prefix=None)
-        return notices
-
-    def _listing_deletes(
-        self,
-        keyspace: Keyspace,
-        present: set[str],
-        *,
-        since: int,
-        covers: Callable[[str], bool] | None,
-        prefix: str | None,
-    ) -> list[Notice]:
-        notices: list[Notice] = []
-        for key, known in list(self.revisions.known[keyspace].items()):
-            if key in present or known[1] > since:
-                continue
-            # (A new leader's lease-prefix snapshot comes after its listing, so this asks of
-            # every key of the job: the prefix is tested in place, without a call per key.)
-            if prefix is not None and not key.startswith(prefix):
-                continue
-            if covers is not None and not covers(key):
-                continue
-            found = self.keys.classify(key)
-            if keyspace is Keyspace.DURABLE and (
-                found is None or found[0] not in (KeyKind.ASSIGN, KeyKind.LEASE)
-            ):
-                continue
-            notices.extend(self.apply_delete(keyspace, key, None))
-        return notices
-
-    def _listing_puts(self, keyspace: Keyspace, listed: list[Entry]) -> list[Notice]:
-        notices: list[Notice] = []
-        known_now = self.revisions.known[keyspace]
-        durable = keyspace is Keyspace.DURABLE
-        tombs_durable = self.revisions.tombs_durable
-        split_prefix, spec_prefix = self.keys.split_prefix, self.keys.spec_prefix
-        split_at, spec_at = len(split_prefix), len(spec_prefix)
-        for entry in listed:
-            key = entry.key
-            folded = known_now.get(key)
-            if folded is not None:
-                if entry.revision <= folded[0]:
-                    continue  # folded already (a backstop's common case): nothing to classify
-            elif durable and not tombs_durable:
-                # A key never folded, with no deletion to weigh it against: not stale. A new
-                # leader's listing is two of these a split, spec and progress record, so those
-                # two are read here by their prefix, not through apply_put's classification
-                # by parts and stale checks (what apply_put would do with them, at less cost).
-                # (decode() tries the canonical form first too; asked here directly.)
-                if key.startswith(split_prefix) and len(key) > split_at:
-                    name = key[split_at:]
-                    record = canonical_progress(entry.value, name)
-                    if record is None:
-                        record = decode(ProgressRecord, key, entry.value, split=name)
-                    notices.extend(self._fold_progress(name, key, record, entry.revision))
-                    continue
-                if key.startswith(spec_prefix) and len(key) > spec_at:
-                    name = key[spec_at:]
-                    spec = canonical_spec(entry.value, name)
-                    if spec is None:
-                        spec = decode(SpecRecord, key, entry.value, split=name)
-                    self._fold_spec(name, key, spec, entry.revision)
-                    continue
-            notices.extend(self.apply_put(keyspace, entry))
-        return notices
+        return self._listings.end_listing(keyspace, seen, since=since)
 
     # -- typed puts (also used for the coordinator's own won writes) -----------------------
 
