@@ -714,41 +714,6 @@ class View:
         arrivals, self._spec_arrivals = self._spec_arrivals, set()
         return arrivals
 
-    def handed_over(self, instance: str, splits: Iterable[str]) -> bool:
-        """Whether a departed ``instance`` has nothing left to wait for.
-
-        True once every split in ``splits`` is finished (completed or quarantined) or its
-        progress record names another owner. Also true when nobody is going to take the
-        rest: no other worker is present, or every other worker's assignment already fills
-        its lanes and names none of them (a job with more splits than the fleet has lanes,
-        where a released split waits in the pool for a free lane). A split the view does not
-        know is not waited for.
-        """
-        others = [name for name in self.presence if name != instance]
-        if not others:
-            return True
-        waiting = []
-        for split in splits:
-            state = self.splits.get(split)
-            if state is None:
-                continue
-            record = state.progress
-            finished = record.status is not Status.RUNNABLE or record.completed
-            if not finished and record.owner in (None, instance):
-                waiting.append(split)
-        if not waiting:
-            return True
-        for name in others:
-            presence, assigned = self.presence[name], self.assignments.get(name)
-            if presence is None or presence.max_in_flight <= 0 or assigned is None:
-                # Its budget (<= 0 is the leader's default) or its share is not known here:
-                # it may take them.
-                return False
-            share = assigned[0].splits
-            if len(share) < presence.max_in_flight or any(s in share for s in waiting):
-                return False
-        return True
-
     def already_seen(self, keyspace: Keyspace, key: str, revision: int) -> bool:
         """Whether an entry at ``revision`` is one the view already folded, or older.
 
