@@ -81,6 +81,10 @@ class Leadership:
         """The generation this worker leads (or last led) under."""
         return self.election.generation
 
+    @generation.setter
+    def generation(self, generation: int) -> None:
+        self.election.generation = generation
+
     @property
     def departed(self) -> dict[str, float]:
         """Instance -> when its presence vanished, while its grace window is open."""

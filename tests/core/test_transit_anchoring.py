@@ -46,7 +46,7 @@ class _Fleet:
             self.view.put_presence(instance, PresenceRecord(nonce=instance, max_in_flight=4), 1)
         host = SimpleNamespace(view=self.view, placement_changes=self.changes)
         self.leader = Leadership(cast(Host, host), _no_plan)
-        self.leader.election.generation = GENERATION
+        self.leader.generation = GENERATION  # (the facade sets its election's)
 
     def _next(self) -> int:
         self.rev += 1
