@@ -79,11 +79,7 @@ def desired_assignment(
     weight_of: dict[str, int] = {}
 
     pool = sorted(
-        (
-            (max(1, p.weight), split, p.owner)
-            for split, p in splits.items()
-            if split not in reserved
-        ),
+        ((p.load, split, p.owner) for split, p in splits.items() if split not in reserved),
         key=lambda t: (-t[0], t[1]),
     )
     unplaced: list[tuple[int, str]] = []
@@ -222,7 +218,7 @@ def place(
         seed=seed,
     )
     pool = sorted(
-        ((max(1, p.weight), split, p) for split, p in splits.items() if split not in reserved),
+        ((p.load, split, p) for split, p in splits.items() if split not in reserved),
         key=lambda t: (-t[0], t[1]),
     )
     matching: dict[str, list[str]] = {}

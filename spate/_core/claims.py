@@ -1,7 +1,7 @@
-"""How a worker comes to hold splits: claiming and quarantining.
+"""How a worker comes to hold splits: claiming (and finding what the leader must quarantine).
 
 What it does with them once held (renewing, committing, failing, handing back) is
-:mod:`spate._core.tenancy`, which :class:`Claims` builds on.
+:mod:`spate._core.tenancy`, whose :class:`~spate._core.tenancy.Tenancies` :class:`Claims` holds.
 
 The rules, each with the race it prevents:
 
@@ -23,9 +23,7 @@ The rules, each with the race it prevents:
   set by the tenancy's first advancing commit), so the deaths of workers never quarantine a
   split that keeps moving forward, while a split that kills each owner before its first commit
   still runs out of attempts; a hand-back never counts. At ``max_attempts`` the split is
-  quarantined by the leader, whatever its budget (or a fleet of full workers could never
-  reach the Stalled verdict), and only by the leader: it reads every tenancy's end, and a
-  follower's quarantine of a split nobody leases would change no key the leader watches.
+  quarantined by the leader (:mod:`spate._core.quarantine`).
 """
 
 from __future__ import annotations
@@ -39,20 +37,20 @@ import outcome
 
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Hold, Op
-from spate._core.host import Host
+from spate._core.host import Host, ReleaseOutcome
+from spate._core.point_reads import read_session, read_split
 from spate._core.protocol import (
-    Candidate,
     ClaimKind,
     SplitFacts,
     attempts_after,
     claim_candidates,
 )
+from spate._core.quarantine import quarantine_flow
 from spate._core.records import (
     AssignmentRecord,
     LeaseRecord,
     ProgressRecord,
     Status,
-    bounded_reason,
     decode,
     encode,
 )
@@ -91,15 +89,18 @@ ACQUIRE_REASONS: dict[ClaimKind, AcquireReason] = {
 """The metrics reason of a won claim, by the kind of claim it was."""
 
 
-class Claims(Tenancies):
-    """What this worker claims, and the claim and quarantine flows.
+class Claims:
+    """What this worker claims, and the claim flows (quarantine: :mod:`spate._core.quarantine`).
 
-    The splits it holds, and the flows that keep or end a tenancy, are its
-    :class:`~spate._core.tenancy.Tenancies` side.
+    The splits it holds, and the flows that keep or end a tenancy, are the
+    :class:`~spate._core.tenancy.Tenancies` it holds (a won claim adds one). As the
+    revocations see it (:class:`~spate._core.host.Holdings`) it answers for both.
     """
 
-    def __init__(self, host: Host) -> None:
-        super().__init__(host)
+    def __init__(self, host: Host, tenancies: Tenancies) -> None:
+        self.host = host
+        self.tenancies = tenancies
+        """The splits held here and the flows that keep or end them (a claim adds to them)."""
         self.claiming = 0
         self.assigned: frozenset[str] = frozenset()
         self.assignment_seen = False
@@ -122,6 +123,22 @@ class Claims(Tenancies):
         self._unsure_leases: dict[str, float] = {}
         """Splits whose lease write of ours failed with an unknown outcome (it may have landed,
         or land later), and until when to keep reading its key back."""
+
+    # -- the holdings, as the revocations see them ---------------------------------------------
+
+    @property
+    def owned(self) -> dict[str, Owned]:
+        """The splits this worker holds."""
+        return self.tenancies.owned
+
+    @property
+    def busy(self) -> set[str]:
+        """Splits with a claim, quarantine, release or fail in flight."""
+        return self.tenancies.busy
+
+    def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
+        """Hand ``split`` back cleanly (see :meth:`Tenancies.release_flow`)."""
+        return self.tenancies.release_flow(split)
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -167,12 +184,18 @@ class Claims(Tenancies):
                 )
             )
         for candidate in claim_candidates(
-            facts, held=self.owned, instance=host.instance, max_attempts=host.config.max_attempts
+            facts,
+            held=self.owned,
+            instance=host.instance,
+            max_attempts=host.config.max_attempts,
         ):
             if candidate.quarantine:
                 if host.sees_job:
                     # The leader's alone: it is the one that hears every tenancy end.
-                    self._begin(candidate.split, self._quarantine(candidate))
+                    quarantine = quarantine_flow(
+                        host, candidate, self._write_or_retry_later, self.tenancies._drop_lease
+                    )
+                    self._begin(candidate.split, quarantine)
             elif candidate.split in self.assigned and slots > 0:
                 slots -= 1
                 self.claiming += 1
@@ -195,60 +218,7 @@ class Claims(Tenancies):
                 continue  # read when its retry comes due
             self._to_read.discard(split)
             if split not in self.owned:
-                self._begin(split, self._read_split(split))
-
-    def _read_split(self, split: str) -> Flow[None]:
-        """Point reads of one split's records: its progress record, spec and lease.
-
-        A follower watches none of them (DESIGN §4b): this is how it learns a split it is
-        assigned, and how it learns again once it was told the split came free. The progress
-        record first: a lease or spec folded before it waits in the view for it.
-        """
-        host, view = self.host, self.host.view
-        key = host.keys.split(split)
-        try:
-            progress: Entry | None = yield Op("get", DURABLE, key)
-            if progress is None:
-                return  # not seeded yet: the next assignment write or the backstop looks again
-            host.fold(view.apply_put(DURABLE, progress))
-            state = view.splits.get(split)
-            if state is not None and state.spec is None:
-                spec: Entry | None = yield Op("get", DURABLE, host.keys.spec(split))
-                if spec is not None:
-                    host.fold(view.apply_put(DURABLE, spec))
-            lease_keyspace, lease_key = view.lease_keyspace, view.lease_key(split)
-            lease: Entry | None = yield Op("get", lease_keyspace, lease_key)
-            if lease is not None and view.session_leases:
-                # A lease lives by its owner's session: read that too, so the view can tell.
-                yield from self._read_session(decode(LeaseRecord, lease_key, lease.value))
-        except StoreUnavailable as exc:
-            logger.debug("split %s: reading its records failed (%s); retrying later", split, exc)
-            self._retry_later(split)
-            return
-        if split in self.owned:
-            return  # claimed meanwhile (not by this flow): the claim's own writes are newer
-        if lease is None:
-            host.fold(view.apply_delete(lease_keyspace, lease_key, None))
-        else:
-            host.fold(view.apply_put(lease_keyspace, lease))
-
-    def _read_session(self, lease: LeaseRecord) -> Flow[bool]:
-        """Read the session ``lease`` names (its owner's presence) into the view: alive or not.
-
-        On a per-key store this is the proof a takeover needs: a session is gone when its
-        presence record is absent or names another nonce, and a read says so of the store
-        itself, never of a stale view. Raises StoreUnavailable when the store cannot say.
-        """
-        host, view = self.host, self.host.view
-        if (lease.owner, lease.nonce) == (host.instance, host.nonce):
-            return True
-        key = host.keys.worker(lease.owner)
-        entry: Entry | None = yield Op("get", EPHEMERAL, key)
-        if entry is None:
-            host.fold(view.apply_delete(EPHEMERAL, key, None))
-        else:
-            host.fold(view.apply_put(EPHEMERAL, entry))
-        return view.session_live(lease)
+                self._begin(split, read_split(self.host, split, self.owned, self._retry_later))
 
     def _begin(self, split: str, flow: Flow[None]) -> None:
         self.busy.add(split)
@@ -263,7 +233,7 @@ class Claims(Tenancies):
     def heartbeat(self, now: float) -> None:
         """Keep the held leases (see :meth:`keep_leases`) and sweep every candidate next step."""
         self._sweep = True  # the backstop of the incremental step
-        self.keep_leases(now)
+        self.tenancies.keep_leases(now)
         for split, until in sorted(self._unsure_leases.items()):
             if split in self.owned or now > until:
                 del self._unsure_leases[split]
@@ -320,11 +290,11 @@ class Claims(Tenancies):
         self._dirty.add(notice.split)
         if isinstance(notice, LeaseChanged):
             if notice.lease.nonce == host.nonce and notice.split not in self.owned:
-                self._stray.setdefault(notice.split, host.now())
+                self.tenancies._stray.setdefault(notice.split, host.now())
             else:
-                self._stray.pop(notice.split, None)
+                self.tenancies._stray.pop(notice.split, None)
         elif isinstance(notice, LeaseGone):
-            self._stray.pop(notice.split, None)
+            self.tenancies._stray.pop(notice.split, None)
         if isinstance(notice, ProgressChanged):
             record = notice.record
             previous = notice.previous
@@ -336,7 +306,7 @@ class Claims(Tenancies):
             held = self.owned.get(notice.split)
             if held is not None and record.epoch > held.epoch:
                 # A claimant CASed the record past our tenancy.
-                self.drop(notice.split, "fenced")
+                self.tenancies.drop(notice.split, "fenced")
             return
         held = self.owned.get(notice.split)
         if held is None:
@@ -347,12 +317,12 @@ class Claims(Tenancies):
                 if lease.owner == host.instance:
                     raise host.duplicate_instance(f"the lease of split {notice.split!r}")
                 logger.warning("split %s: lease taken by %s; split lost", notice.split, lease.owner)
-                self.drop(notice.split, "fenced")
+                self.tenancies.drop(notice.split, "fenced")
             return
         if notice.revision is None or notice.revision > held.lease_rev:
             # Our lease expired while we believed we held the split: renewals have been
             # failing for a whole lease, and a peer may already be claiming it.
-            self.drop(notice.split, "starved")
+            self.tenancies.drop(notice.split, "starved")
 
     def on_assignment(self, notice: AssignmentChanged | AssignmentGone) -> None:
         """Adopt this worker's assignment (or its withdrawal: "nothing decided")."""
@@ -436,13 +406,13 @@ class Claims(Tenancies):
                 return
             if outcome == "given up" or not (yield from self._adopt_late_commit(split, epoch)):
                 break
-        yield from self._drop_lease(split, lease_rev, epoch)
+        yield from self.tenancies._drop_lease(split, lease_rev, epoch)
 
     def _settle_release_race(self, split: str) -> Flow[ClaimKind]:
         """One durable read: an owner already cleared makes an "expired" claim "released"."""
         host = self.host
         key = host.keys.split(split)
-        entry = yield from self._read_or_none(DURABLE, key)
+        entry = yield from self.tenancies._read_or_none(DURABLE, key)
         if entry is None:
             return ClaimKind.EXPIRED
         state = host.view.splits.get(split)
@@ -466,7 +436,7 @@ class Claims(Tenancies):
             # A durable lease key stands: it may be taken over only once its session is
             # proven gone, by a read of the store made now (a stale view may not decide it).
             try:
-                alive = yield from self._read_session(existing)
+                alive = yield from read_session(self.host, existing)
             except StoreUnavailable as exc:
                 logger.warning("split %s: cannot tell whether its lease lives (%s)", split, exc)
                 self._retry_later(split)
@@ -543,7 +513,7 @@ class Claims(Tenancies):
             )  # fmt: skip
         except StoreUnavailable as exc:
             logger.warning("split %s: claim write failed (%s); checking", split, exc)
-            result = yield from self._landed(split, record)
+            result = yield from self.tenancies._landed(split, record)
             if result is None:
                 return "given up"
         if not isinstance(result, Won):
@@ -558,7 +528,7 @@ class Claims(Tenancies):
         it still owned the split), not to a rival claim; the retry builds on that commit.
         """
         host = self.host
-        entry = yield from self._read_or_none(DURABLE, host.keys.split(split))
+        entry = yield from self.tenancies._read_or_none(DURABLE, host.keys.split(split))
         if entry is None:
             return False
         host.fold(host.view.apply_put(DURABLE, entry))
@@ -605,55 +575,4 @@ class Claims(Tenancies):
         host.emit(Gained(split, record.epoch, record.progress, descriptor, spec.weight))
         if host.parting:
             # Departure began while this claim was in flight: hand it straight back.
-            host.start(self.release_flow(split))
-
-    # -- quarantine --------------------------------------------------------------------------
-
-    def _quarantine(self, candidate: Candidate) -> Flow[None]:
-        host = self.host
-        split = candidate.split
-        key = host.keys.split(split)
-        yield Hold(DURABLE, key)
-        state = host.view.splits.get(split)
-        if state is None or state.progress.status is not Status.RUNNABLE:
-            return
-        attempts = attempts_after(candidate.kind, state.progress.attempts, state.progress.advanced)
-        if attempts == state.progress.attempts:
-            return  # a late commit of the dead tenancy moved the split forward: no blame
-        stale_lease = state.lease_rev if candidate.kind is ClaimKind.RECLAIM else 0
-        stale_epoch = state.lease.epoch if state.lease is not None else state.progress.epoch
-        if state.stale_lease is not None:
-            # A durable lease key its dead session left behind: removed with the split.
-            stale_lease, stale_epoch = state.stale_lease_rev, state.stale_lease.epoch
-        record = attrs.evolve(
-            state.progress,
-            epoch=state.progress.epoch + 1,  # the fence: the dead owner's zombie cannot write
-            status=Status.QUARANTINED,
-            owner=None,
-            owner_nonce="",
-            attempts=attempts,
-            written_at_ms=self.host.wall_ms(),
-            reason=bounded_reason(
-                _lost_owner_reason(candidate.kind, attempts, state.progress.reason)
-            ),
-        )
-        op = Op(
-            "update", DURABLE, key, encode(record), expected=state.progress_rev,
-            operation="quarantine", split=split, epoch=record.epoch,
-        )  # fmt: skip
-        # Refused: someone else moved it; the watch brings the news (or the reconcile listing,
-        # if the watch missed it).
-        result = yield from self._write_or_retry_later(op, "quarantine write")
-        if result is None:
-            return
-        logger.warning("split %s quarantined after %d attempts", split, record.attempts)
-        host.fold(host.view.put_progress(split, record, result.revision))
-        if stale_lease:
-            yield from self._drop_lease(split, stale_lease, stale_epoch)
-
-
-def _lost_owner_reason(kind: ClaimKind, attempts: int, earlier: str) -> str:
-    """Why the leader quarantines a split nobody failed: its owner went away once too often."""
-    how = "it restarted under the same id" if kind is ClaimKind.RECLAIM else "its lease expired"
-    reason = f"attempt {attempts}: its owner went away without moving it forward ({how})"
-    return f"{reason}; before that: {earlier}" if earlier else reason
+            host.start(self.tenancies.release_flow(split))

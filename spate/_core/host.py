@@ -86,11 +86,18 @@ class Host(Protocol):
     placement_changes: PlacementChanges
     """What moved among the leader's placement inputs (the view and the leader report it)."""
     session: SessionFacts
-    presence_rev: int
-    presence_ok_at: float
-    """When the last presence write that landed was sent (a per-key store's session renewal)."""
     max_value_size: int
     """The store's largest value (a plan whose spec records exceed it is refused)."""
+
+    @property
+    def presence_rev(self) -> int:
+        """Revision of this worker's presence key as it last wrote it."""
+        ...
+
+    @property
+    def presence_ok_at(self) -> float:
+        """When the last presence write that landed was sent (a per-key store's session renewal)."""
+        ...
 
     @property
     def parting(self) -> bool:

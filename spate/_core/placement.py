@@ -21,6 +21,7 @@ from typing import Protocol, TypeAlias
 
 import attrs
 
+from spate._core.split_load import split_load
 from spate._errors import ConfigError
 
 __all__ = [
@@ -132,6 +133,11 @@ class Placement:
     locality: str = ""
     """The split's affinity: a locality prefix its workers should have ("" for none; honoured
     only when some worker has a locality)."""
+    load: int = attrs.field(
+        default=attrs.Factory(lambda self: split_load(self.weight), takes_self=True)
+    )
+    """What the split puts on a worker, the quantity placement balances (by default
+    :func:`~spate._core.split_load.split_load` of its weight)."""
 
 
 class MoveSource(Protocol):

@@ -225,6 +225,7 @@ class PlacementIndex:
                 return
             same = (
                 old.weight == placement.weight
+                and old.load == placement.load
                 and old.locality == placement.locality
                 and self._owner(old) == self._owner(placement)
             )
@@ -365,7 +366,7 @@ class PlacementIndex:
         unowned = []
         for split, p in self._inputs.items():
             if self._state(split, p, bulk=True):
-                unowned.append((-max(1, p.weight), split))
+                unowned.append((-p.load, split))
         unowned.sort()
         self._unowned = unowned
         self._sorted = {m: sorted(self._owned[m]) for m in self._names}
@@ -442,7 +443,7 @@ class PlacementIndex:
 
     def _state(self, split: str, p: Placement, *, bulk: bool = False) -> bool:
         """Add ``split`` to the sticky state; True when it is unowned (and bulk)."""
-        weight = max(1, p.weight)
+        weight = p.load
         owner = self._owner(p)
         honoured = bool(p.locality) and self._domains
         if honoured and (
@@ -466,7 +467,7 @@ class PlacementIndex:
         return False
 
     def _unstate(self, split: str, p: Placement) -> None:
-        weight = max(1, p.weight)
+        weight = p.load
         self._affine_loose.discard(split)
         owner = self._owner(p)
         if owner is None:
@@ -505,10 +506,10 @@ class PlacementIndex:
                 continue
             order = sorted(
                 kept,
-                key=lambda s: (s not in self._pinned, -max(1, self._inputs[s].weight), s),
+                key=lambda s: (s not in self._pinned, -self._inputs[s].load, s),
             )
             for split in order[self._cap[m] :]:
-                entry = (-max(1, self._inputs[split].weight), split)
+                entry = (-self._inputs[split].load, split)
                 (pinned if split in self._pinned else extra).append(entry)
         extra.sort()
         pinned.sort()
@@ -567,7 +568,7 @@ class PlacementIndex:
         self._held_back = bool(held) and self._improvable(load, count)
         # Undo: the bins go back to the sticky state.
         for split, was in origin.items():
-            w = max(1, self._inputs[split].weight)
+            w = self._inputs[split].load
             now = final.get(split)
             if now is not None and split not in pinned_now:
                 self._bins_remove(now, w, split)
@@ -629,7 +630,7 @@ class PlacementIndex:
                 member = self._owner(p)
                 if member is None or split in self._pinned:
                     continue
-            weight = max(1, p.weight)
+            weight = p.load
             self._bins_remove(member, weight, split)
             taken.append((member, weight, split))
         return taken
@@ -653,7 +654,7 @@ class PlacementIndex:
         for split in self._affine_loose:
             p = self._inputs[split]
             if self._matching(p.locality, matching):
-                loose.append((-max(1, p.weight), split))
+                loose.append((-p.load, split))
         loose.sort()
         return loose
 

@@ -35,7 +35,7 @@ from spate._core.host import Holdings, Host
 from spate._events import Lost, RevokeRequested
 from spate._metrics import RevocationOutcome
 
-__all__ = ["Revocations", "Revoking"]
+__all__ = ["DrainTable", "Revocations", "Revoking"]
 
 logger = logging.getLogger("spate.revocation")
 
@@ -51,13 +51,42 @@ class Revoking:
     cancelled: bool = False
 
 
+class DrainTable:
+    """The splits draining away, as the tenancies see them (:class:`~spate._core.host.Drains`).
+
+    Built before both the claims and the revocations, and given to each: the claims tell it of
+    commits and of ends, the revocations decide on it.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.revoking: dict[str, Revoking] = {}
+
+    def note_progress(self, split: str) -> None:
+        """A commit landed: the only liveness signal a draining split gives."""
+        entry = self.revoking.get(split)
+        if entry is not None:
+            entry.last_progress = self.host.now()
+            self.host.request_step()  # its deadline moved
+
+    def settle(self, split: str, outcome: RevocationOutcome) -> None:
+        """Retire a revocation under ``outcome``, exactly once (no-op if not revoking)."""
+        entry = self.revoking.pop(split, None)
+        if entry is None or entry.cancelled:
+            return  # a cancelled revocation already counted its outcome
+        self.host.metrics.revocation(outcome)
+        if outcome == "drained":
+            self.host.metrics.drain_duration(self.host.now() - entry.started)
+
+
 class Revocations:
     """The splits this worker is draining away, and their deadlines."""
 
-    def __init__(self, host: Host, holdings: Holdings) -> None:
+    def __init__(self, host: Host, holdings: Holdings, drains: DrainTable) -> None:
         self.host = host
         self.holdings = holdings
-        self.revoking: dict[str, Revoking] = {}
+        self._drains = drains
+        self.revoking = drains.revoking
         self.forcing: set[str] = set()
 
     def step(self, now: float) -> None:
@@ -72,7 +101,7 @@ class Revocations:
         # An orphan left `owned` by a route that did not settle it: still a revocation that
         # ended, and it must be counted or the in-flight arithmetic drifts.
         for split in [s for s in self.revoking if s not in claims.owned and s not in self.forcing]:
-            self.settle(split, "forced")
+            self._drains.settle(split, "forced")
         if claims.assignment_seen:
             for split in sorted(claims.owned):
                 if split in claims.assigned or split in claims.busy or split in self.forcing:
@@ -123,22 +152,6 @@ class Revocations:
         self.host.metrics.revocation("requested")
         self.host.emit(RevokeRequested(split))
 
-    def note_progress(self, split: str) -> None:
-        """A commit landed: the only liveness signal a draining split gives."""
-        entry = self.revoking.get(split)
-        if entry is not None:
-            entry.last_progress = self.host.now()
-            self.host.request_step()  # its deadline moved
-
-    def settle(self, split: str, outcome: RevocationOutcome) -> None:
-        """Retire a revocation under ``outcome``, exactly once (no-op if not revoking)."""
-        entry = self.revoking.pop(split, None)
-        if entry is None or entry.cancelled:
-            return  # a cancelled revocation already counted its outcome
-        self.host.metrics.revocation(outcome)
-        if outcome == "drained":
-            self.host.metrics.drain_duration(self.host.now() - entry.started)
-
     def decline(self, split: str) -> None:
         """The source cannot stop ``split`` at a safe boundary."""
         entry = self.revoking.get(split)
@@ -155,7 +168,7 @@ class Revocations:
         if split in self.forcing:
             return
         self.forcing.add(split)
-        self.settle(split, "forced")
+        self._drains.settle(split, "forced")
         self.host.start(self._force_flow(split))
 
     def _force_flow(self, split: str) -> Flow[None]:

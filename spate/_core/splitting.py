@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from spate._core.flows import Flow, Hold, Op
+from spate._core.flows import Flow, Op
 from spate._core.records import ProgressRecord, Residual, SpecRecord, Status, encode
 from spate._errors import ConfigError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._store import Keyspace, Won
@@ -118,13 +118,10 @@ def split_flow(
     """The owner's split of ``split``: the residual's id, or the error for the caller."""
     host = tenancies.host
     key = host.keys.split(split)
-    if split not in tenancies.owned:
-        return Fenced(split, "this worker does not hold it; nothing was written")
-    yield Hold(DURABLE, key)
-    held = tenancies.owned.get(split)
-    if held is None:
-        return Fenced(split, "it was lost before the split could be written")
-    state = host.view.splits[split]
+    opened = yield from tenancies.hold_owned(split, "split")
+    if isinstance(opened, Fenced):
+        return opened
+    held, state = opened
     current = state.progress
     if current.completed or current.status is not Status.RUNNABLE:
         return ConfigError(f"split {split!r} is {current.status.value}; it cannot be split")

@@ -18,14 +18,28 @@ decided here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
 
 from spate._core.backoff import STARTUP_BACKOFF, Backoff
+from spate._core.election import fingerprint_mismatch
+from spate._core.flows import Flow, Op
+from spate._core.host import Host
+from spate._core.records import PlanRecord, UnreadableRecord, decode, encode
 from spate._errors import FatalCoordinationError
+from spate._store import Entry, Keyspace, Won
 
-__all__ = ["STARTUP_STEPS", "STEP_TIMEOUT_FACTOR", "Retry", "StartupStep", "StartupTries"]
+__all__ = [
+    "STARTUP_STEPS",
+    "STEP_TIMEOUT_FACTOR",
+    "Retry",
+    "StartupStep",
+    "StartupTries",
+    "join_flow",
+    "startup_step_flow",
+]
 
 STEP_TIMEOUT_FACTOR = 3
 """One try of a startup step may take this many op_timeouts (a join reads, then may create)."""
@@ -84,3 +98,48 @@ class StartupTries:
             ) from exc
         self.attempt += 1
         return self._backoff.delay()
+
+
+def startup_step_flow(
+    step: StartupStep, join: Callable[[], Flow[bool]], announce: Callable[[], Flow[bool]]
+) -> Flow[None]:
+    """The machine's part of ``step``: ``join`` or ``announce``, each answering whether it held.
+
+    Raises :class:`Retry` when the try lost a benign race, and
+    :class:`~spate.FatalCoordinationError` for a plan record it cannot read.
+    """
+    if step.name == "join":
+        flow = join()
+    elif step.name == "announce":
+        flow = announce()
+    else:
+        raise ValueError(f"{step.what} is the runtime's step, not the machine's")
+    try:
+        done = yield from flow
+    except UnreadableRecord as exc:
+        raise FatalCoordinationError(str(exc)) from exc
+    if not done:
+        raise Retry(step.race_lost)
+
+
+def join_flow(host: Host) -> Flow[bool]:
+    """Join the job: create its plan record with our fingerprint, or read the one that exists.
+
+    Create first, read only when that loses: the worker that creates the job joins in one
+    round trip and every other in two, however many start together, and the race of who
+    creates it is no failure to retry (a lost create writes nothing, so a worker with
+    another fingerprint is still refused before it writes anything). Returns False only if
+    the record vanished between the two calls (deleted by hand): run it again.
+    """
+    key = host.keys.plan
+    fresh = encode(PlanRecord(fingerprint=host.fingerprint))
+    result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
+    if isinstance(result, Won):
+        return True
+    entry: Entry | None = yield Op("get", Keyspace.DURABLE, key)
+    if entry is None:
+        return False
+    plan = decode(PlanRecord, key, entry.value)
+    if plan.fingerprint != host.fingerprint:
+        raise fingerprint_mismatch(host.job, plan.fingerprint, host.fingerprint)
+    return True

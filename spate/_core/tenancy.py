@@ -31,6 +31,7 @@ from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.protocol import FAIL, attempts_after, exhausts_attempts
 from spate._core.records import ProgressRecord, Status, bounded_reason, decode, encode
+from spate._core.view import SplitState
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
@@ -58,10 +59,10 @@ class Owned:
 class Tenancies:
     """The splits this worker holds, and every flow that keeps or ends a tenancy."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, drains: Drains) -> None:
         self.host = host
-        self.drains: Drains
-        """The revocations (the machine wires them in): told of commits and of ends."""
+        self.drains = drains
+        """The revocations' table of drains: told of commits and of ends."""
         self.owned: dict[str, Owned] = {}
         self.busy: set[str] = set()
         """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
@@ -250,17 +251,29 @@ class Tenancies:
 
     # -- commit, fail, release -----------------------------------------------------------------
 
+    def hold_owned(self, split: str, what: str) -> Flow[tuple[Owned, SplitState] | Fenced]:
+        """The opening of an owner's write of ``split``'s record (a commit, a split).
+
+        Holds the record's key, then answers the tenancy and the split's state, or the
+        ``Fenced`` error for the caller when the split is not (or no longer) held here: it can
+        be lost while the write waits for its key.
+        """
+        if split not in self.owned:
+            return Fenced(split, "this worker does not hold it; nothing was written")
+        yield Hold(DURABLE, self.host.keys.split(split))
+        held = self.owned.get(split)
+        if held is None:
+            return Fenced(split, f"it was lost before the {what} could be written")
+        return held, self.host.view.splits[split]
+
     def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
         """One fenced CAS on the progress record; returns the error for the caller, if any."""
         host = self.host
         key = host.keys.split(split)
-        if split not in self.owned:
-            return Fenced(split, "this worker does not hold it; nothing was written")
-        yield Hold(DURABLE, key)
-        held = self.owned.get(split)
-        if held is None:
-            return Fenced(split, "it was lost before the commit could be written")
-        state = host.view.splits[split]
+        opened = yield from self.hold_owned(split, "commit")
+        if isinstance(opened, Fenced):
+            return opened
+        held, state = opened
         previous = state.progress.watermark
         if previous is not None and (progress.watermark is None or progress.watermark < previous):
             raise FatalCoordinationError(

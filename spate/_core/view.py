@@ -30,7 +30,7 @@ from typing import TypeAlias
 import attrs
 
 from spate._core.changes import PlacementChanges
-from spate._core.protocol import ClaimKind, exhausts_attempts
+from spate._core.listing_fold import ListingFold
 from spate._core.records import (
     AssignmentRecord,
     KeyKind,
@@ -43,10 +43,10 @@ from spate._core.records import (
     SpecRecord,
     Status,
     UnreadableRecord,
-    canonical_progress,
-    canonical_spec,
     decode,
 )
+from spate._core.revisions import Revisions
+from spate._core.split_counts import SplitCounts, Tallies
 from spate._store import Entry, Keyspace
 
 __all__ = [
@@ -196,21 +196,6 @@ class SplitState:
         return self.lease.owner if self.lease is not None else self.progress.owner
 
 
-@attrs.frozen
-class Tallies:
-    """Split counts by status."""
-
-    runnable: int
-    completed: int
-    quarantined: int
-
-
-_Known: TypeAlias = tuple[int, int]
-"""The revision a key was folded at, and :attr:`View.seq` when it was: a plain tuple of ints,
-which the garbage collector stops tracking (two of them per split, and a full collection
-walks every tracked object)."""
-
-
 class View:
     """The folded state of one job as seen by one worker."""
 
@@ -244,36 +229,40 @@ class View:
         self.plan_rev = 0
         self.leader: LeaderRecord | None = None
         self.leader_rev = 0
-        self.seq = 0
-        """Grows with every change; a listing records it when it starts (see module doc)."""
+        self.revisions = Revisions()
+        """The revision each key was folded at, deletions, and :attr:`seq`."""
+        self._listings = ListingFold(
+            keys,
+            self.revisions,
+            apply_put=self.apply_put,
+            apply_delete=self.apply_delete,
+            fold_progress=self._fold_progress,
+            fold_spec=self._fold_spec,
+        )
         # Where the placement inputs this view folds are reported (the leader reads them).
         self._changes = PlacementChanges() if changes is None else changes
         self.assigned: dict[str, set[str]] = {}
         """Split -> the instances whose assignment record (of any generation) names it."""
-        self.near_quarantine: set[str] = set()
+        self.counts = SplitCounts(max_attempts)
+        """Split counts by status, and the near-quarantine set (kept split by split)."""
+        self.near_quarantine = self.counts.near_quarantine
         """Runnable splits whose next charged takeover reaches ``max_attempts`` (a split whose
         last tenancy advanced is charged nothing, so it is not near)."""
         self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
         self._pending_specs: dict[str, SpecRecord] = {}
         self._spec_arrivals: set[str] = set()
-        self._known: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
-        self._tombs: dict[Keyspace, dict[str, _Known]] = {k: {} for k in Keyspace}
-        # The same maps, reached without hashing the enum (a join folds two records a split).
-        self._known_durable = self._known[Keyspace.DURABLE]
-        self._known_ephemeral = self._known[Keyspace.EPHEMERAL]
-        self._tombs_durable = self._tombs[Keyspace.DURABLE]
-        self._tombs_ephemeral = self._tombs[Keyspace.EPHEMERAL]
-        self._runnable = 0
-        self._completed = 0
-        self._quarantined = 0
-        self._near_memo: dict[tuple[int, bool, int], bool] = {}
 
     # -- queries ---------------------------------------------------------------------------
 
     @property
+    def seq(self) -> int:
+        """Grows with every change; a listing records it when it starts (see module doc)."""
+        return self.revisions.seq
+
+    @property
     def tallies(self) -> Tallies:
         """Split counts by status (kept incrementally)."""
-        return Tallies(self._runnable, self._completed, self._quarantined)
+        return self.counts.tallies
 
     def recount(self) -> Tallies:
         """Split counts by status, recounted from scratch (for checks)."""
@@ -297,7 +286,7 @@ class View:
         if found is None or found[0] is KeyKind.PROBE:
             return []
         kind, name = found
-        if self._stale(keyspace, entry.key, entry.revision):
+        if self.revisions.stale(keyspace, entry.key, entry.revision):
             return []
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
@@ -338,7 +327,7 @@ class View:
             except UnreadableRecord as exc:
                 # An assignment carries no ownership: ignoring it costs balance, never safety.
                 logger.warning("%s; ignoring it (the worker keeps what it holds)", exc)
-                self._remember(keyspace, entry.key, entry.revision)
+                self.revisions.remember(keyspace, entry.key, entry.revision)
                 return []
             return self.put_assignment(name, assignment, entry.revision)
         return []
@@ -348,14 +337,14 @@ class View:
         found = self.keys.classify(key)
         if found is None or found[0] is KeyKind.PROBE:
             return []
-        known = self._known[keyspace].get(key)
+        known = self.revisions.known[keyspace].get(key)
         if known is None:
             if revision is not None:
-                self._tomb(keyspace, key, revision)
+                self.revisions.tomb(keyspace, key, revision)
             return []
         if revision is not None and revision <= known[0]:
             return []  # a delete the key has since been rewritten past
-        self._forget(keyspace, key, known[0] if revision is None else revision)
+        self.revisions.forget(keyspace, key, known[0] if revision is None else revision)
         kind, name = found
         if keyspace is Keyspace.EPHEMERAL:
             if kind is KeyKind.SPLIT:
@@ -397,15 +386,11 @@ class View:
         (an exact-key watch's snapshot speaks for its one key; by default, for all of them);
         ``prefix``, when given, says so of the keys under it (a prefix watch's snapshot).
         In the durable keyspace only assignment records are pruned this way (nothing else is
-        ever deleted by the protocol).
+        ever deleted by the protocol). See :mod:`spate._core.listing_fold`.
         """
-        listed = list(entries)
-        notices = self._listing_deletes(
-            keyspace, {e.key for e in listed}, since=since, covers=covers, prefix=prefix
+        return self._listings.apply_listing(
+            keyspace, entries, since=since, covers=covers, prefix=prefix
         )
-        notices.extend(self._listing_puts(keyspace, listed))
-        self._prune_tombs(keyspace, since=since, covers=covers, prefix=prefix)
-        return notices
 
     def apply_page(self, keyspace: Keyspace, entries: Iterable[Entry]) -> list[Notice]:
         """Fold one page of a paged listing of the job's keys (its puts; see end_listing).
@@ -413,103 +398,15 @@ class View:
         A page speaks for the keys it holds only: what the listing did not bring is decided
         once its last page is in (:meth:`end_listing`).
         """
-        return self._listing_puts(keyspace, list(entries))
+        return self._listings.apply_page(keyspace, entries)
 
     def end_listing(self, keyspace: Keyspace, seen: set[str], *, since: int) -> list[Notice]:
         """A paged listing's last page is in: tracked keys it never brought are deleted.
 
         ``seen`` holds every key its pages brought; ``since`` is :attr:`seq` when it began
-        (keys learned since outlive it, as with :meth:`apply_listing`). A key that existed
-        throughout the listing is in some page (the store contract), so a key learned before
-        it and in no page did not exist at some moment during it: it was deleted, and any
-        later life of it is a put the watches bring.
+        (keys learned since outlive it, as with :meth:`apply_listing`).
         """
-        notices = self._listing_deletes(keyspace, seen, since=since, covers=None, prefix=None)
-        self._prune_tombs(keyspace, since=since, covers=None, prefix=None)
-        return notices
-
-    def _listing_deletes(
-        self,
-        keyspace: Keyspace,
-        present: set[str],
-        *,
-        since: int,
-        covers: Callable[[str], bool] | None,
-        prefix: str | None,
-    ) -> list[Notice]:
-        notices: list[Notice] = []
-        for key, known in list(self._known[keyspace].items()):
-            if key in present or known[1] > since:
-                continue
-            # (A new leader's lease-prefix snapshot comes after its listing, so this asks of
-            # every key of the job: the prefix is tested in place, without a call per key.)
-            if prefix is not None and not key.startswith(prefix):
-                continue
-            if covers is not None and not covers(key):
-                continue
-            found = self.keys.classify(key)
-            if keyspace is Keyspace.DURABLE and (
-                found is None or found[0] not in (KeyKind.ASSIGN, KeyKind.LEASE)
-            ):
-                continue
-            notices.extend(self.apply_delete(keyspace, key, None))
-        return notices
-
-    def _listing_puts(self, keyspace: Keyspace, listed: list[Entry]) -> list[Notice]:
-        notices: list[Notice] = []
-        known_now = self._known[keyspace]
-        durable = keyspace is Keyspace.DURABLE
-        tombs_durable = self._tombs_durable
-        split_prefix, spec_prefix = self.keys.split_prefix, self.keys.spec_prefix
-        split_at, spec_at = len(split_prefix), len(spec_prefix)
-        for entry in listed:
-            key = entry.key
-            folded = known_now.get(key)
-            if folded is not None:
-                if entry.revision <= folded[0]:
-                    continue  # folded already (a backstop's common case): nothing to classify
-            elif durable and not tombs_durable:
-                # A key never folded, with no deletion to weigh it against: not stale. A new
-                # leader's listing is two of these a split, spec and progress record, so those
-                # two are read here by their prefix, not through apply_put's classification
-                # by parts and stale checks (what apply_put would do with them, at less cost).
-                # (decode() tries the canonical form first too; asked here directly.)
-                if key.startswith(split_prefix) and len(key) > split_at:
-                    name = key[split_at:]
-                    record = canonical_progress(entry.value, name)
-                    if record is None:
-                        record = decode(ProgressRecord, key, entry.value, split=name)
-                    notices.extend(self._fold_progress(name, key, record, entry.revision))
-                    continue
-                if key.startswith(spec_prefix) and len(key) > spec_at:
-                    name = key[spec_at:]
-                    spec = canonical_spec(entry.value, name)
-                    if spec is None:
-                        spec = decode(SpecRecord, key, entry.value, split=name)
-                    self._fold_spec(name, key, spec, entry.revision)
-                    continue
-            notices.extend(self.apply_put(keyspace, entry))
-        return notices
-
-    def _prune_tombs(
-        self,
-        keyspace: Keyspace,
-        *,
-        since: int,
-        covers: Callable[[str], bool] | None,
-        prefix: str | None,
-    ) -> None:
-        # A tombstone older than this listing has done its job: the listing already reflects
-        # that deletion, so no older put can arrive from it.
-        tombs = self._tombs[keyspace]
-        for key in [
-            k
-            for k, t in tombs.items()
-            if t[1] <= since
-            and (prefix is None or k.startswith(prefix))
-            and (covers is None or covers(k))
-        ]:
-            del tombs[key]
+        return self._listings.end_listing(keyspace, seen, since=since)
 
     # -- typed puts (also used for the coordinator's own won writes) -----------------------
 
@@ -517,7 +414,7 @@ class View:
         """Fold a lease write (in the keyspace this store keeps leases in)."""
         keyspace = self.lease_keyspace
         key = self.lease_key(split)
-        if self._stale(keyspace, key, revision):
+        if self.revisions.stale(keyspace, key, revision):
             return []
         return self._fold_lease(split, key, lease, revision, keyspace)
 
@@ -557,7 +454,7 @@ class View:
         keyspace: Keyspace = Keyspace.EPHEMERAL,
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember(keyspace, key, revision)
+        self.revisions.remember(keyspace, key, revision)
         if keyspace is Keyspace.DURABLE:
             self._index_lease(split, lease.owner)
         state = self.splits.get(split)
@@ -583,7 +480,7 @@ class View:
             state.stale_lease, state.stale_lease_rev = lease, revision
         if state.current_owner != owner_before:
             self._touch_assignment(split)
-        self._check_near_quarantine(split, state)
+        self.counts.check_near_quarantine(split, state.progress)
         if state.lease is None:
             # A lease written under a session already gone: expired the moment it landed. Over
             # a live one it is still news of its own (a holder learns its key was taken).
@@ -653,13 +550,13 @@ class View:
             state.lease, state.lease_rev = None, 0
             if state.current_owner != owner_before:
                 self._touch_assignment(split)
-            self._check_near_quarantine(split, state)
+            self.counts.check_near_quarantine(split, state.progress)
         return [LeaseGone(split, revision)]
 
     def put_progress(self, split: str, record: ProgressRecord, revision: int) -> list[Notice]:
         """Fold a progress record; the only place a split's status changes."""
         key = self.keys.split(split)
-        if self._stale(Keyspace.DURABLE, key, revision):
+        if self.revisions.stale(Keyspace.DURABLE, key, revision):
             return []
         return self._fold_progress(split, key, record, revision)
 
@@ -667,7 +564,7 @@ class View:
         self, split: str, key: str, record: ProgressRecord, revision: int
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
-        self._remember_durable(key, revision)
+        self.revisions.remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
             # A split seen for the first time (every split of a new leader's listing).
@@ -676,20 +573,20 @@ class View:
             state = self.splits[split] = SplitState(record, revision, spec)
             if pending is not None:
                 self._set_lease(split, state, pending[0], pending[1])
-            self._count(record.status, +1)
+            self.counts.count(record.status, +1)
             self._changes.split_moved(split)
-            self._check_near_quarantine(split, state)
+            self.counts.check_near_quarantine(split, state.progress)
             return [ProgressChanged(split, None, record, revision)]
         previous = state.progress
         owner_before = state.current_owner
         state.progress, state.progress_rev = record, revision
         if previous.status is not record.status:
-            self._count(previous.status, -1)
-            self._count(record.status, +1)
+            self.counts.count(previous.status, -1)
+            self.counts.count(record.status, +1)
             self._touch_assignment(split)
         if state.current_owner != owner_before or previous.completed != record.completed:
             self._touch_assignment(split)
-        self._check_near_quarantine(split, state)
+        self.counts.check_near_quarantine(split, state.progress)
         return [ProgressChanged(split, previous, record, revision)]
 
     def put_spec(self, split: str, spec: SpecRecord, revision: int) -> None:
@@ -697,7 +594,7 @@ class View:
         self._fold_spec(split, self.keys.spec(split), spec, revision)
 
     def _fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
-        self._remember_durable(key, revision)
+        self.revisions.remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
             self._pending_specs.setdefault(split, spec)
@@ -712,9 +609,9 @@ class View:
     ) -> list[Notice]:
         """Fold a presence write (``presence`` None when its value was unreadable)."""
         key = self.keys.worker(instance)
-        if self._stale(Keyspace.EPHEMERAL, key, revision):
+        if self.revisions.stale(Keyspace.EPHEMERAL, key, revision):
             return []
-        self._remember(Keyspace.EPHEMERAL, key, revision)
+        self.revisions.remember(Keyspace.EPHEMERAL, key, revision)
         new = instance not in self.presence
         before = self.presence.get(instance)
         self.presence[instance] = presence
@@ -731,9 +628,9 @@ class View:
 
     def put_leader(self, leader: LeaderRecord, revision: int) -> list[Notice]:
         """Fold a leader-key write."""
-        if self._stale(Keyspace.EPHEMERAL, self.keys.leader, revision):
+        if self.revisions.stale(Keyspace.EPHEMERAL, self.keys.leader, revision):
             return []
-        self._remember(Keyspace.EPHEMERAL, self.keys.leader, revision)
+        self.revisions.remember(Keyspace.EPHEMERAL, self.keys.leader, revision)
         self.leader, self.leader_rev = leader, revision
         return [LeaderChanged(leader, revision)]
 
@@ -741,7 +638,7 @@ class View:
         """Fold a plan-record write."""
         if revision <= self.plan_rev:
             return []
-        self._remember(Keyspace.DURABLE, self.keys.plan, revision)
+        self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
         previous, self.plan, self.plan_rev = self.plan, plan, revision
         return [PlanChanged(previous, plan, revision)]
 
@@ -750,9 +647,9 @@ class View:
     ) -> list[Notice]:
         """Fold an assignment-record write."""
         key = self.keys.assign(instance)
-        if self._stale(Keyspace.DURABLE, key, revision):
+        if self.revisions.stale(Keyspace.DURABLE, key, revision):
             return []
-        self._remember(Keyspace.DURABLE, key, revision)
+        self.revisions.remember(Keyspace.DURABLE, key, revision)
         before = self.assignments.get(instance)
         self.assignments[instance] = (record, revision)
         self._reassign(instance, before, record)
@@ -762,20 +659,20 @@ class View:
         """Drop a cached assignment whose revision proved stale (a publish CAS lost)."""
         key = self.keys.assign(instance)
         before = self.assignments.pop(instance, None)
-        self._known[Keyspace.DURABLE].pop(key, None)
+        self.revisions.known[Keyspace.DURABLE].pop(key, None)
         self._reassign(instance, before, None)
         self._touch_assignment()
 
     def forget_own(self, keyspace: Keyspace, key: str, deleted: int) -> list[Notice]:
         """Fold this worker's own won guarded delete of the entry at revision ``deleted``."""
-        known = self._known[keyspace].get(key)
+        known = self.revisions.known[keyspace].get(key)
         if known is not None and known[0] > deleted:
             return []  # the key was rewritten after the entry we deleted
         if known is None:
             # Not folded yet: remember the deletion so a listing in flight cannot resurrect it.
-            self._tomb(keyspace, key, deleted)
+            self.revisions.tomb(keyspace, key, deleted)
             return []
-        self._known[keyspace][key] = (deleted, known[1])
+        self.revisions.known[keyspace][key] = (deleted, known[1])
         return self.apply_delete(keyspace, key, None)
 
     # -- internals -------------------------------------------------------------------------
@@ -817,114 +714,13 @@ class View:
         arrivals, self._spec_arrivals = self._spec_arrivals, set()
         return arrivals
 
-    def handed_over(self, instance: str, splits: Iterable[str]) -> bool:
-        """Whether a departed ``instance`` has nothing left to wait for.
-
-        True once every split in ``splits`` is finished (completed or quarantined) or its
-        progress record names another owner. Also true when nobody is going to take the
-        rest: no other worker is present, or every other worker's assignment already fills
-        its lanes and names none of them (a job with more splits than the fleet has lanes,
-        where a released split waits in the pool for a free lane). A split the view does not
-        know is not waited for.
-        """
-        others = [name for name in self.presence if name != instance]
-        if not others:
-            return True
-        waiting = []
-        for split in splits:
-            state = self.splits.get(split)
-            if state is None:
-                continue
-            record = state.progress
-            finished = record.status is not Status.RUNNABLE or record.completed
-            if not finished and record.owner in (None, instance):
-                waiting.append(split)
-        if not waiting:
-            return True
-        for name in others:
-            presence, assigned = self.presence[name], self.assignments.get(name)
-            if presence is None or presence.max_in_flight <= 0 or assigned is None:
-                # Its budget (<= 0 is the leader's default) or its share is not known here:
-                # it may take them.
-                return False
-            share = assigned[0].splits
-            if len(share) < presence.max_in_flight or any(s in share for s in waiting):
-                return False
-        return True
-
     def already_seen(self, keyspace: Keyspace, key: str, revision: int) -> bool:
         """Whether an entry at ``revision`` is one the view already folded, or older.
 
         This is how the echo of one's own write is recognised: by its revision, before
         anything is decoded.
         """
-        return self._stale(keyspace, key, revision)
-
-    def _stale(self, keyspace: Keyspace, key: str, revision: int) -> bool:
-        durable = keyspace is Keyspace.DURABLE
-        known = (self._known_durable if durable else self._known_ephemeral).get(key)
-        if known is not None and revision <= known[0]:
-            return True
-        tombs = self._tombs_durable if durable else self._tombs_ephemeral
-        if not tombs:
-            return False
-        tomb = tombs.get(key)
-        return tomb is not None and revision <= tomb[0]
-
-    def _remember(self, keyspace: Keyspace, key: str, revision: int) -> None:
-        self.seq += 1
-        durable = keyspace is Keyspace.DURABLE
-        (self._known_durable if durable else self._known_ephemeral)[key] = (revision, self.seq)
-        tombs = self._tombs_durable if durable else self._tombs_ephemeral
-        if tombs:
-            tombs.pop(key, None)
-
-    def _remember_durable(self, key: str, revision: int) -> None:
-        """:meth:`_remember` in the durable keyspace (twice a split when a leader takes over)."""
-        self.seq = seq = self.seq + 1
-        self._known_durable[key] = (revision, seq)
-        if self._tombs_durable:
-            self._tombs_durable.pop(key, None)
-
-    def _forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
-        self._known[keyspace].pop(key, None)
-        self._tomb(keyspace, key, revision)
-
-    def _tomb(self, keyspace: Keyspace, key: str, revision: int) -> None:
-        self.seq += 1
-        tomb = self._tombs[keyspace].get(key)
-        if tomb is None or tomb[0] < revision:
-            self._tombs[keyspace][key] = (revision, self.seq)
-
-    def _count(self, status: Status, delta: int) -> None:
-        if status is Status.RUNNABLE:
-            self._runnable += delta
-        elif status is Status.COMPLETED:
-            self._completed += delta
-        else:
-            self._quarantined += delta
-
-    def _check_near_quarantine(self, split: str, state: SplitState) -> None:
-        progress = state.progress
-        if progress.status is Status.RUNNABLE and self._near(progress.attempts, progress.advanced):
-            self.near_quarantine.add(split)
-        else:
-            self.near_quarantine.discard(split)
-
-    def _near(self, attempts: int, advanced: bool) -> bool:
-        """Whether a runnable split's next charged takeover reaches ``max_attempts``.
-
-        Asked once per progress record folded, of a handful of distinct answers: remembered
-        by its arguments (the rule stays :func:`~spate._core.protocol.exhausts_attempts`).
-        """
-        key = (attempts, advanced, self.max_attempts)
-        near = self._near_memo.get(key)
-        if near is None:
-            # The next end that can be charged is a takeover from a dead owner.
-            near = self._near_memo[key] = exhausts_attempts(
-                ClaimKind.EXPIRED, attempts, advanced, self.max_attempts
-            )
-        return near
+        return self.revisions.stale(keyspace, key, revision)
 
 
 def _cap(presence: PresenceRecord | None) -> int:

@@ -260,7 +260,7 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
         await workers[0].until(lambda: all(len(w.c.owned) == 4 for w in workers), within=3 * TTL)
         await trio.sleep(TTL)
         leader = next(w.c._machine._leader for w in workers if w.c.is_leader)
-        index = leader._index
+        index = leader.inputs.index
         assert index is not None
         mark = (index.solves, index.affinity_solves, [len(w.metrics.writes) for w in workers])
         await trio.sleep(6 * TTL)  # several reconcile intervals (5 s)
@@ -270,7 +270,9 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
         ]
         assert "assign" not in writes
         host = leader.host
-        pool = {s: p for s in host.view.splits if (p := leader._placement_input(s)) is not None}
+        pool = {
+            s: p for s in host.view.splits if (p := leader.inputs.placement_input(s)) is not None
+        }
         members = {i: Member(p.max_in_flight if p else 0) for i, p in host.view.presence.items()}
         assert index.assignment() == place(
             members, pool, default_cap=host.config.max_in_flight, seed=host.tie_seed

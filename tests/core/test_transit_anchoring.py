@@ -46,7 +46,7 @@ class _Fleet:
             self.view.put_presence(instance, PresenceRecord(nonce=instance, max_in_flight=4), 1)
         host = SimpleNamespace(view=self.view, placement_changes=self.changes)
         self.leader = Leadership(cast(Host, host), _no_plan)
-        self.leader.generation = GENERATION
+        self.leader.generation = GENERATION  # (the facade sets its election's)
 
     def _next(self) -> int:
         self.rev += 1
@@ -63,7 +63,7 @@ class _Fleet:
         self.view.put_assignment(instance, record, self._next())
 
     def anchor(self, split: str) -> str | None:
-        placement = self.leader._placement_input(split)
+        placement = self.leader.inputs.placement_input(split)
         assert placement is not None
         assert placement == Placement(2, placement.owner, "")
         return placement.owner
@@ -113,14 +113,14 @@ def test_a_write_in_flight_anchors_before_its_record_lands() -> None:
     fleet.split("s04", owner="a", leased=True)
     fleet.assign("a", "s04")
     fleet.changes.track()
-    fleet.leader._writing_started("a", ())
-    fleet.leader._writing_started("d", ("s04",))
+    fleet.leader.writes.started("a", ())
+    fleet.leader.writes.started("d", ("s04",))
     assert fleet.changes.take_placement_changes() == {"s04"}  # the index re-reads it
     assert fleet.anchor("s04") == "d"
     fleet.assign("a")
-    fleet.leader._writing_ended("a")
+    fleet.leader.writes.ended("a")
     assert fleet.anchor("s04") == "d"  # not back on a while d's write is in flight
-    fleet.leader._writing_ended("d")  # lost: no record names it, its owner anchors it again
+    fleet.leader.writes.ended("d")  # lost: no record names it, its owner anchors it again
     assert fleet.anchor("s04") == "a"
 
 
@@ -135,7 +135,7 @@ def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
         view=fleet.view, placement_changes=fleet.changes, config=Config(), tie_seed=7
     )
     fleet.leader = Leadership(cast(Host, host), _no_plan)
-    fleet.leader.generation = GENERATION
+    fleet.leader.election.generation = GENERATION
     for n in range(12):
         owner = "abc"[n % 3]
         fleet.split(f"s{n:02d}", owner=owner, leased=n % 4 != 0)
@@ -148,19 +148,19 @@ def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
     def fresh() -> dict[str, Placement]:
         out = {}
         for split in fleet.view.splits:
-            placement = leader._placement_input(split)
+            placement = leader.inputs.placement_input(split)
             if placement is not None:
                 out[split] = placement
         return out
 
-    index = leader._placement_index()
+    index = leader.inputs.placement_index()
     assert index._inputs == fresh()
     # b leaves (its presence key expires): what it anchored is anchored no more.
     key = Keys(JOB).worker("b")
     fleet.view.apply_delete(Keyspace.EPHEMERAL, key, fleet._next())
-    assert leader._placement_index()._inputs == fresh()
+    assert leader.inputs.placement_index()._inputs == fresh()
     assert fresh()["s03"].owner == "a"  # back on its owner, no longer in transit to b
     # b comes back: its record (of this generation) anchors its splits again.
     fleet.view.put_presence("b", PresenceRecord(nonce="b2", max_in_flight=4), fleet._next())
-    assert leader._placement_index()._inputs == fresh()
+    assert leader.inputs.placement_index()._inputs == fresh()
     assert fresh()["s03"].owner == "b"

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spate._core.handover import handed_over
 from spate._core.records import (
     AssignmentRecord,
     Keys,
@@ -209,25 +210,25 @@ def test_a_departed_worker_is_handed_over_once_every_split_moved_on_or_nobody_is
     view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="me", epoch=1), 2))
     view.apply_put(DURABLE, Entry(KEYS.split("b"), progress("b"), 3))
     # still its own, and handed back but not yet claimed: both are waited for
-    assert not view.handed_over("me", ["a"])
-    assert not view.handed_over("me", ["b"])
+    assert not handed_over(view, "me", ["a"])
+    assert not handed_over(view, "me", ["b"])
     view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", owner="peer", epoch=2), 4))
-    assert view.handed_over("me", ["a"])
-    assert not view.handed_over("me", ["a", "b"])
+    assert handed_over(view, "me", ["a"])
+    assert not handed_over(view, "me", ["a", "b"])
     # a split finished, or quarantined, is not waited for; nor one the view never heard of
     view.apply_put(
         DURABLE, Entry(KEYS.split("b"), progress("b", Status.COMPLETED, completed=True), 5)
     )
-    assert view.handed_over("me", ["a", "b", "unknown"])
+    assert handed_over(view, "me", ["a", "b", "unknown"])
     view.apply_put(
         DURABLE, Entry(KEYS.split("c"), progress("c", Status.QUARANTINED, attempts=4), 6)
     )
-    assert view.handed_over("me", ["c"])
+    assert handed_over(view, "me", ["c"])
     # nobody else is present: nobody would take them, so there is nothing to wait for
     view.apply_put(DURABLE, Entry(KEYS.split("d"), progress("d", owner="me", epoch=1), 7))
-    assert not view.handed_over("me", ["d"])
+    assert not handed_over(view, "me", ["d"])
     view.apply_delete(EPHEMERAL, KEYS.worker("peer"), 8)
-    assert view.handed_over("me", ["d"])
+    assert handed_over(view, "me", ["d"])
 
 
 def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() -> None:
@@ -238,22 +239,22 @@ def test_a_departed_worker_does_not_wait_for_a_split_no_free_lane_will_take() ->
         record = encode(PresenceRecord(nonce=worker, max_in_flight=2))
         view.apply_put(EPHEMERAL, Entry(KEYS.worker(worker), record, 1))
     view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a"), 2))  # handed back by "me"
-    assert not view.handed_over("me", ["a"])  # the peer's share is not known yet
+    assert not handed_over(view, "me", ["a"])  # the peer's share is not known yet
 
     def assign(*splits: str, revision: int) -> None:
         record = encode(AssignmentRecord(generation=1, splits=splits))
         view.apply_put(DURABLE, Entry(KEYS.assign("peer"), record, revision))
 
     assign("x", revision=3)
-    assert not view.handed_over("me", ["a"])  # a free lane: the leader may give it "a"
+    assert not handed_over(view, "me", ["a"])  # a free lane: the leader may give it "a"
     assign("x", "a", revision=4)
-    assert not view.handed_over("me", ["a"])  # given to the peer: it claims "a" next
+    assert not handed_over(view, "me", ["a"])  # given to the peer: it claims "a" next
     assign("x", "y", revision=5)
-    assert view.handed_over("me", ["a"])  # the peer's lanes are full, and "a" is not its
+    assert handed_over(view, "me", ["a"])  # the peer's lanes are full, and "a" is not its
     # a budget of 0 means the leader's default, which this view does not know: wait
     default = encode(PresenceRecord(nonce="peer", max_in_flight=0))
     view.apply_put(EPHEMERAL, Entry(KEYS.worker("peer"), default, 6))
-    assert not view.handed_over("me", ["a"])
+    assert not handed_over(view, "me", ["a"])
 
 
 # -- leases alive by session (stores with per-key TTLs) ----------------------------------------

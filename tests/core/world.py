@@ -66,6 +66,7 @@ from spate import (
     StoreUnavailable,
 )
 from spate._core.flows import Flow, Op
+from spate._core.leader_phase import LeaderPhase
 from spate._core.records import ProgressRecord, decode
 from spate._core.scopes import WatchScope
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
@@ -449,6 +450,11 @@ class Worker(EventLog, SimWorker):
         return self.machine.leading
 
     @property
+    def phase(self) -> LeaderPhase:
+        """Where this worker stands in leading the job."""
+        return self.machine.leader_phase
+
+    @property
     def watches(self) -> tuple[WatchScope, ...]:
         """The watches this worker keeps open now."""
         return self.machine.watches
@@ -464,11 +470,11 @@ class Worker(EventLog, SimWorker):
 
     def drop_silently(self, split: str) -> None:
         """Stop holding ``split`` without writing (a loss noticed before its key went)."""
-        self.machine._claims.drop(split, "fenced")
+        self.machine._tenancies.drop(split, "fenced")
 
     def stop_claiming(self) -> None:
         """Claim nothing more, as a leaving worker does (without its hand-back)."""
-        self.machine._parting = True
+        self.machine._departure.parting = True
 
     def step_down(self, *, resign: bool) -> None:
         """Give up leadership, with or without deleting the leader key."""
@@ -477,7 +483,7 @@ class Worker(EventLog, SimWorker):
     @property
     def stray_leases(self) -> bool:
         """Whether the claims still track a lease key of this process's that it does not hold."""
-        return bool(self.machine._claims._stray)
+        return bool(self.machine._tenancies._stray)
 
     @property
     def renewed_at(self) -> dict[str, float]:

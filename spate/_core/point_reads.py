@@ -1,0 +1,80 @@
+"""A follower's point reads: how it learns the records of a split it is assigned.
+
+A follower watches no progress record, spec or lease (DESIGN §4b). It reads a split it is
+assigned when its assignment record names it (or says it came free), and the session a lease
+names when it must prove that session gone before a takeover.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from spate._core.flows import Flow, Op
+from spate._core.host import Host
+from spate._core.records import LeaseRecord, decode
+from spate._errors import StoreUnavailable
+from spate._store import Entry, Keyspace
+
+__all__ = ["read_session", "read_split"]
+
+logger = logging.getLogger("spate.claims")
+
+DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
+
+
+def read_split(
+    host: Host, split: str, owned: Mapping[str, object], retry_later: Callable[[str], None]
+) -> Flow[None]:
+    """Point reads of one split's records: its progress record, spec and lease.
+
+    A follower watches none of them (DESIGN §4b): this is how it learns a split it is
+    assigned, and how it learns again once it was told the split came free. The progress
+    record first: a lease or spec folded before it waits in the view for it.
+    """
+    view = host.view
+    key = host.keys.split(split)
+    try:
+        progress: Entry | None = yield Op("get", DURABLE, key)
+        if progress is None:
+            return  # not seeded yet: the next assignment write or the backstop looks again
+        host.fold(view.apply_put(DURABLE, progress))
+        state = view.splits.get(split)
+        if state is not None and state.spec is None:
+            spec: Entry | None = yield Op("get", DURABLE, host.keys.spec(split))
+            if spec is not None:
+                host.fold(view.apply_put(DURABLE, spec))
+        lease_keyspace, lease_key = view.lease_keyspace, view.lease_key(split)
+        lease: Entry | None = yield Op("get", lease_keyspace, lease_key)
+        if lease is not None and view.session_leases:
+            # A lease lives by its owner's session: read that too, so the view can tell.
+            yield from read_session(host, decode(LeaseRecord, lease_key, lease.value))
+    except StoreUnavailable as exc:
+        logger.debug("split %s: reading its records failed (%s); retrying later", split, exc)
+        retry_later(split)
+        return
+    if split in owned:
+        return  # claimed meanwhile (not by this flow): the claim's own writes are newer
+    if lease is None:
+        host.fold(view.apply_delete(lease_keyspace, lease_key, None))
+    else:
+        host.fold(view.apply_put(lease_keyspace, lease))
+
+
+def read_session(host: Host, lease: LeaseRecord) -> Flow[bool]:
+    """Read the session ``lease`` names (its owner's presence) into the view: alive or not.
+
+    On a per-key store this is the proof a takeover needs: a session is gone when its
+    presence record is absent or names another nonce, and a read says so of the store
+    itself, never of a stale view. Raises StoreUnavailable when the store cannot say.
+    """
+    view = host.view
+    if (lease.owner, lease.nonce) == (host.instance, host.nonce):
+        return True
+    key = host.keys.worker(lease.owner)
+    entry: Entry | None = yield Op("get", EPHEMERAL, key)
+    if entry is None:
+        host.fold(view.apply_delete(EPHEMERAL, key, None))
+    else:
+        host.fold(view.apply_put(EPHEMERAL, entry))
+    return view.session_live(lease)
