@@ -113,17 +113,27 @@ def _landed_already(
 
 
 def split_flow(
-    tenancies: Tenancies, split: str, primary: bytes, residual: bytes, weight: int | None
+    tenancies: Tenancies,
+    split: str,
+    primary: bytes,
+    residual: bytes,
+    weight: int | None,
+    fence: int | None = None,
 ) -> Flow[str | BaseException]:
-    """The owner's split of ``split``: the residual's id, or the error for the caller."""
+    """The owner's split of ``split``: the residual's id, or the error for the caller.
+
+    ``fence``: the tenancy the caller works for; the write happens only while it lasts.
+    """
     host = tenancies.host
     key = host.keys.split(split)
-    if split not in tenancies.owned:
-        return Fenced(split, "this worker does not hold it; nothing was written")
+    if (ended := tenancies.tenancy_ended(split, fence)) is not None:
+        return ended
     yield Hold(DURABLE, key)
     held = tenancies.owned.get(split)
     if held is None:
         return Fenced(split, "it was lost before the split could be written")
+    if (ended := tenancies.tenancy_ended(split, fence)) is not None:
+        return ended  # a new tenancy began while the key was held: not ours to write
     state = host.view.splits[split]
     current = state.progress
     if current.completed or current.status is not Status.RUNNABLE:

@@ -31,7 +31,7 @@ from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.protocol import FAIL, attempts_after, exhausts_attempts
 from spate._core.records import ProgressRecord, Status, decode, encode
-from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
+from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
 from spate._store import Entry, Keyspace, Won
@@ -53,6 +53,8 @@ class Owned:
     """When the claim's lease write landed (nothing renews it per split afterwards)."""
     session: int = 0
     """The store session the lease was written under (session stores: it dies with it)."""
+    fence: int = 0
+    """The tenancy's fencing token (``records.fence_of``): what its handle's calls name."""
 
 
 class Tenancies:
@@ -250,16 +252,36 @@ class Tenancies:
 
     # -- commit, fail, release -----------------------------------------------------------------
 
-    def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
-        """One fenced CAS on the progress record; returns the error for the caller, if any."""
+    def tenancy_ended(self, split: str, fence: int | None) -> Fenced | None:
+        """Why a call for ``split`` naming tenancy ``fence`` (None: any) must not write, if so."""
+        held = self.owned.get(split)
+        if held is None:
+            return Fenced(split, "this worker does not hold it; nothing was written")
+        if fence is not None and held.fence != fence:
+            return Fenced(
+                split,
+                f"the tenancy of fence {fence} has ended (this worker holds it again, at fence "
+                f"{held.fence}); nothing was written",
+            )
+        return None
+
+    def commit_flow(
+        self, split: str, progress: Progress, fence: int | None = None
+    ) -> Flow[BaseException | None]:
+        """One fenced CAS on the progress record; returns the error for the caller, if any.
+
+        ``fence``: the tenancy the caller works for; the write happens only while it lasts.
+        """
         host = self.host
         key = host.keys.split(split)
-        if split not in self.owned:
-            return Fenced(split, "this worker does not hold it; nothing was written")
+        if (ended := self.tenancy_ended(split, fence)) is not None:
+            return ended
         yield Hold(DURABLE, key)
         held = self.owned.get(split)
         if held is None:
             return Fenced(split, "it was lost before the commit could be written")
+        if (ended := self.tenancy_ended(split, fence)) is not None:
+            return ended  # a new tenancy began while the key was held: not ours to write
         state = host.view.splits[split]
         previous = state.progress.watermark
         if previous is not None and (progress.watermark is None or progress.watermark < previous):
@@ -270,11 +292,18 @@ class Tenancies:
                 "progress is lost."
             )
         record = committed(state.progress, progress, self.host.wall_ms())
+        data = encode(record)
+        if len(data) > host.max_value_size:
+            # The caller's mistake, not the coordinator's: refused before anything is sent
+            # (a store's own refusal would reach the loop as fatal and stop the worker).
+            return ValueTooLarge(key, len(data), host.max_value_size)
         try:
             result = yield Op(
-                "update", DURABLE, key, encode(record), expected=state.progress_rev,
+                "update", DURABLE, key, data, expected=state.progress_rev,
                 operation="commit", split=split, epoch=held.epoch,
             )  # fmt: skip
+        except ValueTooLarge as exc:
+            return exc  # a store stricter than it declared: still nothing written
         except StoreUnavailable as exc:
             return StoreUnavailable(
                 f"committing split {split!r} failed ({exc}); it may or may not have landed. "
