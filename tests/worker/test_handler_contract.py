@@ -23,6 +23,7 @@ import spate
 from spate._core.records import EPOCH_BITS, PlanRecord, Status, decode, fence_of
 from spate.store import Keyspace
 from spate_stores.memory import MemoryServer
+from spate_testing.faults import FaultyStore
 from tests.runtime.harness import HookStore, spawn
 from tests.worker.test_worker import JOB, KEYS, client, config, planner, progress_of
 
@@ -320,6 +321,26 @@ async def test_a_return_during_a_revocation_hands_back_at_once(
                 await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
     assert gained_by_b[0] - revoked_at[0] < 1.0
+
+
+async def test_a_loss_during_a_backoff_ends_that_tenancy(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = FaultyStore(client(MemoryServer()))
+    calls: list[tuple[float, int]] = []
+
+    async def empty(split: spate.SplitHandle) -> None:
+        calls.append((trio.current_time(), split.epoch))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_for, 250, empty, store)
+        await trio.sleep(70)  # runs at about 0, 1, 3, 7, 15, 31, 63; the next is due at 123
+        store.partition()  # no renewal lands: the worker fences itself (Lost) within a lease
+        await trio.sleep(30)
+        store.heal()  # it claims the split again: a new tenancy, a new run at once
+    assert {epoch for _, epoch in calls if _ < 70} == {1}
+    assert [epoch for at, epoch in calls if at > 70][:1] == [2]
+    assert not [at for at, epoch in calls if epoch == 1 and at > 70]  # the backoff ended
 
 
 async def test_leaving_during_a_backoff_hands_the_split_back(
