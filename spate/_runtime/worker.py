@@ -393,12 +393,12 @@ class _Runner:
         """
         try:
             await self._handler(handle)
-        except Fenced:
-            handle._lost = True
-            return False
         except Exception as exc:
-            if handle._lost:
+            if handle._lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
+                handle._lost = True  # the tenancy ended: nothing to settle, no failure
                 return False
+            # (A Fenced of a handle kept from an earlier run is the handler's bug, not a loss:
+            # the split is still held, so it fails like any other error.)
             handle._ended = True
             logger.exception("handler for split %s raised; failing the split", handle.id)
             reason = f"{type(exc).__name__}: {exc}"

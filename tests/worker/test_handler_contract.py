@@ -114,6 +114,31 @@ async def test_a_handle_from_an_earlier_run_of_the_same_tenancy_writes_nothing(
     assert len(handles) == 2
 
 
+async def test_a_fenced_from_an_earlier_runs_handle_fails_the_split_not_strands_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = client(MemoryServer())
+    handles: list[spate.SplitHandle] = []
+
+    async def handle(split: spate.SplitHandle) -> None:
+        handles.append(split)
+        if len(handles) == 1:
+            return  # not done: runs again
+        if len(handles) == 2:
+            await handles[0].commit(1)  # the earlier run's handle: Fenced, and it escapes
+        await split.commit(1, completed=True)
+
+    with trio.fail_after(120):
+        verdict = await spate.run_worker(
+            store, job=JOB, instance="a", planner=planner(1), handler=handle, config=config()
+        )
+    # The split was still held: a Fenced of a stale handle is the handler's error, so the
+    # split failed (and ran again) instead of sitting held with no handler.
+    assert verdict == spate.AllComplete()
+    assert [h.epoch for h in handles] == [1, 1, 2]
+    assert (await progress_of(store, "s00")).attempts == 1
+
+
 async def test_a_handle_kept_past_its_cancelled_run_writes_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
