@@ -390,8 +390,8 @@ async def test_an_empty_handler_on_the_real_clock_runs_a_handful_of_times() -> N
         calls.append(trio.current_time())
 
     # A busy loop never lets an autojump clock advance, so this one runs on real time.
-    await run_for(3.5, empty, client(MemoryServer()))
-    assert 1 <= len(calls) <= 4, calls  # at 0, ~1 and ~3 s: not thousands
+    await run_for(5, empty, client(MemoryServer()))
+    assert 1 <= len(calls) <= 5, calls  # at about 0, 1 and 3 s (then 7): not thousands
 
 
 # -- oversize progress -------------------------------------------------------------------------
