@@ -59,7 +59,11 @@ class Gained:
     """This worker now owns ``split`` at ``epoch``; resume from ``progress``.
 
     ``descriptor`` and ``weight`` are what the planner wrote for the split (``descriptor``: the
-    primary of its last split, once it was split).
+    primary of its last split, once it was split). ``fence`` is this tenancy's fencing token
+    (:attr:`SplitHandle.fence <spate.SplitHandle.fence>`): store it with your output, and pass
+    it to :meth:`Coordinator.commit <spate.Coordinator.commit>`, ``split`` and
+    ``decline_revoke`` so that a call made after this tenancy ended writes nothing. It defaults
+    to ``epoch`` (the fence of a job whose plan record has no incarnation).
     """
 
     split: str
@@ -67,6 +71,7 @@ class Gained:
     progress: Progress
     descriptor: bytes
     weight: int
+    fence: int = attrs.field(default=attrs.Factory(lambda self: self.epoch, takes_self=True))
 
 
 @attrs.frozen

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["REOPEN_BACKOFF", "RETRY_BACKOFF", "REWATCH_BACKOFF", "STARTUP_BACKOFF", "Backoff"]
+__all__ = [
+    "IDLE_BACKOFF",
+    "REOPEN_BACKOFF",
+    "RETRY_BACKOFF",
+    "REWATCH_BACKOFF",
+    "STARTUP_BACKOFF",
+    "Backoff",
+]
 
 STARTUP_BACKOFF = (0.2, 5.0)
 """First and largest delay between tries of a startup step."""
@@ -21,6 +28,8 @@ REOPEN_BACKOFF = (0.2, 5.0)
 """First and largest delay between tries to open a replacement for a lost session."""
 RETRY_BACKOFF = (0.05, 2.0)
 """First and largest delay before a handler's call to an unreachable store is tried again."""
+IDLE_BACKOFF = (1.0, 60.0)
+"""First and largest delay before a handler that returned without completing runs again."""
 
 
 @attrs.define

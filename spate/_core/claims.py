@@ -53,6 +53,7 @@ from spate._core.records import (
     Status,
     decode,
     encode,
+    fence_of,
 )
 from spate._core.tenancy import Owned, Tenancies
 from spate._core.view import (
@@ -562,7 +563,11 @@ class Claims:
         self, split: str, kind: ClaimKind, record: ProgressRecord, revision: int, lease_rev: int
     ) -> None:
         host = self.host
-        self.owned[split] = Owned(record.epoch, lease_rev, host.now(), host.session.generation)
+        plan = host.view.plan
+        fence = fence_of(0 if plan is None else plan.incarnation_ms, record.epoch)
+        self.owned[split] = Owned(
+            record.epoch, lease_rev, host.now(), host.session.generation, fence=fence
+        )
         host.fold(host.view.put_progress(split, record, revision))
         host.metrics.acquired(ACQUIRE_REASONS[kind])
         since = self.awaiting.pop(split, None)
@@ -572,7 +577,7 @@ class Claims:
         assert spec is not None
         # A split that was split resumes its primary (the record's), not the planner's whole.
         descriptor = spec.descriptor if record.descriptor is None else record.descriptor
-        host.emit(Gained(split, record.epoch, record.progress, descriptor, spec.weight))
+        host.emit(Gained(split, record.epoch, record.progress, descriptor, spec.weight, fence))
         if host.parting:
             # Departure began while this claim was in flight: hand it straight back.
             host.start(self.tenancies.release_flow(split))

@@ -114,7 +114,11 @@ class Host(Protocol):
         ...
 
     def wall_ms(self) -> int:
-        """Wall-clock milliseconds for the advisory ``written_at_ms`` fields (injected)."""
+        """Wall-clock milliseconds (injected).
+
+        For the advisory ``written_at_ms`` fields, and the job's incarnation when a worker
+        creates the plan record (a fence's high part).
+        """
         ...
 
     def fold(self, notices: list[Notice]) -> None:

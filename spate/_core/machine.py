@@ -81,7 +81,7 @@ from spate._core.view import (
     Notice,
     View,
 )
-from spate._errors import FatalCoordinationError, StoreUnavailable
+from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import Event, Progress
 from spate._metrics import Gauges, MetricsHooks
 from spate._plan import PlanContext, Planner
@@ -259,7 +259,11 @@ class Machine:
         return self._clock()
 
     def wall_ms(self) -> int:
-        """The injected wall clock, in milliseconds (only for advisory record fields)."""
+        """The injected wall clock, in milliseconds.
+
+        For advisory record fields, and for the job's incarnation when this worker creates its
+        plan record (the high part of every fence: see :func:`~spate._core.records.fence_of`).
+        """
         return self._wall_ms()
 
     def start(
@@ -336,22 +340,34 @@ class Machine:
         """
         return self.scopes.wanted
 
-    def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
+    def commit_flow(
+        self, split: str, progress: Progress, fence: int | None = None
+    ) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.commit <spate.Coordinator.commit>`: one fenced CAS.
 
         Returns the error to raise to the caller (``Fenced``, ``StoreUnavailable``), or None
-        once the write landed.
+        once the write landed. ``fence`` names the tenancy the write is for (None: any).
         """
-        return self._tenancies.commit_flow(split, progress)
+        return self._tenancies.commit_flow(split, progress, fence)
 
     def split_flow(
-        self, split: str, primary: bytes, residual: bytes, weight: int | None
+        self,
+        split: str,
+        primary: bytes,
+        residual: bytes,
+        weight: int | None,
+        fence: int | None = None,
     ) -> Flow[str | BaseException]:
         """The API call :meth:`Coordinator.split <spate.Coordinator.split>`: one fenced CAS.
 
         Returns the residual's id once the write landed, or the error to raise to the caller.
+        ``fence`` names the tenancy the write is for (None: any).
         """
-        return split_flow(self._tenancies, split, primary, residual, weight)
+        return split_flow(self._tenancies, split, primary, residual, weight, fence)
+
+    def tenancy_ended(self, split: str, fence: int | None) -> Fenced | None:
+        """Why a call for ``split`` naming tenancy ``fence`` (None: any) must not act, if so."""
+        return self._tenancies.tenancy_ended(split, fence)
 
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.

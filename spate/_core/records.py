@@ -55,6 +55,7 @@ from spate._errors import StoreError
 from spate._events import Progress
 
 __all__ = [
+    "EPOCH_BITS",
     "MAX_REASON",
     "PROGRESS_SCHEMA",
     "SCHEMA",
@@ -78,6 +79,7 @@ __all__ = [
     "canonical_spec",
     "decode",
     "encode",
+    "fence_of",
     "now_ms",
 ]
 
@@ -172,6 +174,11 @@ class PlanRecord:
     census (the terminal verdict always recounts). ``verdict`` is set once, by the leader, when
     an authoritative listing found every split finished; it never changes after (absent in
     records written before the field existed, and while the job runs).
+
+    ``incarnation_ms`` is the wall-clock time the record was created (the job's incarnation):
+    a job deleted and created again gets a later one, and every fence of the new job is above
+    every fence of the old (:func:`fence_of`). Every later write of the record keeps it; a
+    record written before the field existed reads as 0.
     """
 
     schema: int = SCHEMA
@@ -182,6 +189,27 @@ class PlanRecord:
     cursor: bytes | None = None
     updated_at_ms: int = 0
     verdict: Verdict | None = None
+    incarnation_ms: int = 0
+
+
+EPOCH_BITS = 20
+"""The low bits of a fence that hold the epoch (see :func:`fence_of`)."""
+
+
+def fence_of(incarnation_ms: int, epoch: int) -> int:
+    """The fencing token of a tenancy: the job's incarnation above the split's epoch.
+
+    Within one incarnation the fence grows with the epoch (it is added, so even an epoch past
+    ``2**EPOCH_BITS`` keeps it growing). Across a job deleted and created again, the new
+    incarnation is at least a millisecond later, which adds ``2**20`` to every fence: above
+    every fence of the old job unless one of its splits changed hands a million times.
+
+    The bound: a fence must fit a signed 64-bit integer (an SQLite ``INTEGER``, a ``BIGINT``).
+    Wall-clock milliseconds stay below ``2**43`` until the year 2248, so the fence stays below
+    ``2**63`` while epochs stay below ``2**20``. A plan record written before incarnations
+    existed has 0, and its fences are its epochs, as they always were.
+    """
+    return (incarnation_ms << EPOCH_BITS) + epoch
 
 
 @attrs.frozen(kw_only=True)
@@ -393,7 +421,7 @@ def _make_converter() -> cattrs.Converter:
 
 
 _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
-    PlanRecord: ("verdict",),
+    PlanRecord: ("verdict", "incarnation_ms"),
     ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals", "reason"),
     SpecRecord: ("locality", "parent"),
     PresenceRecord: ("locality", "parents"),

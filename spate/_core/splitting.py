@@ -113,12 +113,20 @@ def _landed_already(
 
 
 def split_flow(
-    tenancies: Tenancies, split: str, primary: bytes, residual: bytes, weight: int | None
+    tenancies: Tenancies,
+    split: str,
+    primary: bytes,
+    residual: bytes,
+    weight: int | None,
+    fence: int | None = None,
 ) -> Flow[str | BaseException]:
-    """The owner's split of ``split``: the residual's id, or the error for the caller."""
+    """The owner's split of ``split``: the residual's id, or the error for the caller.
+
+    ``fence``: the tenancy the caller works for; the write happens only while it lasts.
+    """
     host = tenancies.host
     key = host.keys.split(split)
-    opened = yield from tenancies.hold_owned(split, "split")
+    opened = yield from tenancies.hold_owned(split, "split", fence)
     if isinstance(opened, Fenced):
         return opened
     held, state = opened

@@ -132,7 +132,9 @@ def join_flow(host: Host) -> Flow[bool]:
     the record vanished between the two calls (deleted by hand): run it again.
     """
     key = host.keys.plan
-    fresh = encode(PlanRecord(fingerprint=host.fingerprint))
+    # The creation time is the job's incarnation: the fences of a job deleted and created
+    # again start above the old job's (records.fence_of).
+    fresh = encode(PlanRecord(fingerprint=host.fingerprint, incarnation_ms=host.wall_ms()))
     result = yield Op("create", Keyspace.DURABLE, key, fresh, operation="plan-create")
     if isinstance(result, Won):
         return True

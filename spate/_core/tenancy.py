@@ -32,7 +32,7 @@ from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.protocol import FAIL, attempts_after, exhausts_attempts
 from spate._core.records import ProgressRecord, Status, bounded_reason, decode, encode
 from spate._core.view import SplitState
-from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
+from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
 from spate._store import Entry, Keyspace, Won
@@ -54,6 +54,8 @@ class Owned:
     """When the claim's lease write landed (nothing renews it per split afterwards)."""
     session: int = 0
     """The store session the lease was written under (session stores: it dies with it)."""
+    fence: int = 0
+    """The tenancy's fencing token (``records.fence_of``): what its handle's calls name."""
 
 
 class Tenancies:
@@ -251,26 +253,49 @@ class Tenancies:
 
     # -- commit, fail, release -----------------------------------------------------------------
 
-    def hold_owned(self, split: str, what: str) -> Flow[tuple[Owned, SplitState] | Fenced]:
+    def tenancy_ended(self, split: str, fence: int | None) -> Fenced | None:
+        """Why a call for ``split`` naming tenancy ``fence`` (None: any) must not write, if so."""
+        held = self.owned.get(split)
+        if held is None:
+            return Fenced(split, "this worker does not hold it; nothing was written")
+        if fence is not None and held.fence != fence:
+            return Fenced(
+                split,
+                f"the tenancy of fence {fence} has ended (this worker holds it again, at fence "
+                f"{held.fence}); nothing was written",
+            )
+        return None
+
+    def hold_owned(
+        self, split: str, what: str, fence: int | None = None
+    ) -> Flow[tuple[Owned, SplitState] | Fenced]:
         """The opening of an owner's write of ``split``'s record (a commit, a split).
 
         Holds the record's key, then answers the tenancy and the split's state, or the
-        ``Fenced`` error for the caller when the split is not (or no longer) held here: it can
-        be lost while the write waits for its key.
+        ``Fenced`` error for the caller when the split is not (or no longer) held here, or
+        ``fence`` names a tenancy that has ended: either can happen while the write waits for
+        its key.
         """
-        if split not in self.owned:
-            return Fenced(split, "this worker does not hold it; nothing was written")
+        if (ended := self.tenancy_ended(split, fence)) is not None:
+            return ended
         yield Hold(DURABLE, self.host.keys.split(split))
         held = self.owned.get(split)
         if held is None:
             return Fenced(split, f"it was lost before the {what} could be written")
+        if (ended := self.tenancy_ended(split, fence)) is not None:
+            return ended  # a new tenancy began while the key was held: not ours to write
         return held, self.host.view.splits[split]
 
-    def commit_flow(self, split: str, progress: Progress) -> Flow[BaseException | None]:
-        """One fenced CAS on the progress record; returns the error for the caller, if any."""
+    def commit_flow(
+        self, split: str, progress: Progress, fence: int | None = None
+    ) -> Flow[BaseException | None]:
+        """One fenced CAS on the progress record; returns the error for the caller, if any.
+
+        ``fence``: the tenancy the caller works for; the write happens only while it lasts.
+        """
         host = self.host
         key = host.keys.split(split)
-        opened = yield from self.hold_owned(split, "commit")
+        opened = yield from self.hold_owned(split, "commit", fence)
         if isinstance(opened, Fenced):
             return opened
         held, state = opened
@@ -283,11 +308,18 @@ class Tenancies:
                 "progress is lost."
             )
         record = committed(state.progress, progress, self.host.wall_ms())
+        data = encode(record)
+        if len(data) > host.max_value_size:
+            # The caller's mistake, not the coordinator's: refused before anything is sent
+            # (a store's own refusal would reach the loop as fatal and stop the worker).
+            return ValueTooLarge(key, len(data), host.max_value_size)
         try:
             result = yield Op(
-                "update", DURABLE, key, encode(record), expected=state.progress_rev,
+                "update", DURABLE, key, data, expected=state.progress_rev,
                 operation="commit", split=split, epoch=held.epoch,
             )  # fmt: skip
+        except ValueTooLarge as exc:
+            return exc  # a store stricter than it declared: still nothing written
         except StoreUnavailable as exc:
             return StoreUnavailable(
                 f"committing split {split!r} failed ({exc}); it may or may not have landed. "

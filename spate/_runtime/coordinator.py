@@ -94,26 +94,39 @@ class Coordinator:
         self._events_taken = True
         return self._runtime.events_receive
 
-    async def commit(self, split: str, progress: Progress) -> None:
+    async def commit(self, split: str, progress: Progress, *, fence: int | None = None) -> None:
         """Record ``progress`` for a held split with one fenced write; return once it landed.
 
+        ``fence`` is the tenancy the commit is for (:attr:`Gained.fence <spate.Gained.fence>`):
+        given, the commit lands only while that tenancy lasts, so a task left over from an
+        earlier tenancy of a split this worker holds again cannot write for the new one.
+
         Raises :class:`~spate.Fenced` (nothing written) if this worker does not hold
-        the split or lost it, :class:`~spate.StoreUnavailable` if the outcome is
-        unknown (retry the same commit), and :class:`~spate.FatalCoordinationError`
-        if the watermark would move backwards (the coordinator stops). A completed commit
-        also hands the split's lease back.
+        the split, lost it, or holds it under another fence than ``fence``;
+        :class:`~spate.StoreUnavailable` if the outcome is unknown (retry the same commit);
+        :class:`~spate.ValueTooLarge` (nothing written, the coordinator unharmed) if the
+        progress record would exceed the store's value size; and
+        :class:`~spate.FatalCoordinationError` if the watermark would move backwards (the
+        coordinator stops). A completed commit also hands the split's lease back.
         """
         _check_split(split)
         if not isinstance(progress, Progress):
             raise ConfigError(f"commit() takes a spate.Progress, not {type(progress).__name__}")
+        _check_fence(fence)
         # The write runs in this task, inline, under the caller's trace context: the
         # handler's own span and the commit's share one trace.
-        error = await self._runtime.call_inline(self._machine.commit_flow(split, progress))
+        error = await self._runtime.call_inline(self._machine.commit_flow(split, progress, fence))
         if error is not None:
             raise error
 
     async def split(
-        self, split: str, primary: bytes, residual: bytes, weight: int | None = None
+        self,
+        split: str,
+        primary: bytes,
+        residual: bytes,
+        weight: int | None = None,
+        *,
+        fence: int | None = None,
     ) -> str:
         """Split a held split with one fenced write; return the new split's id once it landed.
 
@@ -122,15 +135,17 @@ class Coordinator:
         the split's, at least 1) and the split's locality. Together they must cover exactly
         the work left after the last commit, the primary keeping the split's own start (see
         ``docs/splitting.md``). Raises :class:`~spate.Fenced` if this worker does not hold the
-        split or lost it (then no residual ever runs), :class:`~spate.ConfigError` for
+        split, lost it, or holds it under another fence than ``fence`` (the tenancy the call
+        is for, as for :meth:`commit`; then no residual ever runs), :class:`~spate.ConfigError` for
         arguments that are not non-empty bytes or a positive int weight, and
         :class:`~spate.ValueTooLarge` if a record would exceed the store's value size (nothing
         is written in either case); :class:`~spate.StoreUnavailable` if the outcome is unknown.
         """
         _check_split(split)
         check_split_args(primary, residual, weight)
+        _check_fence(fence)
         result = await self._runtime.call_inline(
-            self._machine.split_flow(split, primary, residual, weight)
+            self._machine.split_flow(split, primary, residual, weight, fence)
         )
         if isinstance(result, BaseException):
             raise result
@@ -162,15 +177,20 @@ class Coordinator:
         # All at once, in this task: the hand-backs write different keys, so they overlap.
         await self._runtime.call_inline(machine.release_all_flow(ids))
 
-    async def decline_revoke(self, split: str) -> None:
+    async def decline_revoke(self, split: str, *, fence: int | None = None) -> None:
         """Say the split cannot stop at a safe boundary: a revocation is then forced at once.
 
         The split goes back the replaying way (Lost "revoked" follows); a revocation the
-        leader already took back simply ends.
+        leader already took back simply ends. With ``fence`` (the tenancy the call is for, as
+        for :meth:`commit`), raises :class:`~spate.Fenced` and does nothing unless this worker
+        holds the split under that fence.
         """
         _check_split(split)
+        _check_fence(fence)
         self._check_running()
         await trio.lowlevel.checkpoint()
+        if fence is not None and (ended := self._machine.tenancy_ended(split, fence)):
+            raise ended
         # A synchronous call into the machine: atomic, since Trio runs one task at a time.
         # (A forced revocation's flow it starts runs on the loop, see Runtime.start.)
         self._machine.decline_revoke(split)
@@ -218,6 +238,14 @@ def _check_split(split: object) -> str:
     if not isinstance(split, str):
         raise ConfigError(f"a split id is a str, not {type(split).__name__}")
     return split
+
+
+def _check_fence(fence: object) -> None:
+    if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int)):
+        raise ConfigError(
+            f"fence is the int of a tenancy (Gained.fence, SplitHandle.fence) or None, not "
+            f"{fence!r}"
+        )
 
 
 def _split_ids(splits: Iterable[str]) -> list[str]:

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from spate._config import Config
-from spate._core.backoff import RETRY_BACKOFF, Backoff
+from spate._core.backoff import IDLE_BACKOFF, RETRY_BACKOFF, Backoff
 from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import (
     AllComplete,
@@ -53,7 +53,7 @@ DEFAULT_LEAVE_DEADLINE = 30.0
 
 @attrs.define(eq=False, kw_only=True)
 class SplitHandle:
-    """One split this worker owns, as its handler sees it.
+    """One split this worker owns, as one run of its handler sees it.
 
     ``progress`` is the resume point (the last committed watermark and state) and moves
     forward with every successful :meth:`commit`. ``revoke_requested`` is set when the leader
@@ -61,6 +61,19 @@ class SplitHandle:
     with nothing replayed. If the split is lost (another worker took it, or this worker could
     not renew its lease) the handler is cancelled at once and any later commit raises
     :class:`~spate.Fenced` without writing.
+
+    A handle is good for one run of the handler in one tenancy: once that run has returned,
+    raised or been cancelled, or the tenancy has ended, every call through it (:meth:`commit`,
+    :meth:`split`, :meth:`decline_revoke`) raises :class:`~spate.Fenced` and writes nothing,
+    whoever holds the split by then (this worker included). A task that outlives its handler
+    cannot write for a later tenancy, or a later run, of the same split.
+
+    What returning means: with ``completed=True`` committed, the split is finished. With a
+    revocation pending (``revoke_requested`` set), the split is handed back at once, nothing
+    replayed. Otherwise the split stays this worker's and the handler runs again, with a new
+    handle, after a backoff (about a second, doubling to about a minute while runs make no
+    progress, back to a second after a commit that moves the watermark); no store write is
+    made while it waits. Raising fails the split (an attempt consumed).
     """
 
     id: str
@@ -70,10 +83,11 @@ class SplitHandle:
     weight: int
     """The split's relative size, used to balance the fleet."""
     epoch: int
-    """This tenancy's fencing epoch: it increases every time the split changes hands."""
+    """This tenancy's epoch: it increases every time the split changes hands."""
     progress: Progress
     """The last committed progress (the resume point when the split was gained)."""
     _coordinator: Coordinator = attrs.field(repr=False, alias="_coordinator")
+    _fence: int = attrs.field(alias="_fence")
     revoke_requested: trio.Event = attrs.field(factory=trio.Event)
     """Set when the leader asks for the split back; return soon after a commit."""
     split_requested: trio.Event = attrs.field(factory=trio.Event)
@@ -81,6 +95,10 @@ class SplitHandle:
     after each successful :meth:`split` the handle carries a fresh, unset event."""
     _lost: bool = attrs.field(default=False, alias="_lost")
     _completed: bool = attrs.field(default=False, alias="_completed")
+    _ended: bool = attrs.field(default=False, alias="_ended")
+    """The handler run this handle was made for is over: every call refuses."""
+    _advanced: bool = attrs.field(default=False, alias="_advanced")
+    """A commit through this handle moved the watermark (it resets the idle backoff)."""
 
     @property
     def lost(self) -> bool:
@@ -97,13 +115,32 @@ class SplitHandle:
         """The fencing token of this ownership: store it next to every output you write.
 
         It strictly increases with every new ownership of the split (a claim, a reclaim after
-        a restart, a requeue all raise it), so of two owners the later one always holds the
-        larger fence. It is a plain non-negative ``int``: compare it, store it in an integer
+        a restart, a requeue all raise it), and across a job deleted and created again under
+        the same name: it is the job's incarnation (when its plan record was created, in
+        wall-clock milliseconds) above the split's :attr:`epoch`, ``incarnation * 2**20 +
+        epoch``, so of two owners the later one always holds the larger fence. It is a plain
+        non-negative ``int`` below ``2**63``: compare it, store it in a signed 64-bit integer
         column, send it anywhere. A sink that accepts a write only while the fence it holds
         for the split is ``<=`` the writer's (in the same transaction as the output) refuses
         a zombie's late writes: see the recipe in the docs (``docs/exactly-once.md``).
+
+        Jobs created before incarnations existed keep their epoch as the fence. A job created
+        again relies on wall clocks: its creator's clock must not be behind the old job's
+        creator's by more than the time between the two creations.
         """
-        return self.epoch
+        return self._fence
+
+    def _refuse_if_over(self, what: str) -> None:
+        """Raise Fenced if this handle's run or tenancy is over (nothing is written then)."""
+        if self._ended:
+            raise Fenced(
+                self.id,
+                f"the handler run this handle was made for has ended; {what}. A handle is good "
+                "for one handler run: a task that outlives its handler must not write for the "
+                "split any more",
+            )
+        if self._lost:
+            raise Fenced(self.id, f"it was lost earlier; {what}")
 
     async def decline_revoke(self) -> None:
         """Say this split cannot stop at a safe boundary now: the revocation is forced at once.
@@ -111,11 +148,11 @@ class SplitHandle:
         Use it when ``revoke_requested`` is set but the handler cannot commit and return soon.
         The split then moves the replaying way: the handler is cancelled (the split is lost,
         its uncommitted work replays on the next owner) instead of running out the drain
-        deadline. Does nothing if no revocation is pending.
+        deadline. Does nothing if no revocation is pending. Raises :class:`~spate.Fenced`,
+        doing nothing, if this handle's run or tenancy is over.
         """
-        if self._lost:
-            return
-        await self._coordinator.decline_revoke(self.id)
+        self._refuse_if_over("no revocation was declined")
+        await self._coordinator.decline_revoke(self.id, fence=self._fence)
 
     async def commit(
         self, watermark: int | None, *, state: bytes = b"", completed: bool = False
@@ -125,24 +162,33 @@ class SplitHandle:
         ``watermark`` must never move backwards (a regression is treated as a bug in the
         work source and stops the worker). ``completed=True`` finishes the split and
         releases it. Raises :class:`~spate.Fenced` (nothing written) if the split is
-        no longer owned by this worker.
+        no longer owned by this worker, or this handle's run or tenancy is over, and
+        :class:`~spate.ValueTooLarge` (nothing written; the worker carries on) if the progress
+        record would exceed the store's value size: keep ``state`` small.
         """
-        if self._lost:
-            raise Fenced(self.id, "it was lost earlier")
+        self._refuse_if_over("nothing was written")
         progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
+        coordinator, fence = self._coordinator, self._fence
+
+        async def attempt() -> None:
+            # A retry is a new call: a run that ended while the store was away writes nothing.
+            self._refuse_if_over("nothing was written")
+            await coordinator.commit(self.id, progress, fence=fence)
+
         try:
             # An unknown outcome is retried with the same progress: a commit that did land is
             # recognised by the coordinator and adopted, so retrying never double-applies. If
             # the store stays away long enough the split is lost and this task is cancelled.
             try:
-                await self._coordinator.commit(self.id, progress)
+                await coordinator.commit(self.id, progress, fence=fence)
             except StoreUnavailable as exc:  # the first attempt is the hot path: no wrapper
-                await _retry_unavailable(
-                    lambda: self._coordinator.commit(self.id, progress), failed=exc
-                )
+                await _retry_unavailable(attempt, failed=exc)
         except Fenced:
-            self._lost = True
+            if not self._ended:
+                self._lost = True
             raise
+        if progress.watermark != self.progress.watermark:
+            self._advanced = True  # (watermarks only grow: a change is progress)
         self.progress = progress
         if completed:
             self._completed = True
@@ -158,22 +204,24 @@ class SplitHandle:
         guarantees the rest: the residual runs if and only if this write won, exactly once.
 
         ``weight`` is the residual's (default: half this split's, at least 1). Raises
-        :class:`~spate.Fenced` if the split is no longer this worker's (no residual ever runs
-        then), :class:`~spate.ConfigError` or :class:`~spate.ValueTooLarge` for bad input
-        (nothing written). A store outage is retried (a landed split is recognised).
+        :class:`~spate.Fenced` if the split is no longer this worker's, or this handle's run
+        or tenancy is over (no residual ever runs then), :class:`~spate.ConfigError` or
+        :class:`~spate.ValueTooLarge` for bad input (nothing written). A store outage is
+        retried (a landed split is recognised).
         """
-        if self._lost:
-            raise Fenced(self.id, "it was lost earlier; nothing was written")
-        coord = self._coordinator
+        self._refuse_if_over("nothing was written")
+        coord, fence = self._coordinator, self._fence
         rid: list[str] = []
 
         async def attempt() -> None:
-            rid.append(await coord.split(self.id, primary, residual, weight))
+            self._refuse_if_over("nothing was written")
+            rid.append(await coord.split(self.id, primary, residual, weight, fence=fence))
 
         try:
             await _retry_unavailable(attempt)
         except Fenced:
-            self._lost = True
+            if not self._ended:
+                self._lost = True
             raise
         self.descriptor = primary
         self.split_requested = trio.Event()
@@ -203,8 +251,15 @@ async def _retry_unavailable(
 
 @attrs.define(eq=False)
 class _Running:
+    """One tenancy of a split on this worker: its handler's runs, one at a time."""
+
     handle: SplitHandle
+    """The handle of the current run (or of the last one, during a backoff)."""
     scope: trio.CancelScope
+    revoked: trio.Event = attrs.Factory(trio.Event)
+    """A revocation arrived during this tenancy (it may come while no handler runs)."""
+    split_asked: bool = False
+    """A split request arrived while no handler ran: the next run's handle is told."""
 
 
 class _Runner:
@@ -228,11 +283,13 @@ class _Runner:
             elif isinstance(event, RevokeRequested):
                 running = self._running.get(event.split)
                 if running is not None:
+                    running.revoked.set()  # (wakes a backoff: the split goes back at once)
                     running.handle.revoke_requested.set()
             elif isinstance(event, SplitRequested):
                 running = self._running.get(event.split)
                 if running is not None:
                     running.handle.split_requested.set()
+                    running.split_asked = running.handle._ended
             elif isinstance(event, Quarantined):
                 logger.warning(
                     "split %s quarantined after %d attempts; fix the cause, then run "
@@ -259,36 +316,97 @@ class _Runner:
             epoch=event.epoch,
             progress=event.progress,
             _coordinator=self._coord,
+            _fence=event.fence,
         )
         running = _Running(handle, trio.CancelScope())
         self._running[event.split] = running
-        nursery.start_soon(self._run_handler, running, name=f"spate handler {event.split}")
+        nursery.start_soon(self._run_tenancy, running, name=f"spate handler {event.split}")
 
-    async def _run_handler(self, running: _Running) -> None:
-        handle = running.handle
+    async def _run_tenancy(self, running: _Running) -> None:
+        """Run the handler until the split is finished, failed, handed back or lost.
+
+        A run that returns without completing, with no revocation pending, keeps the split:
+        the next run starts after a backoff (no store write while it waits), so a handler
+        with nothing to do cannot spin the worker and the store.
+        """
+        split = running.handle.id
+        backoff = Backoff.of(IDLE_BACKOFF)
+        told = False  # logged for this backoff episode
         try:
             with running.scope:
-                try:
-                    await self._handler(handle)
-                except Fenced:
-                    handle._lost = True
-                    return
-                except Exception as exc:
-                    if handle._lost:
+                while await self._run_once(running.handle):
+                    handle = running.handle
+                    if running.revoked.is_set():
+                        # Returning is the cooperative end of a revocation: hand back now,
+                        # nothing replays since everything the handler did was committed.
+                        await self._settle(lambda: self._coord.release([split]))
                         return
-                    logger.exception("handler for split %s raised; failing the split", handle.id)
-                    reason = f"{type(exc).__name__}: {exc}"
-                    await self._settle(lambda: self._coord.fail(handle.id, reason))
-                    return
-                if not handle._lost and not handle._completed:
-                    # Returning without completing hands the split back; nothing replays
-                    # because everything the handler did was committed.
-                    await self._settle(lambda: self._coord.release([handle.id]))
+                    if handle._advanced:
+                        backoff.reset()
+                        told = False
+                    delay = backoff.delay()
+                    if not told:
+                        told = True
+                        logger.warning(
+                            "handler for split %s returned without completing it and with no "
+                            "revocation pending; the split stays on this worker and the "
+                            "handler runs again in %.0f s (doubling to %.0f s while runs make "
+                            "no progress). Returning without completing means 'not done, try "
+                            "later': commit completed=True when the split is done, and return "
+                            "early only when revoke_requested is set",
+                            split,
+                            delay,
+                            IDLE_BACKOFF[1],
+                        )
+                    with trio.move_on_after(delay):
+                        await running.revoked.wait()  # a revocation ends the wait at once
+                    running.handle = self._next_handle(running, handle)
         finally:
-            if self._running.get(handle.id) is running:
-                del self._running[handle.id]
+            running.handle._ended = True
+            if self._running.get(split) is running:
+                del self._running[split]
             self._changed.set()
             self._changed = trio.Event()
+
+    def _next_handle(self, running: _Running, last: SplitHandle) -> SplitHandle:
+        """A fresh handle for the next run: the same tenancy, from where the last one got."""
+        handle = SplitHandle(
+            id=last.id,
+            descriptor=last.descriptor,
+            weight=last.weight,
+            epoch=last.epoch,
+            progress=last.progress,
+            _coordinator=self._coord,
+            _fence=last.fence,
+        )
+        if running.revoked.is_set():
+            handle.revoke_requested.set()
+        if running.split_asked:
+            running.split_asked = False
+            handle.split_requested.set()
+        return handle
+
+    async def _run_once(self, handle: SplitHandle) -> bool:
+        """One run of the handler; True if it returned with the split still held, unfinished.
+
+        The handle refuses every call once the run is over, however it ended.
+        """
+        try:
+            await self._handler(handle)
+        except Exception as exc:
+            if handle._lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
+                handle._lost = True  # the tenancy ended: nothing to settle, no failure
+                return False
+            # (A Fenced of a handle kept from an earlier run is the handler's bug, not a loss:
+            # the split is still held, so it fails like any other error.)
+            handle._ended = True
+            logger.exception("handler for split %s raised; failing the split", handle.id)
+            reason = f"{type(exc).__name__}: {exc}"
+            await self._settle(lambda: self._coord.fail(handle.id, reason))
+            return False
+        finally:
+            handle._ended = True
+        return not handle._lost and not handle._completed
 
     async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
         # A fail or hand-back must land (or the split be lost): a split left held with no
@@ -299,13 +417,13 @@ class _Runner:
             pass  # lost in the meantime: its new owner resumes from the last commit
 
     async def wait_idle(self) -> None:
-        """Return once no handler is running."""
+        """Return once no handler is running (and no split waits out a backoff)."""
         while self._running:
             await self._changed.wait()
 
     @property
     def handles(self) -> list[SplitHandle]:
-        """Handles of the splits whose handlers are running."""
+        """Handles of the current runs (or of the last run, for a split backing off)."""
         return [r.handle for r in self._running.values()]
 
 
@@ -326,9 +444,16 @@ async def run_worker(
     """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
 
     Returns the verdict of a bounded job (:class:`~spate.AllComplete` or
-    :class:`~spate.Stalled`); for an open plan it runs until cancelled. A handler
-    that returns without a completed commit hands its split back; one that raises fails
-    the split (consuming an attempt) while the worker keeps going.
+    :class:`~spate.Stalled`); for an open plan it runs until cancelled.
+
+    What a handler's end means: a completed commit finishes the split. Returning while a
+    revocation is pending (``revoke_requested`` set) hands the split back at once. Returning
+    otherwise keeps the split: the handler runs again, with a new :class:`SplitHandle`, after
+    a backoff (about 1 s, doubling to about 60 s while runs make no progress, back to 1 s
+    after a commit that moves the watermark), logged once per backoff, with no store write
+    while it waits; a revocation, a loss or the worker leaving ends the wait at once.
+    Raising fails the split (consuming an attempt; quarantined at ``max_attempts``) while
+    the worker keeps its other splits.
 
     Cancelling ``run_worker`` leaves gracefully, bounded by ``leave_deadline`` seconds:
     handlers are cancelled, every split is handed back with no attempt consumed, presence

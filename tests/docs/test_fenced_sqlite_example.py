@@ -24,6 +24,8 @@ import trio
 import trio.testing
 
 import spate
+from spate._core.records import Keys
+from spate.store import Keyspace
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultyStore
 
@@ -172,3 +174,68 @@ async def test_a_zombies_late_rows_are_refused_and_the_output_is_exactly_once(
 async def test_the_example_runs_a_fleet_to_exactly_once_output(tmp_path: Path) -> None:
     with trio.fail_after(60):
         assert await example.main(str(tmp_path / "out.db"), splits=4, records=30, workers=2)
+
+
+def sink_fences(path: Path) -> dict[str, int]:
+    with closing(sqlite3.connect(path)) as db:
+        return dict(db.execute("SELECT split, fence FROM fences"))
+
+
+async def wipe_job(store: MemoryStore, job: str) -> None:
+    """Remove every key of ``job`` in both keyspaces, as deleting the job does."""
+    prefix = Keys(job).prefix
+    for keyspace in Keyspace:
+        for entry in await store.list(keyspace, prefix):
+            await store.delete(keyspace, entry.key)
+        assert await store.list(keyspace, prefix) == []
+
+
+async def test_a_job_deleted_and_run_again_on_the_same_sink_finishes_exactly_once(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    path = tmp_path / "out.db"
+    sink = example.FencedSink(path, run_sync=paused_autojump(autojump_clock))
+    await sink.create()
+    store = MemoryStore(server=MemoryServer(), ephemeral_ttl=TTL)
+    config = spate.Config(rebalance_delay=0.0, reconcile_interval=5.0, op_timeout=1.0)
+    splits = 2
+    work = example.make_handler(sink)
+
+    async def first_owner_fails(split: spate.SplitHandle) -> None:
+        if split.epoch == 1:
+            # A first owner that takes the split over in the sink and dies: the sink's fence
+            # for it is its second owner's, above any first owner's epoch.
+            await sink.take_over(split.id, split.fence)
+            raise RuntimeError("the first owner dies")
+        await work(split)
+
+    async def run(handler: Any) -> Any:
+        with trio.fail_after(600):  # no hang
+            return await spate.run_worker(
+                store, job="squares", instance="a", planner=example.make_planner(splits, RECORDS),
+                handler=handler, config=config,
+            )  # fmt: skip
+
+    assert await run(first_owner_fails) == spate.AllComplete()
+    assert example.exactly_once(path, splits, RECORDS)
+    before = sink_fences(path)
+    await wipe_job(store, "squares")
+    # The job again, from nothing: its fences restart at epoch 1 but carry a later
+    # incarnation, so the sink lets the new owners in.
+    assert await run(work) == spate.AllComplete()
+    after = sink_fences(path)
+    assert example.exactly_once(path, splits, RECORDS)  # every record exactly once
+    assert min(after.values()) > max(before.values())
+
+
+async def test_the_example_run_twice_on_one_database_is_exactly_once(tmp_path: Path) -> None:
+    path = tmp_path / "out.db"
+    with trio.fail_after(60):
+        assert await example.main(str(path), splits=4, records=30, workers=2)
+    first = sink_fences(path)
+    with trio.fail_after(60):  # a fresh memory store, the same database: no hang
+        assert await example.main(str(path), splits=4, records=30, workers=2)
+    second = sink_fences(path)
+    assert example.exactly_once(path, 4, 30)
+    # Every split was taken over again, by owners the sink let in.
+    assert min(second.values()) > max(first.values())

@@ -55,3 +55,38 @@ def status_and_requeue_work(url: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["requeue", "--store", url, "--job", JOB, "b"]) == 0
     assert main(["requeue", "--store", url, "--job", JOB, "b"]) == 2
     assert "not quarantined" in capsys.readouterr().err
+
+
+async def oversize_commit_fails_only_its_split(url: str) -> None:
+    """A commit over the store's value size raises to the handler; escaping, it fails the split.
+
+    The worker keeps its other split, which completes; the oversized one is quarantined at
+    ``max_attempts`` with nothing of its state written.
+    """
+    import spate  # (a local import: this module's other checks need none of it)
+
+    refused: list[str] = []
+
+    async def handle(split: spate.SplitHandle) -> None:
+        if split.id == "big":
+            try:
+                await split.commit(1, state=b"x" * (10 << 20))
+            except spate.ValueTooLarge as exc:
+                refused.append(str(exc))
+                raise  # escapes: the split fails, the worker goes on
+        for step in range(1, 6):
+            await trio.sleep(0.1)
+            await split.commit(step, completed=step == 5)
+
+    def plan(ctx: spate.PlanContext) -> spate.Plan:
+        return spate.Plan([spate.SplitSpec("big"), spate.SplitSpec("small")], final=True)
+
+    config = spate.Config(max_attempts=2, membership_debounce=0.0, rebalance_delay=0.0)
+    async with open_store(url) as store:
+        with trio.fail_after(60):
+            verdict = await spate.run_worker(
+                store, job="oversize", instance="a", planner=plan, handler=handle, config=config
+            )
+    assert verdict == spate.Stalled(completed=1, quarantined=1)
+    assert len(refused) == 2
+    assert all("nothing was written" in r for r in refused)

@@ -6,6 +6,7 @@ import trio
 import trio.testing
 
 import spate
+from spate._core.records import EPOCH_BITS
 from spate_stores.memory import MemoryServer
 from tests.worker.test_worker import JOB, client, config, planner, wait_until
 
@@ -18,10 +19,13 @@ async def test_every_new_ownership_of_a_split_gets_a_larger_fence(
 
     async def handle(split: spate.SplitHandle) -> None:
         fences.append(split.fence)
-        assert split.fence == split.epoch
+        # The job's incarnation above the epoch, within a signed 64-bit integer.
+        assert split.fence & (2**EPOCH_BITS - 1) == split.epoch
+        assert split.fence >> EPOCH_BITS > 0
+        assert split.fence < 2**63
         if len(fences) < 3:
             await split.commit(len(fences))
-            return  # hand it back: the next tenancy is a new ownership
+            raise RuntimeError("fail it: the next tenancy is a new ownership")
         await split.commit(len(fences), completed=True)
 
     with trio.fail_after(120):

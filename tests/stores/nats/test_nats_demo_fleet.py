@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from spate_testing.servers.nats import NatsServer
-from tests.worker.real_store_checks import demo_fleet_checks_out, status_and_requeue_work
+from tests.worker.real_store_checks import (
+    demo_fleet_checks_out,
+    oversize_commit_fails_only_its_split,
+    status_and_requeue_work,
+)
 
 pytestmark = pytest.mark.nats
 
@@ -21,3 +25,9 @@ def test_status_and_requeue_on_nats(
     spate_nats_server: NatsServer, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status_and_requeue_work(spate_nats_server.store_url(namespace), capsys)
+
+
+async def test_an_oversize_commit_fails_only_its_split_on_nats(
+    spate_nats_server: NatsServer, namespace: str
+) -> None:
+    await oversize_commit_fails_only_its_split(spate_nats_server.store_url(namespace))
