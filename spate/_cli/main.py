@@ -242,7 +242,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from spate._cli.demo.display import Display, LiveDisplay, PlainDisplay, print_result
-    from spate._cli.demo.fleet import DemoOptions, run_demo
+    from spate._cli.demo.fleet import DemoOptions, demo_store_url, run_demo
 
     options = DemoOptions(
         store_url=args.store,
@@ -266,7 +266,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(
         f"spate demo: {options.workers} workers, {options.splits} splits, seed {options.seed}, "
         f"{'with' if options.chaos else 'without'} chaos, store "
-        f"{redact_url(options.store_url)}, job {options.job}",
+        f"{redact_url(demo_store_url(options))}, job {options.job}",
         flush=True,
     )
     telemetry = None

@@ -17,12 +17,12 @@ import trio
 
 from spate import StoreError
 from spate._cli.demo.display import PlainDisplay, print_result
-from spate._cli.demo.fleet import DemoOptions, run_demo
+from spate._cli.demo.fleet import DemoOptions, demo_store_url, run_demo
 from spate._cli.main import main
 from spate.ops import delete_job
 from spate.store import Keyspace
 from spate_stores import open_store
-from tests.ops.test_ops import JOB, seed_job
+from tests.ops.test_ops import JOB, KEYS, seed_job
 
 UrlOf = Callable[[float | None], str]
 
@@ -126,3 +126,22 @@ def delete_and_requeue_all_work(
         assert capsys.readouterr().out.startswith(f"deleted job {JOB}: 11 key(s) (")
     assert main(["status", "--store", url, "--job", JOB]) == 2
     assert "(jobs here: other-job)" in capsys.readouterr().err
+
+
+async def demo_beside_a_job_of_another_ttl(root_url: UrlOf) -> None:
+    """The tutorial's job (TTL 15 s) in a store's default namespace does not stop the demo
+    (TTL 3 s) run against the same store URL: the demo runs in a namespace of its own."""
+    async with open_store(root_url(15)) as store:
+        await seed_job(store)
+    lines: list[str] = []
+    options = DemoOptions(
+        store_url=root_url(None), workers=2, splits=6, seed=3, chaos=False, duration=4
+    )
+    assert "namespace=spate-demo" in demo_store_url(options)
+    result = await run_demo(options, PlainDisplay(lines.append))
+    print_result(result, lines.append)
+    assert result.ok, (result.problems, lines)
+    # The user's job is where it was, untouched, with its TTL.
+    async with open_store(root_url(None), read_only=True) as store:
+        assert store.ephemeral_ttl == 15
+        assert await store.get(Keyspace.DURABLE, KEYS.plan) is not None

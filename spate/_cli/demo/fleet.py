@@ -21,6 +21,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import attrs
 import trio
@@ -459,10 +460,37 @@ async def _clients(
 
         yield memory_client
     else:
-        url = options.store_url
-        if "ttl=" not in url:
-            url = f"{url}{'&' if '?' in url else '?'}ttl={options.lease_duration}"
+        url = demo_store_url(options)
         yield lambda: open_store(url)
+
+
+DEMO_NAMESPACE = "spate-demo"
+"""The namespace the demo runs in on a real store whose URL names none."""
+
+
+def demo_store_url(options: DemoOptions) -> str:
+    """The store URL the demo runs on: ``--store``, its TTL and namespace filled in.
+
+    On a real store the demo's TTL is added unless the URL gives one, and the demo's own
+    namespace unless the URL names one.
+
+    A namespace's jobs share one TTL, and the demo's lease is short (a failover within
+    seconds): run in a namespace of its own, it never collides with the jobs a user keeps in
+    the store's default namespace (the tutorial's, say), which a TTL mismatch would refuse.
+    """
+    url = options.store_url
+    if url.startswith("memory:"):
+        return url
+    parts = urlsplit(url)
+    params = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    extra = []
+    if "namespace" not in params and not parts.path.strip("/"):
+        extra.append(f"namespace={DEMO_NAMESPACE}")
+    if "ttl" not in params:
+        extra.append(f"ttl={options.lease_duration:g}")
+    if not extra:
+        return url
+    return urlunsplit(parts._replace(query="&".join(filter(None, [parts.query, *extra]))))
 
 
 async def run_demo(options: DemoOptions, display: Display | None = None) -> DemoResult:

@@ -9,9 +9,10 @@ from spate.store import Keyspace
 from spate_stores import open_store
 from spate_stores.etcd import EtcdStore
 from spate_stores.etcd._wire import header_revision, range_request
-from spate_testing.servers.etcd import EtcdServer
+from spate_testing.servers.etcd import EtcdServer, etcd_server
 from tests.stores.operator_checks import (
     delete_and_requeue_all_work,
+    demo_beside_a_job_of_another_ttl,
     demo_twice_computes_each_result,
     status_reads_whatever_ttl_and_refuses_a_missing_job,
     ttl_mismatch_says_how_to_resolve_it,
@@ -80,3 +81,8 @@ def test_delete_and_requeue_all_on_etcd(
     delete_and_requeue_all_work(
         etcd_session_server.store_url(namespace), capsys, sessions_end_with_the_client=True
     )
+
+
+async def test_the_demo_runs_beside_a_job_of_another_ttl_in_the_default_namespace_on_etcd() -> None:
+    async with etcd_server() as server:  # its own: the test writes the default namespace
+        await demo_beside_a_job_of_another_ttl(lambda ttl: server.store_url(ttl=ttl))

@@ -9,9 +9,10 @@ from spate_stores import open_store
 from spate_stores.nats import NatsStore
 from spate_stores.nats._bucket import find_bucket
 from spate_stores.nats._keys import bucket_name
-from spate_testing.servers.nats import NatsServer
+from spate_testing.servers.nats import NatsServer, nats_server
 from tests.stores.operator_checks import (
     delete_and_requeue_all_work,
+    demo_beside_a_job_of_another_ttl,
     demo_twice_computes_each_result,
     status_reads_whatever_ttl_and_refuses_a_missing_job,
     ttl_mismatch_says_how_to_resolve_it,
@@ -73,3 +74,8 @@ def test_delete_and_requeue_all_on_nats(
     delete_and_requeue_all_work(
         spate_nats_server.store_url(namespace), capsys, sessions_end_with_the_client=False
     )
+
+
+async def test_the_demo_runs_beside_a_job_of_another_ttl_in_the_default_namespace_on_nats() -> None:
+    async with nats_server() as server:  # its own: the test writes the default namespace
+        await demo_beside_a_job_of_another_ttl(lambda ttl: server.store_url(ttl=ttl))
