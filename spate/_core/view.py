@@ -19,6 +19,13 @@ Guards that make the view safe to feed out of order:
 
 Status tallies (runnable / completed / quarantined) are kept incrementally;
 :meth:`View.recount` recomputes them for checking.
+
+The view folds each keyspace's puts, deletions and listings as a facade over its parts, each
+in its own module: the member table (:mod:`spate._core.member_table`: presence, sessions),
+the split table (:mod:`spate._core.split_table`: progress, specs, leases, pending records),
+the revisions (:mod:`spate._core.revisions`), the listing fold
+(:mod:`spate._core.listing_fold`) and the split counts (:mod:`spate._core.split_counts`).
+The notices it returns are in :mod:`spate._core.view_notices`.
 """
 
 from __future__ import annotations
