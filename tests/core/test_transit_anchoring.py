@@ -154,13 +154,13 @@ def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
         return out
 
     index = leader.inputs.placement_index()
-    assert index._inputs == fresh()
+    assert index.pool() == fresh()
     # b leaves (its presence key expires): what it anchored is anchored no more.
     key = Keys(JOB).worker("b")
     fleet.view.apply_delete(Keyspace.EPHEMERAL, key, fleet._next())
-    assert leader.inputs.placement_index()._inputs == fresh()
+    assert leader.inputs.placement_index().pool() == fresh()
     assert fresh()["s03"].owner == "a"  # back on its owner, no longer in transit to b
     # b comes back: its record (of this generation) anchors its splits again.
     fleet.view.put_presence("b", PresenceRecord(nonce="b2", max_in_flight=4), fleet._next())
-    assert leader.inputs.placement_index()._inputs == fresh()
+    assert leader.inputs.placement_index().pool() == fresh()
     assert fresh()["s03"].owner == "b"

@@ -1,0 +1,237 @@
+"""The view's split table: every split's records, as one worker's view folded them.
+
+A split's state (:class:`SplitState`) is its progress record, its spec once seen, and its
+lease: live, or (on a per-key store, its owner's session gone) stale. :class:`SplitTable`
+folds each of those writes, buffers a lease or spec seen before its split's progress record
+(so a held split is never misread as unleased), keeps which splits each owner's durable lease
+keys name (so a session's end expires exactly its leases), and reports every change of a
+placement input to the leader's :class:`~spate._core.changes.PlacementChanges`. The view
+(:mod:`spate._core.view`) checks that a write is not stale before it hands it here.
+
+Pure and synchronous: no Trio, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+
+from spate._core.changes import PlacementChanges
+from spate._core.member_table import MemberTable
+from spate._core.records import LeaseRecord, ProgressRecord, SpecRecord
+from spate._core.revisions import Revisions
+from spate._core.split_counts import SplitCounts
+from spate._core.view_notices import LeaseChanged, LeaseGone, Notice, ProgressChanged
+from spate._store import Keyspace
+
+__all__ = ["SplitState", "SplitTable"]
+
+logger = logging.getLogger("spate.view")
+
+
+@attrs.define
+class SplitState:
+    """Everything known about one split."""
+
+    progress: ProgressRecord
+    progress_rev: int
+    spec: SpecRecord | None = None
+    lease: LeaseRecord | None = None
+    """The live lease (on a per-key store: a lease whose session, its owner's presence, lives)."""
+    lease_rev: int = 0
+    stale_lease: LeaseRecord | None = None
+    """A lease key whose session is gone (per-key stores): expired, kept only to take over."""
+    stale_lease_rev: int = 0
+
+    @property
+    def lease_key_rev(self) -> int:
+        """The revision of the split's lease key, live or stale (0 when there is none)."""
+        return self.lease_rev if self.lease is not None else self.stale_lease_rev
+
+    @property
+    def current_owner(self) -> str | None:
+        """The live lease's owner, else the record's owner (placement's notion of owner)."""
+        return self.lease.owner if self.lease is not None else self.progress.owner
+
+
+class SplitTable:
+    """The splits of one job as one worker's view folded them (see the module text)."""
+
+    def __init__(
+        self,
+        revisions: Revisions,
+        counts: SplitCounts,
+        changes: PlacementChanges,
+        members: MemberTable,
+    ) -> None:
+        self._revisions = revisions
+        self._counts = counts
+        self._changes = changes
+        self._members = members
+        self.splits: dict[str, SplitState] = {}
+        self._leased_by: dict[str, set[str]] = {}
+        """Owner instance -> the splits whose durable lease key names it (live or stale)."""
+        self._lease_owner: dict[str, str] = {}
+        self._old_layout: set[str] = set()
+        """Splits whose previous-layout lease was reported (see :meth:`old_layout_lease`)."""
+        self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
+        self._pending_specs: dict[str, SpecRecord] = {}
+        self._spec_arrivals: set[str] = set()
+
+    def fold_lease(
+        self,
+        split: str,
+        key: str,
+        lease: LeaseRecord,
+        revision: int,
+        keyspace: Keyspace = Keyspace.EPHEMERAL,
+    ) -> list[Notice]:
+        # (The caller checked that the write is not stale.)
+        self._revisions.remember(keyspace, key, revision)
+        if keyspace is Keyspace.DURABLE:
+            self._index_lease(split, lease.owner)
+        state = self.splits.get(split)
+        if state is None:
+            pending = self._pending_leases.get(split)
+            previous = None if pending is None else pending[0]
+            self._pending_leases[split] = (lease, revision)
+            new = previous is None or (previous.nonce, previous.epoch) != (lease.nonce, lease.epoch)
+            return [LeaseChanged(split, lease, revision, new_tenancy=new)]
+        return self._set_lease(split, state, lease, revision)
+
+    def _set_lease(
+        self, split: str, state: SplitState, lease: LeaseRecord, revision: int
+    ) -> list[Notice]:
+        """Put ``lease`` on ``state``: live, or (its session gone) stale."""
+        previous = state.lease
+        owner_before = state.current_owner
+        if self._members.session_live(lease):
+            state.lease, state.lease_rev = lease, revision
+            state.stale_lease, state.stale_lease_rev = None, 0
+        else:
+            state.lease, state.lease_rev = None, 0
+            state.stale_lease, state.stale_lease_rev = lease, revision
+        if state.current_owner != owner_before:
+            self._changes.split_moved(split)
+        self._counts.check_near_quarantine(split, state.progress)
+        if state.lease is None:
+            # A lease written under a session already gone: expired the moment it landed. Over
+            # a live one it is still news of its own (a holder learns its key was taken).
+            if previous is None:
+                return []
+            return [LeaseChanged(split, lease, revision), LeaseGone(split, None)]
+        new = previous is None or (previous.nonce, previous.epoch) != (lease.nonce, lease.epoch)
+        return [LeaseChanged(split, lease, revision, new_tenancy=new)]
+
+    def old_layout_lease(
+        self, split: str, key: str, lease: LeaseRecord, revision: int
+    ) -> list[Notice]:
+        """A per-key store's lease in the ephemeral keyspace: written by an earlier release.
+
+        Read as the live lease it is (it lives by its own TTL, renewed by its owner), so the
+        split is not placed elsewhere while that worker holds it; and said loudly, because a
+        worker of this release claiming beside it would only find out at the progress
+        record's compare-and-swap.
+        """
+        if split not in self._old_layout:
+            self._old_layout.add(split)
+            logger.error(
+                "split %s is leased by %s under the lease layout of an earlier spate release "
+                "(a per-split key renewed on its own); this release keeps leases by session. "
+                "Upgrade every worker of a job together: stop the older workers (or let them "
+                "finish the job) before starting this release",
+                split,
+                lease.owner,
+            )
+        return self.fold_lease(split, key, lease, revision)
+
+    def _index_lease(self, split: str, owner: str | None) -> None:
+        before = self._lease_owner.pop(split, None)
+        if before is not None:
+            splits = self._leased_by[before]
+            splits.discard(split)
+            if not splits:
+                del self._leased_by[before]
+        if owner is not None:
+            self._lease_owner[split] = owner
+            self._leased_by.setdefault(owner, set()).add(split)
+
+    def recheck_sessions(self, instance: str) -> list[Notice]:
+        """``instance``'s session changed: its leases live or expire with it."""
+        notices: list[Notice] = []
+        for split in sorted(self._leased_by.get(instance, ())):
+            state = self.splits.get(split)
+            if state is None:
+                continue
+            lease = state.lease if state.lease is not None else state.stale_lease
+            if lease is None:
+                continue
+            revision = state.lease_rev if state.lease is not None else state.stale_lease_rev
+            if (state.lease is not None) != self._members.session_live(lease):
+                notices.extend(self._set_lease(split, state, lease, revision))
+        return notices
+
+    def drop_lease(self, split: str, revision: int | None) -> list[Notice]:
+        self._pending_leases.pop(split, None)
+        if self._members.session_leases:
+            self._index_lease(split, None)
+        state = self.splits.get(split)
+        if state is not None:
+            state.stale_lease, state.stale_lease_rev = None, 0
+        if state is not None and state.lease is not None:
+            owner_before = state.current_owner
+            state.lease, state.lease_rev = None, 0
+            if state.current_owner != owner_before:
+                self._changes.split_moved(split)
+            self._counts.check_near_quarantine(split, state.progress)
+        return [LeaseGone(split, revision)]
+
+    def fold_progress(
+        self, split: str, key: str, record: ProgressRecord, revision: int
+    ) -> list[Notice]:
+        # (The caller checked that the write is not stale.)
+        self._revisions.remember_durable(key, revision)
+        state = self.splits.get(split)
+        if state is None:
+            # A split seen for the first time (every split of a new leader's listing).
+            pending = self._pending_leases.pop(split, None) if self._pending_leases else None
+            spec = self._pending_specs.pop(split, None) if self._pending_specs else None
+            state = self.splits[split] = SplitState(record, revision, spec)
+            if pending is not None:
+                self._set_lease(split, state, pending[0], pending[1])
+            self._counts.count(record.status, +1)
+            self._changes.split_moved(split)
+            self._counts.check_near_quarantine(split, state.progress)
+            return [ProgressChanged(split, None, record, revision)]
+        previous = state.progress
+        owner_before = state.current_owner
+        state.progress, state.progress_rev = record, revision
+        if previous.status is not record.status:
+            self._counts.count(previous.status, -1)
+            self._counts.count(record.status, +1)
+            self._changes.split_moved(split)
+        if state.current_owner != owner_before or previous.completed != record.completed:
+            self._changes.split_moved(split)
+        self._counts.check_near_quarantine(split, state.progress)
+        return [ProgressChanged(split, previous, record, revision)]
+
+    def fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
+        self._revisions.remember_durable(key, revision)
+        state = self.splits.get(split)
+        if state is None:
+            self._pending_specs.setdefault(split, spec)
+        elif state.spec is None:
+            # A split becomes assignable once its weight is known.
+            state.spec = spec
+            self._changes.split_moved(split)
+            self._spec_arrivals.add(split)
+
+    def take_spec_arrivals(self) -> set[str]:
+        """The splits whose spec record arrived after their progress record, since last asked.
+
+        A spec arrival changes no progress or lease, so it has no notice; the claims ask for
+        these to know which splits just became claimable.
+        """
+        arrivals, self._spec_arrivals = self._spec_arrivals, set()
+        return arrivals
