@@ -2,6 +2,9 @@
 
 What it does with them once held (renewing, committing, failing, handing back) is
 :mod:`spate._core.tenancy`, whose :class:`~spate._core.tenancy.Tenancies` :class:`Claims` holds.
+What a failed write of a claim leaves to do (the split held back a moment, a lease write of
+unknown outcome read back) is :mod:`spate._core.claim_retries`, whose
+:class:`~spate._core.claim_retries.ClaimRetries` :class:`Claims` builds.
 
 The rules, each with the race it prevents:
 
@@ -29,13 +32,12 @@ The rules, each with the race it prevents:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Literal
 
 import attrs
 import outcome
 
-from spate._core.deadlines import Deadlines
+from spate._core.claim_retries import ClaimRetries
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host, ReleaseOutcome
 from spate._core.point_reads import read_session, read_split
@@ -67,19 +69,13 @@ from spate._core.view import (
 from spate._errors import StoreUnavailable
 from spate._events import Gained, Quarantined, SplitRequested
 from spate._metrics import AcquireReason
-from spate._store import Entry, Keyspace, Won
+from spate._store import Keyspace, Won
 
 __all__ = ["Claims"]
 
 logger = logging.getLogger("spate.claims")
 
 DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
-RETRY_AFTER_ERROR = 1.0
-"""Seconds before a split whose claim or quarantine hit a store error is tried again."""
-UNSURE_LEASE_FOR = 3
-"""Leases after a lease write of unknown outcome for which its key is read back every beat:
-a write that timed out for its sender can still land later (a request the store applies
-after its client gave up on it)."""
 
 ACQUIRE_REASONS: dict[ClaimKind, AcquireReason] = {
     ClaimKind.CREATE: "create",
@@ -107,8 +103,8 @@ class Claims:
         self.assignment_seen = False
         self.assign_generation = 0
         self.awaiting: dict[str, float] = {}
-        self.retry_at = Deadlines()
-        """Splits held back after a store error, until their retry is due."""
+        self.retries = ClaimRetries(host, tenancies)
+        """Splits held back after a failed write, and lease writes of unknown outcome."""
         # What a step must look at again. A step re-evaluates only the splits whose facts
         # changed since the last one (a notice named them, a spec arrived, a flow on them
         # ended, a retry came due), and sweeps every candidate only when lanes freed up, the
@@ -121,9 +117,6 @@ class Claims:
         """A follower's assigned splits whose records it must read before it can claim them."""
         self._told: dict[str, set[tuple[int, int]]] = {}
         """Held split -> the split requests (generation, seq) its handler was told of."""
-        self._unsure_leases: dict[str, float] = {}
-        """Splits whose lease write of ours failed with an unknown outcome (it may have landed,
-        or land later), and until when to keep reading its key back."""
 
     # -- the holdings, as the revocations see them ---------------------------------------------
 
@@ -148,7 +141,7 @@ class Claims:
         host = self.host
         view = host.view
         slots = host.config.max_in_flight - len(self.owned) - self.claiming
-        due = list(self.retry_at.pop_due(now))
+        due = list(self.retries.retry_at.pop_due(now))
         self._dirty.update(due)
         self._dirty |= view.take_spec_arrivals()
         if not host.sees_job:
@@ -168,7 +161,7 @@ class Claims:
         facts: list[tuple[str, SplitFacts]] = []
         for split in sorted(ids):
             state = view.splits.get(split)
-            if state is None or split in self.busy or split in self.retry_at:
+            if state is None or split in self.busy or split in self.retries.retry_at:
                 continue
             facts.append(
                 (
@@ -194,7 +187,10 @@ class Claims:
                 if host.sees_job:
                     # The leader's alone: it is the one that hears every tenancy end.
                     quarantine = quarantine_flow(
-                        host, candidate, self._write_or_retry_later, self.tenancies._drop_lease
+                        host,
+                        candidate,
+                        self.retries.write_or_retry_later,
+                        self.tenancies._drop_lease,
                     )
                     self._begin(candidate.split, quarantine)
             elif candidate.split in self.assigned and slots > 0:
@@ -205,7 +201,7 @@ class Claims:
 
     def next_deadline(self) -> float:
         """When a split held back after an error may be tried again."""
-        return self.retry_at.next()
+        return self.retries.retry_at.next()
 
     # -- a follower's share ------------------------------------------------------------------
 
@@ -215,11 +211,13 @@ class Claims:
 
     def _read_share(self) -> None:
         for split in sorted(self._to_read - self.busy):
-            if split in self.retry_at:
+            if split in self.retries.retry_at:
                 continue  # read when its retry comes due
             self._to_read.discard(split)
             if split not in self.owned:
-                self._begin(split, read_split(self.host, split, self.owned, self._retry_later))
+                self._begin(
+                    split, read_split(self.host, split, self.owned, self.retries.retry_later)
+                )
 
     def _begin(self, split: str, flow: Flow[None]) -> None:
         self.busy.add(split)
@@ -235,53 +233,9 @@ class Claims:
         """Keep the held leases (see :meth:`keep_leases`) and sweep every candidate next step."""
         self._sweep = True  # the backstop of the incremental step
         self.tenancies.keep_leases(now)
-        for split, until in sorted(self._unsure_leases.items()):
-            if split in self.owned or now > until:
-                del self._unsure_leases[split]
-            elif split not in self.busy:
-                self._begin(split, self._read_lease(split))
-
-    def _unsure(self, split: str, *, again: bool = False) -> None:
-        """A lease write of ours for ``split`` may have landed, or may land: read it back.
-
-        ``again``: a read-back failed. The window then runs UNSURE_LEASE_FOR leases from this
-        failure, not from the write: an outage longer than the window left no read-back that
-        reached the store (simulator seed 2006: a 12 s outage after a lost reply, with a 2 s
-        lease), and the key stood under this worker's live session for ever.
-        """
-        until = self.host.now() + UNSURE_LEASE_FOR * self.host.lease
-        if again:
-            until = max(until, self._unsure_leases.get(split, until))
-            self._unsure_leases[split] = until
-        else:
-            self._unsure_leases.setdefault(split, until)
-
-    def _read_lease(self, split: str) -> Flow[None]:
-        """Read back a lease write of ours whose outcome is unknown.
-
-        A follower watches no lease, its own included: a claim whose lease write landed unseen
-        and whose split then left its assignment would leave a key nobody else can claim past,
-        and that on a session store this worker's keepalive keeps for ever. Read back, a key of
-        ours becomes a stray, given back a beat later; a failed read tries again next beat.
-        """
-        view = self.host.view
-        keyspace, key = view.lease_keyspace, view.lease_key(split)
-        try:
-            entry: Entry | None = yield Op("get", keyspace, key)
-        except StoreUnavailable:
-            if split not in self.owned:
-                self._unsure(split, again=True)  # read again next beat, for longer
-            return
-        if split in self.owned:
-            return
-        if entry is None:
-            # Not there yet: a write that timed out for us may still land later (simulator
-            # seed 18773: it landed after this read, and its split had left our assignment).
-            # Read again every beat, for UNSURE_LEASE_FOR leases from the write.
-            self.host.fold(view.apply_delete(keyspace, key, None))
-        else:
-            self._unsure_leases.pop(split, None)
-            self.host.fold(view.apply_put(keyspace, entry))
+        for split in self.retries.leases_to_read(now):
+            if split not in self.busy:
+                self._begin(split, self.retries.read_lease(split))
 
     # -- what the view tells us --------------------------------------------------------------
 
@@ -378,10 +332,6 @@ class Claims:
                 self.host.emit(SplitRequested(request.split))
         self._told = told
 
-    def _retry_later(self, split: str) -> None:
-        """Hold ``split`` back a moment: a store error or a refusal the watch has yet to explain."""
-        self.retry_at.set(split, self.host.now() + RETRY_AFTER_ERROR)
-
     # -- claim -------------------------------------------------------------------------------
 
     def _claim(self, split: str, kind: ClaimKind) -> Flow[None]:
@@ -440,10 +390,10 @@ class Claims:
                 alive = yield from read_session(self.host, existing)
             except StoreUnavailable as exc:
                 logger.warning("split %s: cannot tell whether its lease lives (%s)", split, exc)
-                self._retry_later(split)
+                self.retries.retry_later(split)
                 return None
             if alive and existing.owner != host.instance:
-                self._retry_later(split)
+                self.retries.retry_later(split)
                 return None
             op = Op(
                 "update", keyspace, key, encode(lease), expected=state.lease_key_rev,
@@ -461,10 +411,10 @@ class Claims:
             )  # fmt: skip
         # Refused: a peer won the lease (the watch brings its write), or our view of our own
         # lease is stale (a lost reply, another process under our id).
-        won = yield from self._write_or_retry_later(
+        won = yield from self.retries.write_or_retry_later(
             op,
             "lease write",
-            maybe_landed=lambda: self._unsure(split),
+            maybe_landed=lambda: self.retries.unsure(split),
         )
         if won is None:
             return None
@@ -535,29 +485,6 @@ class Claims:
         host.fold(host.view.apply_put(DURABLE, entry))
         fresh = host.view.splits[split].progress
         return fresh.status is Status.RUNNABLE and fresh.epoch < epoch
-
-    def _write_or_retry_later(
-        self, op: Op, what: str, *, maybe_landed: Callable[[], None] | None = None
-    ) -> Flow[Won | None]:
-        """Perform ``op``, a write on a split's key: Won, or None with the split held back.
-
-        A store error, or a refusal the watch has yet to explain, holds the split back for
-        :data:`RETRY_AFTER_ERROR`: retrying at once would meet the same refusal and spin
-        against the store until the watch catches up.
-        """
-        assert op.split is not None
-        try:
-            result = yield op
-        except StoreUnavailable as exc:
-            logger.warning("split %s: %s failed (%s); retrying later", op.split, what, exc)
-            self._retry_later(op.split)
-            if maybe_landed is not None:
-                maybe_landed()
-            return None
-        if not isinstance(result, Won):
-            self._retry_later(op.split)
-            return None
-        return result
 
     def _gained(
         self, split: str, kind: ClaimKind, record: ProgressRecord, revision: int, lease_rev: int

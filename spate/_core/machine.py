@@ -23,7 +23,8 @@ planning, the rebalance policy, publishing), :mod:`spate._core.claims` and
 :mod:`spate._core.verdict` (the verdict), :mod:`spate._core.presence` (the presence key and
 the session), :mod:`spate._core.backstop` (the reconcile), :mod:`spate._core.job_listing`,
 :mod:`spate._core.handover`, :mod:`spate._core.departure`, and
-:mod:`spate._core.notice_router` (where each change the view reports goes). They see the
+:mod:`spate._core.notice_router` (where each change the view reports goes), and last
+:mod:`spate._core.step_order` (the order in which one step moves them). They see the
 machine only as a :class:`spate._core.host.Host` and each other only through the narrow
 protocols there or the objects they were given.
 
@@ -37,7 +38,6 @@ near-quarantine set, the tallies) are kept up to date split by split.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Protocol, TypeAlias
@@ -50,7 +50,7 @@ from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
 from spate._core.departure import Departure
 from spate._core.echo import is_echo
-from spate._core.flows import Flow, Op
+from spate._core.flows import Flow
 from spate._core.handover import HandoverPoll
 from spate._core.host import PlannerRun, SessionFacts
 from spate._core.job_listing import JobListing
@@ -58,8 +58,9 @@ from spate._core.leader import Leadership
 from spate._core.leader_phase import LeaderPhase
 from spate._core.notice_router import NoticeRouter
 from spate._core.ownership import OwnershipReads
+from spate._core.point_reads import reread
 from spate._core.presence import Presence
-from spate._core.protocol import fingerprint_hash, live_workers, stable_hash_str
+from spate._core.protocol import fingerprint_hash, stable_hash_str
 from spate._core.records import Keys
 from spate._core.residuals import ResidualSeeds
 from spate._core.revocation import DrainTable, Revocations
@@ -75,15 +76,16 @@ from spate._core.startup import (
     join_flow,
     startup_step_flow,
 )
+from spate._core.step_order import StepOrder
 from spate._core.tenancy import Tenancies
 from spate._core.verdict import VerdictJudge
 from spate._core.view import (
     Notice,
     View,
 )
-from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable
+from spate._errors import FatalCoordinationError, Fenced
 from spate._events import Event, Progress
-from spate._metrics import Gauges, MetricsHooks
+from spate._metrics import MetricsHooks
 from spate._plan import PlanContext, Planner
 from spate._store import Delete, Entry, Keyspace, Put
 from spate.telemetry._context import Context
@@ -94,9 +96,6 @@ logger = logging.getLogger("spate.coordinator")
 
 HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
 """A driver's :meth:`~spate._core.flow_engine.FlowEngine.hold_back`: True when it kept the event."""
-
-RECHECK_AFTER = 0.1
-"""Seconds before the machine looks again at a rule whose deadline passed without it acting."""
 
 
 class Effects(Protocol):
@@ -211,6 +210,20 @@ class Machine:
             self._ownership,
             self._residuals,
             self._requests,
+        )
+        self._steps = StepOrder(
+            self,
+            effects.wake_at,
+            scopes=self.scopes,
+            job_listing=self._job_listing,
+            leader=self._leader,
+            ownership=self._ownership,
+            residuals=self._residuals,
+            requests=self._requests,
+            claims=self._claims,
+            revocations=self._revocations,
+            verdict=self._verdict,
+            handover=self._handover,
         )
 
     # -- the Host face (what the components use) -----------------------------------------------
@@ -415,66 +428,8 @@ class Machine:
     # -- the step ----------------------------------------------------------------------------
 
     def step(self) -> None:
-        """Move every rule forward from the current state (never awaits)."""
-        now = self.now()
-        if self.scopes.read_whole_job(self._leader.leading):
-            self._job_listing.scope_changed()
-            if not self._leader.leading:
-                # Back to a follower's watches: what it learned of its own share while it
-                # led may be stale by now, so it reads its share again.
-                self._ownership.clear()
-                self._residuals.clear()
-                self._requests.clear()
-                self._claims.reread_share()
-        self._job_listing.step(now)
-        if self._leader.leading:
-            self._residuals.step(now)
-            if self.sees_job and not self.parting:
-                self._requests.step(now)
-                self._leader.ask(self._requests.take_unsent())
-            self._ownership.step(now)
-        self._leader.prune_departed(now)
-        # A published verdict ends the job here before any other rule acts on it.
-        self._verdict.observe()
-        if not self._verdict.reported:
-            if not self.parting:
-                self._leader.step(now)
-                self._claims.step(now)
-                self._revocations.step(now)
-            self._verdict.step(now)
-        poll = self._handover.poll(now)
-        self._report_gauges()
-        for deadline in (
-            poll,
-            self._ownership.next_deadline(),
-            self._residuals.next_deadline(),
-            self._requests.next_deadline() if self._leader.leading else math.inf,
-            self._job_listing.next_deadline(),
-            self._leader.next_deadline(now),
-            self._revocations.next_deadline(),
-            self._verdict.next_deadline(),
-            self._claims.next_deadline(),
-        ):
-            # A rule may report a deadline that has passed but that it cannot act on yet
-            # (its key busy with a write in flight, say). Waking at once would step again at
-            # the same instant and decide the same, forever: a busy spin, and under a mock
-            # clock a hang, since virtual time never advances. Look again a moment later.
-            if deadline < math.inf:
-                self._effects.wake_at(max(deadline, now + RECHECK_AFTER))
-
-    def _report_gauges(self) -> None:
-        tallies = self.view.tallies
-        self.metrics.gauges(
-            Gauges(
-                owned=len(self._claims.owned),
-                completed=tallies.completed,
-                quarantined=tallies.quarantined,
-                draining=len(self._revocations.revoking),
-                live_workers=live_workers(self.view.presence.keys(), self.instance),
-                leader=self._leader.leading,
-                idle=not self._claims.owned,
-            )
-        )
+        """Move every rule forward from the current state (see :mod:`spate._core.step_order`)."""
+        self._steps.step()
 
     # -- watches -----------------------------------------------------------------------------
 
@@ -543,22 +498,8 @@ class Machine:
     # -- notices -----------------------------------------------------------------------------
 
     def reread(self, keyspace: Keyspace, key: str) -> Flow[None]:
-        """Read ``key`` and fold what the store holds now.
-
-        For a clean-up whose guarded delete lost: the key moved on without the view hearing
-        of it (an event lost with a broken watch, a write whose reply was lost). Guarded by a
-        revision the view no longer has right, the next beat's attempt would lose again, and
-        on a session store this process's keepalive would keep the key for ever. A failed
-        read changes nothing: the next beat tries again.
-        """
-        try:
-            entry: Entry | None = yield Op("get", keyspace, key)
-        except StoreUnavailable:
-            return
-        if entry is None:
-            self.fold(self.view.apply_delete(keyspace, key, None))
-        else:
-            self.fold(self.view.apply_put(keyspace, entry))
+        """Read ``key`` again and fold what it holds (:func:`~spate._core.point_reads.reread`)."""
+        return reread(self, keyspace, key)
 
     def fold(self, notices: list[Notice]) -> None:
         """Act on what changed in the view (see :mod:`spate._core.notice_router`)."""

@@ -2,7 +2,8 @@
 
 A follower watches no progress record, spec or lease (DESIGN §4b). It reads a split it is
 assigned when its assignment record names it (or says it came free), and the session a lease
-names when it must prove that session gone before a takeover.
+names when it must prove that session gone before a takeover. Any worker reads a key
+again (:func:`reread`) when a guarded write of its own found the key moved unseen.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from spate._core.records import LeaseRecord, decode
 from spate._errors import StoreUnavailable
 from spate._store import Entry, Keyspace
 
-__all__ = ["read_session", "read_split"]
+__all__ = ["read_session", "read_split", "reread"]
 
 logger = logging.getLogger("spate.claims")
 
@@ -78,3 +79,22 @@ def read_session(host: Host, lease: LeaseRecord) -> Flow[bool]:
     else:
         host.fold(view.apply_put(EPHEMERAL, entry))
     return view.session_live(lease)
+
+
+def reread(host: Host, keyspace: Keyspace, key: str) -> Flow[None]:
+    """Read ``key`` and fold what the store holds now.
+
+    For a clean-up whose guarded delete lost: the key moved on without the view hearing
+    of it (an event lost with a broken watch, a write whose reply was lost). Guarded by a
+    revision the view no longer has right, the next beat's attempt would lose again, and
+    on a session store this process's keepalive would keep the key for ever. A failed
+    read changes nothing: the next beat tries again.
+    """
+    try:
+        entry: Entry | None = yield Op("get", keyspace, key)
+    except StoreUnavailable:
+        return
+    if entry is None:
+        host.fold(host.view.apply_delete(keyspace, key, None))
+    else:
+        host.fold(host.view.apply_put(keyspace, entry))

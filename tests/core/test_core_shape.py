@@ -11,8 +11,8 @@ from spate._core.tenancy import Tenancies
 from .world import World
 
 CORE = Path(__file__).resolve().parents[2] / "spate" / "_core"
-LIMIT = 500
-"""About 450 lines, with a little slack for a docstring grown by a paragraph."""
+LIMIT = 450
+"""About 450 lines: a class that grows past it moves a concern out into a part of its own."""
 
 
 def _classes() -> dict[str, int]:
@@ -44,6 +44,21 @@ def test_the_placement_index_and_the_view_are_facades_over_named_parts() -> None
         "split_table.SplitTable",
     ):
         assert sizes[part] <= LIMIT
+
+
+def test_the_claims_and_the_machine_keep_a_concern_each_in_a_part_of_its_own() -> None:
+    """The last two classes over 450 lines: each moved one concern out, with room to spare."""
+    sizes = _classes()
+    assert sizes["claims.Claims"] <= 430
+    assert sizes["machine.Machine"] <= 430
+    assert sizes["claim_retries.ClaimRetries"] <= LIMIT
+    assert sizes["step_order.StepOrder"] <= LIMIT
+
+
+def test_claims_build_their_retries_over_the_same_tenancies() -> None:
+    world = World()
+    machine = world.start("a").machine
+    assert machine._claims.retries.tenancies is machine._tenancies
 
 
 def _assigned_to_parts(module: str, name: str) -> list[str]:
