@@ -53,12 +53,15 @@ async def test_spate_worker_serves_its_coordination_series_to_prometheus() -> No
     try:
         with trio.fail_after(60):
             assert process.stdout is not None
-            first = b""
-            while not first.endswith(b"\n"):
-                chunk = await process.stdout.receive_some(1)
-                assert chunk, "the worker exited before serving metrics"
-                first += chunk
-            line = first.decode().strip()
+            # The worker's first line says whose job it runs; the metrics line follows.
+            line = ""
+            while not line.startswith("metrics: "):
+                read = b""
+                while not read.endswith(b"\n"):
+                    chunk = await process.stdout.receive_some(1)
+                    assert chunk, "the worker exited before serving metrics"
+                    read += chunk
+                line = read.decode().strip()
             assert line.startswith("metrics: http://127.0.0.1:"), line
             text = await scrape_until(line.removeprefix("metrics: "), WANTED)
     finally:
