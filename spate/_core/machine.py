@@ -369,6 +369,13 @@ class Machine:
         """Why a call for ``split`` naming tenancy ``fence`` (None: any) must not act, if so."""
         return self._tenancies.tenancy_ended(split, fence)
 
+    def report_load(self, split: str, amount: object, fence: int | None = None) -> None:
+        """The API call :meth:`Coordinator.report_load <spate.Coordinator.report_load>`.
+
+        Synchronous, no write: the load rides on the next presence renewal.
+        """
+        self._presence.loads.report(split, amount, self.now(), fence)
+
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
 
