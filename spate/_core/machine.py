@@ -193,7 +193,9 @@ class Machine:
         self._ownership = OwnershipReads(self)
         self._residuals = ResidualSeeds(self)
         self._requests = SplitRequests(self, self._ownership)
-        self._leader = Leadership(self, planner, requests=self._requests.of)
+        self._leader = Leadership(
+            self, planner, requests=self._requests.of, ask_split=self._requests.ask_hot
+        )
         self._verdict = VerdictJudge(self, lead=self._leader)
         leader = self._leader
         self._presence = Presence(self, locality, self._tenancies, lambda: leader.leading)
