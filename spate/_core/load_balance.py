@@ -31,6 +31,7 @@ weighs by weight exactly as before.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable
 
@@ -45,6 +46,7 @@ from spate._core.balance import plan_balance_round as plan
 from spate._core.host import Host
 from spate._core.records import PresenceRecord, Status
 from spate._core.split_load import split_load
+from spate._metrics import SPLIT_LOADS_REPORTED, BalanceReport
 
 __all__ = ["LOAD_UNITS", "LoadBalancer"]
 
@@ -103,6 +105,9 @@ class LoadBalancer:
 
     def stop(self) -> None:
         """Leadership ended: what a round decided is the next leader's to decide again."""
+        if self.last is not None:
+            self.host.metrics.balance(None)
+            self.last = None
         self.state = BalanceState()
         self.round = 0
         self._next_at = None
@@ -165,6 +170,7 @@ class LoadBalancer:
         if decision.split_requests and self.host.config.split_requests:
             self._ask_split(decision.split_requests, now)
         self._reweigh(splits, decision)
+        self.host.metrics.balance(_report(decision, splits))
         return decision
 
     def _workers(self) -> list[BalanceWorker]:
@@ -253,3 +259,18 @@ class LoadBalancer:
         self._units = units
         if changed:
             self.host.placement_changes.splits_moved(changed)
+
+
+def _report(decision: BalanceRound, splits: list[BalanceSplit]) -> BalanceReport:
+    heaviest = heapq.nlargest(SPLIT_LOADS_REPORTED, ((s.load, s.id) for s in splits if s.trusted))
+    return BalanceReport(
+        round=decision.round,
+        reason=decision.reason,
+        moves=tuple((m.split, m.source, m.target, m.load) for m in decision.moves),
+        moved_load=decision.moved_load,
+        job_load=decision.job_load,
+        imbalance_before=decision.imbalance_before,
+        imbalance_after=decision.imbalance_after,
+        worker_loads=tuple(sorted(decision.loads.items())),
+        split_loads=tuple((split, load) for load, split in heaviest),
+    )

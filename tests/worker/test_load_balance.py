@@ -23,7 +23,7 @@ class Fleet:
         self.holder: dict[str, str] = {}
         self.gains: dict[str, list[tuple[float, str]]] = {}
         self.load_of = load_of if load_of is not None else {}
-        self.replayed = 0
+        self.rounds = Rounds()
 
     def handler(self, instance: str, heavy: float) -> Any:
         async def handle(split: spate.SplitHandle) -> None:
@@ -52,9 +52,20 @@ class Fleet:
         nursery.start_soon(
             lambda: spate.run_worker(
                 client(self.server), job=JOB, instance=instance, planner=planner(SPLITS),
-                handler=self.handler(instance, heavy), config=cfg,
+                handler=self.handler(instance, heavy), config=cfg, metrics=self.rounds,
             )
         )  # fmt: skip
+
+
+class Rounds(spate.MetricsHooks):
+    """The balance rounds the leader reported."""
+
+    def __init__(self) -> None:
+        self.reports: list[spate.BalanceReport] = []
+
+    def balance(self, report: spate.BalanceReport | None) -> None:
+        if report is not None:
+            self.reports.append(report)
 
 
 def within_band(
@@ -82,8 +93,11 @@ async def test_a_skewed_fleet_converges_within_the_band_in_three_rounds(
         # leadership, then one a minute.
         await trio.sleep(60 + 3 * 60)
         after = fleet.loads()
+        await trio.sleep(10 * 60)  # ten more rounds with stable loads: nothing moves
+        later = fleet.loads()
         nursery.cancel_scope.cancel()
     assert within_band(after), after
+    assert later == after
     moves = sorted((t, s) for s, gains in fleet.gains.items() for t, _ in gains[1:])
     assert moves  # it moved
     # No split moved twice within its cooldown (3 rounds of 60 s).
@@ -103,6 +117,14 @@ async def test_a_skewed_fleet_converges_within_the_band_in_three_rounds(
     assert len(rounds) <= 3
     for moved in rounds:
         assert sum(fleet.load_of[s] for s in moved) <= 0.10 * total + 1e-9, moved
+    # The leader's own account of its rounds: each within its budget, the imbalance falling.
+    reports = fleet.rounds.reports
+    acted = [r for r in reports if r.moves]
+    assert 1 <= len(acted) <= 3
+    assert all(r.moved_load <= 0.10 * r.job_load + 1e-9 for r in reports)
+    assert acted[0].imbalance_after < acted[0].imbalance_before
+    assert acted[-1].imbalance_after <= 1.10 + 1e-9
+    assert all(r.reason == "within band" for r in reports[-10:])
 
 
 async def test_capacity_two_takes_twice_the_load(autojump_clock: trio.testing.MockClock) -> None:
