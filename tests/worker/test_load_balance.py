@@ -179,3 +179,14 @@ async def test_no_load_reported_nothing_moves(autojump_clock: trio.testing.MockC
         await trio.sleep(600)
         nursery.cancel_scope.cancel()
     assert {s: len(g) for s, g in fleet.gains.items()} == gains
+
+
+async def test_a_graceful_move_of_one_split_costs_at_most_ten_round_trips(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # bench/balance_move.py on the memory store, 1 ms injected on every call: in virtual time
+    # the move's duration over one round trip is exactly the round trips it waits for.
+    from bench.balance_move import TARGET, _memory_move
+
+    took, rtt = await _memory_move()
+    assert took / rtt <= TARGET
