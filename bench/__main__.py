@@ -5,9 +5,10 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 ``nox -s bench`` runs this, then the two adapter benchmarks (``bench/bench_etcd.py``,
 ``bench/bench_nats.py``).
 
-Options: ``--only commit,failover,handover,scale,steady,cluster,fleet,makespan,balance`` picks
-benchmarks; ``--stores memory,etcd,nats`` picks stores; ``--quick`` shrinks every count (a
-smoke run, not figures to quote); ``--markdown FILE`` also writes the table there.
+Options: ``--only commit,failover,handover,scale,steady,cluster,fleet,makespan,balance,``
+``balance-move`` picks benchmarks; ``--stores memory,etcd,nats`` picks stores; ``--quick``
+shrinks every count (a smoke run, not figures to quote); ``--markdown FILE`` also writes the
+table there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from bench import balance, cluster, commit, failover, fleet, makespan, scale, steady
+from bench import balance, balance_move, cluster, commit, failover, fleet, makespan, scale, steady
 from bench._harness import Options, Row, print_rows
 from spate import __version__
 
@@ -34,6 +35,7 @@ SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "fleet": fleet.run,
     "makespan": makespan.run,
     "balance": balance.run,
+    "balance-move": balance_move.run,
 }
 
 

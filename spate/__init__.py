@@ -34,7 +34,7 @@ from spate._events import (
     SplitRequested,
     Stalled,
 )
-from spate._metrics import Gauges, MetricsHooks
+from spate._metrics import BalanceReport, Gauges, MetricsHooks
 from spate._plan import Plan, PlanContext, SplitSpec
 from spate._runtime.coordinator import Coordinator, open_coordinator
 from spate._runtime.worker import Handler, Planner, SplitHandle, Verdict, run_worker
@@ -42,6 +42,7 @@ from spate._version import __version__
 
 __all__ = [
     "AllComplete",
+    "BalanceReport",
     "Config",
     "ConfigError",
     "Coordinator",

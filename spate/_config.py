@@ -20,9 +20,9 @@ DEFAULT_OP_TIMEOUT = 10.0
 """Ceiling of the derived per-operation timeout, in seconds."""
 
 
-def _number(value: object, name: str) -> float:
+def _number(value: object, name: str, what: str = "a finite number of seconds") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"Config.{name} must be a finite number of seconds, not {value!r}")
+        raise ConfigError(f"Config.{name} must be {what}, not {value!r}")
     return float(value)
 
 
@@ -82,6 +82,23 @@ class Config:
         isolation_tier: The tier of the workers' localities whose domains the leader spreads
             the job across (0, the default, is the coarsest: ``zone-a`` of
             ``zone-a/rack-3/host-7``). Zero or more. Only matters when workers have a locality.
+        measure_load: Whether a split's load is measured for it: its handler's busy time on
+            the event loop (the handler task and the tasks it starts), for CPU-bound handlers
+            that do not call ``SplitHandle.report_load``. False by default.
+        capacity: The load this worker takes relative to a worker of capacity 1.0 (the
+            default): a worker of 2.0 is given twice the load. Positive.
+        balance_interval: Seconds between the leader's load-balance rounds, which move running
+            splits by measured load (reported or measured, see ``docs/balancing.md``). 0
+            turns load balancing off. 60 s by default: KCL 3 and Dicer balance about once a
+            minute. A job whose splits report no load is never balanced by load.
+        load_band: How far a worker's load per unit of capacity may stray from the job's mean
+            before the leader moves splits: 0.10 (±10%, KCL 3's and Dicer's tolerance). In
+            (0, 1].
+        load_half_life: Half-life, in seconds, of a split's smoothed load: 60 s by default (a
+            load that moved on is half forgotten by the next round). A split's load counts
+            once it was measured for ``max(60 s, load_half_life)``. Positive.
+        max_moved_load: The share of the job's load one balance round may move: 0.10
+            (Slicer's churn budget is about 9% a round). In (0, 1].
         planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
             the clock: in a worker thread (so a slow plan never stalls renewals), except under
             a ``trio.testing.MockClock``, where it runs inline on the event loop, because the
@@ -104,6 +121,12 @@ class Config:
     split_requests: bool = True
     split_request_delay: float = 1.0
     list_page_size: int = 1000
+    measure_load: bool = False
+    capacity: float = 1.0
+    balance_interval: float = 60.0
+    load_band: float = 0.10
+    load_half_life: float = 60.0
+    max_moved_load: float = 0.10
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -130,6 +153,7 @@ class Config:
             raise ConfigError(
                 f"Config.split_requests must be True or False, not {self.split_requests!r}"
             )
+        self._check_balance()
         if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
             raise ConfigError(
                 f"Config.planner_thread must be True, False or None (decide by the clock), not "
@@ -137,6 +161,32 @@ class Config:
             )
         if self.lease_duration is not None:
             self._check_timings(self.lease_duration)
+
+    def _check_balance(self) -> None:
+        if not isinstance(self.measure_load, bool):
+            raise ConfigError(
+                f"Config.measure_load must be True or False, not {self.measure_load!r}"
+            )
+        if _number(self.capacity, "capacity", "a finite number") <= 0:
+            raise ConfigError(
+                f"Config.capacity must be a positive number (1.0 is a default worker, 2.0 takes "
+                f"twice its load), not {self.capacity!r}"
+            )
+        if _number(self.balance_interval, "balance_interval") < 0:
+            raise ConfigError(
+                f"Config.balance_interval must be zero or positive (0 turns load balancing "
+                f"off), not {self.balance_interval!r}"
+            )
+        if _number(self.load_half_life, "load_half_life") <= 0:
+            raise ConfigError(
+                f"Config.load_half_life must be positive, not {self.load_half_life!r}"
+            )
+        for name in ("load_band", "max_moved_load"):
+            value = getattr(self, name)
+            if not 0 < _number(value, name, "a finite number") <= 1:
+                raise ConfigError(
+                    f"Config.{name} must be a share in (0, 1] (0.10 is 10%), not {value!r}"
+                )
 
     def _check_timings(self, lease: float) -> None:
         timeout = (

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcquireReason",
+    "BalanceReport",
     "Gauges",
     "LossReason",
     "MetricsHooks",
@@ -59,6 +60,31 @@ class Gauges:
     """Whether this worker leads."""
     idle: bool
     """Whether this worker holds nothing."""
+
+
+SPLIT_LOADS_REPORTED = 20
+"""The heaviest splits a balance report names (bounded cardinality: one series each)."""
+
+
+@attrs.frozen
+class BalanceReport:
+    """One balance round of the leader's (``docs/balancing.md``)."""
+
+    round: int
+    reason: str
+    """Why it did what it did: ``moved``, ``within band``, ``no move worth its price``,
+    ``idle``, ``unmeasured``."""
+    moves: tuple[tuple[str, str, str, float], ...]
+    """Each move as (split, source, target, load)."""
+    moved_load: float
+    job_load: float
+    imbalance_before: float
+    """The hottest worker's load over its mean, before the moves (1.0 is even)."""
+    imbalance_after: float
+    worker_loads: tuple[tuple[str, float], ...]
+    """Each live worker's load after the moves (units a second)."""
+    split_loads: tuple[tuple[str, float], ...]
+    """The heaviest :data:`SPLIT_LOADS_REPORTED` trusted splits' loads."""
 
 
 class MetricsHooks:
@@ -105,6 +131,9 @@ class MetricsHooks:
 
     def gauges(self, levels: Gauges) -> None:
         """The current levels, reported after every step that may have changed them."""
+
+    def balance(self, report: BalanceReport | None) -> None:
+        """The leader ran a balance round (``None``: this worker stopped leading)."""
 
     def placement(self, report: PlacementReport | None) -> None:
         """The leader computed a placement (per failure domain, and its blast radius).

@@ -76,6 +76,9 @@ class SplitStatus:
     reason: str = ""
     """Why the split last failed (the handler's reason, or the leader's note of an owner lost
     without progress); "" if it never failed. For a quarantined split: why it was set aside."""
+    load: float | None = None
+    """Its smoothed load (units of work a second) as its owner last reported it, when its
+    owner names it (the heaviest trusted splits of each worker); None otherwise."""
 
     @property
     def display_status(self) -> str:
@@ -108,6 +111,11 @@ class WorkerStatus:
     leader: bool
     holding: int
     locality: str = ""
+    capacity: float = 1.0
+    """The load it takes relative to a default worker (``Config.capacity``)."""
+    load: float | None = None
+    """Its splits' summed trusted load (units a second) as it last reported it; None when it
+    reports none (``docs/balancing.md``)."""
 
 
 @attrs.frozen
@@ -128,6 +136,23 @@ class JobStatus:
     """The locality tier whose domains :meth:`placement` groups the workers by."""
     read_at_ms: int = 0
     """Wall-clock milliseconds when the store was read (the reference of split ages)."""
+    load_band: float = 0.10
+    """The band the loads are judged by (the fleet's ``Config.load_band``)."""
+
+    def load_mean(self) -> float | None:
+        """The mean load per unit of capacity over the workers that report one (None: none)."""
+        reporting = [w for w in self.workers if w.load is not None]
+        capacity = sum(w.capacity for w in reporting)
+        if not reporting or capacity <= 0:
+            return None
+        return sum(w.load or 0.0 for w in reporting) / capacity
+
+    def load_ratio(self, worker: WorkerStatus) -> float | None:
+        """``worker``'s load per unit of capacity over the mean (1.0 is even; None: unknown)."""
+        mean = self.load_mean()
+        if worker.load is None or not mean:
+            return None
+        return worker.load / worker.capacity / mean
 
     def placement(self) -> PlacementReport:
         """What each failure domain holds now (live leases, by weight) and the blast radius."""
@@ -197,7 +222,11 @@ class JobStatus:
             "planned": self.planned,
             "leader": self.leader,
             "counts": self.counts(),
-            "workers": [attrs.asdict(w) for w in self.workers],
+            "workers": [
+                attrs.asdict(w) | {"load_ratio": _ratio(self.load_ratio(w))} for w in self.workers
+            ],
+            "load_band": self.load_band,
+            "load_mean": self.load_mean(),
             "splits": [
                 {k: v for k, v in attrs.asdict(s).items() if k not in ("state", "descriptor")}
                 | {"age_s": _rounded(s.age(self.read_at_ms)), "display_status": s.display_status}
@@ -223,14 +252,21 @@ def _descriptor(record: ProgressRecord, spec: SpecRecord | None) -> bytes:
     return spec.descriptor if spec is not None else b""
 
 
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
 def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 3)
 
 
-async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> JobStatus:
+async def read_status(
+    store: Store, job: str, *, isolation_tier: int = 0, load_band: float = 0.10
+) -> JobStatus:
     """Read everything the store holds about ``job`` (two listings, no writes).
 
-    ``isolation_tier`` is the locality tier whose failure domains the status groups by.
+    ``isolation_tier`` is the locality tier whose failure domains the status groups by;
+    ``load_band`` the band the workers' loads are judged by (the fleet's ``Config.load_band``).
     """
     validate_job(job)
     read_at_ms = now_ms()
@@ -275,6 +311,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         session = presence.get(lease.owner)
         if session is not None and session.nonce == lease.nonce:
             leases[split_id] = lease.owner
+    split_loads = {entry.split: entry.rate for p in presence.values() for entry in p.loads}
     splits: dict[str, SplitStatus] = {}
     for split_id, (record, revision) in sorted(progress.items()):
         spec = specs.get(split_id)
@@ -295,6 +332,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
             parent=spec.parent if spec is not None and spec.parent else None,
             residuals=tuple(r.id for r in record.residuals),
             reason=record.reason,
+            load=split_loads.get(split_id) if leases.get(split_id) else None,
         )
     # A residual named by its parent's record but not seeded yet (the leader writes its
     # records when it reads the parent's): shown, so no work looks missing.
@@ -312,7 +350,15 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         holding[owner] = holding.get(owner, 0) + 1
     workers = [
         WorkerStatus(
-            instance, p.max_in_flight, instance == leader, holding.get(instance, 0), p.locality
+            instance,
+            p.max_in_flight,
+            instance == leader,
+            holding.get(instance, 0),
+            p.locality,
+            capacity=p.capacity,
+            load=(
+                round(sum(e.rate for e in p.loads) + p.other_load, 6) if p.reports_load else None
+            ),
         )
         for instance, p in sorted(presence.items())
     ]
@@ -329,6 +375,7 @@ async def read_status(store: Store, job: str, *, isolation_tier: int = 0) -> Job
         unreadable=unreadable,
         isolation_tier=isolation_tier,
         read_at_ms=read_at_ms,
+        load_band=load_band,
     )
 
 

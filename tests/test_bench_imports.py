@@ -16,6 +16,7 @@ SUITES = [
     "fleet",
     "makespan",
     "balance",
+    "balance_move",
     "bench_etcd",
 ]
 
@@ -37,4 +38,5 @@ def test_every_suite_is_registered() -> None:
         "fleet",
         "makespan",
         "balance",
+        "balance-move",
     }

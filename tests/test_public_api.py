@@ -38,6 +38,7 @@ PUBLIC = {
     # metrics hooks
     "MetricsHooks",
     "Gauges",
+    "BalanceReport",
     # errors
     "SpateError",
     "StoreError",

@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="locality tier whose failure domains to show (default 0, the coarsest)",
     )
+    status.add_argument(
+        "--load-band",
+        type=float,
+        default=0.10,
+        help="the band workers' loads are judged by: the fleet's Config.load_band (default 0.10)",
+    )
 
     requeue = commands.add_parser(
         "requeue",
@@ -405,6 +411,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             as_json=args.json,
             interval=args.interval,
             isolation_tier=args.isolation_tier,
+            load_band=args.load_band,
         )
 
     return _run_with_ctrl_c(work)

@@ -119,7 +119,7 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
         )
         if split.reason and split.status != "completed":
             reasons.add_row(split.id, escape(_cut(" ".join(split.reason.split()), _REASON_WIDTH)))
-    parts: list[RenderableType] = [header, workers, *_domains(status), splits]
+    parts: list[RenderableType] = [header, workers, *_domains(status), *_loads(status), splits]
     if reasons.row_count:
         parts.append(reasons)
     if len(ordered) > limit:
@@ -127,6 +127,54 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
     if status.unreadable:
         parts.append(f"[red]unreadable records:[/red] {', '.join(status.unreadable)}")
     return Group(*parts)
+
+
+LOAD_ROWS = 10
+"""The hottest splits the load table shows (``--json`` has every split's)."""
+
+
+def _loads(status: JobStatus) -> list[RenderableType]:
+    """Each worker's load, capacity and place in the band, then the hottest splits.
+
+    Only when some worker reports load (a job that reports none shows what it showed before).
+    """
+    from rich import box
+    from rich.table import Table
+
+    mean = status.load_mean()
+    if mean is None:
+        return []
+    band = status.load_band
+    table = Table(
+        title=f"load · mean {mean:.4g}/s per unit of capacity · band ±{band:.0%}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in ("instance", "load/s", "capacity", "÷ mean", ""):
+        table.add_column(column)
+    for worker in status.workers:
+        ratio = status.load_ratio(worker)
+        outside = ratio is not None and abs(ratio - 1) > band
+        table.add_row(
+            worker.instance,
+            "-" if worker.load is None else f"{worker.load:.4g}",
+            f"{worker.capacity:g}",
+            "-" if ratio is None else f"{ratio:.2f}",
+            "[yellow]outside the band[/yellow]" if outside else "",
+        )
+    hottest = sorted(
+        (s for s in status.splits.values() if s.load is not None),
+        key=lambda s: (-(s.load or 0.0), s.id),
+    )[:LOAD_ROWS]
+    parts: list[RenderableType] = [table]
+    if hottest:
+        splits = Table(title="hottest splits", title_justify="left", box=box.SIMPLE_HEAD)
+        for column in ("split", "load/s", "owner"):
+            splits.add_column(column, no_wrap=True, overflow="ellipsis", max_width=40)
+        for split in hottest:
+            splits.add_row(split.id, f"{split.load:.4g}", split.lease_owner or "-")
+        parts.append(splits)
+    return parts
 
 
 def _domains(status: JobStatus) -> list[RenderableType]:
@@ -164,14 +212,16 @@ async def show_status(
     as_json: bool = False,
     interval: float = 1.0,
     isolation_tier: int = 0,
+    load_band: float = 0.10,
 ) -> int:
     """Print the status of ``job`` in the store at ``url``.
 
     With ``watch``, refresh every ``interval`` seconds until cancelled. ``isolation_tier``
-    picks the locality tier the failure-domain table groups workers by. The store is opened
-    read-only: nothing is written, whatever TTL its namespace was made with. Raises
-    :class:`~spate.ops.JobNotFound` (naming the jobs there) when the store holds no key of
-    ``job``.
+    picks the locality tier the failure-domain table groups workers by; ``load_band`` the
+    band the load table judges workers' loads by (the fleet's ``Config.load_band``). The
+    store is opened read-only: nothing is written, whatever TTL its namespace was made with.
+    Raises :class:`~spate.ops.JobNotFound` (naming the jobs there) when the store holds no
+    key of ``job``.
     """
     from spate_stores import open_store
 
@@ -179,7 +229,7 @@ async def show_status(
         await require_job(store, job)
 
         async def read() -> JobStatus:
-            return await read_status(store, job, isolation_tier=isolation_tier)
+            return await read_status(store, job, isolation_tier=isolation_tier, load_band=load_band)
 
         if as_json:
             while True:

@@ -13,20 +13,22 @@ The machine talks to :class:`Leadership` alone; each rule lives in the part that
   :mod:`spate._core.assignment_writes` — the writes in flight and the splits they anchor.
 - :mod:`spate._core.placement_inputs` — the member table, the grace windows of departed
   workers, and each split's input to the placement index.
+- :mod:`spate._core.load_balance` — the balance rounds: running splits moved by measured load.
 
 Each module's text states its rules, each with the race it prevents. Here only the order of
 one step: elect (a follower), else — once fenced and the whole job is in view — plan, let a
-hold that ended owe a rebalance, publish, nudge, ask.
+hold that ended owe a rebalance, run a balance round when one is due, publish, nudge, ask.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from spate._core.assignment_writes import AssignmentWrites
 from spate._core.election import Election, fingerprint_mismatch
 from spate._core.host import Host
 from spate._core.leader_phase import LeaderPhase, LeaderPhases
+from spate._core.load_balance import LoadBalancer
 from spate._core.placement_inputs import PlacementInputs
 from spate._core.plan_writer import PlanWriter
 from spate._core.publisher import AssignmentPublisher
@@ -42,11 +44,16 @@ def _no_requests(instance: str) -> tuple[SplitRequest, ...]:
     return ()
 
 
+def _no_asks(splits: Iterable[str], now: float) -> None:
+    return None
+
+
 class Leadership:
     """This worker's part in leading the job (most of the time: watching someone else lead).
 
     ``requests`` gives the split requests outstanding to a member (the machine's
-    :class:`~spate._core.split_requests.SplitRequests`).
+    :class:`~spate._core.split_requests.SplitRequests`); ``ask_split`` asks running splits to
+    split (its ``ask_hot``: a balance round's hot splits).
     """
 
     def __init__(
@@ -54,6 +61,7 @@ class Leadership:
         host: Host,
         planner: Planner,
         requests: Callable[[str], tuple[SplitRequest, ...]] = _no_requests,
+        ask_split: Callable[[Iterable[str], float], None] = _no_asks,
     ) -> None:
         self.host = host
         self.phases = LeaderPhases()
@@ -61,7 +69,8 @@ class Leadership:
         self.plans = PlanWriter(host, planner, self.election, demote=self._demote)
         self.policy = RebalancePolicy(host, self.phases)
         self.writes = AssignmentWrites(host, self.election)
-        self.inputs = PlacementInputs(host, self.election, self.writes)
+        self.balance = LoadBalancer(host, self.policy.hold_for, ask_split)
+        self.inputs = PlacementInputs(host, self.election, self.writes, self.balance)
         self.publisher = AssignmentPublisher(
             host, self.election, self.inputs, self.writes, self.policy, requests
         )
@@ -125,6 +134,7 @@ class Leadership:
         self.plans.step(now)
         if self.policy.wake(now):
             self.host.placement_changes.owe()
+        self.balance.step(now)
         self.publisher.step(now)
 
     def next_deadline(self, now: float) -> float:
@@ -135,6 +145,7 @@ class Leadership:
             self.publisher.next_deadline(now),
             self.plans.next_deadline(now),
             self.election.next_deadline(now),
+            self.balance.next_deadline(),
         ):
             if t is not None:
                 times.append(t)
@@ -196,6 +207,7 @@ class Leadership:
     def _fenced(self, now: float) -> None:
         """The generation bump landed: the leadership's parts begin."""
         self.policy.began_leading(now)
+        self.balance.began_leading(now)
         # Every new leader plans at least once, even a final plan: a predecessor may have
         # died between seeding and publishing.
         self.plans.owed = True
@@ -210,6 +222,7 @@ class Leadership:
         self.plans.stop()
         self.publisher.stop()
         self.inputs.drop()
+        self.balance.stop()
         self.publisher.drop()
         self.host.metrics.placement(None)
         self.plans.abandon()

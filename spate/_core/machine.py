@@ -192,7 +192,9 @@ class Machine:
         self._ownership = OwnershipReads(self)
         self._residuals = ResidualSeeds(self)
         self._requests = SplitRequests(self, self._ownership)
-        self._leader = Leadership(self, planner, requests=self._requests.of)
+        self._leader = Leadership(
+            self, planner, requests=self._requests.of, ask_split=self._requests.ask_hot
+        )
         self._verdict = VerdictJudge(self, lead=self._leader)
         leader = self._leader
         self._presence = Presence(self, locality, self._tenancies, lambda: leader.leading)
@@ -381,6 +383,13 @@ class Machine:
     def tenancy_ended(self, split: str, fence: int | None) -> Fenced | None:
         """Why a call for ``split`` naming tenancy ``fence`` (None: any) must not act, if so."""
         return self._tenancies.tenancy_ended(split, fence)
+
+    def report_load(self, split: str, amount: object, fence: int | None = None) -> None:
+        """The API call :meth:`Coordinator.report_load <spate.Coordinator.report_load>`.
+
+        Synchronous, no write: the load rides on the next presence renewal.
+        """
+        self._presence.loads.report(split, amount, self.now(), fence)
 
     def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.

@@ -7,8 +7,10 @@
   leadership can move between the departure and the next publish, and a successor must
   still honour the window.
 - **Each split's input** (:meth:`PlacementInputs.placement_input`): its weight, the load it
-  puts on a worker (:func:`spate._core.split_load.split_load`), its affinity, and the member
-  it is anchored on (its owner, or the assignee of a split in transit).
+  puts on a worker (:func:`spate._core.split_load.split_load`, or its measured load once the
+  job reports loads: :mod:`spate._core.load_balance`), its affinity, and the member it is
+  anchored on (its owner, the assignee of a split in transit, or the target a balance round
+  moved it to).
 - **The index** (:class:`~spate._core.placement_index.PlacementIndex`) is fed only the splits
   the view names as changed, so one ownership change costs the splits in flight, not the job.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 from spate._core.assignment_writes import AssignmentWrites
 from spate._core.election import Election
 from spate._core.host import Host
+from spate._core.load_balance import LoadBalancer
 from spate._core.placement import Member, Placement
 from spate._core.placement_index import PlacementIndex
 from spate._core.records import Status
@@ -29,8 +32,16 @@ __all__ = ["PlacementInputs"]
 class PlacementInputs:
     """The leader's placement index and everything it is fed."""
 
-    def __init__(self, host: Host, election: Election, writes: AssignmentWrites) -> None:
+    def __init__(
+        self,
+        host: Host,
+        election: Election,
+        writes: AssignmentWrites,
+        balance: LoadBalancer | None = None,
+    ) -> None:
         self.host = host
+        self._balance = balance
+        """The balance rounds: their moves anchor splits, their loads weigh them."""
         self._election = election
         self._writes = writes
         self.departed: dict[str, float] = {}
@@ -214,7 +225,7 @@ class PlacementInputs:
         if not assigned and not writing:
             # Named by no record and no write (most of a large job's splits, queued): no
             # holder to anchor on. Said before building the lists, once per split a takeover.
-            return Placement(weight, owner, state.spec.locality, split_load(weight))
+            return self._placement(split, weight, owner, state.spec.locality)
         generation = self._election.generation
         holders = [
             i
@@ -235,4 +246,17 @@ class PlacementInputs:
             # left, and a domain overfilled that way was evened out by moving a split that
             # was never in transit.
             owner = min(holders)
-        return Placement(weight, owner, state.spec.locality, split_load(weight))
+        return self._placement(split, weight, owner, state.spec.locality)
+
+    def _placement(self, split: str, weight: int, owner: str | None, locality: str) -> Placement:
+        """The placement input, with a balance round's move and the measured load applied.
+
+        A split a balance round moved is anchored on its target until the target holds it:
+        the index keeps it there (sticky), so the target's assignment names it and its owner
+        gets a graceful revocation. Once loads are reported a split weighs its load.
+        """
+        balance = self._balance
+        if balance is None:
+            return Placement(weight, owner, locality, split_load(weight))
+        target = balance.target_of(split)
+        return Placement(weight, target or owner, locality, balance.load_units(split, weight))

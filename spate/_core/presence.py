@@ -8,7 +8,9 @@
   again. A key holding another nonce is a second live worker under this instance id: fatal.
 - **The record** advertises the lane budget and locality, and (a follower) the splits it split
   since its last landed write, so a split made without the leader's request reaches the leader
-  within a heartbeat, at no extra write.
+  within a heartbeat, at no extra write. A worker that measures load also carries its capacity
+  and a bounded summary of its splits' loads (:mod:`spate._core.load_reports`), for the
+  leader's balance rounds; one that measures nothing writes exactly what it wrote before.
 - **Delete** on departure, so peers rebalance now, not after a TTL.
 """
 
@@ -17,8 +19,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import attrs
+
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host
+from spate._core.load_reports import LoadReports
 from spate._core.records import PresenceRecord, UnreadableRecord, decode, encode
 from spate._core.tenancy import Tenancies
 from spate._errors import StoreUnavailable
@@ -46,6 +51,12 @@ class Presence:
         self.ok_at = 0.0
         """When the last presence write that landed was sent (on a per-key store, the session's
         last confirmed renewal: every lease of this worker lives until at least then + TTL)."""
+        self.loads = LoadReports(host.config.load_half_life, self._tenancy)
+        """The loads of the splits this worker holds, summarized on each renewal."""
+
+    def _tenancy(self, split: str) -> tuple[int, float] | None:
+        held = self._tenancies.owned.get(split)
+        return None if held is None else (held.fence, held.last_ok)
 
     @property
     def key(self) -> str:
@@ -60,14 +71,24 @@ class Presence:
         leader that has gone since, reaches the leader within a heartbeat, at no extra write.
         """
         parents = () if self._leading() else tuple(sorted(self._tenancies.split_since))
-        return encode(
-            PresenceRecord(
-                nonce=self.host.nonce,
-                max_in_flight=self.host.config.max_in_flight,
-                locality=self.locality,
-                parents=parents,
-            )
+        config = self.host.config
+        record = PresenceRecord(
+            nonce=self.host.nonce,
+            max_in_flight=config.max_in_flight,
+            locality=self.locality,
+            parents=parents,
+            capacity=config.capacity,
         )
+        if self.loads.measuring:
+            summary = self.loads.summary(self.host.now())
+            record = attrs.evolve(
+                record,
+                loads=summary.loads,
+                other_splits=summary.other_splits,
+                other_load=summary.other_load,
+                untrusted=summary.untrusted,
+            )
+        return encode(record)
 
     def heartbeat(self) -> None:
         """Renew the presence key, unless leaving or a write of it is in flight."""

@@ -22,6 +22,9 @@ trigger (say, measured load drifting out of its band) is one more caller of
   hand-backs alone never move a running split; the debounce still hands unowned splits out
   at once. At the end of a bounded job no member comes or goes, so running splits stay put:
   an idle lane there is for splitting, and a move would only add a drain.
+- **Moves by load stay put**: a split a balance round moved (:mod:`spate._core.load_balance`)
+  is held until its cooldown ends (:meth:`RebalancePolicy.hold_for`), so a membership change
+  meanwhile does not undo it.
 - **One drain per split per window**: a running split a rebalance moved is *held* for
   ``drain_deadline``: no rebalance in that window moves it again (its first drain may still be
   under way). The window holds that split, not the fleet: a second join right after the first
@@ -64,6 +67,8 @@ class RebalancePolicy:
         """Split -> when a rebalance moved it while it ran, and to whom (see :meth:`_holding`)."""
         self._wake_at = math.inf
         """When the first hold may end: the leader looks again then."""
+        self._balanced: dict[str, float] = {}
+        """Split -> until when a balance round's move of it holds (its cooldown)."""
 
     # -- triggers ------------------------------------------------------------------------------
 
@@ -77,6 +82,7 @@ class RebalancePolicy:
         self._join_until = now + self.host.config.membership_debounce
         self.owe()
         self._held.clear()
+        self._balanced.clear()
         self._held_back = False
         self._wake_at = math.inf
 
@@ -155,6 +161,10 @@ class RebalancePolicy:
         for split in moving.intersection(splits):
             self._held.setdefault(split, (now, to))
 
+    def hold_for(self, split: str, until: float) -> None:
+        """A balance round moved ``split``: no rebalance moves it again before ``until``."""
+        self._balanced[split] = max(until, self._balanced.get(split, until))
+
     def wake_for_holds(self, now: float) -> None:
         """Have the leader look again when the next hold may end."""
         window = self.host.config.drain_deadline
@@ -193,4 +203,8 @@ class RebalancePolicy:
         if ended and self._held_back:
             self._held_back = False
             self._owed = True
+        if self._balanced:
+            for split in [s for s, until in self._balanced.items() if now >= until]:
+                del self._balanced[split]
+            return frozenset(self._held).union(self._balanced)
         return frozenset(self._held)

@@ -43,6 +43,7 @@ import base64
 import binascii
 import enum
 import json
+import math
 import re
 import time
 from typing import Any, TypeVar
@@ -70,6 +71,7 @@ __all__ = [
     "ProgressRecord",
     "Residual",
     "SpecRecord",
+    "SplitLoad",
     "SplitRequest",
     "Status",
     "UnreadableRecord",
@@ -312,6 +314,15 @@ class LeaderRecord:
 
 
 @attrs.frozen(kw_only=True)
+class SplitLoad:
+    """One held split's smoothed load, as its owner carries it on its presence record."""
+
+    split: str
+    rate: float
+    """Units of work a second (smoothed: ``spate._core.balance.meter``)."""
+
+
+@attrs.frozen(kw_only=True)
 class PresenceRecord:
     """A live worker: its process nonce, its advertised lane budget and its locality.
 
@@ -327,6 +338,23 @@ class PresenceRecord:
     """Splits this worker split since its presence record last landed without them: the
     leader reads their progress records, which name the residuals to seed (the notice rides on
     the renewal the heartbeat writes anyway; absent in older records)."""
+    capacity: float = 1.0
+    """The load this worker takes relative to a default worker (``Config.capacity``; absent
+    while 1.0, and in older records)."""
+    loads: tuple[SplitLoad, ...] = ()
+    """The measured loads of the heaviest splits it holds (see :class:`SplitLoad`; absent
+    while it measures nothing, and in older records): the leader balances by them."""
+    other_splits: int = 0
+    """Trusted measured splits it holds beyond those in ``loads`` (a bounded summary)."""
+    other_load: float = 0.0
+    """Their summed load (units of work a second)."""
+    untrusted: int = 0
+    """Measured splits it holds whose load is not trusted yet (measured too briefly)."""
+
+    @property
+    def reports_load(self) -> bool:
+        """Whether this record carries any load summary."""
+        return bool(self.loads or self.other_splits or self.untrusted)
 
 
 @attrs.frozen(kw_only=True)
@@ -374,6 +402,16 @@ def _strict_int(value: Any, _: type) -> int:
     return value
 
 
+def _strict_float(value: Any, _: type) -> float:
+    # (JSON writes 1.0 as 1.0, but another writer may write 1: an int is a number too.)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"expected a finite number at least 0, got {value!r}")
+    return number
+
+
 def _strict_str(value: Any, _: type) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r}")
@@ -399,6 +437,7 @@ def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
     converter.register_structure_hook(int, _strict_int)
     converter.register_structure_hook(str, _strict_str)
+    converter.register_structure_hook(float, _strict_float)
     converter.register_structure_hook(bool, _strict_bool)
     converter.register_structure_hook(bytes, _bytes_from_b64)
     converter.register_unstructure_hook(bytes, lambda b: base64.b64encode(b).decode("ascii"))
@@ -424,7 +463,15 @@ _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
     PlanRecord: ("verdict", "incarnation_ms"),
     ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals", "reason"),
     SpecRecord: ("locality", "parent"),
-    PresenceRecord: ("locality", "parents"),
+    PresenceRecord: (
+        "locality",
+        "parents",
+        "capacity",
+        "loads",
+        "other_splits",
+        "other_load",
+        "untrusted",
+    ),
     AssignmentRecord: ("ready", "split_requested"),
 }
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 
 import attrs
 
@@ -205,6 +206,32 @@ class SplitRequests:
             ))  # fmt: skip
             self._unsent.add(state.lease.owner)
             self._due = min(self._due, now + POLL, now + ignored_after)
+            self._wake = min(self._wake, now + POLL)
+
+    def ask_hot(self, splits: Iterable[str], now: float) -> None:
+        """A balance round found these running splits too hot for any worker: ask them to split.
+
+        Idle lanes or not (:mod:`spate._core.load_balance`: a split hotter than twice the mean
+        worker load keeps its worker over the band whatever moves). Not a split asked already,
+        nor one backing off after ignoring a request, nor one without a lease.
+        """
+        config = self.host.config
+        if not config.split_requests:
+            return
+        for split in splits:
+            state = self.host.view.splits.get(split)
+            if state is None or state.lease is None or split in self.outstanding:
+                continue
+            backoff = self._backoff.get(split)
+            if backoff is not None and now < backoff[0]:
+                continue
+            self._seq += 1
+            self._add(split, _Ask(
+                owner=state.lease.owner, seq=self._seq, at=now, splits=state.progress.splits,
+                polled=now,
+            ))  # fmt: skip
+            self._unsent.add(state.lease.owner)
+            self._due = min(self._due, now + POLL, now + config.drain_deadline)
             self._wake = min(self._wake, now + POLL)
 
     def _time_asks(self, now: float, ignored_after: float) -> None:

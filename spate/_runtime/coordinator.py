@@ -152,6 +152,24 @@ class Coordinator:
         assert isinstance(result, str)
         return result
 
+    def report_load(self, split: str, amount: float, *, fence: int | None = None) -> None:
+        """Count ``amount`` units of work a held split did; synchronous, writes nothing.
+
+        The unit is the job's own (records, bytes, seconds of CPU): every worker of the job
+        must use the same one. The coordinator keeps a smoothed rate per split and carries it
+        to the leader on its presence renewals, and the leader moves running splits so each
+        worker's load per unit of ``Config.capacity`` lies within ``Config.load_band`` of the
+        mean (see ``docs/balancing.md``).
+
+        Raises :class:`~spate.ConfigError` for an amount that is not a finite number at least
+        0, and :class:`~spate.Fenced` if this worker does not hold the split (or holds it under
+        another fence than ``fence``, the tenancy the call is for, as for :meth:`commit`).
+        """
+        _check_split(split)
+        _check_fence(fence)
+        self._check_running()
+        self._machine.report_load(split, amount, fence)
+
     async def fail(self, split: str, reason: str) -> None:
         """Report that work on a held split failed: consumes an attempt and gives it back.
 

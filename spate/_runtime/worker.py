@@ -21,6 +21,7 @@ import trio
 
 from spate._config import Config
 from spate._core.backoff import IDLE_BACKOFF, RETRY_BACKOFF, Backoff
+from spate._core.balance import check_amount
 from spate._errors import ConfigError, FatalCoordinationError, Fenced, StoreUnavailable
 from spate._events import (
     AllComplete,
@@ -35,6 +36,7 @@ from spate._events import (
 from spate._groups import single_error
 from spate._metrics import MetricsHooks
 from spate._plan import Planner
+from spate._runtime.busy_time import BusyTime
 from spate._runtime.coordinator import Coordinator, open_coordinator
 from spate._store import Store
 
@@ -141,6 +143,24 @@ class SplitHandle:
             )
         if self._lost:
             raise Fenced(self.id, f"it was lost earlier; {what}")
+
+    def report_load(self, amount: float) -> None:
+        """Add ``amount`` units of work this split did; synchronous, writes nothing.
+
+        Any unit the whole job shares (records, bytes): spate keeps a smoothed rate per split,
+        carries it to the leader on this worker's presence renewals, and the leader moves
+        running splits by it so every worker carries its share of the load (see
+        ``docs/balancing.md``). Raises :class:`~spate.ConfigError` for a negative, NaN or
+        infinite amount or a non-number, and :class:`~spate.Fenced` if this handle's run or
+        tenancy is over.
+        """
+        check_amount(amount)
+        self._refuse_if_over("no load was counted")
+        try:
+            self._coordinator.report_load(self.id, amount, fence=self._fence)
+        except Fenced:
+            self._lost = True
+            raise
 
     async def decline_revoke(self) -> None:
         """Say this split cannot stop at a safe boundary now: the revocation is forced at once.
@@ -270,6 +290,12 @@ class _Runner:
         self._handler = handler
         self._running: dict[str, _Running] = {}
         self._changed = trio.Event()
+        self.busy: BusyTime | None = None
+        """With ``Config.measure_load``: the instrument timing the handlers' steps."""
+        if coordinator.config.measure_load:
+            self.busy = BusyTime(
+                lambda split, fence, seconds: coordinator.report_load(split, seconds, fence=fence)
+            )
 
     async def dispatch(self, nursery: trio.Nursery) -> Verdict | None:
         async for event in self._coord.events():
@@ -332,6 +358,9 @@ class _Runner:
         split = running.handle.id
         backoff = Backoff.of(IDLE_BACKOFF)
         told = False  # logged for this backoff episode
+        task = trio.lowlevel.current_task()
+        if self.busy is not None:
+            self.busy.handler_started(task, split, running.handle.fence)
         try:
             with running.scope:
                 while await self._run_once(running.handle):
@@ -362,6 +391,8 @@ class _Runner:
                         await running.revoked.wait()  # a revocation ends the wait at once
                     running.handle = self._next_handle(running, handle)
         finally:
+            if self.busy is not None:
+                self.busy.handler_ended(task)
             running.handle._ended = True
             if self._running.get(split) is running:
                 del self._running[split]
@@ -548,6 +579,18 @@ async def _work_until_verdict_or_leave(
     coord: Coordinator, handler: Handler, leave: trio.Event, leave_deadline: float
 ) -> Verdict | None:
     runner = _Runner(coord, handler)
+    if runner.busy is not None:
+        trio.lowlevel.add_instrument(runner.busy)
+    try:
+        return await _work(coord, runner, leave, leave_deadline)
+    finally:
+        if runner.busy is not None:
+            trio.lowlevel.remove_instrument(runner.busy)
+
+
+async def _work(
+    coord: Coordinator, runner: _Runner, leave: trio.Event, leave_deadline: float
+) -> Verdict | None:
     verdict: Verdict | None = None
     stream_ended = False
     async with trio.open_nursery() as nursery:

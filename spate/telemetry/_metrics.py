@@ -23,11 +23,12 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
 from spate._metrics import (
     AcquireReason,
+    BalanceReport,
     Gauges,
     LossReason,
     MetricsHooks,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from spate._core.placement_report import DomainShare, PlacementReport
 
 __all__ = ["SECONDS_BUCKETS", "Instruments", "OTelMetrics", "instruments"]
+
+_tracer = trace.get_tracer("spate")
 
 SECONDS_BUCKETS = (
     0.001,
@@ -220,6 +223,54 @@ class Instruments:
             description="Summed split weight the leader's placement puts in each failure domain.",
         )
 
+        # The leader's balance rounds (issue 35): counters, and the loads as gauges (bounded:
+        # one series per live worker, and per the heaviest SPLIT_LOADS_REPORTED splits).
+        b = p + "balance."
+        self.balance_rounds = counter(
+            b + "rounds", "{round}", "Balance rounds the leader ran, by reason (moved, ...)."
+        )
+        self.balance_moves = counter(
+            b + "moves", "{split}", "Running splits a balance round moved (graceful moves)."
+        )
+
+        def balances() -> list[tuple[BalanceReport, _Attrs]]:
+            with self._lock:
+                live = list(self._live)
+            return [(h.balance_report, h.attributes) for h in live if h.balance_report]
+
+        def worker_loads(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(load, {**attrs, "spate.worker": worker})
+                for report, attrs in balances()
+                for worker, load in report.worker_loads
+            ]
+
+        def split_loads(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(load, {**attrs, "spate.split": split})
+                for report, attrs in balances()
+                for split, load in report.split_loads
+            ]
+
+        def imbalance(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(r.imbalance_after, attrs) for r, attrs in balances()]
+
+        meter.create_observable_gauge(
+            b + "worker.load", callbacks=[worker_loads], unit="1",
+            description="Each live worker's load (units of work a second) after the last "
+            "balance round (reported by the leader).",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            b + "split.load", callbacks=[split_loads], unit="1",
+            description="The heaviest splits' loads (units a second; at most 20 series), as the "
+            "leader's last balance round saw them.",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            b + "imbalance", callbacks=[imbalance], unit="1",
+            description="The hottest worker's load over its mean after the last balance round "
+            "(1.0 is even).",
+        )  # fmt: skip
+
     def hooks(self, job: str, instance: str) -> OTelMetrics:
         """The metrics hooks of one coordinator (``job``, ``instance``) on these instruments."""
         hooks = OTelMetrics(self, job, instance)
@@ -252,6 +303,8 @@ class OTelMetrics(MetricsHooks):
         """The latest levels reported (None until the first step)."""
         self.report: PlacementReport | None = None
         """The latest placement report (None unless this coordinator leads)."""
+        self.balance_report: BalanceReport | None = None
+        """The latest balance round (None unless this coordinator leads and balances)."""
         self._cache: dict[tuple[str, str], _Attrs] = {}
         self._write_cache: dict[tuple[str, str], _Attrs] = {}
 
@@ -325,6 +378,32 @@ class OTelMetrics(MetricsHooks):
     def placement(self, report: PlacementReport | None) -> None:
         """Keep the leader's latest placement report for the next collection."""
         self.report = report
+
+    def balance(self, report: BalanceReport | None) -> None:
+        """Count a balance round, keep its loads for the gauges, and trace it as a span."""
+        self.balance_report = report
+        if report is None:
+            return
+        self._i.balance_rounds.add(1, self._with("spate.reason", report.reason))
+        if report.moves:
+            self._i.balance_moves.add(len(report.moves), self.attributes)
+        with _tracer.start_as_current_span(
+            "spate.balance_round",
+            attributes={
+                **self.attributes,
+                "spate.round": report.round,
+                "spate.reason": report.reason,
+                "spate.imbalance.before": report.imbalance_before,
+                "spate.imbalance.after": report.imbalance_after,
+                "spate.moved_load": report.moved_load,
+                "spate.job_load": report.job_load,
+                "spate.moves": [
+                    f"{split} {source}->{target} ({load:.4g})"
+                    for split, source, target, load in report.moves
+                ],
+            },
+        ):
+            pass
 
     def close(self) -> None:
         """Stop reporting this coordinator's levels (its counters keep their totals)."""

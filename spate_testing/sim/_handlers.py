@@ -239,6 +239,11 @@ class Handlers:
 
         def step() -> None:
             handler.position += 1
+            if load := workload.load_of(handler.split):
+                try:
+                    self._machine.report_load(handler.split, load)
+                except Fenced:
+                    pass  # lost meanwhile: the commit finds out and ends the handler
             self._commit(handler)
 
         handler.timer = self._later(self._workload.step_seconds, step)

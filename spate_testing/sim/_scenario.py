@@ -161,6 +161,10 @@ class Scenario:
         split_rng = random.Random(f"{seed}/split")
         if split_rng.random() < 0.5:
             scenario = _splittable(scenario, split_rng)
+        # And the load draws: a seed that reports no load is the scenario it was.
+        load_rng = random.Random(f"{seed}/load")
+        if load_rng.random() < LOAD_SHARE:
+            scenario = _loaded(scenario, load_rng)
         return scenario
 
 
@@ -186,6 +190,31 @@ def _draw_workload(rng: random.Random, seed: int) -> Workload:
     stubborn_rng = random.Random(f"{seed}/stubborn")
     stubborn = frozenset(s for s, _, _ in splits if stubborn_rng.random() < 0.1)
     return Workload(batches=batches, poison=poison, stubborn=stubborn, step_seconds=step)
+
+
+LOAD_SHARE = 0.25
+"""The share of seeds whose handlers report loads (issue 35): the leader balances by them."""
+
+
+def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
+    """``scenario`` with loads reported (lognormal(0, 1) per planned split) and fast rounds.
+
+    Rounds every 1-5 s so a run of a few minutes has many; a load is trusted after a minute
+    (the meter's floor), so only the longer runs move anything.
+    """
+    loads = tuple(
+        (split, round(rng.lognormvariate(0.0, 1.0), 3)) for split in scenario.workload.split_ids
+    )
+    config = attrs.evolve(
+        scenario.config,
+        balance_interval=rng.choice([1.0, 2.0, 5.0]),
+        load_band=rng.choice([0.05, 0.10, 0.25]),
+        max_moved_load=rng.choice([0.10, 0.25, 0.5]),
+        capacity=rng.choice([1.0, 1.0, 2.0]),
+    )
+    return attrs.evolve(
+        scenario, workload=attrs.evolve(scenario.workload, loads=loads), config=config
+    )
 
 
 MAX_SPLITTABLE_WORK = 120.0

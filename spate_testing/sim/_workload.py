@@ -67,6 +67,15 @@ class Workload:
     splittable: bool = False
     split_rate: float = 0.0
     seed: int = 0
+    loads: tuple[tuple[str, float], ...] = ()
+    """Planned split -> the load its handler reports each step (``SplitHandle.report_load``);
+    a residual reports its root's. Empty: nothing is reported (most seeds)."""
+
+    def load_of(self, split: str) -> float:
+        """The load ``split``'s handler reports each step (0.0: none)."""
+        if not self.loads:
+            return 0.0
+        return dict(self.loads).get(root_of(split), 0.0)
 
     @property
     def split_ids(self) -> tuple[str, ...]:
@@ -177,6 +186,8 @@ class Workload:
                 raise PoisonedSplit(f"step {position} of {split.id} always fails")
             await trio.sleep(self.step_seconds)
             position += 1
+            if load := self.load_of(split.id):
+                split.report_load(load)  # Fenced ends the handler, as a commit's would
             await split.commit(position, state=str(position).encode(), completed=position >= steps)
 
     async def _handle_range(self, split: SplitHandle) -> None:
@@ -204,6 +215,8 @@ class Workload:
                 raise PoisonedSplit(f"item {position} of {split.id} always fails")
             await trio.sleep(self.step_seconds)
             position += 1
+            if load := self.load_of(split.id):
+                split.report_load(load)
             await split.commit(position, state=str(position).encode(), completed=position >= end)
 
 

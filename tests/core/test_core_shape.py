@@ -47,10 +47,11 @@ def test_the_placement_index_and_the_view_are_facades_over_named_parts() -> None
 
 
 def test_the_claims_and_the_machine_keep_a_concern_each_in_a_part_of_its_own() -> None:
-    """The last two classes over 450 lines: each moved one concern out, with room to spare."""
+    """The last two classes over 450 lines: each moved one concern out, with room to spare
+    (a facade method or two may still come: the next concern out is due before the limit)."""
     sizes = _classes()
-    assert sizes["claims.Claims"] <= 430
-    assert sizes["machine.Machine"] <= 430
+    assert sizes["claims.Claims"] <= LIMIT - 10
+    assert sizes["machine.Machine"] <= LIMIT - 10
     assert sizes["claim_retries.ClaimRetries"] <= LIMIT
     assert sizes["step_order.StepOrder"] <= LIMIT
 

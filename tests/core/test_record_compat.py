@@ -179,3 +179,45 @@ def test_a_failure_reason_round_trips_through_either_encoder() -> None:
     data = encode(record)
     assert json.loads(data.partition(b"\n")[0])["reason"] == 'bad row 7: "x"\n'
     assert decode(ProgressRecord, "k", data, split="s") == record
+
+
+# -- issue 35: the load summary on a presence record -------------------------------------------
+
+
+def test_a_presence_record_with_loads_round_trips_and_an_old_one_reads_without() -> None:
+    from spate._core.records import SplitLoad
+
+    record = PresenceRecord(
+        nonce="n", max_in_flight=4, capacity=2.0, loads=(SplitLoad(split="s", rate=1.5),),
+        other_splits=3, other_load=0.25, untrusted=1,
+    )  # fmt: skip
+    assert decode(PresenceRecord, "k", encode(record)) == record
+    old = decode(PresenceRecord, "k", OLD_PRESENCE)
+    assert (old.capacity, old.loads, old.other_splits, old.untrusted) == (1.0, (), 0, 0)
+    assert not old.reports_load
+    assert record.reports_load
+
+
+def test_a_negative_or_mistyped_load_is_unreadable() -> None:
+    for bad in (b'"capacity":-1', b'"capacity":"2"', b'"other_load":true'):
+        with pytest.raises(UnreadableRecord, match="PresenceRecord"):
+            decode(PresenceRecord, "k", OLD_PRESENCE[:-1] + b"," + bad + b"}")
+
+
+def test_the_summary_of_1000_splits_stays_small() -> None:
+    from spate._core.load_reports import SUMMARY_SPLITS, LoadReports
+
+    held = {f"job-part-{i:05d}": (i, 0.0) for i in range(1000)}
+    reports = LoadReports(60.0, held.get)
+    for i, split in enumerate(held):
+        reports.report(split, 1000.0 * (1 + i % 97) / 7, 1.0 + i / 1000)
+    summary = reports.summary(120.0)
+    assert len(summary.loads) == SUMMARY_SPLITS
+    assert summary.other_splits == 1000 - SUMMARY_SPLITS
+    assert summary.untrusted == 0
+    assert summary.loads[0].rate >= summary.loads[-1].rate  # the heaviest, by name
+    record = PresenceRecord(
+        nonce="0123456789abcdef", max_in_flight=1000, loads=summary.loads,
+        other_splits=summary.other_splits, other_load=summary.other_load,
+    )  # fmt: skip
+    assert len(encode(record)) <= 3_000

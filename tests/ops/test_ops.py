@@ -355,3 +355,56 @@ async def test_requeue_all_requeues_every_quarantined_split_and_nothing_else() -
 async def test_requeue_all_of_a_job_that_does_not_exist_is_refused() -> None:
     with pytest.raises(JobNotFound, match="no job job-1 in this store"):
         await requeue_all(MemoryStore(), JOB)
+
+
+async def test_status_shows_each_workers_load_capacity_and_band_and_each_splits_load() -> None:
+    from rich.console import Console
+
+    from spate._cli.status_table import render_status
+    from spate._core.records import SplitLoad
+
+    store = MemoryStore()
+    await seed_job(store)
+    entry = await store.get(Keyspace.EPHEMERAL, KEYS.worker("w2"))
+    assert entry is not None
+    loaded = PresenceRecord(
+        nonce="n", max_in_flight=4, capacity=2.0, loads=(SplitLoad(split="c", rate=30.0),),
+        other_splits=1, other_load=6.0,
+    )  # fmt: skip
+    await store.update(Keyspace.EPHEMERAL, KEYS.worker("w2"), encode(loaded), entry.revision)
+    w3 = PresenceRecord(nonce="n", max_in_flight=4, loads=(SplitLoad(split="x", rate=6.0),))
+    await store.create(Keyspace.EPHEMERAL, KEYS.worker("w3"), encode(w3))
+    status = await read_status(store, JOB, load_band=0.2)
+    by_name = {w.instance: w for w in status.workers}
+    assert by_name["w1"].load is None  # reports nothing
+    assert (by_name["w2"].load, by_name["w2"].capacity) == (36.0, 2.0)
+    assert status.load_mean() == pytest.approx(42.0 / 3.0)
+    assert status.load_ratio(by_name["w2"]) == pytest.approx(18.0 / 14.0)
+    assert status.splits["c"].load == 30.0
+    assert status.splits["a"].load is None
+    document = json.loads(json.dumps(status.to_json()))
+    assert document["load_band"] == 0.2
+    workers = {w["instance"]: w for w in document["workers"]}
+    assert workers["w2"]["load"] == 36.0
+    assert workers["w2"]["load_ratio"] == pytest.approx(18.0 / 14.0, abs=1e-4)
+    assert {s["id"]: s["load"] for s in document["splits"]}["c"] == 30.0
+    console = Console(width=120, record=True)
+    console.print(render_status(status))
+    text = console.export_text()
+    assert "band ±20%" in text
+    assert "outside the band" in text  # w2 at 1.29x, w3 at 0.43x
+    assert "hottest splits" in text
+
+
+async def test_status_of_a_job_that_reports_no_load_has_no_load_table() -> None:
+    from rich.console import Console
+
+    from spate._cli.status_table import render_status
+
+    store = MemoryStore()
+    await seed_job(store)
+    status = await read_status(store, JOB)
+    assert status.load_mean() is None
+    console = Console(width=120, record=True)
+    console.print(render_status(status))
+    assert "load" not in console.export_text().lower().replace("unreadable", "")

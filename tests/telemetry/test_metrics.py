@@ -13,7 +13,7 @@ from spate.store import Keyspace
 from spate.telemetry import SECONDS_BUCKETS, OTelMetrics, instruments, metrics_for
 from spate_stores.memory import MemoryStore
 
-from .conftest import Meters
+from .conftest import Meters, Spans
 
 JOB = {"spate.job": "j"}
 
@@ -216,3 +216,34 @@ def test_default_hooks_record_once_an_sdk_meter_provider_is_global(global_meters
     assert global_meters.value("spate.coordination.splits.owned", where) == 2
     hooks.close()
     assert global_meters.value("spate.coordination.splits.owned", where) == 0
+
+
+def test_a_balance_round_counts_its_moves_reports_loads_and_is_a_span(
+    meters: Meters, spans: Spans
+) -> None:
+    from spate import BalanceReport
+
+    hooks = meters.instruments.hooks("j", "w-1")
+    hooks.balance(
+        BalanceReport(
+            round=3, reason="moved", moves=(("s1", "w-1", "w-2", 4.0),), moved_load=4.0,
+            job_load=40.0, imbalance_before=1.4, imbalance_after=1.05,
+            worker_loads=(("w-1", 21.0), ("w-2", 19.0)), split_loads=(("s1", 4.0), ("s2", 3.0)),
+        )
+    )  # fmt: skip
+    w1 = {"spate.job": "j", "spate.instance": "w-1"}
+    assert meters.value("spate.coordination.balance.rounds", {**w1, "spate.reason": "moved"}) == 1
+    assert meters.value("spate.coordination.balance.moves", w1) == 1
+    assert (
+        meters.value("spate.coordination.balance.worker.load", {**w1, "spate.worker": "w-2"})
+        == 19.0
+    )
+    assert meters.value("spate.coordination.balance.split.load", {**w1, "spate.split": "s2"}) == 3.0
+    assert meters.value("spate.coordination.balance.imbalance", w1) == 1.05
+    span = spans.one("spate.balance_round")
+    assert span.attributes is not None
+    assert span.attributes["spate.imbalance.before"] == 1.4
+    assert span.attributes["spate.imbalance.after"] == 1.05
+    assert list(span.attributes["spate.moves"]) == ["s1 w-1->w-2 (4)"]  # type: ignore[arg-type]
+    hooks.balance(None)  # stopped leading: no loads reported any more
+    assert not meters.points("spate.coordination.balance.worker.load")
