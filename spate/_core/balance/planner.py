@@ -34,8 +34,8 @@ The rules (issue 35), each with what it prevents:
    their ``parent``, and theirs) are asked again, round after round, while a piece alone
    exceeds what the band of the roomiest worker holds, ``(1 + load_band)`` x the largest
    worker's share of the job: a piece that heavy keeps whichever worker holds it above the
-   band, and no move can fix that. A piece below it is left to the moves (a split moves alone
-   can balance is never asked). A piece not yet measured is remembered, not asked, and so is
+   band, and no move can fix that. A piece below it is left to the moves (a split that moves
+   alone can balance is never asked). A piece not yet measured is remembered, not asked, and so is
    one whose residual is not yet measured: its smoothed load still counts the work it gave
    away (after a halving it reads about 1.4x its new load a round later). The
    memory of a piece lasts ``cooldown_rounds`` rounds past the last round it was asked (or
