@@ -23,7 +23,8 @@ summaries and the running splits, and applies its decision:
   (:meth:`LoadBalancer.load_units`): otherwise the next membership change would balance by
   weight and undo the moves made by load.
 - **Hot splits are asked to split** (``Config.split_requests``): a trusted split hotter than
-  twice the mean worker load.
+  twice the mean worker load, then it and its residuals while a piece alone is too heavy for
+  any worker's band (the planner's rule 5).
 
 A job whose members report nothing is untouched: no round runs, no input changes, placement
 weighs by weight exactly as before.
@@ -215,7 +216,7 @@ class LoadBalancer:
                 out.append(
                     BalanceSplit(
                         id=split, owner=owner, load=load or 0.0, trusted=load is not None,
-                        weight=spec.weight, affinity=spec.locality,
+                        weight=spec.weight, affinity=spec.locality, parent=spec.parent,
                     )
                 )  # fmt: skip
         return out

@@ -212,8 +212,9 @@ class SplitRequests:
         """A balance round found these running splits too hot for any worker: ask them to split.
 
         Idle lanes or not (:mod:`spate._core.load_balance`: a split hotter than twice the mean
-        worker load keeps its worker over the band whatever moves). Not a split asked already,
-        nor one backing off after ignoring a request, nor one without a lease.
+        worker load, or a piece of one too heavy for any worker's band, keeps its worker over
+        the band whatever moves). Not a split asked already, nor one backing off after
+        ignoring a request, nor one without a lease.
         """
         config = self.host.config
         if not config.split_requests:

@@ -298,6 +298,142 @@ def test_a_split_hotter_than_twice_the_mean_worker_is_asked_to_split() -> None:
     assert _plan(workers, splits).split_requests == ("a-0",)
 
 
+def _skewed() -> tuple[list[BalanceWorker], list[BalanceSplit]]:
+    # 23 on 4 workers: mean 5.75, twice it 11.5, the band's top 6.325
+    return _fleet({"a": [16.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 1.0], "d": [1.0, 1.0]})
+
+
+def _halve(splits: list[BalanceSplit], asked: tuple[str, ...], owner: str) -> list[BalanceSplit]:
+    """Each asked split halves: the primary stays, the residual (measured) goes to ``owner``."""
+    out = []
+    for s in splits:
+        if s.id in asked:
+            out.append(attrs.evolve(s, load=s.load / 2))
+            out.append(BalanceSplit(f"{s.id}.r", owner, s.load / 2, True, parent=s.id))
+        else:
+            out.append(s)
+    return out
+
+
+def test_the_halves_of_an_asked_split_are_asked_again_while_one_overflows_every_band() -> None:
+    workers, splits = _skewed()
+    first = _plan(workers, splits)
+    assert first.split_requests == ("a-0",)
+    # halves of 8: under twice the mean (11.5), so Slicer's trigger alone never asks again,
+    # and whoever holds one stays 39% over the mean; each is over any band (6.325)
+    splits = _halve(splits, first.split_requests, "b")
+    second = _plan(workers, splits, first.state, round_=2)
+    assert second.split_requests == ("a-0", "a-0.r")
+    # the quarters (4) fit a band: left to the moves
+    splits = _halve(splits, second.split_requests, "c")
+    third = _plan(workers, splits, second.state, round_=3)
+    assert third.split_requests == ()
+
+
+def test_a_split_never_asked_is_not_asked_below_the_trigger() -> None:
+    # an 8 no one asked: no hysteresis to keep (only pieces of an asked split are asked so)
+    workers, splits = _fleet({"a": [8.0, 1.0], "b": [1.0] * 5, "c": [1.0] * 4, "d": [1.0] * 4})
+    assert _plan(workers, splits).split_requests == ()
+    # a residual of a split not asked is no piece either
+    splits.append(BalanceSplit("b-r", "b", 8.0, True, parent="b-0"))
+    assert _plan(workers, splits).split_requests == ()
+
+
+def test_a_piece_is_not_asked_while_it_or_its_residual_is_unmeasured() -> None:
+    workers, splits = _skewed()
+    state = _plan(workers, splits).state
+    # just split: the residual is not measured, and the primary's smoothed load (11) still
+    # counts the work the residual took
+    splits = [attrs.evolve(splits[0], load=11.0), *splits[1:]]
+    splits.append(BalanceSplit("a-0.r", "b", 0.0, False, parent="a-0"))
+    second = _plan(workers, splits, state, round_=2)
+    assert second.split_requests == ()
+    assert set(second.state.splitting) == {"a-0", "a-0.r"}  # remembered, not asked
+    # measured a round later: both halves asked
+    splits = [
+        attrs.evolve(s, load=8.0, trusted=True) if s.id.startswith("a-0") else s for s in splits
+    ]
+    assert _plan(workers, splits, second.state, round_=3).split_requests == ("a-0", "a-0.r")
+
+
+def test_the_memory_of_a_piece_ends_cooldown_rounds_after_it_was_last_asked() -> None:
+    workers, splits = _skewed()
+    state = _plan(workers, splits, round_=1).state
+    splits = _halve(splits, ("a-0",), "b")
+    last = 1 + CONFIG.cooldown_rounds
+    assert _plan(workers, splits, state, round_=last).split_requests == ("a-0", "a-0.r")
+    assert _plan(workers, splits, state, round_=last + 1).split_requests == ()
+
+
+def test_a_piece_is_asked_only_over_the_band_of_the_roomiest_worker() -> None:
+    # capacities 2, 1, 1, 1 and a job of 30: shares 12, 6, 6, 6; an asked split's halves of
+    # 10 fit the band of the worker of capacity 2 (13.2): a move can place them
+    workers = [BalanceWorker("a", 16, capacity=2.0)] + [BalanceWorker(w, 16) for w in "bcd"]
+    splits = [BalanceSplit("a-0", "b", 20.0, True)]
+    splits += [BalanceSplit(f"{w}-{i}", w, 1.0, True) for w in "abcd" for i in range(3) if w != "b"]
+    splits += [BalanceSplit(f"b-{i}", "b", 1.0, True) for i in range(1)]
+    total = 20.0 + 10.0
+    assert sum(s.load for s in splits) == total
+    first = _plan(workers, splits)
+    assert first.split_requests == ("a-0",)  # 20 > 2 x 30 / 4
+    splits = _halve(splits, ("a-0",), "c")
+    assert _plan(workers, splits, first.state, round_=2).split_requests == ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from([1.0, 1.0, 2.0, 0.5]), min_size=3, max_size=8),
+    st.lists(st.floats(0.1, 4.0), min_size=1, max_size=24),
+    st.floats(1.01, 50.0),
+)
+def test_a_hot_split_halved_on_request_ends_in_pieces_a_band_holds_without_a_storm(
+    capacities: list[float], light: list[float], skew: float
+) -> None:
+    workers = [BalanceWorker(f"w{i}", 64, capacity=c) for i, c in enumerate(capacities)]
+    # hotter than twice the mean worker load: hot > 2 (hot + light) / n
+    hot = skew * 2 * sum(light) / (len(workers) - 2)
+    splits = [BalanceSplit("hot", "w0", hot, True)]
+    splits += [BalanceSplit(f"s{i}", f"w{i % len(workers)}", x, True) for i, x in enumerate(light)]
+    total = sum(s.load for s in splits)
+    roomiest = total * max(capacities) / sum(capacities)
+    low = min(CONFIG.split_factor * total / len(workers), (1 + CONFIG.load_band) * roomiest)
+    state, made, quiet = BalanceState(), 0, 0
+    root = {s.id: s.id for s in splits}
+    initial = {s.id: s.load for s in splits}
+    asked: set[str] = set()  # the splits asked, by the split they were cut from
+    for round_ in range(1, 60):
+        result = _plan(workers, splits, state, round_=round_)
+        state = result.state
+        # each asked split is too heavy for any band, and a round asks fewer than the workers
+        loads = {s.id: s.load for s in splits}
+        assert all(loads[a] > low * (1 - EPS) for a in result.split_requests)
+        assert len(result.split_requests) < len(workers)
+        owner = {m.split: m.target for m in result.moves}
+        splits = [attrs.evolve(s, owner=owner.get(s.id, s.owner)) for s in splits]
+        out = []
+        for s in splits:
+            if s.id in result.split_requests:
+                made += 1
+                asked.add(root[s.id])
+                root[f"r{made}"] = root[s.id]
+                out.append(attrs.evolve(s, load=s.load / 2))
+                coldest = min(result.loads, key=lambda w: (result.loads[w], w))
+                out.append(BalanceSplit(f"r{made}", coldest, s.load / 2, True, parent=s.id))
+            else:
+                out.append(s)
+        splits = out
+        quiet = 0 if result.split_requests else quiet + 1
+    assert quiet >= 10
+    assert "hot" in asked
+    for origin in asked:
+        pieces = [s.load for s in splits if root[s.id] == origin]
+        # every piece of an asked split ends where some band holds it ...
+        assert max(pieces) <= low * (1 + EPS)
+        # ... and none was cut smaller than needed: each was over the limit when halved, so
+        # more than half of it, and a split of load x makes at most 2 x / limit pieces
+        assert len(pieces) <= 2 * initial[origin] / low + EPS
+
+
 def test_a_heavy_split_is_its_workers_mean_and_the_rest_share_the_remainder() -> None:
     workers, splits = _fleet({"a": [12.0, 1.0, 1.0], "b": [2.0], "c": [2.0]})
     result = _plan(workers, splits, config=BalanceConfig(max_moved_load=0.5))

@@ -21,7 +21,12 @@ The defaults, each from an anchor (``reference/load-balancing.md``):
 - ``cooldown_rounds = 3`` — a split moved stays put three rounds (three minutes at the default
   ``balance_interval`` of 60 s): longer than the trust window of its new owner's measurement
   (60 s), so it is never moved again on a guess.
-- ``split_factor = 2.0`` — Slicer splits a slice hotter than twice the mean.
+- ``split_factor = 2.0`` — Slicer splits a slice hotter than twice the mean. Once asked, a
+  split and its pieces (its residuals, theirs, ...) are asked again while a piece alone is
+  more than the band of the roomiest worker holds (``(1 + load_band)`` x its share), so the
+  pieces end small enough for moves to balance. With the trigger alone, 8 splits on 4 workers,
+  one 16x the others, stop at two halves of 8, each above the mean (5.75) and below twice it:
+  a worker holding one stays 39% over the mean for good (``bench/balance.py``).
 - ``idle_share = 0.01`` — a job whose load fell under 1% of its recent peak is idle.
 - ``new_worker_window = 120.0`` — a worker that joined within two default rounds is *new*:
   Dicer fills new pods to the mean, so a donor may give a new worker its whole excess.
@@ -166,6 +171,8 @@ class BalanceSplit:
     """Its planned weight: an untrusted split counts as the job's mean load per unit of it."""
     affinity: str = ""
     """A locality prefix it prefers ("" for none)."""
+    parent: str = ""
+    """The split it was split off (a residual's spec names it); "" for a planned split."""
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.load) and self.load >= 0):
@@ -182,6 +189,10 @@ class BalanceState:
     """Split -> the round it was last moved in (its cooldown runs from there)."""
     peak_load: float = 0.0
     """The job's recent peak load (decaying), against which idleness is judged."""
+    splitting: Mapping[str, int] = attrs.field(factory=dict)
+    """Split -> the last round it was asked to split, or was a piece of such a split still
+    too heavy for any worker's band (or not yet measured): the pieces asked again (see
+    :mod:`.planner`, rule 5). Forgotten ``cooldown_rounds`` rounds after that."""
 
     def cooling(self, split: str, round_: int, cooldown_rounds: int) -> bool:
         """Whether ``split`` is still in its cooldown at round ``round_``."""
@@ -210,7 +221,8 @@ class BalanceRound:
     moves: tuple[Move, ...]
     """The splits to move, in the order they were chosen."""
     split_requests: tuple[str, ...]
-    """Trusted splits hotter than ``split_factor`` x the mean worker load, hottest first."""
+    """Trusted splits hotter than ``split_factor`` x the mean worker load, and pieces of
+    splits asked before that no worker's band can hold, hottest first (planner rule 5)."""
     reason: str
     """Why the round did what it did: ``idle``, ``unmeasured``, ``within band``, ``moved``,
     or ``no move worth its price``."""

@@ -28,8 +28,21 @@ The rules (issue 35), each with what it prevents:
    receiving domain's load above the largest domain load the round began with: the blast
    radius never rises. A split whose affinity its owner honours moves only to another worker
    that honours it. A split of load 0 never moves (a move that buys nothing).
-5. **Hot splits split.** A trusted split whose load exceeds ``split_factor`` x the mean worker
-   load is reported in :attr:`BalanceRound.split_requests`.
+5. **Hot splits split, down to pieces moves can place.** A trusted split whose load exceeds
+   ``split_factor`` x the mean worker load is reported in :attr:`BalanceRound.split_requests`
+   (Slicer's trigger). Once asked, it and its *pieces* (the residuals split off it, named by
+   their ``parent``, and theirs) are asked again, round after round, while a piece alone
+   exceeds what the band of the roomiest worker holds, ``(1 + load_band)`` x the largest
+   worker's share of the job: a piece that heavy keeps whichever worker holds it above the
+   band, and no move can fix that. A piece below it is left to the moves (a split that moves
+   alone can balance is never asked). A piece not yet measured is remembered, not asked, and so is
+   one whose residual is not yet measured: its smoothed load still counts the work it gave
+   away (after a halving it reads about 1.4x its new load a round later). The
+   memory of a piece lasts ``cooldown_rounds`` rounds past the last round it was asked (or
+   unmeasured), so a piece out of sight for a moment (handed over) keeps its place. Each
+   piece asked weighs more than the job's mean worker load, so a round asks fewer splits than
+   there are workers; a split that ignores its requests backs off as any other
+   (:mod:`spate._core.split_requests`).
 
 A worker holding a split heavier than its share has that split's load as its mean, and the
 others share the rest (``_Round._fill``): no placement does better than that split, and without
@@ -126,6 +139,10 @@ class _Round:
         self.trusted_load: dict[str, float] = {}
         self.untrusted_weight: dict[str, int] = {}
         self.hottest: dict[str, float] = {}
+        self.roomiest = 0.0
+        """The largest worker's share of the job by capacity (set by :meth:`_targets`)."""
+        self.splitting: dict[str, int] | None = None
+        """The next state's memory of pieces (None until :meth:`_split_requests` ran)."""
 
     # -- reading the splits ------------------------------------------------------------------
 
@@ -221,6 +238,10 @@ class _Round:
         target: dict[str, float] = {}
         for names in members.values():
             target.update(self._fill(names, share))
+        # the largest share by capacity, before _fill sets heavy splits' holders aside
+        self.roomiest = max(
+            share * self.workers[n].capacity / capacity[self.domain[n]] for n in self.names
+        )
         return target
 
     def _fill(self, names: list[str], share: float) -> dict[str, float]:
@@ -249,15 +270,60 @@ class _Round:
         return target
 
     def _split_requests(self, total: float) -> tuple[str, ...]:
-        threshold = self.config.split_factor * total / len(self.names)
+        """Rule 5: the hot splits, and the pieces of those asked before still too heavy.
+
+        Sets :attr:`splitting` (the next state's). Costs O(1) per worker unless a split is hot
+        or pieces are remembered; then one pass over the splits to find the residuals.
+        """
+        config, round_ = self.config, self.round
+        high = config.split_factor * total / len(self.names)
+        # the most any worker's band holds: a heavier piece keeps its holder over the band
+        low = min(high, (1 + config.load_band) * self.roomiest)
+        remembered = {
+            split: last
+            for split, last in self.state.splitting.items()
+            if round_ - last <= config.cooldown_rounds
+        }
         hot = [
-            (s.load, s.id)
+            s
             for n in self.names
-            if self.hottest[n] > threshold
+            if self.hottest[n] > high
             for s in self.groups[n]
-            if s.trusted and s.load > threshold
+            if s.trusted and s.load > high
         ]
-        return tuple(split for _, split in sorted(hot, key=lambda t: (-t[0], t[1])))
+        self.splitting = remembered
+        if not remembered and not hot:
+            return ()
+        pieces = set(remembered)
+        pieces.update(s.id for s in hot)
+        children: dict[str, list[str]] = {}
+        stale: set[str] = set()
+        for group in self.groups.values():
+            for s in group:
+                if s.parent:
+                    children.setdefault(s.parent, []).append(s.id)
+                    if not s.trusted:
+                        stale.add(s.parent)
+        stack = list(pieces)
+        while stack:  # the residuals of pieces are pieces, however deep
+            for child in children.get(stack.pop(), ()):
+                if child not in pieces:
+                    pieces.add(child)
+                    stack.append(child)
+        asked: list[tuple[float, str]] = []
+        for n in self.names:
+            for s in self.groups[n]:
+                if s.id not in pieces:
+                    continue
+                if not s.trusted or s.id in stale:
+                    # not yet measured, or split since its load was: the smoothed load still
+                    # counts the work a residual took (the residual is measured within a
+                    # round or two), and asking on it would cut a piece already small enough
+                    remembered[s.id] = round_
+                elif s.load > low:
+                    remembered[s.id] = round_
+                    asked.append((s.load, s.id))
+        return tuple(split for _, split in sorted(asked, key=lambda t: (-t[0], t[1])))
 
     def _moves(self, total: float) -> tuple[Move, ...]:
         config, load, target = self.config, self.load, self.target
@@ -419,7 +485,12 @@ class _Round:
         moved = {s: r for s, r in self.state.moved.items() if self.round - r < cooldown}
         for move in moves:
             moved[move.split] = self.round
-        return BalanceState(moved=moved, peak_load=peak)
+        splitting = self.splitting
+        if splitting is None:  # an idle round asks nothing, and forgets on time
+            splitting = {
+                s: r for s, r in self.state.splitting.items() if self.round - r <= cooldown
+            }
+        return BalanceState(moved=moved, peak_load=peak, splitting=splitting)
 
     def _idle(self, reason: str, total: float, peak: float) -> BalanceRound:
         return BalanceRound(
