@@ -1,10 +1,13 @@
 """Issue 35: the cost of a graceful move of one split by load, in store round trips.
 
-Two workers share 8 splits, 4 each (started together: the join window places each split
-once). Each split's handler reports a load fixed by the worker that first ran it: 2.0 a
-second on ``a``, 1.0 on ``b``, so ``a`` carries 8 and ``b`` 4, and one balance round moves
-exactly one split of ``a``'s to ``b`` (the mean is 6: both end at 6). The handler commits on
-``revoke_requested`` and returns: the graceful way, nothing replayed.
+Two workers share 8 splits, 4 each (started a second apart, so ``a`` leads, and within the
+join window, which places each split once). Each split's handler reports a load fixed by the
+worker that first ran it: 2.0 a second on ``a``, 1.0 on ``b``, so ``a`` carries 8 and ``b``
+4, and one balance round moves exactly one split of ``a``'s to ``b`` (the mean is 6: both end
+at 6). The handler commits on
+``revoke_requested`` and returns: the graceful way, nothing replayed. The leader is the
+source, so the target learns that its split came free from the leader's nudge (a rewrite of
+its assignment record): the longer of the two ways (a leading target sees the lease go).
 
 Two figures per store, from one run, over the window from the leader's round (its
 ``MetricsHooks.balance`` report naming the move) until ``b``'s handler starts on the split:
@@ -83,6 +86,8 @@ class Move:
     """The move's store calls in that window, in all."""
     cpu: float
     """This process's CPU seconds over the window (both coordinators run in it)."""
+    led: str
+    """Who led the round: the source, the target (one nudge less), or a third worker."""
 
 
 class TimedStore(RecordingStore):
@@ -170,16 +175,29 @@ def _of_move(call: Timed, split: str) -> bool:
 
 
 class _Rounds(MetricsHooks):
-    def __init__(self) -> None:
-        self.moved: list[tuple[float, float, str, str]] = []
-        """(when, CPU time then, split, target) of each move the leader's rounds made."""
-        self.made = trio.Event()
+    """One worker's metrics: the moves of the balance rounds it led, in a list shared by all."""
+
+    def __init__(self, instance: str, moved: list[_Moved], made: trio.Event) -> None:
+        self.instance = instance
+        self.moved = moved
+        self.made = made
 
     def balance(self, report: BalanceReport | None) -> None:
         if report is not None:
-            for split, _, target, _ in report.moves:
-                self.moved.append((trio.current_time(), time.process_time(), split, target))
+            for split, source, target, _ in report.moves:
+                now = (trio.current_time(), time.process_time())
+                self.moved.append(_Moved(*now, split, source, target, self.instance))
                 self.made.set()
+
+
+@attrs.frozen
+class _Moved:
+    at: float
+    cpu: float
+    split: str
+    source: str
+    target: str
+    leader: str
 
 
 async def move_one(backend: Backend) -> Move:
@@ -192,7 +210,8 @@ async def move_one(backend: Backend) -> Move:
         max_moved_load=0.2,
         split_requests=False,
     )
-    rounds = _Rounds()
+    moved: list[_Moved] = []
+    made = trio.Event()
     owner: dict[str, str] = {}
     gained: dict[tuple[str, str], tuple[float, float]] = {}
     """(split, instance) -> when (and at what CPU time) its handler last began on the split."""
@@ -228,21 +247,32 @@ async def move_one(backend: Backend) -> Move:
             nursery.start_soon(
                 lambda i=instance, s=store, ld=load: run_worker(
                     s, job=JOB, instance=i, planner=planner_of(SPLITS),
-                    handler=handler(i, ld), config=config, metrics=rounds,
+                    handler=handler(i, ld), config=config, metrics=_Rounds(i, moved, made),
                 )
             )  # fmt: skip
+            # ``a`` leads (it is the source, so the target learns its split came free from
+            # the leader's nudge: the longer way); ``b`` still joins within the join window.
+            await trio.sleep(1.0)
         with trio.fail_after(300):
-            await rounds.made.wait()
-        at, cpu_at, split, target = rounds.moved[0]
+            await made.wait()
+        move = moved[0]
+        split, target = move.split, move.target
         with trio.fail_after(60):
             while owner.get(split) != target:
                 await changed.wait()
         began, cpu_then = gained[(split, target)]  # the round, to the target's handler starting
-        chained, calls = round_trips(timed, at, began, split)
+        chained, calls = round_trips(timed, move.at, began, split)
+        led = (
+            "the source"
+            if move.leader == move.source
+            else "the target"
+            if move.leader == target
+            else "a third worker"
+        )
         value = b"x" * 160  # about a progress record
         rtt = median(await raw_cas_latencies(a_inner, "raw.rtt", value, 100))
         nursery.cancel_scope.cancel()
-    return Move(began - at, rtt, chained, calls, cpu_then - cpu_at)
+    return Move(began - move.at, rtt, chained, calls, cpu_then - move.cpu, led)
 
 
 async def _memory_move() -> Move:
@@ -275,7 +305,8 @@ def _rows(store: str, results: list[Move], how: str, *, real: bool = True) -> li
         met=chained <= TARGET,
         note=(
             "the move's store calls laid end to end, the leader's round → the target's "
-            f"handler; the most of {len(results)} run(s)"
+            f"handler ({' and '.join(sorted({m.led for m in results}))} led); the most of "
+            f"{len(results)} run(s)"
         ),
     )
     timed = Row(
