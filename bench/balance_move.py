@@ -12,10 +12,10 @@ its assignment record): the longer of the two ways (a leading target sees the le
 Two figures per store, from one run, over the window from the leader's round (its
 ``MetricsHooks.balance`` report naming the move) until ``b``'s handler starts on the split:
 
-- **round trips counted**: every store call of the move (a call naming an assignment record,
-  the moved split's records, or a presence record read as a session's proof) is timed by a
-  wrapper of each worker's store; the most of them that lie end to end in the window is the
-  number of sequential round trips the move waited for (calls in flight together count once).
+- **round trips counted**: each worker's store is wrapped to time every call; the move's calls
+  (writes of assignment records and of the split's records; the target's reads once the
+  lease is gone) that lie end to end in the window, at most, are the sequential round trips
+  the move waited for (calls in flight together count once; see :func:`round_trips`).
 - **end to end ÷ one CAS**: the window's length against one store round trip (a CAS, measured
   just after on the same store). On the memory store with 1 ms injected on every call, in
   virtual time, it equals the count; on etcd and NATS, in real time (over a minute each: loads
@@ -70,6 +70,8 @@ class Timed:
     ended: float
     op: str
     key: str
+    who: str
+    """The worker that made it."""
 
 
 @attrs.frozen
@@ -93,8 +95,9 @@ class Move:
 class TimedStore(RecordingStore):
     """A worker's store that also notes when each point call began and ended."""
 
-    def __init__(self, inner: Store, timed: list[Timed]) -> None:
+    def __init__(self, inner: Store, who: str, timed: list[Timed]) -> None:
         super().__init__(inner)
+        self.who = who
         self.timed = timed
         """Every get, create, update and delete (a group's writes, each)."""
 
@@ -104,7 +107,7 @@ class TimedStore(RecordingStore):
             return await call  # type: ignore[misc]
         finally:
             ended = trio.current_time()
-            self.timed.extend(Timed(began, ended, op, key) for op, key in calls)
+            self.timed.extend(Timed(began, ended, op, key, self.who) for op, key in calls)
 
     async def get(self, keyspace: Keyspace, key: str) -> Entry | None:
         result = await self._timed([("get", key)], super().get(keyspace, key))
@@ -146,19 +149,25 @@ class TimedStore(RecordingStore):
         return result  # type: ignore[return-value]
 
 
-def round_trips(timed: Sequence[Timed], began: float, ended: float, split: str) -> tuple[int, int]:
-    """(sequential round trips, calls) of the move of ``split`` within [began, ended].
+def round_trips(
+    timed: Sequence[Timed], began: float, ended: float, split: str, target: str
+) -> tuple[int, int]:
+    """(sequential round trips, calls) of the move of ``split`` to ``target`` in [began, ended].
 
-    The move's calls are those naming an assignment record, ``split``'s own records, or a
-    presence record read (a session proven alive or gone); renewals and other splits' commits
-    are not the move's. The round trips are the most of those calls that lie end to end
-    (each beginning no sooner than the one before ended): calls in flight together count once,
-    and a chain of dependent calls counts each. Interval scheduling by earliest end finds it.
+    The move's calls: every write naming an assignment record or ``split``'s own records,
+    and the reads the target makes once the split's lease is gone (it can claim nothing
+    before: its earlier reads, and the leader's point reads, feed views, not the move). The
+    round trips are the most of those calls that lie end to end (each beginning no sooner
+    than the one before ended): calls in flight together count once, a chain of dependent
+    calls counts each. Interval scheduling by earliest end finds it.
     """
+    window = [c for c in timed if began <= c.began and c.ended <= ended]
+    freed = max(
+        (c.ended for c in window if c.op == "delete" and c.key.endswith("." + split)),
+        default=began,
+    )
     mine = sorted(
-        (call.ended, call.began)
-        for call in timed
-        if began <= call.began and call.ended <= ended and _of_move(call, split)
+        (call.ended, call.began) for call in window if _of_move(call, split, target, freed)
     )
     chained, last = 0, began
     for end, start in mine:
@@ -167,10 +176,12 @@ def round_trips(timed: Sequence[Timed], began: float, ended: float, split: str) 
     return chained, len(mine)
 
 
-def _of_move(call: Timed, split: str) -> bool:
+def _of_move(call: Timed, split: str, target: str, freed: float) -> bool:
     key = call.key
-    if ".worker." in key:
-        return call.op == "get"  # a session's proof; its renewals are not the move's
+    if call.op == "get":
+        # A session's proof or the split's records, read by the target once it may claim.
+        mine = ".worker." in key or key.endswith("." + split)
+        return mine and call.who == target and call.began >= freed
     return key.endswith("." + split) or ".assign." in key
 
 
@@ -242,7 +253,7 @@ async def move_one(backend: Backend) -> Move:
         backend.open(ns, LEASE) as b_inner,
         trio.open_nursery() as nursery,
     ):
-        a_store, b_store = TimedStore(a_inner, timed), TimedStore(b_inner, timed)
+        a_store, b_store = TimedStore(a_inner, "a", timed), TimedStore(b_inner, "b", timed)
         for instance, store, load in (("a", a_store, 2.0), ("b", b_store, 1.0)):
             nursery.start_soon(
                 lambda i=instance, s=store, ld=load: run_worker(
@@ -261,7 +272,7 @@ async def move_one(backend: Backend) -> Move:
             while owner.get(split) != target:
                 await changed.wait()
         began, cpu_then = gained[(split, target)]  # the round, to the target's handler starting
-        chained, calls = round_trips(timed, move.at, began, split)
+        chained, calls = round_trips(timed, move.at, began, split, target)
         led = (
             "the source"
             if move.leader == move.source
