@@ -331,8 +331,10 @@ def _rows(store: str, results: list[Move], how: str, *, real: bool = True) -> li
         note=(
             f"the same window ÷ one CAS; {how}; median of {len(results)}"
             + (
-                f"; CPU {cpu:.0%} of the window (both coordinators in one process): "
-                f"{ratio / max(chained, 1):.1f}x the round trips counted"
+                f"; this process on CPU {cpu:.0%} of the window (both coordinators run in it), "
+                f"so the window is {ratio / max(chained, 1):.1f} CAS times per round trip "
+                f"counted ({chained})"
+                + (": missed on CPU, not on round trips" if chained <= TARGET < ratio else "")
                 if real
                 else ""
             )
