@@ -80,9 +80,10 @@ class Hold:
 
 @attrs.frozen
 class Batch:
-    """Several create operations run concurrently; resumed with a list of results or errors.
+    """Several operations run concurrently; resumed with a list of results or errors.
 
-    Only for keys no other flow writes (freshly planned spec and progress records).
+    Only creates of keys no other flow writes (freshly planned spec and progress records),
+    or reads (a follower's point reads of one split's records, side by side).
 
     ``landed(i, result)`` is called with each op's result (a write result, or the store
     error) as it arrives, before the flow resumes: a plan seeds one record per split, and

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from spate._core.flows import Flow, Op
+from spate._core.flows import Batch, Flow, Op
 from spate._core.host import Host
 from spate._core.records import LeaseRecord, decode
 from spate._errors import StoreUnavailable
@@ -27,26 +27,40 @@ DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 def read_split(
     host: Host, split: str, owned: Mapping[str, object], retry_later: Callable[[str], None]
 ) -> Flow[None]:
-    """Point reads of one split's records: its progress record, spec and lease.
+    """Point reads of one split's records: its progress record, spec and lease, at once.
 
     A follower watches none of them (DESIGN §4b): this is how it learns a split it is
-    assigned, and how it learns again once it was told the split came free. The progress
-    record first: a lease or spec folded before it waits in the view for it.
+    assigned, and how it learns again once it was told the split came free (then it is on
+    the critical path of a hand-over, so the reads go side by side: one round trip, not
+    three). The progress record is folded first: a lease or spec folded before it would
+    wait in the view for it.
     """
     view = host.view
     key = host.keys.split(split)
+    lease_keyspace, lease_key = view.lease_keyspace, view.lease_key(split)
+    known = view.splits.get(split)
+    with_spec = known is None or known.spec is None
+    reads = [Op("get", DURABLE, key), Op("get", lease_keyspace, lease_key)]
+    if with_spec:
+        reads.append(Op("get", DURABLE, host.keys.spec(split)))
     try:
-        progress: Entry | None = yield Op("get", DURABLE, key)
+        # Side by side, in one round trip: every write these keys see is guarded by the
+        # store, so no order between the reads is needed for safety. A progress record
+        # read before its owner's release with a lease read after its drop reads as an
+        # expiry, which the claim settles with one more durable read (the release race),
+        # exactly as when the reads were made one after the other.
+        entries: list[Entry | Exception | None] = yield Batch(reads)
+        for entry in entries:
+            if isinstance(entry, Exception):
+                raise entry  # (a StoreUnavailable is retried below; anything else is fatal)
+        progress, lease = _entry(entries[0]), _entry(entries[1])
         if progress is None:
             return  # not seeded yet: the next assignment write or the backstop looks again
         host.fold(view.apply_put(DURABLE, progress))
         state = view.splits.get(split)
-        if state is not None and state.spec is None:
-            spec: Entry | None = yield Op("get", DURABLE, host.keys.spec(split))
-            if spec is not None:
-                host.fold(view.apply_put(DURABLE, spec))
-        lease_keyspace, lease_key = view.lease_keyspace, view.lease_key(split)
-        lease: Entry | None = yield Op("get", lease_keyspace, lease_key)
+        spec = _entry(entries[2]) if with_spec else None
+        if spec is not None and state is not None and state.spec is None:
+            host.fold(view.apply_put(DURABLE, spec))
         if lease is not None and view.session_leases:
             # A lease lives by its owner's session: read that too, so the view can tell.
             yield from read_session(host, decode(LeaseRecord, lease_key, lease.value))
@@ -60,6 +74,11 @@ def read_split(
         host.fold(view.apply_delete(lease_keyspace, lease_key, None))
     else:
         host.fold(view.apply_put(lease_keyspace, lease))
+
+
+def _entry(read: Entry | Exception | None) -> Entry | None:
+    assert not isinstance(read, Exception)  # (raised above)
+    return read
 
 
 def read_session(host: Host, lease: LeaseRecord) -> Flow[bool]:

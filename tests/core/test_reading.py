@@ -85,6 +85,22 @@ def test_a_follower_watches_three_exact_keys_and_lists_nothing() -> None:
     assert {key for _, _, key, _ in b.delivered} <= {KEYS.leader, KEYS.plan, KEYS.assign("b")}
 
 
+def test_a_follower_reads_a_splits_records_side_by_side_in_one_round_trip() -> None:
+    # A hand-over waits for these reads (the target learns the split came free): the
+    # progress record, the lease and the spec go out together, not one after another.
+    world = World()
+    a = world.start("a", planner=planner_of(4), on_event=cooperative)
+    world.run_until(lambda: a.leading and len(a.owned) == 4)
+    b = world.start("b", planner=planner_of(4), on_event=cooperative)
+    held = b.hold_next_read("get", DURABLE, KEYS.split("s00"))
+    world.run_until(lambda: held.arrived)
+    world.run_for(0.01)
+    read = {op.key for op in b.reads}
+    assert {KEYS.lease("s00"), KEYS.spec("s00")} <= read  # sent while the first is held
+    held.release()
+    world.run_until(lambda: len(b.owned) >= 1)
+
+
 def test_the_leader_watches_the_ephemeral_keyspace_and_two_exact_durable_keys() -> None:
     _, a, _ = leader_and_follower()
     assert set(a.watches) == {
