@@ -52,11 +52,21 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     to no follower. Read from :class:`~spate_testing.sim._history.Delivered` events (live
     events and snapshot entries; point reads and listings are not deliveries), which the
     machine engine's store model records; a history without them passes.
+``balance-cooldown``
+    No balance round moves a split within its cooldown of its previous balance move, whoever
+    made either (a new leader after a failover included): read from the rounds
+    (:class:`~spate_testing.sim._history.Balanced`), a move of ``split`` at ``t`` after one
+    at ``t0`` needs ``t - t0`` at least the earlier round's ``cooldown`` (seconds). A move
+    decided by a leader is judged whether or not it then landed.
+``balance-budget``
+    No balance round moves more than its budget: the loads of its moves (their sum, and the
+    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -74,6 +84,7 @@ from spate._core.records import (
 )
 from spate_testing.sim._history import (
     Acked,
+    Balanced,
     Delivered,
     Final,
     FinalSplit,
@@ -103,6 +114,8 @@ INVARIANTS = (
     "range-partition",
     "residual-origin",
     "foreign-delivery",
+    "balance-cooldown",
+    "balance-budget",
 )
 """The names of the invariants :func:`check` holds, in the order it checks them."""
 
@@ -735,6 +748,40 @@ class _Checker:
                 f"{actor} was delivered {wrong}: {count} time(s), the first {first}",
             )
 
+    # -- balance rounds ---------------------------------------------------------------------
+
+    def balance_rounds(self) -> None:
+        # split -> (when its last balance move was decided, that round's cooldown, by whom)
+        last: dict[str, tuple[float, float, str]] = {}
+        for event in self.history.events:
+            if not isinstance(event, Balanced):
+                continue
+            total = math.fsum(m.load for m in event.moves)
+            allowed = event.budget * event.job_load
+            # the planner sums in another order: a few ulps of slack, never a split's worth
+            slack = 1e-9 * max(1.0, event.job_load)
+            if max(total, event.moved_load) > allowed + slack:
+                self.flag(
+                    "balance-budget",
+                    f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "
+                    f"{max(total, event.moved_load):.6g} of a job's load of "
+                    f"{event.job_load:.6g}: more than its budget of {event.budget:g} "
+                    f"({allowed:.6g})",
+                )
+            for move in event.moves:
+                before = last.get(move.split)
+                if before is not None:
+                    at, cooldown, actor = before
+                    if event.at - at < cooldown - 1e-9:
+                        self.flag(
+                            "balance-cooldown",
+                            f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "
+                            f"{move.split!r} ({move.source} -> {move.target}) "
+                            f"{event.at - at:.3f} s after {actor}'s round moved it at "
+                            f"t={at:.3f}: within its cooldown of {cooldown:g} s",
+                        )
+                last[move.split] = (event.at, event.cooldown, event.actor)
+
 
 def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     """Every violation of the invariants (:data:`INVARIANTS`) in ``history``; empty if clean.
@@ -754,6 +801,7 @@ def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     checker.ranges()
     checker.residuals()
     checker.deliveries()
+    checker.balance_rounds()
     skipped = set(skip)
     order = {name: i for i, name in enumerate(INVARIANTS)}
     kept = [v for v in checker.violations if v.invariant not in skipped]

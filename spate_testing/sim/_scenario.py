@@ -196,6 +196,11 @@ LOAD_SHARE = 0.25
 """The share of seeds whose handlers report loads (issue 35): the leader balances by them."""
 
 
+STRETCHED_SHARE = 0.5
+"""The share of the load seeds whose steps take 10-20 s (splits of minutes: their loads are
+trusted, so rounds move them) and whose chaos lasts minutes."""
+
+
 def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
     """``scenario`` with loads reported (lognormal(0, 1) per planned split) and fast rounds.
 
@@ -212,9 +217,26 @@ def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
         max_moved_load=rng.choice([0.10, 0.25, 0.5]),
         capacity=rng.choice([1.0, 1.0, 2.0]),
     )
-    return attrs.evolve(
-        scenario, workload=attrs.evolve(scenario.workload, loads=loads), config=config
-    )
+    workload = attrs.evolve(scenario.workload, loads=loads)
+    # Long splits, so loads are trusted and rounds move them: a load is trusted after a minute
+    # of one owner's measuring, and the drawn splits last seconds. Half the load seeds stretch
+    # every step, and keep the chaos going past the first moves: moves under every fault, and
+    # failovers between one leader's moves and the next's rounds (the cooldown's hard case).
+    if rng.random() < STRETCHED_SHARE:
+        step = rng.choice([10.0, 20.0])
+        work = _work(workload.batches, step)
+        workload = attrs.evolve(workload, step_seconds=step)
+        # and lanes for several splits a worker: a worker of one split is always in its band
+        config = attrs.evolve(config, max_in_flight=rng.choice([4, 8]))
+        scenario = attrs.evolve(
+            scenario,
+            chaos_seconds=rng.choice([90.0, 150.0, 240.0]),
+            # sparser actions: a split that changes hands every few seconds is never trusted
+            action_gap=(5.0, rng.choice([20.0, 40.0])),
+            # one lane alone finishes every attempt of the job within the bound
+            bound=scenario.bound + config.max_attempts * work,
+        )
+    return attrs.evolve(scenario, workload=workload, config=config)
 
 
 MAX_SPLITTABLE_WORK = 120.0
