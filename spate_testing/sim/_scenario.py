@@ -22,6 +22,7 @@ thing when unrelated code changes the random draws.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from typing import Literal, TypeAlias
 
@@ -197,8 +198,12 @@ LOAD_SHARE = 0.25
 
 
 STRETCHED_SHARE = 0.5
-"""The share of the load seeds whose steps take 10-20 s (splits of minutes: their loads are
-trusted, so rounds move them) and whose chaos lasts minutes."""
+"""The share of the load seeds whose splits last minutes (their loads are trusted, so rounds
+move them) and whose chaos lasts minutes."""
+GROWTH_WEIGHT = 3
+"""A stretched seed's least weight of joins and restarts among its chaos actions."""
+STRETCHED_SPLIT_SECONDS = 90.0
+"""A stretched seed's splits last at least this long: trusted after a minute, then moved."""
 
 
 def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
@@ -220,21 +225,38 @@ def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
     workload = attrs.evolve(scenario.workload, loads=loads)
     # Long splits, so loads are trusted and rounds move them: a load is trusted after a minute
     # of one owner's measuring, and the drawn splits last seconds. Half the load seeds stretch
-    # every step, and keep the chaos going past the first moves: moves under every fault, and
-    # failovers between one leader's moves and the next's rounds (the cooldown's hard case).
+    # every split to a minute and a half at least, give the workers lanes for several (a
+    # worker of one split is always within its band), and keep the chaos going, sparser, past
+    # the first moves: moves under every fault, and failovers between one leader's moves and
+    # the next one's rounds (the cooldown's hard case).
     if rng.random() < STRETCHED_SHARE:
-        step = rng.choice([10.0, 20.0])
-        work = _work(workload.batches, step)
-        workload = attrs.evolve(workload, step_seconds=step)
-        # and lanes for several splits a worker: a worker of one split is always in its band
-        config = attrs.evolve(config, max_in_flight=rng.choice([4, 8]))
+        step = rng.choice([10.0, 15.0])
+        least = math.ceil(STRETCHED_SPLIT_SECONDS / step)
+        batches = tuple(
+            tuple((split, steps + least, weight) for split, steps, weight in batch)
+            for batch in workload.batches
+        )
+        workload = attrs.evolve(workload, batches=batches, step_seconds=step)
+        # a budget of a tenth of the job rarely fits one split of a dozen
+        config = attrs.evolve(
+            config, max_in_flight=rng.choice([4, 8]), max_moved_load=rng.choice([0.25, 0.5])
+        )
+        initial = max(2, scenario.initial_workers)
         scenario = attrs.evolve(
             scenario,
+            initial_workers=initial,
+            max_workers=max(initial, scenario.max_workers),
             chaos_seconds=rng.choice([90.0, 150.0, 240.0]),
-            # sparser actions: a split that changes hands every few seconds is never trusted
+            # a split that changes hands every few seconds is never trusted
             action_gap=(5.0, rng.choice([20.0, 40.0])),
+            # and a fleet that only shrinks ends with one worker, which has nobody to balance
+            # with: workers come back as often as they go
+            weights=tuple(
+                (kind, max(weight, GROWTH_WEIGHT) if kind in ("join", "restart") else weight)
+                for kind, weight in scenario.weights
+            ),
             # one lane alone finishes every attempt of the job within the bound
-            bound=scenario.bound + config.max_attempts * work,
+            bound=scenario.bound + config.max_attempts * _work(batches, step),
         )
     return attrs.evolve(scenario, workload=workload, config=config)
 
