@@ -14,6 +14,10 @@ split landed, a zombie that splits, a split whose reply is lost, a leader failov
 request stands). Those draws come from a generator of their own, so every other seed's
 scenario is what it was.
 
+A quarter of the seeds report *loads* (issue 35: the leader's balance rounds move splits by
+them), from a generator of their own too; half of those run splits long enough for their
+loads to be trusted and moved, under a longer, sparser chaos whose fleet grows back.
+
 A regression scenario pins the shape of a bug instead: a fixed :attr:`Scenario.script` of
 actions at chosen times replaces the random driver, so the scenario keeps meaning the same
 thing when unrelated code changes the random draws.
@@ -210,7 +214,8 @@ def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
     """``scenario`` with loads reported (lognormal(0, 1) per planned split) and fast rounds.
 
     Rounds every 1-5 s so a run of a few minutes has many; a load is trusted after a minute
-    (the meter's floor), so only the longer runs move anything.
+    (the meter's floor), so only the longer runs move anything, and half the load seeds are
+    stretched to be such runs (see :data:`STRETCHED_SHARE`).
     """
     loads = tuple(
         (split, round(rng.lognormvariate(0.0, 1.0), 3)) for split in scenario.workload.split_ids
