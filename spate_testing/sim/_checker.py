@@ -57,7 +57,10 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     made either (a new leader after a failover included): read from the rounds
     (:class:`~spate_testing.sim._history.Balanced`), a move of ``split`` at ``t`` after one
     at ``t0`` needs ``t - t0`` at least the earlier round's ``cooldown`` (seconds). A move
-    decided by a leader is judged whether or not it then landed.
+    decided by a leader is judged whether or not it then landed, except a deposed leader's:
+    once a newer generation's bump landed (the store's plan writes say so), the rounds of a
+    leader of an older one are fenced, and double leadership may cost balance
+    (``docs/protocol.md``), so they neither break nor start a cooldown.
 ``balance-budget``
     No balance round moves more than its budget: the loads of its moves (their sum, and the
     round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load.
@@ -75,6 +78,7 @@ import attrs
 from spate._core.records import (
     KeyKind,
     Keys,
+    PlanRecord,
     ProgressRecord,
     Residual,
     SpecRecord,
@@ -753,7 +757,22 @@ class _Checker:
     def balance_rounds(self) -> None:
         # split -> (when its last balance move was decided, that round's cooldown, by whom)
         last: dict[str, tuple[float, float, str]] = {}
+        plan_key = self.keys.plan
+        # The generation each actor's bump landed at, and the newest one that landed: a
+        # leader whose generation was superseded is deposed, whether or not it knows yet.
+        led: dict[str, int] = {}
+        newest = 0
         for event in self.history.events:
+            if isinstance(event, StoreWrite):
+                if event.key == plan_key and event.outcome == "won" and event.value:
+                    try:
+                        generation = decode(PlanRecord, event.key, event.value).generation
+                    except UnreadableRecord:
+                        continue
+                    if generation > newest:
+                        newest = generation
+                        led[event.actor] = generation
+                continue
             if not isinstance(event, Balanced):
                 continue
             total = math.fsum(m.load for m in event.moves)
@@ -768,6 +787,11 @@ class _Checker:
                     f"{event.job_load:.6g}: more than its budget of {event.budget:g} "
                     f"({allowed:.6g})",
                 )
+            if event.actor in led and led[event.actor] < newest:
+                # A deposed leader that has not heard yet: its moves are fenced (workers ignore
+                # an assignment of an older generation), and double leadership is allowed to
+                # cost balance (docs/protocol.md): its rounds neither break nor start cooldowns.
+                continue
             for move in event.moves:
                 before = last.get(move.split)
                 if before is not None:

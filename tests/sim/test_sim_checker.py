@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from spate._core.records import ProgressRecord, Status, encode
+from spate._core.records import PlanRecord, ProgressRecord, Status, encode
 from spate_testing.sim._checker import INVARIANTS, check
 from spate_testing.sim._history import (
     Acked,
@@ -458,6 +458,41 @@ def test_a_new_leader_moving_a_split_within_the_old_leaders_cooldown_is_flagged(
     assert [v.invariant for v in violations] == ["balance-cooldown"]
     assert "w2#1's round" in violations[0].detail
     assert "w1#1's round" in violations[0].detail
+
+
+def bump(b: Builder, actor: str, generation: int) -> None:
+    """``actor``'s generation bump lands: it leads at ``generation``."""
+    b.revisions += 1
+    b.add(
+        StoreWrite(
+            at=b.tick(),
+            actor=actor,
+            op="update",
+            keyspace="durable",
+            key=f"{JOB}.plan",
+            expected=b.revisions - 1,
+            outcome="won",
+            revision=b.revisions,
+            value=encode(PlanRecord(fingerprint="f", generation=generation)),
+        )
+    )
+
+
+def test_a_deposed_leaders_round_neither_breaks_nor_starts_a_cooldown() -> None:
+    # w1 led at generation 1; w2's bump to 2 landed while w1 was cut off. Back, w1 runs one
+    # more round before it hears (its moves are fenced), and w2 moves the same split: no
+    # violation, whichever way round. Double leadership may cost balance, never a cooldown.
+    b = Builder()
+    clean_run(b)
+    bump(b, "w1#1", 1)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5)))
+    bump(b, "w2#1", 2)
+    b.add(balanced(140.0, "w1#1", ("b", "w1", "w2", 1.0)))  # deposed, not yet aware
+    b.add(balanced(141.0, "w2#1", ("b", "w1", "w3", 1.0)))
+    assert check(b.history) == []
+    # The current leader's own rounds are still held to it.
+    b.add(balanced(142.0, "w2#1", ("b", "w3", "w1", 1.0)))
+    assert [v.invariant for v in check(b.history)] == ["balance-cooldown"]
 
 
 @pytest.mark.parametrize("reported", [None, 3.0])
