@@ -207,7 +207,8 @@ class Leadership:
     def _fenced(self, now: float) -> None:
         """The generation bump landed: the leadership's parts begin."""
         self.policy.began_leading(now)
-        self.balance.began_leading(now)
+        # the job's first leader has no predecessor whose balance cooldowns it must honour
+        self.balance.began_leading(now, first=self.generation == 1)
         # Every new leader plans at least once, even a final plan: a predecessor may have
         # died between seeding and publishing.
         self.plans.owed = True

@@ -25,6 +25,24 @@ summaries and the running splits, and applies its decision:
 - **Hot splits are asked to split** (``Config.split_requests``): a trusted split hotter than
   twice the mean worker load, then it and its residuals while a piece alone is too heavy for
   any worker's band (the planner's rule 5).
+- **A new leader honours its predecessor's cooldowns**: it runs no round until a full
+  cooldown (``cooldown_rounds`` x ``balance_interval``) after its leadership began, unless it
+  is the job's first leader (generation 1), whose first round comes one interval in.
+
+  Why: the rounds' state (which split moved when) lives in the leader's memory, so a new
+  leader starts with none. Any split a predecessor moved, it moved before the new leader's
+  generation bump landed (a deposed leader's later writes lose to the newer generation), so
+  a full cooldown later every such cooldown has run out, and the new leader's first round
+  cannot move a split within its cooldown, whoever moved it. No store write is needed, and
+  nothing can fool the rule: it reads nothing but its own clock. The finer rule (seed the
+  state from the splits whose current tenancy began within the cooldown) would need each
+  tenancy's start on a clock the leader can trust, which the records carry only as advisory
+  wall-clock stamps. The price is a pause: after a failover the job is balanced again
+  ``cooldown_rounds`` intervals later (three minutes at the defaults) instead of one, which
+  a failover's own reshuffling mostly overshadows, and a generation-1 leader has had no
+  predecessor to honour. (Placement's holds, :meth:`~spate._core.rebalance_policy.
+  RebalancePolicy.hold_for`, are also the old leader's alone: a membership change right
+  after a failover may move a just-moved split, as any placement change may.)
 
 A job whose members report nothing is untouched: no round runs, no input changes, placement
 weighs by weight exactly as before.
@@ -36,6 +54,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 
+from spate._config import Config
 from spate._core.balance import (
     BalanceConfig,
     BalanceRound,
@@ -49,12 +68,23 @@ from spate._core.records import PresenceRecord, Status
 from spate._core.split_load import split_load
 from spate._metrics import SPLIT_LOADS_REPORTED, BalanceReport
 
-__all__ = ["LOAD_UNITS", "LoadBalancer"]
+__all__ = ["LOAD_UNITS", "LoadBalancer", "balance_config"]
 
 LOAD_UNITS = 10
 """Placement's integer units per weight unit of load, once loads are reported: a split of the
 job's mean load per unit of weight counts 10, so a light split counts 1 and no load rounds to
 nothing a worker would notice."""
+
+
+def balance_config(config: Config) -> BalanceConfig:
+    """The balance knobs of a worker's ``config`` (what its rounds run with, when it leads)."""
+    return BalanceConfig(
+        balance_interval=config.balance_interval,
+        load_half_life=config.load_half_life,
+        load_band=config.load_band,
+        max_moved_load=config.max_moved_load,
+        isolation_tier=config.isolation_tier,
+    )
 
 
 class LoadBalancer:
@@ -87,22 +117,20 @@ class LoadBalancer:
     @property
     def config(self) -> BalanceConfig:
         """The balance knobs of this worker's config."""
-        c = self.host.config
-        return BalanceConfig(
-            balance_interval=c.balance_interval,
-            load_half_life=c.load_half_life,
-            load_band=c.load_band,
-            max_moved_load=c.max_moved_load,
-            isolation_tier=c.isolation_tier,
-        )
+        return balance_config(self.host.config)
 
     # -- leadership ------------------------------------------------------------------------------
 
-    def began_leading(self, now: float) -> None:
-        """Leadership began: the first round comes an interval from now, with a fresh state."""
+    def began_leading(self, now: float, *, first: bool = False) -> None:
+        """Leadership began, with a fresh state: the first round comes a full cooldown from now.
+
+        ``first``: this is the job's first leadership (generation 1), with no predecessor whose
+        cooldowns to honour: its first round comes one interval from now (see the module text).
+        """
         self.stop()
-        if self.host.config.balance_interval > 0:
-            self._next_at = now + self.host.config.balance_interval
+        interval = self.host.config.balance_interval
+        if interval > 0:
+            self._next_at = now + (interval if first else self.config.cooldown_rounds * interval)
 
     def stop(self) -> None:
         """Leadership ended: what a round decided is the next leader's to decide again."""

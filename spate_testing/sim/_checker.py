@@ -52,11 +52,24 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     to no follower. Read from :class:`~spate_testing.sim._history.Delivered` events (live
     events and snapshot entries; point reads and listings are not deliveries), which the
     machine engine's store model records; a history without them passes.
+``balance-cooldown``
+    No balance round moves a split within its cooldown of its previous balance move, whoever
+    made either (a new leader after a failover included): read from the rounds
+    (:class:`~spate_testing.sim._history.Balanced`), a move of ``split`` at ``t`` after one
+    at ``t0`` needs ``t - t0`` at least the earlier round's ``cooldown`` (seconds). A move
+    decided by a leader is judged whether or not it then landed, except a deposed leader's:
+    once a newer generation's bump landed (the store's plan writes say so), the rounds of a
+    leader of an older one are fenced, and double leadership may cost balance
+    (``docs/protocol.md``), so they neither break nor start a cooldown.
+``balance-budget``
+    No balance round moves more than its budget: the loads of its moves (their sum, and the
+    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -65,6 +78,7 @@ import attrs
 from spate._core.records import (
     KeyKind,
     Keys,
+    PlanRecord,
     ProgressRecord,
     Residual,
     SpecRecord,
@@ -74,6 +88,7 @@ from spate._core.records import (
 )
 from spate_testing.sim._history import (
     Acked,
+    Balanced,
     Delivered,
     Final,
     FinalSplit,
@@ -103,6 +118,8 @@ INVARIANTS = (
     "range-partition",
     "residual-origin",
     "foreign-delivery",
+    "balance-cooldown",
+    "balance-budget",
 )
 """The names of the invariants :func:`check` holds, in the order it checks them."""
 
@@ -735,6 +752,60 @@ class _Checker:
                 f"{actor} was delivered {wrong}: {count} time(s), the first {first}",
             )
 
+    # -- balance rounds ---------------------------------------------------------------------
+
+    def balance_rounds(self) -> None:
+        # split -> (when its last balance move was decided, that round's cooldown, by whom)
+        last: dict[str, tuple[float, float, str]] = {}
+        plan_key = self.keys.plan
+        # The generation each actor's bump landed at, and the newest one that landed: a
+        # leader whose generation was superseded is deposed, whether or not it knows yet.
+        led: dict[str, int] = {}
+        newest = 0
+        for event in self.history.events:
+            if isinstance(event, StoreWrite):
+                if event.key == plan_key and event.outcome == "won" and event.value:
+                    try:
+                        generation = decode(PlanRecord, event.key, event.value).generation
+                    except UnreadableRecord:
+                        continue
+                    if generation > newest:
+                        newest = generation
+                        led[event.actor] = generation
+                continue
+            if not isinstance(event, Balanced):
+                continue
+            total = math.fsum(m.load for m in event.moves)
+            allowed = event.budget * event.job_load
+            # the planner sums in another order: a few ulps of slack, never a split's worth
+            slack = 1e-9 * max(1.0, event.job_load)
+            if max(total, event.moved_load) > allowed + slack:
+                self.flag(
+                    "balance-budget",
+                    f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "
+                    f"{max(total, event.moved_load):.6g} of a job's load of "
+                    f"{event.job_load:.6g}: more than its budget of {event.budget:g} "
+                    f"({allowed:.6g})",
+                )
+            if event.actor in led and led[event.actor] < newest:
+                # A deposed leader that has not heard yet: its moves are fenced (workers ignore
+                # an assignment of an older generation), and double leadership is allowed to
+                # cost balance (docs/protocol.md): its rounds neither break nor start cooldowns.
+                continue
+            for move in event.moves:
+                before = last.get(move.split)
+                if before is not None:
+                    at, cooldown, actor = before
+                    if event.at - at < cooldown - 1e-9:
+                        self.flag(
+                            "balance-cooldown",
+                            f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "
+                            f"{move.split!r} ({move.source} -> {move.target}) "
+                            f"{event.at - at:.3f} s after {actor}'s round moved it at "
+                            f"t={at:.3f}: within its cooldown of {cooldown:g} s",
+                        )
+                last[move.split] = (event.at, event.cooldown, event.actor)
+
 
 def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     """Every violation of the invariants (:data:`INVARIANTS`) in ``history``; empty if clean.
@@ -754,6 +825,7 @@ def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     checker.ranges()
     checker.residuals()
     checker.deliveries()
+    checker.balance_rounds()
     skipped = set(skip)
     order = {name: i for i, name in enumerate(INVARIANTS)}
     kept = [v for v in checker.violations if v.invariant not in skipped]

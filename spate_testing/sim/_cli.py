@@ -143,6 +143,8 @@ def _replay(seed: int, history_path: str | None, wall_budget: float, engine: Eng
     print("faults: " + (", ".join(f"{k}={v}" for k, v in result.faults.items()) or "none"))
     if result.splits:
         print("split calls: " + ", ".join(f"{k}={v}" for k, v in result.splits.items()))
+    if result.balance:
+        print("balance: " + ", ".join(f"{k}={v}" for k, v in result.balance.items()))
     if history_path:
         with open(history_path, "w", encoding="utf-8") as f:
             f.write(result.history.to_jsonl())
@@ -192,6 +194,7 @@ def _summary(result: SeedResult) -> dict[str, Any]:
         "digest": result.digest,
         "faults": result.faults,
         "splits": result.splits,
+        "balance": result.balance,
         "sim_seconds": result.sim_seconds,
         "wall_seconds": result.wall_seconds,
     }
@@ -225,6 +228,8 @@ class _Tally:
         self.faults: collections.Counter[str] = collections.Counter()
         self.splits: collections.Counter[str] = collections.Counter()
         self.split_seeds = 0
+        self.balance: collections.Counter[str] = collections.Counter()
+        self.balance_seeds = 0
         self.failures: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.last_report = time.monotonic()
@@ -237,6 +242,9 @@ class _Tally:
             splits = line.get("splits", {})
             self.splits.update(splits)
             self.split_seeds += bool(splits)
+            balance = line.get("balance", {})
+            self.balance.update(balance)
+            self.balance_seeds += bool(balance)
             if line["violations"]:
                 self.failures.append(line)
                 print(f"seed {line['seed']} FAILED:", flush=True)
@@ -306,6 +314,11 @@ def _many(start: int, count: int, jobs: int, wall_budget: float, engine: Engine)
         print(
             f"split calls in {tally.split_seeds} seed(s): "
             + ", ".join(f"{k}={v}" for k, v in sorted(tally.splits.items()))
+        )
+    if tally.balance:
+        print(
+            f"balance rounds in {tally.balance_seeds} seed(s): "
+            + ", ".join(f"{k}={v}" for k, v in sorted(tally.balance.items()))
         )
     if tally.failures:
         seeds = sorted(f["seed"] for f in tally.failures)

@@ -145,7 +145,9 @@ class _Fleet(FleetActions[_Incarnation]):
             name=actor,
         )
         store.attach(nursery)  # late-landing writes outlive the call that sent them
-        inc = _Incarnation(actor, instance, store, self.recorder.metrics(actor))
+        inc = _Incarnation(
+            actor, instance, store, self.recorder.metrics(actor, self.scenario.config)
+        )
         self.incarnations.append(inc)
         self.action(actor, how)
         nursery.start_soon(self._life, inc, name=f"sim worker {actor}")

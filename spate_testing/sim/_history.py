@@ -22,6 +22,8 @@ The events:
 - :class:`Revocations` — a worker's revocation counters, from its metrics hooks.
 - :class:`Action` — something the simulator did (start, kill, freeze, partition, ...).
 - :class:`Leading` — a worker began or stopped leading the job.
+- :class:`Balanced` — the leader ran a balance round (issue 35): its moves, the load they
+  carried, the job's load, and the rules it ran under (the budget and the cooldown).
 - :class:`Delivered` — a watch delivered keys of splits (or another worker's assignment
   record) to a worker: a live event, or the entries of a snapshot.
 - :class:`Final` — the authoritative final listing of the job, and whether the run ended in
@@ -45,6 +47,8 @@ import attrs
 __all__ = [
     "Acked",
     "Action",
+    "BalanceMove",
+    "Balanced",
     "Delivered",
     "Final",
     "FinalSplit",
@@ -240,6 +244,38 @@ class Leading:
 
 
 @attrs.frozen(kw_only=True)
+class BalanceMove:
+    """One move of a balance round: ``split`` from ``source`` to ``target``, carrying ``load``."""
+
+    split: str
+    source: str
+    target: str
+    load: float
+
+
+@attrs.frozen(kw_only=True)
+class Balanced:
+    """``actor``, leading, ran balance round ``round`` (its own count: a new leader starts at 1).
+
+    ``moves`` are the round's decision (the leader's, as its metrics hook heard it: whether each
+    move then landed is the store's story), ``moved_load`` the load they carry by the leader's
+    account and ``job_load`` the job's. ``budget`` is the config's ``max_moved_load`` (the share
+    of the job's load a round may move) and ``cooldown`` the seconds a moved split stays put
+    (``cooldown_rounds`` x ``balance_interval``).
+    """
+
+    at: float
+    actor: str
+    round: int
+    reason: str
+    moves: tuple[BalanceMove, ...]
+    moved_load: float
+    job_load: float
+    budget: float
+    cooldown: float
+
+
+@attrs.frozen(kw_only=True)
 class Delivered:
     """A watch delivered ``keys`` of ``keyspace`` to ``actor``.
 
@@ -296,6 +332,7 @@ HistoryEvent: TypeAlias = (
     | Revocations
     | Action
     | Leading
+    | Balanced
     | Delivered
     | Final
 )
@@ -312,6 +349,7 @@ _TYPES: dict[str, type[Any]] = {
         Revocations,
         Action,
         Leading,
+        Balanced,
         Delivered,
         Final,
     )
@@ -347,6 +385,8 @@ def event_from_json(data: dict[str, Any]) -> HistoryEvent:
             data["expected"] = tuple(data["expected"])
     if cls is Delivered:
         data["keys"] = tuple(data["keys"])
+    if cls is Balanced:
+        data["moves"] = tuple(BalanceMove(**m) for m in data["moves"])
     for name, value in list(data.items()):
         if isinstance(value, dict) and set(value) == {"b64"}:
             data[name] = base64.b64decode(value["b64"])

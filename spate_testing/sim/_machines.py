@@ -144,7 +144,9 @@ class _Fleet(FleetActions[_Life]):
             config=self.config,
             fingerprint=FINGERPRINT,
             leave_deadline=self.scenario.leave_deadline,
-            metrics=RecordingMetrics(actor),
+            metrics=RecordingMetrics(
+                actor, history=self.history, config=self.config, clock=self.scheduler.now
+            ),
             nonce=worker_nonce(self.scenario.seed, actor),
             on_exit=self._exited,
             hooks=self,

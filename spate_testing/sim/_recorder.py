@@ -10,7 +10,8 @@ Three taps, one per side of the protocol:
   how the handler ended.
 - :class:`RecordingMetrics` is a :class:`~spate.MetricsHooks` that counts what the
   coordinator reports (revocation outcomes, acquisitions, losses), for the checker's
-  revocation identity.
+  revocation identity, and records the leader's balance rounds
+  (:class:`~spate_testing.sim._history.Balanced`) as its ``balance`` hook hears them.
 
 :class:`Recorder` bundles the three for one history, which is how a test records its own
 fleet.
@@ -27,6 +28,8 @@ import trio
 
 from spate import (
     AllComplete,
+    BalanceReport,
+    Config,
     ConfigError,
     Fenced,
     Gauges,
@@ -35,6 +38,7 @@ from spate import (
     StoreError,
     ValueTooLarge,
 )
+from spate._core.load_balance import balance_config
 from spate._core.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.store import (
@@ -56,6 +60,8 @@ from spate.store import (
 from spate_testing.sim._history import (
     Acked,
     Action,
+    Balanced,
+    BalanceMove,
     Final,
     FinalSplit,
     Gained,
@@ -258,10 +264,28 @@ class RecordingStore:
 
 
 class RecordingMetrics(MetricsHooks):
-    """Counts the coordinator's outcomes for one actor (revocations, acquisitions, losses)."""
+    """Counts the coordinator's outcomes for one actor (revocations, acquisitions, losses).
 
-    def __init__(self, actor: str) -> None:
+    Given a ``history`` and the actor's ``config``, it also records each balance round the
+    actor runs while it leads, stamped by ``clock`` (default: the Trio run's clock).
+    """
+
+    def __init__(
+        self,
+        actor: str,
+        *,
+        history: History | None = None,
+        config: Config | None = None,
+        clock: Callable[[], float] = _now,
+    ) -> None:
         self.actor = actor
+        self.history = history
+        self.clock = clock
+        balance = None if config is None else balance_config(config)
+        self.budget = 0.0 if balance is None else balance.max_moved_load
+        self.cooldown = (
+            0.0 if balance is None else balance.cooldown_rounds * balance.balance_interval
+        )
         self.revocations: collections.Counter[str] = collections.Counter()
         self.acquisitions: collections.Counter[str] = collections.Counter()
         self.losses: collections.Counter[str] = collections.Counter()
@@ -290,6 +314,27 @@ class RecordingMetrics(MetricsHooks):
                 f"{self.in_flight} revocation(s) in flight but only {levels.draining} drain(s) "
                 "reported"
             )
+
+    def balance(self, report: BalanceReport | None) -> None:
+        """Record one balance round (``None``, the end of a leadership, is the Leading event's)."""
+        if report is None or self.history is None:
+            return
+        self.history.append(
+            Balanced(
+                at=self.clock(),
+                actor=self.actor,
+                round=report.round,
+                reason=report.reason,
+                moves=tuple(
+                    BalanceMove(split=split, source=source, target=target, load=load)
+                    for split, source, target, load in report.moves
+                ),
+                moved_load=report.moved_load,
+                job_load=report.job_load,
+                budget=self.budget,
+                cooldown=self.cooldown,
+            )
+        )
 
     def acquired(self, reason: AcquireReason) -> None:
         """Count one acquisition."""
@@ -522,11 +567,16 @@ class Recorder:
         """
         return recorded_handler(handler, self.history, actor, hooks)
 
-    def metrics(self, actor: str) -> RecordingMetrics:
-        """The metrics hooks to give ``actor``'s coordinator."""
+    def metrics(self, actor: str, config: Config | None = None) -> RecordingMetrics:
+        """The metrics hooks to give ``actor``'s coordinator.
+
+        With ``config`` (the actor's) they also record its balance rounds into the history.
+        """
         hooks = self.metrics_by_actor.get(actor)
         if hooks is None:
-            hooks = self.metrics_by_actor[actor] = RecordingMetrics(actor)
+            hooks = self.metrics_by_actor[actor] = RecordingMetrics(
+                actor, history=None if config is None else self.history, config=config
+            )
         return hooks
 
     def action(self, actor: str, what: str, detail: str = "") -> None:

@@ -40,7 +40,7 @@ import trio.testing
 from spate.store import Store
 from spate_testing.sim._checker import Violation, check
 from spate_testing.sim._fleet import SimRun, simulate
-from spate_testing.sim._history import Action, History
+from spate_testing.sim._history import Action, Balanced, History
 from spate_testing.sim._machines import simulate_machines
 from spate_testing.sim._scenario import Scenario
 
@@ -187,6 +187,8 @@ class SeedResult:
     events: int
     history: History = attrs.field(repr=False, eq=False)
     splits: dict[str, int] = attrs.field(factory=dict)
+    balance: dict[str, int] = attrs.field(factory=dict)
+    """The leaders' balance rounds and their moves (``rounds``, ``moves``; empty: none ran)."""
     """How its split calls ended, by outcome (``split``, ``fenced``, ``abandoned``, ``asked``)."""
 
     @property
@@ -217,7 +219,15 @@ def check_run(run: SimRun, scenario: Scenario, wall: float) -> SeedResult:
         events=len(run.history),
         history=run.history,
         splits=run.splits,
+        balance=_balance_counts(run.history),
     )
+
+
+def _balance_counts(history: History) -> dict[str, int]:
+    rounds = history.of(Balanced)
+    if not rounds:
+        return {}
+    return {"rounds": len(rounds), "moves": sum(len(r.moves) for r in rounds)}
 
 
 def run_seed(

@@ -14,6 +14,10 @@ split landed, a zombie that splits, a split whose reply is lost, a leader failov
 request stands). Those draws come from a generator of their own, so every other seed's
 scenario is what it was.
 
+A quarter of the seeds report *loads* (issue 35: the leader's balance rounds move splits by
+them), from a generator of their own too; half of those run splits long enough for their
+loads to be trusted and moved, under a longer, sparser chaos whose fleet grows back.
+
 A regression scenario pins the shape of a bug instead: a fixed :attr:`Scenario.script` of
 actions at chosen times replaces the random driver, so the scenario keeps meaning the same
 thing when unrelated code changes the random draws.
@@ -22,6 +26,7 @@ thing when unrelated code changes the random draws.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from typing import Literal, TypeAlias
 
@@ -196,11 +201,21 @@ LOAD_SHARE = 0.25
 """The share of seeds whose handlers report loads (issue 35): the leader balances by them."""
 
 
+STRETCHED_SHARE = 0.5
+"""The share of the load seeds whose splits last minutes (their loads are trusted, so rounds
+move them) and whose chaos lasts minutes."""
+GROWTH_WEIGHT = 3
+"""A stretched seed's least weight of joins and restarts among its chaos actions."""
+STRETCHED_SPLIT_SECONDS = 90.0
+"""A stretched seed's splits last at least this long: trusted after a minute, then moved."""
+
+
 def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
     """``scenario`` with loads reported (lognormal(0, 1) per planned split) and fast rounds.
 
     Rounds every 1-5 s so a run of a few minutes has many; a load is trusted after a minute
-    (the meter's floor), so only the longer runs move anything.
+    (the meter's floor), so only the longer runs move anything, and half the load seeds are
+    stretched to be such runs (see :data:`STRETCHED_SHARE`).
     """
     loads = tuple(
         (split, round(rng.lognormvariate(0.0, 1.0), 3)) for split in scenario.workload.split_ids
@@ -212,9 +227,43 @@ def _loaded(scenario: Scenario, rng: random.Random) -> Scenario:
         max_moved_load=rng.choice([0.10, 0.25, 0.5]),
         capacity=rng.choice([1.0, 1.0, 2.0]),
     )
-    return attrs.evolve(
-        scenario, workload=attrs.evolve(scenario.workload, loads=loads), config=config
-    )
+    workload = attrs.evolve(scenario.workload, loads=loads)
+    # Long splits, so loads are trusted and rounds move them: a load is trusted after a minute
+    # of one owner's measuring, and the drawn splits last seconds. Half the load seeds stretch
+    # every split to a minute and a half at least, give the workers lanes for several (a
+    # worker of one split is always within its band), and keep the chaos going, sparser, past
+    # the first moves: moves under every fault, and failovers between one leader's moves and
+    # the next one's rounds (the cooldown's hard case).
+    if rng.random() < STRETCHED_SHARE:
+        step = rng.choice([10.0, 15.0])
+        least = math.ceil(STRETCHED_SPLIT_SECONDS / step)
+        batches = tuple(
+            tuple((split, steps + least, weight) for split, steps, weight in batch)
+            for batch in workload.batches
+        )
+        workload = attrs.evolve(workload, batches=batches, step_seconds=step)
+        # a budget of a tenth of the job rarely fits one split of a dozen
+        config = attrs.evolve(
+            config, max_in_flight=rng.choice([4, 8]), max_moved_load=rng.choice([0.25, 0.5])
+        )
+        initial = max(2, scenario.initial_workers)
+        scenario = attrs.evolve(
+            scenario,
+            initial_workers=initial,
+            max_workers=max(initial, scenario.max_workers),
+            chaos_seconds=rng.choice([90.0, 150.0, 240.0]),
+            # a split that changes hands every few seconds is never trusted
+            action_gap=(5.0, rng.choice([20.0, 40.0])),
+            # and a fleet that only shrinks ends with one worker, which has nobody to balance
+            # with: workers come back as often as they go
+            weights=tuple(
+                (kind, max(weight, GROWTH_WEIGHT) if kind in ("join", "restart") else weight)
+                for kind, weight in scenario.weights
+            ),
+            # one lane alone finishes every attempt of the job within the bound
+            bound=scenario.bound + config.max_attempts * _work(batches, step),
+        )
+    return attrs.evolve(scenario, workload=workload, config=config)
 
 
 MAX_SPLITTABLE_WORK = 120.0

@@ -6,10 +6,12 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from spate._core.records import ProgressRecord, Status, encode
+from spate._core.records import PlanRecord, ProgressRecord, Status, encode
 from spate_testing.sim._checker import INVARIANTS, check
 from spate_testing.sim._history import (
     Acked,
+    Balanced,
+    BalanceMove,
     Delivered,
     Final,
     FinalSplit,
@@ -401,6 +403,120 @@ def test_a_delivery_nobody_should_hear_is_flagged(
     assert "2 time(s)" in violations[0].detail  # one violation per worker and kind
 
 
+def balanced(
+    at: float,
+    actor: str,
+    *moves: tuple[str, str, str, float],
+    job_load: float = 10.0,
+    budget: float = 0.25,
+    cooldown: float = 30.0,
+) -> Balanced:
+    return Balanced(
+        at=at,
+        actor=actor,
+        round=1,
+        reason="moved" if moves else "within band",
+        moves=tuple(BalanceMove(split=s, source=a, target=b, load=x) for s, a, b, x in moves),
+        moved_load=sum(m[3] for m in moves),
+        job_load=job_load,
+        budget=budget,
+        cooldown=cooldown,
+    )
+
+
+def test_balance_rounds_within_their_rules_are_not_flagged() -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5), ("b", "w1", "w3", 1.0)))  # 2.5 of 10
+    b.add(balanced(110.0, "w1#1", ("c", "w2", "w1", 2.0)))
+    b.add(Leading(at=115.0, actor="w1#1", leading=False))
+    b.add(Leading(at=116.0, actor="w2#1", leading=True))
+    b.add(balanced(130.0, "w2#1", ("a", "w2", "w3", 1.5)))  # a full cooldown after its move
+    assert check(b.history) == []
+
+
+def test_a_split_moved_again_within_its_cooldown_is_flagged() -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5)))
+    b.add(balanced(129.0, "w1#1", ("a", "w2", "w3", 1.5)))
+    violations = check(b.history)
+    assert [v.invariant for v in violations] == ["balance-cooldown"]
+    assert "'a'" in violations[0].detail
+    assert "29.000 s after" in violations[0].detail
+
+
+def test_a_new_leader_moving_a_split_within_the_old_leaders_cooldown_is_flagged() -> None:
+    # The failover case: the cooldown is the split's, not the leader's.
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5)))
+    b.add(Leading(at=101.0, actor="w1#1", leading=False))
+    b.add(Leading(at=104.0, actor="w2#1", leading=True))
+    b.add(balanced(105.0, "w2#1", ("a", "w2", "w1", 1.5)))
+    violations = check(b.history)
+    assert [v.invariant for v in violations] == ["balance-cooldown"]
+    assert "w2#1's round" in violations[0].detail
+    assert "w1#1's round" in violations[0].detail
+
+
+def bump(b: Builder, actor: str, generation: int) -> None:
+    """``actor``'s generation bump lands: it leads at ``generation``."""
+    b.revisions += 1
+    b.add(
+        StoreWrite(
+            at=b.tick(),
+            actor=actor,
+            op="update",
+            keyspace="durable",
+            key=f"{JOB}.plan",
+            expected=b.revisions - 1,
+            outcome="won",
+            revision=b.revisions,
+            value=encode(PlanRecord(fingerprint="f", generation=generation)),
+        )
+    )
+
+
+def test_a_deposed_leaders_round_neither_breaks_nor_starts_a_cooldown() -> None:
+    # w1 led at generation 1; w2's bump to 2 landed while w1 was cut off. Back, w1 runs one
+    # more round before it hears (its moves are fenced), and w2 moves the same split: no
+    # violation, whichever way round. Double leadership may cost balance, never a cooldown.
+    b = Builder()
+    clean_run(b)
+    bump(b, "w1#1", 1)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5)))
+    bump(b, "w2#1", 2)
+    b.add(balanced(140.0, "w1#1", ("b", "w1", "w2", 1.0)))  # deposed, not yet aware
+    b.add(balanced(141.0, "w2#1", ("b", "w1", "w3", 1.0)))
+    assert check(b.history) == []
+    # The current leader's own rounds are still held to it.
+    b.add(balanced(142.0, "w2#1", ("b", "w3", "w1", 1.0)))
+    assert [v.invariant for v in check(b.history)] == ["balance-cooldown"]
+
+
+@pytest.mark.parametrize("reported", [None, 3.0])
+def test_a_round_over_its_budget_is_flagged(reported: float | None) -> None:
+    # By the moves' loads (2.0 + 1.0 of 10 at a budget of 0.25), or by the round's own account.
+    b = Builder()
+    clean_run(b)
+    if reported is None:
+        b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0), ("b", "w1", "w3", 1.0)))
+    else:
+        b.add(attrs.evolve(balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0)), moved_load=reported))
+    violations = check(b.history)
+    assert [v.invariant for v in violations] == ["balance-budget"]
+    assert "more than its budget of 0.25" in violations[0].detail
+
+
+def test_a_round_at_its_budget_is_not_flagged() -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 0.1 * 3), ("b", "w1", "w3", 0.1 * 7 / 3)))
+    b.add(balanced(101.0, "w1#1", ("c", "w1", "w2", 1.0), job_load=10.0, budget=0.1))
+    assert check(b.history) == []
+
+
 def test_every_invariant_is_exercised_by_a_violating_history() -> None:
     # Pins the list: a new invariant needs a test above that shows the checker can fail it.
     tested = {
@@ -415,6 +531,8 @@ def test_every_invariant_is_exercised_by_a_violating_history() -> None:
         "range-partition",  # (test_sim_splitting.py)
         "residual-origin",  # (test_sim_splitting.py)
         "foreign-delivery",
+        "balance-cooldown",
+        "balance-budget",
     }
     assert tested == set(INVARIANTS)
 
@@ -435,6 +553,7 @@ def test_skip_rejects_unknown_invariants() -> None:
 def test_a_history_survives_a_round_trip_through_json_lines() -> None:
     b = Builder()
     clean_run(b)
+    b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5)))
     again = History.from_jsonl(b.history.to_jsonl())
     assert again.events == b.history.events
     assert again.digest() == b.history.digest()
