@@ -221,7 +221,7 @@ def docs(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """The benchmark suite (DESIGN §8; not in the default run): prints one table of ratios,
-    then the two adapter benchmarks. Starts its own etcd and nats-server; ~10 minutes.
+    then the two adapter benchmarks. Starts its own etcd and nats-server; ~30 minutes.
     Arguments go to `python -m bench` (e.g. `nox -s bench -- --quick --only commit`)."""
     install_project(session)
     session.install("nats-py>=2.6")  # bench/bench_nats.py's reference client, nothing else
