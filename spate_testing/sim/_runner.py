@@ -187,9 +187,9 @@ class SeedResult:
     events: int
     history: History = attrs.field(repr=False, eq=False)
     splits: dict[str, int] = attrs.field(factory=dict)
+    """How its split calls ended, by outcome (``split``, ``fenced``, ``abandoned``, ``asked``)."""
     balance: dict[str, int] = attrs.field(factory=dict)
     """The leaders' balance rounds and their moves (``rounds``, ``moves``; empty: none ran)."""
-    """How its split calls ended, by outcome (``split``, ``fenced``, ``abandoned``, ``asked``)."""
 
     @property
     def ok(self) -> bool:
