@@ -58,6 +58,7 @@ _KINDS = {
 }
 _SEED_LENGTH = 32
 _ENCODED_SEED_LENGTH = 58
+_ENCODED_PUBLIC_LENGTH = 56
 
 
 class InvalidNKey(ConfigError):
@@ -105,6 +106,11 @@ def decode_seed(text: str) -> tuple[int, bytes]:
     base32, has the wrong length, fails its checksum, or is not a seed.
     """
     text = text.strip()
+    if len(text) == _ENCODED_PUBLIC_LENGTH and _is_public_key(text):
+        raise InvalidNKey(
+            "it is a public key, not a seed (the public key goes in the server's config; the "
+            "client needs the seed, which begins with S)"
+        )
     if len(text) != _ENCODED_SEED_LENGTH:
         raise InvalidNKey(
             f"it has {len(text)} characters where an NKey seed has {_ENCODED_SEED_LENGTH}"
@@ -114,11 +120,19 @@ def decode_seed(text: str) -> tuple[int, bytes]:
     if crc16(body) != checksum:
         raise InvalidNKey("its checksum does not match (a character is wrong or missing)")
     if body[0] & 0xF8 != PREFIX_SEED:
-        raise InvalidNKey("it is not a seed (seeds begin with S; a public key is no secret)")
+        raise InvalidNKey("it is not a seed (seeds begin with S)")
     kind = ((body[0] & 0x07) << 5) | ((body[1] & 0xF8) >> 3)
     if kind not in _KINDS:
         raise InvalidNKey("its key type is not one NATS defines")
     return kind, body[2:]
+
+
+def _is_public_key(text: str) -> bool:
+    try:
+        raw = _b32decode(text)
+    except InvalidNKey:
+        return False
+    return crc16(raw[:-2]) == int.from_bytes(raw[-2:], "little") and raw[0] in _KINDS
 
 
 class UserKey:
