@@ -41,6 +41,7 @@ __all__ = [
     "issue_jwt",
     "make_key",
     "make_operator",
+    "user_claims_jwt",
     "write_creds",
 ]
 
@@ -116,6 +117,13 @@ def write_creds(path: Path, jwt: str, seed: str) -> Path:
 _UNLIMITED = {"subs": -1, "data": -1, "payload": -1}
 
 
+def user_claims_jwt(account: NKeyPair, user: NKeyPair, name: str) -> str:
+    """A user JWT for ``user`` issued by ``account`` (no limits, no permission restrictions)."""
+    return issue_jwt(
+        account, user.public_key, name, {"type": "user", "pub": {}, "sub": {}, **_UNLIMITED}
+    )
+
+
 @attrs.frozen
 class OperatorSetup:
     """An operator, an account with JetStream and a user of it, and what trusts them."""
@@ -168,9 +176,7 @@ def make_operator(directory: Path, *, user_name: str = "spate") -> OperatorSetup
         "SYS",
         {"type": "account", "limits": {**_UNLIMITED, "conn": -1, "imports": -1, "exports": -1}},
     )
-    user_jwt = issue_jwt(
-        account, user.public_key, user_name, {"type": "user", "pub": {}, "sub": {}, **_UNLIMITED}
-    )
+    user_jwt = user_claims_jwt(account, user, user_name)
     directory.mkdir(parents=True, exist_ok=True)
     creds = write_creds(directory / f"{user_name}.creds", user_jwt, user.seed)
     config = "\n".join(

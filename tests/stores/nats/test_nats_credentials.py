@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
-from spate import StoreError
-from spate.store import Entry, Keyspace, Won
+from spate import StoreError, StoreUnavailable
+from spate.store import Entry, Keyspace, Store, Won
 from spate_stores import open_store
 from spate_testing.servers._certs import make_test_pki
 from spate_testing.servers._nats_auth import (
@@ -26,9 +27,10 @@ from spate_testing.servers._nats_auth import (
     issue_jwt,
     make_key,
     make_operator,
+    user_claims_jwt,
     write_creds,
 )
-from spate_testing.servers.nats import NatsServer
+from spate_testing.servers.nats import NatsServer, nats_server
 
 pytestmark = pytest.mark.nats
 
@@ -237,3 +239,48 @@ async def test_an_unreadable_client_certificate_is_named(
         + f"&cert={verifying_server.pki.client_cert}&key={verifying_server.pki.server_key}",
         match="cannot load the TLS client certificate",
     )
+
+
+async def test_a_replaced_creds_file_is_read_at_the_next_reconnection(
+    operator: OperatorSetup, tmp_path: Path
+) -> None:
+    creds = tmp_path / "rotating.creds"
+    creds.write_bytes(operator.creds.read_bytes())
+    async with (
+        nats_server(websocket=False, extra_config=operator.config) as server,
+        open_store(f"nats://127.0.0.1:{server.port}/rot?creds={creds}") as store,
+    ):
+        await store.create(DURABLE, "k", b"v")
+        # Replaced by creds the server does not trust: the next connection is refused.
+        stranger_account, stranger = make_key(0), make_key()
+        write_creds(creds, user_claims_jwt(stranger_account, stranger, "x"), stranger.seed)
+        await server.arestart()
+        message = await _first_store_error(store)
+        assert "now refuses the credentials" in message
+        assert f"check the creds file {creds}" in message
+        # Replaced again by a second user of the trusted account: the store recovers.
+        second = make_key()
+        write_creds(creds, user_claims_jwt(operator.account, second, "second"), second.seed)
+        with trio.fail_after(30):
+            while True:
+                try:
+                    entry = await store.get(DURABLE, "k")
+                except (StoreError, StoreUnavailable):
+                    await trio.sleep(0.1)  # polling for the reconnection, bounded above
+                    continue
+                break
+        assert entry is not None
+        assert entry.value == b"v"
+
+
+async def _first_store_error(store: Store) -> str:
+    """Poll reads (bounded) until one fails with StoreError; its message."""
+    with trio.fail_after(30):
+        while True:
+            try:
+                await store.get(DURABLE, "k")
+            except StoreError as exc:
+                return str(exc)
+            except StoreUnavailable:
+                pass
+            await trio.sleep(0.1)
