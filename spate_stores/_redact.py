@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-__all__ = ["MASK", "redact_url", "scrub", "url_secrets"]
+__all__ = ["MASK", "looks_like_secret", "redact_url", "scrub", "url_secrets"]
 
 MASK = "***"
 """What a secret is replaced by."""
@@ -37,10 +37,13 @@ _SECRET_PARAM = re.compile(r"pass|pwd|token|secret|seed|credential|api_?key|auth
 _SECRET_VALUE = re.compile(r"S[A-Z2-7]{57}|eyJ[\w-]*\.[\w-]+\.[\w-]*")
 
 
+def looks_like_secret(value: str) -> bool:
+    """Whether ``value`` (percent-encoded or not) looks like an NKey seed or a JWT."""
+    return bool(_SECRET_VALUE.fullmatch(unquote(value).strip()))
+
+
 def _is_secret_param(name: str, value: str = "") -> bool:
-    if _SECRET_VALUE.fullmatch(unquote(value).strip()):
-        return True
-    return bool(_SECRET_PARAM.search(unquote(name).lower()))
+    return looks_like_secret(value) or bool(_SECRET_PARAM.search(unquote(name).lower()))
 
 
 def _split(url: str) -> tuple[str, str, str, str]:

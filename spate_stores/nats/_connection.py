@@ -385,9 +385,7 @@ class NatsConnection:
                     raise ProtocolError(f"expected INFO first, got {event!r}")
         self._info = dict(info)
         self._learn(info)
-        where = (
-            f"[{host}]:{self.pool.current[1]}" if ":" in host else f"{host}:{self.pool.current[1]}"
-        )
+        where = ServerPool.describe([self.pool.current])
         secured = False
         if isinstance(transport, SocketTransport) and (options.tls or info.get("tls_required")):
             if early or parser.buffered:

@@ -28,7 +28,6 @@ learns the servers the cluster advertises.
 from __future__ import annotations
 
 import math
-import re
 import ssl
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -37,7 +36,7 @@ import attrs
 from spate import ConfigError, StoreError
 from spate._echo import shorten
 from spate_stores._hosts import parse_host_list
-from spate_stores._redact import redact_url
+from spate_stores._redact import looks_like_secret, redact_url
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
 
@@ -56,11 +55,8 @@ _TRANSPORTS = {
     "nats+wss": ("ws", True),
 }
 _DEFAULT_PORTS = {("tcp", False): 4222, ("tcp", True): 4222, ("ws", False): 80, ("ws", True): 443}
-_PARAMS = {"namespace", "ttl", "timeout", "ca", "name", "replicas", "nkey", "creds", "cert", "key"}
-# What an NKey seed or a JWT looks like: given inline where a file path belongs, it is refused
-# without being echoed (a secret in a URL shows in `ps` and shell history).
-_INLINE_SEED = re.compile(r"S[A-Z2-7]{57}")
-_INLINE_JWT = re.compile(r"eyJ[\w-]*\.[\w-]+\.[\w-]*")
+_FILE_PARAMS = ("nkey", "creds", "cert", "key")
+_PARAMS = {"namespace", "ttl", "timeout", "ca", "name", "replicas", *_FILE_PARAMS}
 
 
 @attrs.frozen(repr=False)
@@ -215,10 +211,9 @@ def _credential_files(query: dict[str, str], url: str, in_userinfo: bool) -> dic
     """The ``nkey``, ``creds``, ``cert`` and ``key`` paths, checked to make sense together."""
     files: dict[str, str | None] = {name: query.get(name) or None for name in _FILE_PARAMS}
     for name, value in files.items():
-        if value is not None and (
-            _INLINE_SEED.fullmatch(value.strip()) or _INLINE_JWT.fullmatch(value.strip())
-        ):
-            # Not echoed: this is the secret itself.
+        if value is not None and looks_like_secret(value):
+            # Not echoed: this is the secret itself, given where its file's path belongs (a
+            # secret in a URL shows in `ps` and shell history).
             raise ConfigError(
                 f"{name}= takes the path of a file, and was given what looks like a key or JWT "
                 "itself: write it to a file readable only by the user running spate and pass "
@@ -238,9 +233,6 @@ def _credential_files(query: dict[str, str], url: str, in_userinfo: bool) -> dic
             f"a TLS client certificate needs both cert= and key= (PEM files), in {url!r}"
         )
     return files
-
-
-_FILE_PARAMS = ("nkey", "creds", "cert", "key")
 
 
 def parse_url(url: str) -> StoreOptions:
