@@ -8,9 +8,11 @@ error message quotes), so it works on the raw text:
   is no secret); ``token@`` (NATS token auth: user information without a colon) becomes
   ``***@``;
 * the value of a query parameter whose name says it holds a secret (``password``,
-  ``token``, ``secret``, ``user_password``, ``auth_token``...) becomes ``***``. File paths
-  (``ca=``, ``cert=``, ``key=``, ``.creds`` and nkey files) stay: a path is no secret, and
-  their contents are never read into a message.
+  ``token``, ``secret``, ``user_password``, ``auth_token``...) becomes ``***``, and so does
+  any value that looks like an NKey seed (``S`` and 57 base32 characters) or a JWT, whatever
+  its parameter (someone pasted the secret where its file's path belongs). File paths
+  (``ca=``, ``cert=``, ``key=``, ``creds=`` and ``nkey=`` files) stay: a path is no secret,
+  and their contents are never read into a message.
 
 :func:`url_secrets` lists the secret strings themselves, for the command line's last line of
 defence (it scrubs them from whatever it prints).
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-__all__ = ["MASK", "redact_url", "scrub", "url_secrets"]
+__all__ = ["MASK", "looks_like_secret", "redact_url", "scrub", "url_secrets"]
 
 MASK = "***"
 """What a secret is replaced by."""
@@ -31,8 +33,17 @@ MASK = "***"
 _SECRET_PARAM = re.compile(r"pass|pwd|token|secret|seed|credential|api_?key|auth")
 
 
-def _is_secret_param(name: str) -> bool:
-    return bool(_SECRET_PARAM.search(unquote(name).lower()))
+# A value that is a secret whatever its name: an NKey seed, or a JWT (header ``{"...``).
+_SECRET_VALUE = re.compile(r"S[A-Z2-7]{57}|eyJ[\w-]*\.[\w-]+\.[\w-]*")
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether ``value`` (percent-encoded or not) looks like an NKey seed or a JWT."""
+    return bool(_SECRET_VALUE.fullmatch(unquote(value).strip()))
+
+
+def _is_secret_param(name: str, value: str = "") -> bool:
+    return looks_like_secret(value) or bool(_SECRET_PARAM.search(unquote(name).lower()))
 
 
 def _split(url: str) -> tuple[str, str, str, str]:
@@ -83,7 +94,7 @@ def _redact_query(query: str) -> str:
     pieces = re.split(r"([&;])", body)
     for i in range(0, len(pieces), 2):
         name, eq, value = pieces[i].partition("=")
-        if eq and value and _is_secret_param(name):
+        if eq and value and _is_secret_param(name, value):
             pieces[i] = f"{name}={MASK}"
     return "?" + "".join(pieces) + (f"#{fragment}" if hash_ else "")
 
@@ -104,7 +115,7 @@ def url_secrets(url: object) -> list[str]:
     if query.startswith("?"):
         for piece in re.split(r"[&;]", query[1:].partition("#")[0]):
             name, eq, value = piece.partition("=")
-            if eq and value and _is_secret_param(name):
+            if eq and value and _is_secret_param(name, value):
                 found.add(value)
     decoded = {unquote(s) for s in found} | {unquote(s.replace("+", " ")) for s in found}
     return sorted((s for s in found | decoded if s), key=len, reverse=True)

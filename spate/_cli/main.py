@@ -6,6 +6,10 @@ process of the demo's job, not of a job of yours), ``status``, ``requeue`` and `
 Ctrl-C leaves gracefully: splits are handed back and the process waits, bounded, until they
 are held elsewhere; a second Ctrl-C leaves at once.
 
+Every command's store URL comes from ``--store`` or, without it, from the ``SPATE_STORE``
+environment variable (the demo then falls back to its embedded memory store; the other
+commands refuse to guess), so credentials need not sit in ``ps`` output and shell history.
+
 Nothing this command prints names a password or token: store URLs are shown through
 :func:`spate_stores.redact_url`, and whatever it prints on an error is also scrubbed of the
 secrets its own ``--store`` URL carries.
@@ -17,6 +21,7 @@ import argparse
 import importlib.util
 import io
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -37,12 +42,21 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_STALLED = 3
 
+STORE_ENV = "SPATE_STORE"
+"""The environment variable every command reads its store URL from when ``--store`` is not
+given: credentials in a command line show in ``ps`` and shell history, an environment does not."""
+_FROM_ENV = f"(default: ${STORE_ENV})"
+_DEMO_STORE = "memory://"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``spate`` command."""
     parser = argparse.ArgumentParser(
         prog="spate",
         description="Share one job's work safely across a fleet of Trio workers.",
+        epilog=f"Every command takes its store URL from --store or, without it, from the "
+        f"{STORE_ENV} environment variable (which keeps credentials out of `ps` and shell "
+        "history).",
     )
     parser.add_argument(
         "--version", action="version", version=f"spate {__version__}", help="print the version"
@@ -58,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         "lanes at the end. The result is checked against a single-pass computation, and the "
         "job's length against the least it would have taken without splitting.",
     )
-    demo.add_argument("--store", default="memory://", help="store URL (default: memory://)")
+    demo.add_argument(
+        "--store", help=f"store URL (default: ${STORE_ENV} if set, else the embedded memory://)"
+    )
     demo.add_argument("--workers", type=int, default=4, help="workers at the start (default 4)")
     demo.add_argument("--splits", type=int, default=64, help="splits in the job (default 64)")
     demo.add_argument("--seed", type=int, default=1, help="makes a run repeatable (default 1)")
@@ -80,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "supervisor) against etcd or NATS to see a real fleet work it. It does not run a job "
         "of yours: for that, call spate.run_worker with your own planner and handler.",
     )
-    worker.add_argument("--store", required=True, help="store URL, e.g. etcd://127.0.0.1:2379")
+    worker.add_argument("--store", help=f"store URL, e.g. etcd://127.0.0.1:2379 {_FROM_ENV}")
     worker.add_argument("--job", default="spate-demo", help="job name (default spate-demo)")
     worker.add_argument("--instance", help="instance id (default: the host name)")
     worker.add_argument(
@@ -134,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "whatever TTL its namespace was made with. Exits 2 when the store holds no such job, "
         "naming the jobs it does hold.",
     )
-    status.add_argument("--store", required=True, help="store URL")
+    status.add_argument("--store", help=f"store URL {_FROM_ENV}")
     status.add_argument("--job", required=True, help="job name")
     status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
     status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
@@ -158,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Return quarantined splits to the queue (attempts reset): the ones named, "
         "or every quarantined split of the job with --all.",
     )
-    requeue.add_argument("--store", required=True, help="store URL")
+    requeue.add_argument("--store", help=f"store URL {_FROM_ENV}")
     requeue.add_argument("--job", required=True, help="job name")
     requeue.add_argument(
         "--all",
@@ -177,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         "leases, workers' presence) and print what was removed; other jobs in the store are "
         "left untouched. Refused while a worker of the job is live, unless --force.",
     )
-    delete.add_argument("--store", required=True, help="store URL")
+    delete.add_argument("--store", help=f"store URL {_FROM_ENV}")
     delete.add_argument("--job", required=True, help="name of the job to remove")
     delete.add_argument(
         "--force",
@@ -189,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     conformance = commands.add_parser(
         "conformance", help="run the store conformance suite against a deployed store"
     )
-    conformance.add_argument("--store", required=True, help="store URL (use a scratch namespace)")
+    conformance.add_argument("--store", help=f"store URL (use a scratch namespace) {_FROM_ENV}")
     conformance.add_argument(
         "pytest_args", nargs="*", help="extra pytest arguments (after --, e.g. -- -x -k cas)"
     )
@@ -515,6 +531,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     from spate_stores._redact import url_secrets
 
+    try:
+        _resolve_store(args)
+    except ConfigError as exc:
+        print(f"spate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     secrets = [
         secret
         for option in ("store", "otlp_endpoint")
@@ -537,6 +558,27 @@ def main(argv: list[str] | None = None) -> int:
             # its message may quote the URL it was given.
             traceback.print_exc()
             return EXIT_FAILED
+
+
+def _resolve_store(args: argparse.Namespace) -> None:
+    """Fill in ``args.store`` from ``$SPATE_STORE`` when ``--store`` was not given.
+
+    The demo falls back to its embedded memory store; every other command needs a store and
+    raises ConfigError naming both ways to give one.
+    """
+    if not hasattr(args, "store") or args.store:
+        return
+    from_env = os.environ.get(STORE_ENV, "").strip()
+    if from_env:
+        args.store = from_env
+    elif args.command == "demo":
+        args.store = _DEMO_STORE
+    else:
+        raise ConfigError(
+            f"no store given: pass --store URL or set the {STORE_ENV} environment variable "
+            f"(export {STORE_ENV}=nats://host:4222/namespace, say; an environment variable "
+            "keeps credentials out of `ps` and shell history)"
+        )
 
 
 class _Scrubbing(io.TextIOBase):

@@ -3,6 +3,7 @@
 ``open_store`` opens it from a URL::
 
     nats://[user:password@ | token@]host[:port][/namespace][?ttl=30&timeout=5&ca=ca.pem]
+    nats://host:4222/namespace?nkey=user.nk | ?creds=user.creds | ?cert=c.pem&key=k.pem
 
 with ``tls://`` (or ``nats+tls://``) for TLS and ``nats+ws://`` / ``nats+wss://`` for
 WebSocket. Each namespace gets two KV buckets (``spate_durable_<ns>``,

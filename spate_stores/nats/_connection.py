@@ -36,6 +36,7 @@ import trio
 from spate import StoreError
 from spate._version import __version__
 from spate_stores.nats import _errors as errors
+from spate_stores.nats._creds import load_credentials
 from spate_stores.nats._errors import ServerError, TlsVerificationFailed
 from spate_stores.nats._options import ConnectOptions
 from spate_stores.nats._protocol import (
@@ -176,6 +177,7 @@ class NatsConnection:
         self._nursery: trio.Nursery | None = None
         self.reconnects = 0
         """How many times the connection was re-established (for tests and telemetry)."""
+        self._public_key: str | None = None
 
     # -- state -----------------------------------------------------------------------------
 
@@ -265,13 +267,17 @@ class NatsConnection:
                     errors.is_fatal_first_failure(reason)
                 ):
                     continue  # the first connection tries each configured server once
-                raise errors.first_connection_failed(self.options.url, reason, tried)
+                raise errors.first_connection_failed(
+                    self.options.url, reason, tried, check=self._credentials_hint()
+                )
             first = False
             if self._is_closed():
                 return
             if isinstance(reason, ServerError) and reason.is_auth:
                 # Requests fail fast with a clear error until the credentials work again.
-                self._fatal = errors.credentials_refused(self.options.url, reason.message)
+                self._fatal = errors.credentials_refused(
+                    self.options.url, reason.message, check=self._credentials_hint()
+                )
                 self._ready.set()
             log.warning("connection to %s lost (%s); reconnecting", self.options.url, reason)
             if trio.current_time() - started > 10 * self.options.reconnect_wait_max:
@@ -281,6 +287,13 @@ class NatsConnection:
 
     def _is_closed(self) -> bool:
         return self._closed
+
+    def _credentials_hint(self) -> str:
+        """What to check when the server refuses the credentials (the NKey's public key too)."""
+        hint = self.options.credentials_hint
+        if self._public_key is not None:
+            hint += f"; this client's public key is {self._public_key}"
+        return hint
 
     async def _session(self, task_status: trio.TaskStatus[None] | None) -> tuple[bool, Exception]:
         """Connect and serve until the connection ends; return if it connected, and why it ended."""
@@ -372,9 +385,15 @@ class NatsConnection:
                     raise ProtocolError(f"expected INFO first, got {event!r}")
         self._info = dict(info)
         self._learn(info)
+        where = ServerPool.describe([self.pool.current])
+        secured = False
         if isinstance(transport, SocketTransport) and (options.tls or info.get("tls_required")):
             if early or parser.buffered:
                 raise ProtocolError("the server sent data after INFO before the TLS upgrade")
+            if info.get("tls_verify") and options.cert_file is None:
+                # Else the handshake "succeeds" and the server hangs up on the first read.
+                raise errors.client_certificate_required(where)
+            secured = True
             try:
                 transport = await transport.start_tls(options.ssl_context(), host)
             except TransportError as exc:
@@ -402,6 +421,11 @@ class NatsConnection:
             connect["pass"] = options.password or ""
         if options.token is not None:
             connect["auth_token"] = options.token
+        credentials = load_credentials(options.nkey_file, options.creds_file)
+        if credentials is not None:
+            self._public_key = credentials.key.public_key
+            nonce = info.get("nonce")
+            connect.update(credentials.connect_fields(nonce if isinstance(nonce, str) else None))
         subs = [encode_sub(f"{self._inbox}.*", _INBOX_SID)]
         subs += [encode_sub(sub.subject, sub.sid) for sub in self._subs.values()]
         await transport.send_all(encode_connect(connect) + encode_ping())
@@ -419,7 +443,14 @@ class NatsConnection:
                     await transport.send_all(encode_pong())
                 elif isinstance(event, Err):
                     raise ServerError(event.message)
-            data = await transport.receive_some()
+            try:
+                data = await transport.receive_some()
+            except TransportError as exc:
+                # TLS 1.3 settles the client certificate after the handshake: a refused one
+                # shows as an alert on the first read.
+                if secured and "alert" in str(exc).lower():
+                    raise errors.client_certificate_refused(where, exc) from exc
+                raise
             if not data:
                 raise TransportError("the server closed the connection during the handshake")
             early = parser.receive_data(data)

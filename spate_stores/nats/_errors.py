@@ -49,6 +49,8 @@ __all__ = [
     "ack_without_sequence",
     "broke_while_sending",
     "broke_while_waiting",
+    "client_certificate_refused",
+    "client_certificate_required",
     "closed_while_waiting",
     "connection_down",
     "create_kept_racing",
@@ -176,14 +178,18 @@ def is_fatal_first_failure(reason: Exception) -> bool:
 
 
 def first_connection_failed(
-    url: str, reason: Exception, tried: Sequence[tuple[str, int]]
+    url: str,
+    reason: Exception,
+    tried: Sequence[tuple[str, int]],
+    *,
+    check: str = "the user and password or token in the store URL",
 ) -> Exception:
-    """The error of a store whose first connection failed on every server ``tried``."""
+    """The error of a store whose first connection failed on every server ``tried``.
+
+    ``check`` says which credentials to look at if the server refused them.
+    """
     if isinstance(reason, ServerError) and reason.is_auth:
-        return StoreError(
-            f"{url} refused the credentials ({reason.message}); check the user and "
-            "password or token in the store URL."
-        )
+        return StoreError(f"{url} refused the credentials ({reason.message}); check {check}.")
     if isinstance(reason, TlsVerificationFailed):
         return StoreError(
             f"the TLS certificate of {url} did not verify ({reason}); pass the CA bundle "
@@ -218,11 +224,27 @@ def does_not_speak_tls(host: str, port: int, reason: Exception) -> StoreError:
     )
 
 
-def credentials_refused(url: str, message: str) -> StoreError:
+def credentials_refused(
+    url: str, message: str, *, check: str = "the user and password or token in the store URL"
+) -> StoreError:
     """A server refusing the credentials on a reconnection (requests fail fast until fixed)."""
+    return StoreError(f"{url} now refuses the credentials ({message}); check {check}.")
+
+
+def client_certificate_required(where: str) -> StoreError:
+    """A server that verifies client certificates (``verify: true``), and none configured."""
     return StoreError(
-        f"{url} now refuses the credentials ({message}); "
-        "check the user and password or token in the store URL."
+        f"the server at {where} requires a TLS client certificate (its tls block has verify: "
+        "true) and the store URL gives none: add cert=/path/client.pem&key=/path/client-key.pem"
+    )
+
+
+def client_certificate_refused(where: str, reason: Exception) -> StoreError:
+    """The server ended the TLS session over the client certificate (untrusted, expired...)."""
+    return StoreError(
+        f"the server at {where} refused the TLS client certificate ({reason}): check that "
+        "cert= is signed by a CA in the server's tls ca_file, is not expired, and allows "
+        "client authentication"
     )
 
 

@@ -13,7 +13,14 @@ least 1; without it an existing namespace's TTL is adopted, and a new one gets 3
 (seconds per request, default 5), ``ca`` (a PEM file of CA certificates to verify the server with,
 instead of the system store), ``name`` (the client name the server shows in its monitoring),
 ``replicas`` (stream replicas of buckets this store creates: 1, 3 or 5; default 1). User,
-password and token are percent-decoded. Several comma-separated servers of one cluster may be
+password and token are percent-decoded.
+
+Credentials beyond user/password and token are files, named by path (a path is no secret, so
+the URL can be shown; the files are read at each connection and never quoted): ``nkey`` (an
+NKey user seed file), ``creds`` (a ``.creds`` file: user JWT and seed), and ``cert`` with
+``key`` (a TLS client certificate and its private key, PEM; they turn TLS on). One kind of
+user credentials at a time: user/password, token, ``nkey`` or ``creds`` (a client certificate
+goes with any of them). Several comma-separated servers of one cluster may be
 given: the client connects to the first that answers, moves on when its server goes away, and also
 learns the servers the cluster advertises.
 """
@@ -26,10 +33,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from spate import ConfigError
+from spate import ConfigError, StoreError
 from spate._echo import shorten
 from spate_stores._hosts import parse_host_list
-from spate_stores._redact import redact_url
+from spate_stores._redact import looks_like_secret, redact_url
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
 
@@ -48,7 +55,8 @@ _TRANSPORTS = {
     "nats+wss": ("ws", True),
 }
 _DEFAULT_PORTS = {("tcp", False): 4222, ("tcp", True): 4222, ("ws", False): 80, ("ws", True): 443}
-_PARAMS = {"namespace", "ttl", "timeout", "ca", "name", "replicas"}
+_FILE_PARAMS = ("nkey", "creds", "cert", "key")
+_PARAMS = {"namespace", "ttl", "timeout", "ca", "name", "replicas", *_FILE_PARAMS}
 
 
 @attrs.frozen(repr=False)
@@ -66,6 +74,14 @@ class ConnectOptions:
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    nkey_file: str | None = None
+    """An NKey seed file (``nkey=``): the user's seed, which signs the server's nonce."""
+    creds_file: str | None = None
+    """A ``.creds`` file (``creds=``): the user JWT and its seed (decentralized auth)."""
+    cert_file: str | None = None
+    """PEM file of the TLS client certificate (``cert=``), for servers that verify clients."""
+    key_file: str | None = None
+    """PEM file of the client certificate's private key (``key=``)."""
     name: str = "spate"
     """The client name the server shows in its monitoring endpoints."""
     timeout: float = DEFAULT_TIMEOUT
@@ -101,10 +117,63 @@ class ConnectOptions:
     def __repr__(self) -> str:
         return f"ConnectOptions({self.url!r})"
 
+    @property
+    def credentials_hint(self) -> str:
+        """What to check when the server refuses this client's credentials (no secret in it)."""
+        if self.creds_file is not None:
+            return (
+                f"the creds file {self.creds_file} (creds=): the server must trust the account "
+                "that signed its user JWT (operator mode), and the JWT must not have expired "
+                "or been revoked"
+            )
+        if self.nkey_file is not None:
+            return (
+                f"the NKey seed file {self.nkey_file} (nkey=): the server must list its public "
+                "key as a user (authorization { users: [ { nkey: U... } ] })"
+            )
+        if self.user is not None or self.token is not None:
+            return "the user and password or token in the store URL"
+        return (
+            "the store URL: it gives no credentials and the server wants some (user:password@ "
+            "or token@, ?nkey=/path/user.nk, ?creds=/path/user.creds)"
+        )
+
     def ssl_context(self) -> ssl.SSLContext:
-        """The TLS context verifying the server (against ``ca_file`` or the system store)."""
-        context = ssl.create_default_context(cafile=self.ca_file)
+        """The TLS context: verifies the server, presents the client certificate if any.
+
+        The server is verified against ``ca_file`` or the system store. Raises StoreError
+        naming the file when a CA bundle, certificate or key cannot be loaded.
+        """
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise StoreError(
+                f"cannot load the CA bundle ca={self.ca_file} ({_reason(exc)}); it should be a "
+                "PEM file of the CA certificates that signed the server's certificate"
+            ) from None
+        if self.cert_file is not None:
+            try:
+                # A password callback, so an encrypted key fails here instead of OpenSSL
+                # prompting on the terminal (which would hang a service).
+                context.load_cert_chain(self.cert_file, self.key_file, password=_no_password)
+            except (OSError, ssl.SSLError) as exc:
+                raise StoreError(
+                    f"cannot load the TLS client certificate cert={self.cert_file} with "
+                    f"key={self.key_file} ({_reason(exc)}); they should be PEM files, the key "
+                    "the certificate's own (unencrypted)"
+                ) from None
         return context
+
+
+def _no_password() -> bytes:
+    return b""
+
+
+def _reason(exc: OSError | ssl.SSLError) -> str:
+    # An SSLError's text is the library's reason ("[SSL] PEM lib"); an OSError's its strerror.
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)
+    return exc.strerror or str(exc)
 
 
 @attrs.frozen
@@ -136,6 +205,34 @@ def _number(query: dict[str, str], name: str, default: float, url: str) -> float
             f"(in {url!r})"
         )
     return value
+
+
+def _credential_files(query: dict[str, str], url: str, in_userinfo: bool) -> dict[str, str | None]:
+    """The ``nkey``, ``creds``, ``cert`` and ``key`` paths, checked to make sense together."""
+    files: dict[str, str | None] = {name: query.get(name) or None for name in _FILE_PARAMS}
+    for name, value in files.items():
+        if value is not None and looks_like_secret(value):
+            # Not echoed: this is the secret itself, given where its file's path belongs (a
+            # secret in a URL shows in `ps` and shell history).
+            raise ConfigError(
+                f"{name}= takes the path of a file, and was given what looks like a key or JWT "
+                "itself: write it to a file readable only by the user running spate and pass "
+                "its path (a secret in a URL shows in `ps` and shell history)"
+            )
+    if files["nkey"] is not None and files["creds"] is not None:
+        raise ConfigError(
+            f"give nkey= or creds=, not both, in {url!r}: a .creds file holds its own seed"
+        )
+    if in_userinfo and (files["nkey"] is not None or files["creds"] is not None):
+        raise ConfigError(
+            f"{url!r} gives both user/password or token credentials and an nkey= or creds= "
+            "file; a connection authenticates as one user: keep one of them"
+        )
+    if (files["cert"] is None) != (files["key"] is None):
+        raise ConfigError(
+            f"a TLS client certificate needs both cert= and key= (PEM files), in {url!r}"
+        )
+    return files
 
 
 def parse_url(url: str) -> StoreOptions:
@@ -173,6 +270,7 @@ def parse_url(url: str) -> StoreOptions:
     token = None
     if user is not None and password is None:
         token, user = user, None
+    files = _credential_files(query, redacted, user is not None or token is not None)
     ttl = _number(query, "ttl", DEFAULT_TTL, redacted)
     if ttl < MIN_TTL:
         raise ConfigError(
@@ -185,11 +283,15 @@ def parse_url(url: str) -> StoreOptions:
         port=port,
         servers=servers if len(servers) > 1 else (),
         transport=transport,
-        tls=tls or ca_file is not None,
+        tls=tls or ca_file is not None or files["cert"] is not None,
         ca_file=ca_file,
         user=user,
         password=password,
         token=token,
+        nkey_file=files["nkey"],
+        creds_file=files["creds"],
+        cert_file=files["cert"],
+        key_file=files["key"],
         name=query.get("name") or "spate",
         timeout=_number(query, "timeout", DEFAULT_TIMEOUT, redacted),
     )

