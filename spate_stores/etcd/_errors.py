@@ -20,12 +20,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from spate import SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate import ConfigError, SpateError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import SessionLost
 from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
 
 __all__ = [
+    "LeaseTtlMismatch",
     "compacted_during_listing",
     "compacted_during_paged_listing",
     "gateway_error",
@@ -45,6 +46,8 @@ __all__ = [
     "tls_files_unreadable",
     "transport_error",
     "ttl_mismatch",
+    "ttl_not_granted",
+    "ttl_record_ungrantable",
     "ttl_record_unreadable",
     "ttl_record_unstable",
     "value_too_large",
@@ -381,12 +384,46 @@ def lease_unusable(endpoint: str, reply: object) -> StoreError:
     return StoreError(f"etcd at {endpoint} granted no usable lease: {reply}")
 
 
-def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
+class LeaseTtlMismatch(StoreError):
+    """etcd granted a lease with another TTL than asked (``granted``: what it gave)."""
+
+    def __init__(self, message: str, granted: int) -> None:
+        super().__init__(message)
+        self.granted = granted
+
+
+def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> LeaseTtlMismatch:
     """A lease granted with another TTL than asked (the server's limits)."""
-    return StoreError(
+    return LeaseTtlMismatch(
         f"etcd at {endpoint} granted a {granted} s lease for a requested "
         f"{wanted} s (its lease TTL limits); open the namespace with a ttl etcd "
-        "grants as asked"
+        "grants as asked",
+        granted,
+    )
+
+
+def ttl_not_granted(endpoint: str, wanted: int, granted: int, namespace: str) -> ConfigError:
+    """A new namespace's TTL that this etcd server does not grant as asked (nothing recorded)."""
+    why = (
+        "its shortest lease is 1.5 election timeouts, so this server was started with a "
+        "longer --election-timeout than the default"
+        if granted > wanted
+        else "its lease limits"
+    )
+    return ConfigError(
+        f"etcd at {endpoint} grants a lease of {granted} s when asked for ttl={wanted} ({why}), "
+        f"so namespace {namespace!r} cannot use that TTL; nothing was written. Open it with "
+        f"ttl={granted} or more"
+    )
+
+
+def ttl_record_ungrantable(namespace: str, recorded: int, low: int, high: int) -> StoreError:
+    """The namespace's recorded TTL is one etcd cannot grant (written by an older spate)."""
+    return StoreError(
+        f"etcd namespace {namespace!r} records an ephemeral TTL of {recorded} s, which etcd "
+        f"cannot grant (its leases last {low} to {high} s), so no lease can be taken there. "
+        "Clear the record with `spate reset-ttl --store URL` (once no job is left there: "
+        "`spate delete --store URL --job NAME` removes one), then open it with a ttl in range"
     )
 
 
