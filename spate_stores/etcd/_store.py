@@ -119,6 +119,7 @@ class EtcdStore:
         # A recorded TTL etcd cannot grant (written by an older spate): the store still opens
         # so that `spate reset-ttl` can clear it, but refuses every lease with this.
         self._ungrantable: StoreError | None = None
+        self._recorded: float | None = None
         self._capabilities = Capabilities(
             system="etcd",
             ephemeral=EphemeralSemantics.SESSION,
@@ -181,6 +182,11 @@ class EtcdStore:
         return float(self._ttl)
 
     @property
+    def recorded_ttl(self) -> float | None:
+        """The TTL the namespace recorded when this store opened (None: it recorded none)."""
+        return self._recorded
+
+    @property
     def lease_id(self) -> int | None:
         """The client's default lease (for writes naming no session; None before the first)."""
         return self._session.lease_id if self._session else None
@@ -241,6 +247,7 @@ class EtcdStore:
         if current is not None:
             try:
                 self._ttl = int(current.value.decode())
+                self._recorded = float(self._ttl)
             except ValueError:
                 pass  # a reader needs no TTL; a writer's open says what is wrong with it
 
@@ -265,6 +272,7 @@ class EtcdStore:
                 if wanted is not None and recorded != int(wanted):
                     raise errors.ttl_mismatch(self._config.namespace, recorded, int(wanted))
                 self._ttl = recorded
+                self._recorded = float(recorded)
                 return
             ttl = int(wanted or DEFAULT_EPHEMERAL_TTL)
             await self._check_grantable(ttl)
@@ -275,6 +283,7 @@ class EtcdStore:
             )
             if txn_succeeded(reply):
                 self._ttl = ttl
+                self._recorded = float(ttl)
                 return
         raise errors.ttl_record_unstable(self._config.namespace)
 

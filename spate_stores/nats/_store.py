@@ -149,6 +149,12 @@ class NatsStore:
         return self._options.ttl
 
     @property
+    def recorded_ttl(self) -> float | None:
+        """The namespace's TTL (its ephemeral bucket's max_age); None while it has no bucket."""
+        ephemeral = self._buckets.get(Keyspace.EPHEMERAL)
+        return ephemeral.max_age if ephemeral is not None else None
+
+    @property
     def namespace(self) -> str:
         """The namespace this store reads and writes."""
         return self._options.namespace
