@@ -26,7 +26,6 @@ from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
 
 __all__ = [
-    "LeaseTtlMismatch",
     "compacted_during_listing",
     "compacted_during_paged_listing",
     "gateway_error",
@@ -36,6 +35,7 @@ __all__ = [
     "lease_unusable",
     "no_member_accepted_stream",
     "no_member_served",
+    "not_http",
     "not_json",
     "refused",
     "session_lost",
@@ -303,6 +303,16 @@ def not_json(origin: str) -> StoreError:
     )
 
 
+def not_http(endpoint: str, said: bytes) -> StoreError:
+    """An endpoint whose port speaks something other than HTTP (``said``: its first line)."""
+    hint = " (a NATS server's client port)" if said.startswith(b"INFO ") else ""
+    return StoreError(
+        f"{endpoint} is not an etcd gateway: it does not speak HTTP, it says {said[:40]!r}"
+        f"{hint}; check the host and port of the etcd URL (etcd serves clients on 2379 by "
+        "default)"
+    )
+
+
 def sign_in_without_token(endpoint: str) -> StoreError:
     """A sign-in answered without a token."""
     return StoreError(f"etcd at {endpoint} answered a sign-in without a token")
@@ -384,21 +394,12 @@ def lease_unusable(endpoint: str, reply: object) -> StoreError:
     return StoreError(f"etcd at {endpoint} granted no usable lease: {reply}")
 
 
-class LeaseTtlMismatch(StoreError):
-    """etcd granted a lease with another TTL than asked (``granted``: what it gave)."""
-
-    def __init__(self, message: str, granted: int) -> None:
-        super().__init__(message)
-        self.granted = granted
-
-
-def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> LeaseTtlMismatch:
+def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
     """A lease granted with another TTL than asked (the server's limits)."""
-    return LeaseTtlMismatch(
+    return StoreError(
         f"etcd at {endpoint} granted a {granted} s lease for a requested "
         f"{wanted} s (its lease TTL limits); open the namespace with a ttl etcd "
-        "grants as asked",
-        granted,
+        "grants as asked"
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import trio
 
-from spate import StoreError
+from spate import StoreError, StoreUnavailable
 from spate.store import (
     Capabilities,
     Conflict,
@@ -52,6 +52,10 @@ from spate_stores.etcd._wire import (
     deleted_count,
     each_succeeded,
     header_revision,
+    lease_grant,
+    lease_id,
+    lease_revoke,
+    lease_ttl,
     parse_kvs,
     prefix_end,
     range_request,
@@ -295,15 +299,19 @@ class EtcdStore:
         with --election-timeout=5000): a namespace recorded with a TTL the server will not
         grant as asked could open but never lease. Raises ConfigError, writing nothing.
         """
-        probe = LeaseSession(self._gateway, ttl)
-        try:
-            await probe.start()
-        except errors.LeaseTtlMismatch as exc:
+        doing = "checking that etcd grants the namespace's TTL"
+        reply = await self._gateway.call("/v3/lease/grant", lease_grant(ttl), doing=doing)
+        lease, granted = lease_id(reply), lease_ttl(reply)
+        if lease:
+            with trio.CancelScope(shield=True), trio.move_on_after(self._config.timeout):
+                try:
+                    await self._gateway.call("/v3/lease/revoke", lease_revoke(lease), doing=doing)
+                except (StoreError, StoreUnavailable, ReplyError):
+                    pass  # it holds no key and nothing keeps it alive: it expires on its own
+        if granted != ttl:
             raise errors.ttl_not_granted(
-                self._gateway.endpoint, ttl, exc.granted, self._config.namespace
-            ) from None
-        finally:
-            await probe.close()
+                self._gateway.endpoint, ttl, granted, self._config.namespace
+            )
 
     async def release_namespace(self) -> bool:
         """Forget the namespace's TTL if it holds no key (True if it was forgotten).

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spate import StoreError, StoreUnavailable, ValueTooLarge
+from spate import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import SessionLost
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._wire import ErrorKind, GatewayError
@@ -138,6 +138,12 @@ TABLE: list[tuple[str, Callable[[], Exception], type[Exception], str]] = [
      "granted no usable lease"),
     ("lease_ttl_mismatch", lambda: errors.lease_ttl_mismatch(EP, 5, 10), StoreError,
      "granted a 5 s lease for a requested 10 s"),
+    ("ttl_not_granted", lambda: errors.ttl_not_granted(EP, 2, 8, "ns"), ConfigError,
+     "grants a lease of 8 s when asked for ttl=2 (its shortest lease is 1.5 election"),
+    ("ttl_record_ungrantable", lambda: errors.ttl_record_ungrantable("ns", 10**12, 2, 9 * 10**9),
+     StoreError, "records an ephemeral TTL of 1000000000000 s, which etcd cannot grant"),
+    ("not_http", lambda: errors.not_http(EP, b"INFO {}"), StoreError,
+     "is not an etcd gateway: it does not speak HTTP, it says b'INFO {}' (a NATS server's"),
     ("keepalive_unreadable", lambda: errors.keepalive_unreadable(ValueError("x")),
      StoreUnavailable, "unreadable lease keepalive reply: x"),
     ("keepalive_timeout", lambda: errors.keepalive_timeout(EP, 2.0), StoreUnavailable,
