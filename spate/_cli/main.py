@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import io
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -37,6 +38,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_STALLED = 3
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command killed by SIGPIPE (128 + 13): the reader of its output
+went away (``spate status --json | head -1``), so the rest was not wanted."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -575,7 +579,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with _scrubbed_output(secrets), _quiet_http_logs():
         try:
-            return _COMMANDS[args.command](args)
+            status = _COMMANDS[args.command](args)
+            sys.stdout.flush()  # inside the try: a closed pipe raises here, not at exit
+            return status
+        except BrokenPipeError:
+            return _reader_gone()
         except SpateError as exc:
             from spate._delete import DeleteRefused, ResetRefused
             from spate._ops import JobNotFound, RequeueRefused
@@ -590,6 +598,22 @@ def main(argv: list[str] | None = None) -> int:
             # its message may quote the URL it was given.
             traceback.print_exc()
             return EXIT_FAILED
+
+
+def _reader_gone() -> int:
+    """Leave quietly once standard output's reader has gone (the Python docs' SIGPIPE note).
+
+    Standard output is pointed at /dev/null first, so the interpreter's own flush at exit
+    finds nothing to complain about: no traceback, no "Exception ignored" line.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # no real file descriptor behind stdout: nothing of it is left to flush
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 class _Scrubbing(io.TextIOBase):
