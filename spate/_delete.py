@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from spate._core.records import KeyKind, Keys, LeaderRecord, UnreadableRecord, decode
+from spate._echo import seconds
 from spate._errors import StoreError
 from spate._ops import JobNotFound, list_jobs
 from spate._plan import validate_job
@@ -48,7 +49,7 @@ class DeleteRefused(StoreError):
         super().__init__(
             f"job {job} has {len(self.workers)} live worker(s): {', '.join(self.workers)}; "
             "nothing was removed. Stop them first (a stopped worker's presence key goes at once "
-            f"on etcd, within the TTL of {ttl:g} s on NATS), or delete with --force "
+            f"on etcd, within the TTL of {seconds(ttl)} on NATS), or delete with --force "
             "(force=True), which cuts them off: their next write is refused and they stop with "
             "an error, losing the work in flight."
         )

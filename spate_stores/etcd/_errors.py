@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from spate import ConfigError, SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate._echo import seconds
 from spate.store import SessionLost
 from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
@@ -272,7 +273,7 @@ def stream_handshake_timeout(endpoint: str, what: str, timeout: float) -> StoreU
     """A WebSocket stream whose handshake did not finish in time."""
     return StoreUnavailable(
         f"etcd at {endpoint} did not complete the {what} WebSocket handshake within "
-        f"{timeout} s; check that it is reachable (and its TLS settings)"
+        f"{seconds(timeout)}; check that it is reachable (and its TLS settings)"
     )
 
 
@@ -384,7 +385,7 @@ def session_lost(endpoint: str, ttl: int) -> SessionLost:
     """A session whose lease is gone (no keepalive confirmed for a TTL, or dropped by etcd)."""
     return SessionLost(
         f"the etcd session lease on {endpoint} is lost (no keepalive "
-        f"confirmed for {ttl} s, or etcd dropped it); its keys are gone and "
+        f"confirmed for {seconds(ttl)}, or etcd dropped it); its keys are gone and "
         "nothing was written; open a new session"
     )
 
@@ -397,8 +398,8 @@ def lease_unusable(endpoint: str, reply: object) -> StoreError:
 def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
     """A lease granted with another TTL than asked (the server's limits)."""
     return StoreError(
-        f"etcd at {endpoint} granted a {granted} s lease for a requested "
-        f"{wanted} s (its lease TTL limits); open the namespace with a ttl etcd "
+        f"etcd at {endpoint} granted a {seconds(granted)} lease for a requested "
+        f"{seconds(wanted)} (its lease TTL limits); open the namespace with a ttl etcd "
         "grants as asked"
     )
 
@@ -412,19 +413,20 @@ def ttl_not_granted(endpoint: str, wanted: int, granted: int, namespace: str) ->
         else "its lease limits"
     )
     return ConfigError(
-        f"etcd at {endpoint} grants a lease of {granted} s when asked for ttl={wanted} ({why}), "
-        f"so namespace {namespace!r} cannot use that TTL; nothing was written. Open it with "
-        f"ttl={granted} or more"
+        f"etcd at {endpoint} grants a lease of {seconds(granted)} when asked for "
+        f"ttl={wanted} ({why}), so namespace {namespace!r} cannot use that TTL; nothing was "
+        f"written. Open it with ttl={granted} or more"
     )
 
 
 def ttl_record_ungrantable(namespace: str, recorded: int, low: int, high: int) -> StoreError:
     """The namespace's recorded TTL is one etcd cannot grant (written by an older spate)."""
     return StoreError(
-        f"etcd namespace {namespace!r} records an ephemeral TTL of {recorded} s, which etcd "
-        f"cannot grant (its leases last {low} to {high} s), so no lease can be taken there. "
-        "Clear the record with `spate reset-ttl --store URL` (once no job is left there: "
-        "`spate delete --store URL --job NAME` removes one), then open it with a ttl in range"
+        f"etcd namespace {namespace!r} records an ephemeral TTL of {seconds(recorded)}, which "
+        f"etcd cannot grant (its leases last {seconds(low)} to {seconds(high)}), so no lease "
+        "can be taken there. Clear the record with `spate reset-ttl --store URL` (once no job "
+        "is left there: `spate delete --store URL --job NAME` removes one), then open it with "
+        "a ttl in range"
     )
 
 
@@ -436,7 +438,7 @@ def keepalive_unreadable(exc: Exception) -> StoreUnavailable:
 def keepalive_timeout(endpoint: str, timeout: float) -> StoreUnavailable:
     """No answer to a keepalive within the timeout."""
     return StoreUnavailable(
-        f"etcd at {endpoint} did not answer a lease keepalive within {timeout} s"
+        f"etcd at {endpoint} did not answer a lease keepalive within {seconds(timeout)}"
     )
 
 
@@ -465,7 +467,9 @@ def watch_not_acknowledged(endpoint: str, timeout: float | None = None) -> Store
     """A watch creation not acknowledged (at all, or within ``timeout``)."""
     if timeout is None:
         return StoreUnavailable(f"etcd at {endpoint} did not acknowledge a watch")
-    return StoreUnavailable(f"etcd at {endpoint} did not acknowledge a watch within {timeout} s")
+    return StoreUnavailable(
+        f"etcd at {endpoint} did not acknowledge a watch within {seconds(timeout)}"
+    )
 
 
 def watch_refused(
@@ -508,7 +512,7 @@ def watch_silent(endpoint: str, timeout: float, *, again: bool) -> StoreUnavaila
     advice = "; watch again" if again else ""
     return StoreUnavailable(
         f"the watch stream to etcd at {endpoint} went silent (no answer to a progress "
-        f"request within {timeout} s){advice}"
+        f"request within {seconds(timeout)}){advice}"
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spate import StoreError, StoreUnavailable, ValueTooLarge
+from spate._echo import seconds
 from spate_stores import _namespace
 from spate_stores.nats._protocol import ProtocolError
 from spate_stores.nats._servers import ServerPool
@@ -329,7 +330,7 @@ def not_connected(url: str, last_loss: str) -> StoreUnavailable:
 def reply_timeout(url: str, subject: str, timeout: float) -> StoreUnavailable:
     """No reply to a request within its timeout."""
     return StoreUnavailable(
-        f"no reply from NATS at {url} to a request on {subject} within {timeout:g} s; "
+        f"no reply from NATS at {url} to a request on {subject} within {seconds(timeout)}; "
         f"{_outcome(subject)}"
     )
 
@@ -453,7 +454,7 @@ def durable_bucket_expires(bucket: str, max_age: float) -> StoreError:
     """A durable keyspace's bucket that expires entries (``max_age`` in seconds)."""
     return StoreError(
         f"the NATS KV bucket {bucket} for the durable keyspace expires entries after "
-        f"{max_age:g} s; durable records must never expire. Delete the bucket or use "
+        f"{seconds(max_age)}; durable records must never expire. Delete the bucket or use "
         "another namespace."
     )
 
