@@ -12,6 +12,7 @@ import math
 
 import attrs
 
+from spate._echo import number, seconds
 from spate._errors import ConfigError
 
 __all__ = ["Config"]
@@ -194,14 +195,15 @@ class Config:
         )
         if timeout > lease / 2:
             raise ConfigError(
-                f"Config.op_timeout ({timeout} s) must be at most half the lease ({lease} s): "
+                f"Config.op_timeout ({seconds(timeout)}) must be at most half the lease "
+                f"({seconds(lease)}): "
                 "a worker must be able to retry a renewal before its lease runs out. Lower "
                 "op_timeout or lengthen the lease."
             )
         if self.drain_deadline < timeout:
             raise ConfigError(
-                f"Config.drain_deadline ({self.drain_deadline} s) must be at least op_timeout "
-                f"({timeout} s): a drain needs time for at least one commit."
+                f"Config.drain_deadline ({seconds(self.drain_deadline)}) must be at least "
+                f"op_timeout ({seconds(timeout)}): a drain needs time for at least one commit."
             )
 
     def resolve(self, ephemeral_ttl: float) -> Config:
@@ -215,10 +217,10 @@ class Config:
             self.lease_duration, ttl, rel_tol=1e-9, abs_tol=1e-9
         ):
             raise ConfigError(
-                f"Config.lease_duration is {self.lease_duration} s but the store's ephemeral TTL "
-                f"is {ttl} s; the store enforces the lease, so they must agree. Open the store "
-                f"with ?ttl={self.lease_duration} (or leave lease_duration unset to use the "
-                "store's TTL)."
+                f"Config.lease_duration is {seconds(self.lease_duration)} but the store's "
+                f"ephemeral TTL is {seconds(ttl)}; the store enforces the lease, so they must "
+                f"agree. Open the store with ?ttl={number(self.lease_duration)} (or leave "
+                "lease_duration unset to use the store's TTL)."
             )
         self._check_timings(ttl)
         timeout = (

@@ -10,6 +10,11 @@ the delete refuse, unless forced: the worker would go on writing, and a live lea
 even start the job afresh. Forced, the worker is cut off: its presence, leases and progress
 records go, so its next write is refused and it stops with an error (its handlers' work in
 flight is lost; nothing is committed twice).
+
+A namespace's recorded TTL goes with its last job. :func:`reset_ttl` clears it on its own,
+for a namespace that holds no job but keeps a TTL (one recorded before its first job failed
+to start, or one an older spate recorded that the store cannot grant); it refuses while any
+key is left, since the TTL is what that key's lease was taken with.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from spate._core.records import KeyKind, Keys, LeaderRecord, UnreadableRecord, decode
+from spate._echo import seconds
 from spate._errors import StoreError
 from spate._ops import JobNotFound, list_jobs
 from spate._plan import validate_job
 from spate._store import Entry, Keyspace, Remove, Store, Won, batched, max_batch_of
 
-__all__ = ["DeleteRefused", "DeleteReport", "delete_job"]
+__all__ = ["DeleteRefused", "DeleteReport", "ResetRefused", "delete_job", "reset_ttl"]
 
 _ROUNDS = 5
 """Listings taken at most: each deletes what the previous one found moved meanwhile."""
@@ -43,7 +49,7 @@ class DeleteRefused(StoreError):
         super().__init__(
             f"job {job} has {len(self.workers)} live worker(s): {', '.join(self.workers)}; "
             "nothing was removed. Stop them first (a stopped worker's presence key goes at once "
-            f"on etcd, within the TTL of {ttl:g} s on NATS), or delete with --force "
+            f"on etcd, within the TTL of {seconds(ttl)} on NATS), or delete with --force "
             "(force=True), which cuts them off: their next write is refused and they stop with "
             "an error, losing the work in flight."
         )
@@ -80,9 +86,30 @@ class DeleteReport:
         return text
 
 
+class ResetRefused(StoreError):
+    """A namespace's TTL was not reset because keys are left in it (nothing was changed).
+
+    ``jobs`` names the jobs there (it may be empty when the keys belong to no job).
+    """
+
+    def __init__(self, jobs: Sequence[str]) -> None:
+        self.jobs = tuple(jobs)
+        held = f"jobs {', '.join(self.jobs)}" if self.jobs else "keys that belong to no spate job"
+        super().__init__(
+            f"the namespace still holds {held}, so its TTL was left as it is (their leases use "
+            "it). Remove each job with `spate delete --store URL --job NAME` (deleting the last "
+            "one clears the TTL too)."
+        )
+
+
 @runtime_checkable
 class ReleasesNamespace(Protocol):
     """A store that can forget an empty namespace's TTL (etcd, NATS; optional)."""
+
+    @property
+    def recorded_ttl(self) -> float | None:
+        """The TTL the namespace recorded when the store opened (None: none)."""
+        ...
 
     async def release_namespace(self) -> bool:
         """Forget the namespace's TTL if it holds no key; whether it was forgotten."""
@@ -169,3 +196,25 @@ async def _delete(store: Store, keyspace: Keyspace, entries: list[Entry]) -> lis
         )
         out += [isinstance(result, Won) for result in results]
     return out
+
+
+async def reset_ttl(store: Store) -> bool:
+    """Forget the namespace's recorded ephemeral TTL, so the next store opened on it sets its own.
+
+    For a namespace that holds no job but keeps a TTL: one recorded by a worker that then
+    failed to start, or one the store cannot grant (etcd: its TTL record; NATS: its two
+    buckets). Returns whether a TTL was recorded (False: there was none to clear). Raises
+    :class:`ResetRefused` (changing nothing) while any key is left in the namespace, and
+    :class:`~spate.StoreError` for a store that records no TTL (``memory://`` holds a
+    namespace's TTL only while a store of it is open).
+    """
+    if not isinstance(store, ReleasesNamespace):
+        raise StoreError(
+            f"{store!r} records no namespace TTL (a memory:// namespace keeps its TTL only "
+            "while a store of it is open), so there is nothing to reset"
+        )
+    for keyspace in Keyspace:
+        async with store.list_pages(keyspace, "", page_size=1) as pages:
+            async for _ in pages:
+                raise ResetRefused(await list_jobs(store))
+    return await store.release_namespace()

@@ -6,7 +6,7 @@ split back to runnable with one compare-and-swap on its progress record (attempt
 epoch bumped), so it can never race a worker into two owners. :func:`read_status`,
 :func:`list_jobs` and :func:`require_job` only read: they work on a store opened with
 ``read_only=True``. :func:`delete_job` removes every key of a job, refusing while a worker of
-it is live.
+it is live; :func:`reset_ttl` clears the TTL a namespace with no job still records.
 
 Everything here is re-exported from a private module; this module only names it.
 """
@@ -18,7 +18,13 @@ from spate._delete import (
     DeleteReport as DeleteReport,
 )
 from spate._delete import (
+    ResetRefused as ResetRefused,
+)
+from spate._delete import (
     delete_job as delete_job,
+)
+from spate._delete import (
+    reset_ttl as reset_ttl,
 )
 from spate._ops import (
     JobNotFound as JobNotFound,
@@ -57,6 +63,7 @@ __all__ = [
     "JobNotFound",
     "JobStatus",
     "RequeueRefused",
+    "ResetRefused",
     "SplitStatus",
     "WorkerStatus",
     "delete_job",
@@ -65,4 +72,5 @@ __all__ = [
     "requeue",
     "requeue_all",
     "require_job",
+    "reset_ttl",
 ]

@@ -1,10 +1,10 @@
 """The ``spate`` command line (also ``python -m spate``).
 
 Commands: ``demo`` (the main job on the embedded memory store), ``worker`` (one real worker
-process of the demo's job, not of a job of yours), ``status``, ``requeue`` and ``delete``
-(operator tools), ``conformance`` (the store conformance suite against a deployed store).
-Ctrl-C leaves gracefully: splits are handed back and the process waits, bounded, until they
-are held elsewhere; a second Ctrl-C leaves at once.
+process of the demo's job, not of a job of yours), ``status``, ``requeue``, ``delete`` and
+``reset-ttl`` (operator tools), ``conformance`` (the store conformance suite against a
+deployed store). Ctrl-C leaves gracefully: splits are handed back and the process waits,
+bounded, until they are held elsewhere; a second Ctrl-C leaves at once.
 
 Every command's store URL comes from ``--store`` or, without it, from the ``SPATE_STORE``
 environment variable (the demo then falls back to its embedded memory store; the other
@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from spate._echo import seconds
 from spate._errors import ConfigError, SpateError
 from spate._groups import single_error
 from spate._version import __version__
@@ -41,6 +42,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_STALLED = 3
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command killed by SIGPIPE (128 + 13): the reader of its output
+went away (``spate status --json | head -1``), so the rest was not wanted."""
 
 STORE_ENV = "SPATE_STORE"
 """The environment variable every command reads its store URL from when ``--store`` is not
@@ -201,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete even while workers of the job are live: they are cut off (their next "
         "write is refused and they stop with an error, losing the work in flight)",
     )
+
+    reset = commands.add_parser(
+        "reset-ttl",
+        help="clear the TTL recorded for a namespace that holds no job",
+        description="Forget the ephemeral TTL a namespace records (etcd: its TTL record; "
+        "NATS: its two buckets), so the next store opened on it sets its own: for a namespace "
+        "left with a TTL but no job (a worker that failed to start, or a TTL the store cannot "
+        "grant). Refused, changing nothing, while any key is left there: remove the jobs with "
+        "`spate delete` first (deleting the last one clears the TTL too). The URL's ttl= is "
+        "ignored.",
+    )
+    reset.add_argument("--store", help=f"store URL naming the namespace {_FROM_ENV}")
 
     conformance = commands.add_parser(
         "conformance", help="run the store conformance suite against a deployed store"
@@ -498,6 +514,45 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return trio.run(work)
 
 
+def _without_ttl(url: str) -> str:
+    """``url`` without its ``ttl=`` parameter: a store opened so adopts the namespace's."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "ttl"]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _cmd_reset_ttl(args: argparse.Namespace) -> int:
+    from spate._delete import ReleasesNamespace, ResetRefused, reset_ttl
+    from spate._ops import list_jobs
+    from spate_stores import open_store, redact_url
+
+    url = _without_ttl(args.store)
+    where = redact_url(url)
+
+    async def work() -> int:
+        # Look first on a read-only store: opening a namespace to write records a TTL (NATS:
+        # creates its buckets), which a refused or needless reset must not leave behind.
+        async with open_store(url, read_only=True) as store:
+            jobs = await list_jobs(store)
+            recorded = store.recorded_ttl if isinstance(store, ReleasesNamespace) else 0.0
+        if jobs:
+            raise ResetRefused(jobs)
+        if recorded is None:
+            print(f"{where} records no ephemeral TTL; nothing was changed")
+            return EXIT_OK
+        async with open_store(url) as store:
+            await reset_ttl(store)
+        print(
+            f"cleared the ephemeral TTL recorded for {where} ({seconds(recorded)}); the next "
+            "store opened on the namespace sets its own"
+        )
+        return EXIT_OK
+
+    return trio.run(work)
+
+
 def _cmd_conformance(args: argparse.Namespace) -> int:
     missing = [name for name in ("pytest", "pytest_trio") if importlib.util.find_spec(name) is None]
     if missing:
@@ -518,6 +573,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _cmd_status,
     "requeue": _cmd_requeue,
     "delete": _cmd_delete,
+    "reset-ttl": _cmd_reset_ttl,
     "conformance": _cmd_conformance,
 }
 
@@ -543,13 +599,17 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with _scrubbed_output(secrets), _quiet_http_logs():
         try:
-            return _COMMANDS[args.command](args)
+            status = _COMMANDS[args.command](args)
+            sys.stdout.flush()  # inside the try: a closed pipe raises here, not at exit
+            return status
+        except BrokenPipeError:
+            return _reader_gone()
         except SpateError as exc:
-            from spate._delete import DeleteRefused
+            from spate._delete import DeleteRefused, ResetRefused
             from spate._ops import JobNotFound, RequeueRefused
 
             print(f"spate {args.command}: error: {exc}", file=sys.stderr)
-            refused = ValueError | RequeueRefused | JobNotFound | DeleteRefused
+            refused = ValueError | RequeueRefused | JobNotFound | DeleteRefused | ResetRefused
             return EXIT_USAGE if isinstance(exc, refused) else EXIT_FAILED
         except KeyboardInterrupt:
             return 130
@@ -579,6 +639,22 @@ def _resolve_store(args: argparse.Namespace) -> None:
             f"(export {STORE_ENV}=nats://host:4222/namespace, say; an environment variable "
             "keeps credentials out of `ps` and shell history)"
         )
+
+
+def _reader_gone() -> int:
+    """Leave quietly once standard output's reader has gone (the Python docs' SIGPIPE note).
+
+    Standard output is pointed at /dev/null first, so the interpreter's own flush at exit
+    finds nothing to complain about: no traceback, no "Exception ignored" line.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # no real file descriptor behind stdout: nothing of it is left to flush
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 class _Scrubbing(io.TextIOBase):

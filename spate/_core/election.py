@@ -27,6 +27,7 @@ from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host
 from spate._core.leader_phase import LeaderEvent, LeaderPhase, LeaderPhases
 from spate._core.records import AssignmentRecord, LeaderRecord, encode
+from spate._core.vanished import record_vanished
 from spate._core.view import LeaderChanged, LeaderGone, PlanChanged
 from spate._errors import FatalCoordinationError, StoreUnavailable
 from spate._store import Keyspace, Won
@@ -207,10 +208,7 @@ class Election:
                 logger.warning("reading the plan after a lost generation bump failed (%s)", exc)
                 continue
             if entry is None:
-                raise FatalCoordinationError(
-                    f"the plan record {host.keys.plan!r} vanished during an election; something "
-                    "other than spate deleted it. Restore it or start the job under a new name."
-                )
+                raise FatalCoordinationError(record_vanished(host.keys.plan, "during an election"))
             host.fold(host.view.apply_put(DURABLE, entry))
         # Never lead without the fence.
         self._demote(True)

@@ -32,6 +32,7 @@ import attrs
 
 from spate._core.flows import Flow
 from spate._core.host import Holdings, Host
+from spate._echo import seconds
 from spate._events import Lost, RevokeRequested
 from spate._metrics import RevocationOutcome
 
@@ -115,17 +116,17 @@ class Revocations:
             if now - anchor >= deadline and split not in self.forcing:
                 if entry.cancelled:
                     logger.warning(
-                        "split %s: a cancelled revocation's drain committed nothing for %s s; "
+                        "split %s: a cancelled revocation's drain committed nothing for %s; "
                         "releasing it to be re-claimed (its uncommitted tail replays)",
                         split,
-                        deadline,
+                        seconds(deadline),
                     )
                 else:
                     logger.warning(
-                        "split %s: drain deadline (%s s) passed; forcing the revocation (its "
+                        "split %s: drain deadline (%s) passed; forcing the revocation (its "
                         "uncommitted tail replays)",
                         split,
-                        deadline,
+                        seconds(deadline),
                     )
                 self.force(split)
 

@@ -53,6 +53,7 @@ from spate._core.records import (
 from spate._core.revisions import Revisions
 from spate._core.split_counts import SplitCounts, Tallies
 from spate._core.split_table import SplitState, SplitTable
+from spate._core.vanished import record_vanished
 from spate._core.view_notices import (
     AssignmentChanged,
     AssignmentGone,
@@ -252,10 +253,10 @@ class View:
             return [AssignmentGone(name)]
         if kind is KeyKind.LEASE:
             return self._splits.drop_lease(name, revision)
-        # The protocol never deletes plan, spec or progress records: someone else did. Keep
-        # the view's copy (the terminal verdict refuses to judge while listing and view
-        # disagree) and say so.
-        logger.warning("durable record %r was deleted by something other than spate", key)
+        # The protocol never deletes plan, spec or progress records: a forced delete or
+        # someone else did. Keep the view's copy (the terminal verdict refuses to judge while
+        # listing and view disagree) and say so.
+        logger.warning("%s", record_vanished(key, "while this worker ran", stops=False))
         return []
 
     def apply_listing(

@@ -24,6 +24,7 @@ import trio
 from spate import _fenced as fenced
 from spate._core.flow_engine import BATCH_CONCURRENCY, LIST_TIMEOUT_FACTOR, FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op, Page
+from spate._echo import seconds
 from spate._errors import StoreError, StoreUnavailable
 from spate._runtime.group_commit import GroupCommit, grouping
 from spate._runtime.listings import Listings
@@ -380,7 +381,7 @@ class Driver(FlowEngine[_Running]):
 
 def _timed_out(op: Op, timeout: float) -> StoreUnavailable:
     return StoreUnavailable(
-        f"{op.method} of {op.key!r} took longer than {timeout} s (op_timeout); "
+        f"{op.method} of {op.key!r} took longer than {seconds(timeout)} (op_timeout); "
         "its outcome is unknown"
     )
 

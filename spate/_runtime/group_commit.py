@@ -37,6 +37,7 @@ import trio
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 
+from spate._echo import seconds
 from spate._errors import StoreError, StoreUnavailable
 from spate._store import (
     BatchedWrites,
@@ -285,7 +286,7 @@ class GroupCommit:
             return results
         assert scope.cancelled_caught
         raise StoreUnavailable(
-            f"{len(group)} writes sent together got no answer within {self._timeout:g} s; "
+            f"{len(group)} writes sent together got no answer within {seconds(self._timeout)}; "
             "any of them may have landed"
         )
 

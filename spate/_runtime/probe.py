@@ -12,6 +12,7 @@ import secrets
 
 import trio
 
+from spate._echo import seconds
 from spate._errors import FatalCoordinationError, StoreUnavailable
 from spate._store import Conflict, Keyspace, Session, Store, Won
 
@@ -55,8 +56,8 @@ async def probe_store(
             held_up = trio.current_time() - started
             if keyspace is Keyspace.EPHEMERAL and held_up >= store.ephemeral_ttl:
                 return StoreUnavailable(
-                    f"the startup probe was held up for {held_up:.1f} s, at least the "
-                    f"{store.ephemeral_ttl:g} s TTL, so its ephemeral scratch key may have "
+                    f"the startup probe was held up for {seconds(held_up)}, at least the "
+                    f"{seconds(store.ephemeral_ttl)} TTL, so its ephemeral scratch key may have "
                     f"expired before the check that failed ({what}); probing again"
                 )
             return _refuse(keyspace, what)

@@ -6,7 +6,8 @@ URL grammar (documented in ``docs/stores/etcd.md``)::
     etcd+http://...      the same as etcd://
     etcd+https://...     TLS (params ca=, cert=, key=)
 
-Parameters: ``namespace`` (or the path), ``ttl`` (seconds, a whole number >= 2; omitted:
+Parameters: ``namespace`` (or the path), ``ttl`` (seconds, a whole number from 2 to
+9,000,000,000, etcd's lease limits; omitted:
 adopt the namespace's recorded TTL, or 30 s for a new namespace), ``ca``, ``cert``, ``key``
 (PEM files), ``timeout`` (seconds per request, default 5), ``max_request_bytes`` (the
 server's ``--max-request-bytes``, default 1.5 MiB).
@@ -29,6 +30,7 @@ import attrs
 from spate import ConfigError
 from spate._echo import echo, shorten
 from spate.store import MAX_KEY_LENGTH, Keyspace
+from spate_stores import _namespace
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._endpoints import parse_host_list
 
@@ -49,6 +51,8 @@ DEFAULT_MAX_REQUEST_BYTES = 1536 * 1024
 """etcd's default ``--max-request-bytes`` (1.5 MiB)."""
 MIN_TTL = 2
 """etcd grants no lease shorter than about 1.5 s (it silently rounds up to 2 s)."""
+MAX_TTL = 9_000_000_000
+"""etcd's ``MaxLeaseTTL``: a longer lease is refused ("too large lease TTL")."""
 DEFAULT_PORT = 2379
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
@@ -76,10 +80,14 @@ def _check_namespace(namespace: str) -> str:
 def _check_ttl(ttl: float | None) -> float | None:
     if ttl is None:
         return None
-    if not (math.isfinite(ttl) and ttl >= MIN_TTL and ttl == int(ttl)):
+    if math.isfinite(ttl) and not MIN_TTL <= ttl <= MAX_TTL:
+        raise _namespace.ttl_out_of_range(
+            "etcd", ttl, MIN_TTL, MAX_TTL, "its leases' shortest and longest TTLs"
+        )
+    if not (math.isfinite(ttl) and ttl == int(ttl)):
         raise ConfigError(
-            f"etcd ephemeral ttl must be a whole number of seconds >= {MIN_TTL} (etcd leases "
-            f"have whole-second TTLs and a minimum of about 2 s), not {ttl!r}"
+            f"etcd ephemeral ttl must be a whole number of seconds from {MIN_TTL} to "
+            f"{MAX_TTL} (etcd leases have whole-second TTLs), not {ttl!r}"
         )
     return float(ttl)
 

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from spate import SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate import ConfigError, SpateError, StoreError, StoreUnavailable, ValueTooLarge
+from spate._echo import seconds
 from spate.store import SessionLost
 from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
@@ -35,6 +36,7 @@ __all__ = [
     "lease_unusable",
     "no_member_accepted_stream",
     "no_member_served",
+    "not_http",
     "not_json",
     "refused",
     "session_lost",
@@ -45,6 +47,8 @@ __all__ = [
     "tls_files_unreadable",
     "transport_error",
     "ttl_mismatch",
+    "ttl_not_granted",
+    "ttl_record_ungrantable",
     "ttl_record_unreadable",
     "ttl_record_unstable",
     "value_too_large",
@@ -269,7 +273,7 @@ def stream_handshake_timeout(endpoint: str, what: str, timeout: float) -> StoreU
     """A WebSocket stream whose handshake did not finish in time."""
     return StoreUnavailable(
         f"etcd at {endpoint} did not complete the {what} WebSocket handshake within "
-        f"{timeout} s; check that it is reachable (and its TLS settings)"
+        f"{seconds(timeout)}; check that it is reachable (and its TLS settings)"
     )
 
 
@@ -297,6 +301,16 @@ def not_json(origin: str) -> StoreError:
     """A reply that is not a JSON object: ``origin`` is probably no etcd gateway."""
     return StoreError(
         f"{origin} answered with something other than a JSON object; is it an etcd v3 gateway?"
+    )
+
+
+def not_http(endpoint: str, said: bytes) -> StoreError:
+    """An endpoint whose port speaks something other than HTTP (``said``: its first line)."""
+    hint = " (a NATS server's client port)" if said.startswith(b"INFO ") else ""
+    return StoreError(
+        f"{endpoint} is not an etcd gateway: it does not speak HTTP, it says {said[:40]!r}"
+        f"{hint}; check the host and port of the etcd URL (etcd serves clients on 2379 by "
+        "default)"
     )
 
 
@@ -371,7 +385,7 @@ def session_lost(endpoint: str, ttl: int) -> SessionLost:
     """A session whose lease is gone (no keepalive confirmed for a TTL, or dropped by etcd)."""
     return SessionLost(
         f"the etcd session lease on {endpoint} is lost (no keepalive "
-        f"confirmed for {ttl} s, or etcd dropped it); its keys are gone and "
+        f"confirmed for {seconds(ttl)}, or etcd dropped it); its keys are gone and "
         "nothing was written; open a new session"
     )
 
@@ -384,9 +398,35 @@ def lease_unusable(endpoint: str, reply: object) -> StoreError:
 def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
     """A lease granted with another TTL than asked (the server's limits)."""
     return StoreError(
-        f"etcd at {endpoint} granted a {granted} s lease for a requested "
-        f"{wanted} s (its lease TTL limits); open the namespace with a ttl etcd "
+        f"etcd at {endpoint} granted a {seconds(granted)} lease for a requested "
+        f"{seconds(wanted)} (its lease TTL limits); open the namespace with a ttl etcd "
         "grants as asked"
+    )
+
+
+def ttl_not_granted(endpoint: str, wanted: int, granted: int, namespace: str) -> ConfigError:
+    """A new namespace's TTL that this etcd server does not grant as asked (nothing recorded)."""
+    why = (
+        "its shortest lease is 1.5 election timeouts, so this server was started with a "
+        "longer --election-timeout than the default"
+        if granted > wanted
+        else "its lease limits"
+    )
+    return ConfigError(
+        f"etcd at {endpoint} grants a lease of {seconds(granted)} when asked for "
+        f"ttl={wanted} ({why}), so namespace {namespace!r} cannot use that TTL; nothing was "
+        f"written. Open it with ttl={granted} or more"
+    )
+
+
+def ttl_record_ungrantable(namespace: str, recorded: int, low: int, high: int) -> StoreError:
+    """The namespace's recorded TTL is one etcd cannot grant (written by an older spate)."""
+    return StoreError(
+        f"etcd namespace {namespace!r} records an ephemeral TTL of {seconds(recorded)}, which "
+        f"etcd cannot grant (its leases last {seconds(low)} to {seconds(high)}), so no lease "
+        "can be taken there. Clear the record with `spate reset-ttl --store URL` (once no job "
+        "is left there: `spate delete --store URL --job NAME` removes one), then open it with "
+        "a ttl in range"
     )
 
 
@@ -398,7 +438,7 @@ def keepalive_unreadable(exc: Exception) -> StoreUnavailable:
 def keepalive_timeout(endpoint: str, timeout: float) -> StoreUnavailable:
     """No answer to a keepalive within the timeout."""
     return StoreUnavailable(
-        f"etcd at {endpoint} did not answer a lease keepalive within {timeout} s"
+        f"etcd at {endpoint} did not answer a lease keepalive within {seconds(timeout)}"
     )
 
 
@@ -427,7 +467,9 @@ def watch_not_acknowledged(endpoint: str, timeout: float | None = None) -> Store
     """A watch creation not acknowledged (at all, or within ``timeout``)."""
     if timeout is None:
         return StoreUnavailable(f"etcd at {endpoint} did not acknowledge a watch")
-    return StoreUnavailable(f"etcd at {endpoint} did not acknowledge a watch within {timeout} s")
+    return StoreUnavailable(
+        f"etcd at {endpoint} did not acknowledge a watch within {seconds(timeout)}"
+    )
 
 
 def watch_refused(
@@ -470,7 +512,7 @@ def watch_silent(endpoint: str, timeout: float, *, again: bool) -> StoreUnavaila
     advice = "; watch again" if again else ""
     return StoreUnavailable(
         f"the watch stream to etcd at {endpoint} went silent (no answer to a progress "
-        f"request within {timeout} s){advice}"
+        f"request within {seconds(timeout)}){advice}"
     )
 
 

@@ -28,6 +28,7 @@ import httpx
 import trio
 
 from spate import StoreError, StoreUnavailable
+from spate_stores._first_words import first_words
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import EtcdConfig
@@ -77,6 +78,9 @@ class Gateway:
         self._ssl: ssl.SSLContext | None = None
         self._token: str | None = None
         self._auth_lock = trio.Lock()
+        # Whether any member has answered in HTTP yet: until one has, a connection broken
+        # without an HTTP answer may be a port that is no etcd at all (see _post_to).
+        self._answered = False
 
     @property
     def endpoint(self) -> str:
@@ -214,12 +218,15 @@ class Gateway:
         try:
             response = await self._http().post(endpoint + path, json=body, headers=headers)
         except httpx.HTTPError as exc:
+            if not self._answered and isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+                await self._check_speaks_http(endpoint)
             # ConnectError (refused, unreachable) and ConnectTimeout mean no byte was sent.
             never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
             error = transport_error(endpoint, exc, doing=doing, read=path == _RANGE)
             if isinstance(error, StoreUnavailable):
                 raise _Failover(error, resend=resend or never_sent) from None
             raise error from None
+        self._answered = True
         if response.status_code != 200:
             error_reply = classify_error(response.status_code, response.content)
             if error_reply.kind is ErrorKind.UNAVAILABLE:
@@ -227,6 +234,21 @@ class Gateway:
                 # a leader; a write refused this way may still have been proposed.
                 raise _Failover(self._fail(error_reply, doing), resend=resend)
         return response
+
+    async def _check_speaks_http(self, endpoint: str) -> None:
+        """Raise StoreError if ``endpoint``'s port speaks first, or not HTTP (no etcd there).
+
+        Asked once a first request broke without an HTTP answer: a NATS server, say, greets
+        with INFO and hangs up on the request, which reads like a connection reset, and
+        "retry" would be the wrong advice. An https port answers in TLS, which no plain
+        probe can read, so it is not asked (the TLS checks speak for it).
+        """
+        parts = urlsplit(endpoint)
+        if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+            return
+        said = await first_words(parts.hostname, parts.port, min(2.0, self.config.timeout))
+        if said is not None and not said.startswith(b"HTTP/"):
+            raise errors.not_http(endpoint, said)
 
     @asynccontextmanager
     async def stream_lines(self, path: str, body: Json, *, doing: str) -> AsyncIterator[Any]:

@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from spate import StoreError, StoreUnavailable
+from spate._echo import seconds
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._wire import (
@@ -146,7 +147,7 @@ class LeaseSession:
 
     def _expire_by_clock(self) -> None:
         if self._lease is not None and trio.current_time() - self._confirmed_at >= self._ttl:
-            self.invalidate(self._lease, f"no keepalive was confirmed for {self._ttl} s")
+            self.invalidate(self._lease, f"no keepalive was confirmed for {seconds(self._ttl)}")
 
     async def _grant(self) -> None:
         started = trio.current_time()

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import trio
 
-from spate import StoreError
+from spate import StoreError, StoreUnavailable
 from spate.store import (
     Capabilities,
     Conflict,
@@ -34,7 +34,14 @@ from spate.store import (
 )
 from spate_stores._namespace import read_only_refusal
 from spate_stores.etcd import _errors as errors
-from spate_stores.etcd._config import DEFAULT_EPHEMERAL_TTL, TXN_OVERHEAD, EtcdConfig, KeyLayout
+from spate_stores.etcd._config import (
+    DEFAULT_EPHEMERAL_TTL,
+    MAX_TTL,
+    MIN_TTL,
+    TXN_OVERHEAD,
+    EtcdConfig,
+    KeyLayout,
+)
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._session import LeaseSession
 from spate_stores.etcd._watch import WatchIterator, open_watch_stream
@@ -45,6 +52,10 @@ from spate_stores.etcd._wire import (
     deleted_count,
     each_succeeded,
     header_revision,
+    lease_grant,
+    lease_id,
+    lease_revoke,
+    lease_ttl,
     parse_kvs,
     prefix_end,
     range_request,
@@ -109,6 +120,10 @@ class EtcdStore:
         self._gateway = Gateway(config)
         self._ttl = int(config.ephemeral_ttl or DEFAULT_EPHEMERAL_TTL)
         self._session: LeaseSession | None = None
+        # A recorded TTL etcd cannot grant (written by an older spate): the store still opens
+        # so that `spate reset-ttl` can clear it, but refuses every lease with this.
+        self._ungrantable: StoreError | None = None
+        self._recorded: float | None = None
         self._capabilities = Capabilities(
             system="etcd",
             ephemeral=EphemeralSemantics.SESSION,
@@ -171,6 +186,11 @@ class EtcdStore:
         return float(self._ttl)
 
     @property
+    def recorded_ttl(self) -> float | None:
+        """The TTL the namespace recorded when this store opened (None: it recorded none)."""
+        return self._recorded
+
+    @property
     def lease_id(self) -> int | None:
         """The client's default lease (for writes naming no session; None before the first)."""
         return self._session.lease_id if self._session else None
@@ -231,6 +251,7 @@ class EtcdStore:
         if current is not None:
             try:
                 self._ttl = int(current.value.decode())
+                self._recorded = float(self._ttl)
             except ValueError:
                 pass  # a reader needs no TTL; a writer's open says what is wrong with it
 
@@ -246,11 +267,19 @@ class EtcdStore:
                     raise errors.ttl_record_unreadable(
                         self._config.namespace, current.value, key.decode()
                     ) from None
+                if not MIN_TTL <= recorded <= MAX_TTL:
+                    self._ungrantable = errors.ttl_record_ungrantable(
+                        self._config.namespace, recorded, MIN_TTL, MAX_TTL
+                    )
+                    if wanted is not None:
+                        raise self._ungrantable
                 if wanted is not None and recorded != int(wanted):
                     raise errors.ttl_mismatch(self._config.namespace, recorded, int(wanted))
                 self._ttl = recorded
+                self._recorded = float(recorded)
                 return
             ttl = int(wanted or DEFAULT_EPHEMERAL_TTL)
+            await self._check_grantable(ttl)
             reply = await self._gateway.call(
                 "/v3/kv/txn",
                 txn_create(key, str(ttl).encode()),
@@ -258,8 +287,31 @@ class EtcdStore:
             )
             if txn_succeeded(reply):
                 self._ttl = ttl
+                self._recorded = float(ttl)
                 return
         raise errors.ttl_record_unstable(self._config.namespace)
+
+    async def _check_grantable(self, ttl: int) -> None:
+        """Grant (and revoke) one lease of ``ttl`` before a new namespace records it.
+
+        etcd rounds a TTL below its minimum up without a word, and that minimum grows with the
+        server's election timeout (1.5 election timeouts, whole seconds: 2 s by default, 8 s
+        with --election-timeout=5000): a namespace recorded with a TTL the server will not
+        grant as asked could open but never lease. Raises ConfigError, writing nothing.
+        """
+        doing = "checking that etcd grants the namespace's TTL"
+        reply = await self._gateway.call("/v3/lease/grant", lease_grant(ttl), doing=doing)
+        lease, granted = lease_id(reply), lease_ttl(reply)
+        if lease:
+            with trio.CancelScope(shield=True), trio.move_on_after(self._config.timeout):
+                try:
+                    await self._gateway.call("/v3/lease/revoke", lease_revoke(lease), doing=doing)
+                except (StoreError, StoreUnavailable, ReplyError):
+                    pass  # it holds no key and nothing keeps it alive: it expires on its own
+        if granted != ttl:
+            raise errors.ttl_not_granted(
+                self._gateway.endpoint, ttl, granted, self._config.namespace
+            )
 
     async def release_namespace(self) -> bool:
         """Forget the namespace's TTL if it holds no key (True if it was forgotten).
@@ -388,6 +440,8 @@ class EtcdStore:
         """
         self._check_open(Keyspace.EPHEMERAL)
         self._check_writable("opening a session")
+        if self._ungrantable is not None:
+            raise self._ungrantable
         assert self._nursery is not None
         session = LeaseSession(self._gateway, self._ttl)
         keepalive = trio.CancelScope()
@@ -405,6 +459,8 @@ class EtcdStore:
             await session.close()
 
     def _lease_session(self, session: Session | None) -> LeaseSession:
+        if self._ungrantable is not None:
+            raise self._ungrantable
         if session is None:
             assert self._session is not None
             return self._session

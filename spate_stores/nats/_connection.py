@@ -34,7 +34,9 @@ import attrs
 import trio
 
 from spate import StoreError
+from spate._echo import seconds
 from spate._version import __version__
+from spate_stores._first_words import first_words
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._creds import load_credentials
 from spate_stores.nats._errors import ServerError, TlsVerificationFailed
@@ -267,6 +269,12 @@ class NatsConnection:
                     errors.is_fatal_first_failure(reason)
                 ):
                     continue  # the first connection tries each configured server once
+                if isinstance(reason, errors.HandshakeTimeout) and len(tried) == 1:
+                    # Only a first connection asks (an outage's reconnections need no words).
+                    said = await first_words(*server, min(2.0, self.options.timeout))
+                    raise errors.silent_server(
+                        self.options.url, *server, self.options.transport, said, reason
+                    )
                 raise errors.first_connection_failed(
                     self.options.url, reason, tried, check=self._credentials_hint()
                 )
@@ -309,8 +317,8 @@ class NatsConnection:
                     self._loss = exc
                     nursery.cancel_scope.cancel()
                 except trio.TooSlowError:
-                    self._loss = TransportError(
-                        f"no connection and handshake within {self.options.timeout} s"
+                    self._loss = errors.HandshakeTimeout(
+                        f"no connection and handshake within {seconds(self.options.timeout)}"
                     )
                     nursery.cancel_scope.cancel()
                 else:

@@ -29,10 +29,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spate import StoreError, StoreUnavailable, ValueTooLarge
+from spate._echo import seconds
 from spate_stores import _namespace
 from spate_stores.nats._protocol import ProtocolError
 from spate_stores.nats._servers import ServerPool
-from spate_stores.nats._transport import TransportError
+from spate_stores.nats._transport import NotTls, TransportError
 
 __all__ = [
     "AUTH_ERRORS",
@@ -43,6 +44,7 @@ __all__ = [
     "ERR_WRONG_LAST_SEQUENCE",
     "ERR_WRONG_LAST_SEQUENCE_IN_FLIGHT",
     "ApiError",
+    "HandshakeTimeout",
     "ServerError",
     "TlsVerificationFailed",
     "WrongLastSequence",
@@ -71,6 +73,7 @@ __all__ = [
     "read_without_message",
     "read_without_sequence",
     "reply_timeout",
+    "silent_server",
     "store_closed",
     "stream_without_config",
     "ttl_mismatch",
@@ -133,6 +136,10 @@ class TlsVerificationFailed(TransportError):
     """The server's TLS certificate did not verify (a permanent misconfiguration)."""
 
 
+class HandshakeTimeout(TransportError):
+    """No connection and NATS handshake within the timeout (a hung server, or no NATS there)."""
+
+
 class ServerError(Exception):
     """The server sent a fatal ``-ERR`` (it closes the connection after it)."""
 
@@ -173,7 +180,7 @@ def write_refusal(error: ApiError, subject: str) -> Exception:
 def is_fatal_first_failure(reason: Exception) -> bool:
     """Whether a failed first connection is a misconfiguration no other server would fix."""
     return (isinstance(reason, ServerError) and reason.is_auth) or isinstance(
-        reason, TlsVerificationFailed | StoreError
+        reason, TlsVerificationFailed | NotTls | StoreError
     )
 
 
@@ -197,6 +204,8 @@ def first_connection_failed(
         )
     if isinstance(reason, StoreError):
         return reason
+    if isinstance(reason, NotTls):
+        return does_not_speak_tls(reason.host, reason.port, reason, websocket=True)
     if isinstance(reason, ProtocolError):
         return StoreError(
             f"{url} does not speak the NATS client protocol ({reason}); check the scheme "
@@ -214,9 +223,52 @@ def first_connection_failed(
     )
 
 
-def does_not_speak_tls(host: str, port: int, reason: Exception) -> StoreError:
-    """A ``tls://`` URL (or ``ca=``) against a server whose INFO offers no TLS."""
+def silent_server(
+    url: str, host: str, port: int, transport: str, said: bytes | None, reason: Exception
+) -> Exception:
+    """A first connection that got no NATS handshake in time, given what the port ``said``.
+
+    ``said`` is the line :func:`~spate_stores.nats._transport.first_words` heard on a
+    connection of its own: a NATS greeting at a WebSocket URL, or an HTTP status line at a
+    TCP URL, is a wrong port for certain (StoreError); silence may be a hung server too, so
+    that stays retryable and names both.
+    """
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if said is not None and said.startswith(b"INFO ") and transport == "ws":
+        return StoreError(
+            f"{where} is a NATS TCP client port, not a WebSocket listener (it greets with "
+            f"{said[:40]!r}…): use a nats:// URL for it, or the port of the server's "
+            "websocket block for nats+ws://."
+        )
+    if said is not None and said.startswith(b"HTTP/") and transport == "tcp":
+        return StoreError(
+            f"{where} is not a NATS client port: it answers HTTP ({said.decode(errors='replace')})"
+            ", as etcd, nats-server's monitoring port or a WebSocket listener do. Check the "
+            "port (NATS clients use 4222 by default; a WebSocket listener takes a nats+ws:// "
+            "URL)."
+        )
+    return StoreUnavailable(
+        f"cannot connect to NATS at {url}: {reason}. Either nats-server is not running there "
+        "(or is hung), or the port serves something other than NATS: check the host and port "
+        "(TCP clients use 4222, WebSocket clients the websocket port) and that the server is "
+        "reachable; the caller may retry."
+    )
+
+
+def does_not_speak_tls(
+    host: str, port: int, reason: Exception, *, websocket: bool = False
+) -> StoreError:
+    """A ``tls://`` URL (or ``ca=``) against a server whose INFO offers no TLS.
+
+    ``websocket``: a ``nats+wss://`` URL against a WebSocket listener without TLS.
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if websocket:
+        return StoreError(
+            f"the WebSocket listener at {where} does not speak TLS ({reason}): use a "
+            "nats+ws:// URL for a plain WebSocket (its websocket block says no_tls: true), or "
+            "configure TLS in the server's websocket block."
+        )
     return StoreError(
         f"the server at {where} does not speak TLS (its INFO offers none; {reason}): use a "
         "nats:// URL without ca= for a plain connection, or configure TLS on the server "
@@ -300,7 +352,7 @@ def not_connected(url: str, last_loss: str) -> StoreUnavailable:
 def reply_timeout(url: str, subject: str, timeout: float) -> StoreUnavailable:
     """No reply to a request within its timeout."""
     return StoreUnavailable(
-        f"no reply from NATS at {url} to a request on {subject} within {timeout:g} s; "
+        f"no reply from NATS at {url} to a request on {subject} within {seconds(timeout)}; "
         f"{_outcome(subject)}"
     )
 
@@ -424,7 +476,7 @@ def durable_bucket_expires(bucket: str, max_age: float) -> StoreError:
     """A durable keyspace's bucket that expires entries (``max_age`` in seconds)."""
     return StoreError(
         f"the NATS KV bucket {bucket} for the durable keyspace expires entries after "
-        f"{max_age:g} s; durable records must never expire. Delete the bucket or use "
+        f"{seconds(max_age)}; durable records must never expire. Delete the bucket or use "
         "another namespace."
     )
 

@@ -8,12 +8,12 @@ Schemes: ``nats://`` (TCP; TLS when the server requires it or ``ca=`` is given),
 ``nats+tls://`` (TCP, TLS required), ``nats+ws://`` (WebSocket) and ``nats+wss://`` (WebSocket
 over TLS). Default ports: 4222 for TCP, 80 for ``ws``, 443 for ``wss``.
 
-Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral keyspace's TTL, at
-least 1; without it an existing namespace's TTL is adopted, and a new one gets 30), ``timeout``
-(seconds per request, default 5), ``ca`` (a PEM file of CA certificates to verify the server with,
-instead of the system store), ``name`` (the client name the server shows in its monitoring),
-``replicas`` (stream replicas of buckets this store creates: 1, 3 or 5; default 1). User,
-password and token are percent-decoded.
+Parameters: ``namespace`` (overrides the path), ``ttl`` (seconds, the ephemeral keyspace's TTL,
+from 1 to 9,223,372,036; without it an existing namespace's TTL is adopted, and a new one gets
+30), ``timeout`` (seconds per request, default 5), ``ca`` (a PEM file of CA certificates to
+verify the server with, instead of the system store), ``name`` (the client name the server
+shows in its monitoring), ``replicas`` (stream replicas of buckets this store creates: 1, 3 or
+5; default 1). User, password and token are percent-decoded.
 
 Credentials beyond user/password and token are files, named by path (a path is no secret, so
 the URL can be shown; the files are read at each connection and never quoted): ``nkey`` (an
@@ -35,10 +35,20 @@ import attrs
 
 from spate import ConfigError, StoreError
 from spate._echo import shorten
+from spate_stores import _namespace
 from spate_stores._hosts import parse_host_list
 from spate_stores._redact import looks_like_secret, redact_url
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "ConnectOptions", "StoreOptions", "parse_url"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_TTL",
+    "MAX_TTL",
+    "MIN_TTL",
+    "ConnectOptions",
+    "StoreOptions",
+    "check_ttl",
+    "parse_url",
+]
 
 DEFAULT_TTL = 30.0
 """Default ephemeral TTL in seconds (the default lease duration)."""
@@ -46,6 +56,9 @@ DEFAULT_TIMEOUT = 5.0
 """Default seconds to wait for one request's reply (or for a connection to come back)."""
 MIN_TTL = 1.0
 """Shortest TTL: JetStream expiry markers have one-second granularity."""
+MAX_TTL = 9_223_372_036.0
+"""Longest TTL: a stream's ``max_age`` (and its delete markers' TTL, in whole seconds) is a Go
+duration, int64 nanoseconds, so about 292 years; JetStream refuses more as invalid JSON."""
 
 _TRANSPORTS = {
     "nats": ("tcp", False),
@@ -235,6 +248,20 @@ def _credential_files(query: dict[str, str], url: str, in_userinfo: bool) -> dic
     return files
 
 
+def check_ttl(ttl: float) -> float:
+    """``ttl`` if JetStream can keep keys that long; else a ConfigError naming the limits."""
+    if not MIN_TTL <= ttl <= MAX_TTL:
+        raise _namespace.ttl_out_of_range(
+            "NATS",
+            ttl,
+            MIN_TTL,
+            MAX_TTL,
+            "expiry markers have one-second granularity, and a stream's max_age is a Go "
+            "duration of at most about 292 years",
+        )
+    return ttl
+
+
 def parse_url(url: str) -> StoreOptions:
     """Parse a NATS store URL (see the module docstring); raises ConfigError if malformed."""
     parts = urlsplit(url)
@@ -271,12 +298,7 @@ def parse_url(url: str) -> StoreOptions:
     if user is not None and password is None:
         token, user = user, None
     files = _credential_files(query, redacted, user is not None or token is not None)
-    ttl = _number(query, "ttl", DEFAULT_TTL, redacted)
-    if ttl < MIN_TTL:
-        raise ConfigError(
-            f"ttl={shorten(query['ttl'])} is too short for NATS in {redacted!r}: JetStream expiry "
-            f"markers have one-second granularity, so use ttl >= {MIN_TTL:g}"
-        )
+    ttl = check_ttl(_number(query, "ttl", DEFAULT_TTL, redacted))
     ca_file = query.get("ca") or None
     connect = ConnectOptions(
         host=host,

@@ -17,13 +17,12 @@ landed.
 from __future__ import annotations
 
 import builtins
-import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 
 import attrs
 
-from spate import ConfigError, StoreError
+from spate import StoreError
 from spate.store import (
     Capabilities,
     Conflict,
@@ -48,7 +47,7 @@ from spate_stores.nats._connection import NatsConnection
 from spate_stores.nats._errors import ApiError, WrongLastSequence
 from spate_stores.nats._jetstream import JetStream, StoredMessage, expect_sequence
 from spate_stores.nats._keys import bucket_name, encode_key
-from spate_stores.nats._options import MIN_TTL, StoreOptions, parse_url
+from spate_stores.nats._options import StoreOptions, check_ttl, parse_url
 from spate_stores.nats._watch import KeyWatch
 
 __all__ = ["HEADER_OVERHEAD", "NatsStore", "store_from_url"]
@@ -83,11 +82,7 @@ class NatsStore:
     def __init__(
         self, options: StoreOptions, *, heartbeat: float | None = None, read_only: bool = False
     ) -> None:
-        if not (MIN_TTL <= options.ttl < math.inf):
-            raise ConfigError(
-                f"the ephemeral TTL must be at least {MIN_TTL:g} s on NATS (expiry markers have "
-                f"one-second granularity), not {options.ttl!r}"
-            )
+        check_ttl(options.ttl)
         self._options = options
         self._read_only = read_only
         self._fixed_heartbeat = heartbeat
@@ -152,6 +147,12 @@ class NatsStore:
     def ephemeral_ttl(self) -> float:
         """TTL in seconds of the ephemeral keyspace (the ephemeral bucket's max_age)."""
         return self._options.ttl
+
+    @property
+    def recorded_ttl(self) -> float | None:
+        """The namespace's TTL (its ephemeral bucket's max_age); None while it has no bucket."""
+        ephemeral = self._buckets.get(Keyspace.EPHEMERAL)
+        return ephemeral.max_age if ephemeral is not None else None
 
     @property
     def namespace(self) -> str:

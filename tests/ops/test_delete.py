@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
+import spate
 from spate._core.records import Keys
 from spate.ops import DeleteRefused, JobNotFound, delete_job, list_jobs
 from spate.store import Keyspace, Store
+from spate_stores import open_store
 from spate_stores.memory import MemoryStore
 
 from .test_ops import JOB, seed_job
@@ -114,3 +117,39 @@ class _Unbatched:
         if name in ("write_many", "max_batch"):
             raise AttributeError(name)
         return getattr(self._store, name)
+
+
+async def test_workers_cut_off_by_a_forced_delete_say_the_job_was_deleted(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def plan(ctx: spate.PlanContext) -> spate.Plan:
+        return spate.Plan([spate.SplitSpec(f"s{i}", descriptor=b"x") for i in range(4)], final=True)
+
+    async def handle(split: spate.SplitHandle) -> None:
+        position = split.progress.watermark or 0
+        while True:
+            await trio.sleep(0.2)
+            position += 1
+            await split.commit(position)
+
+    errors: list[BaseException] = []
+
+    async def worker(instance: str) -> None:
+        try:
+            await spate.run_worker(store, job=JOB, planner=plan, handler=handle, instance=instance)
+        except spate.FatalCoordinationError as exc:
+            errors.append(exc)
+
+    async with open_store("memory://cut-off?ttl=3") as store:
+        with trio.move_on_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker, "w1")
+                nursery.start_soon(worker, "w2")
+                await trio.sleep(3)
+                report = await delete_job(store, JOB, force=True)
+                assert report.cut_off == ("w1", "w2")
+    assert len(errors) == 2
+    for error in errors:
+        assert "deleted by `spate delete --force` (which cuts off its live workers)" in str(error)
+        assert "or something other than spate removed it" in str(error)
+    assert "most likely deleted by `spate delete --force`" in caplog.text

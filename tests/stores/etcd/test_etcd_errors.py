@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spate import StoreError, StoreUnavailable, ValueTooLarge
+from spate import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
 from spate.store import SessionLost
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._wire import ErrorKind, GatewayError
@@ -106,7 +106,7 @@ TABLE: list[tuple[str, Callable[[], Exception], type[Exception], str]] = [
      lambda: errors.no_member_accepted_stream("watch", ["a", "b"], ValueError("x")),
      StoreUnavailable, "no etcd endpoint accepted the watch stream (tried a, b)"),
     ("stream_handshake_timeout", lambda: errors.stream_handshake_timeout(EP, "watch", 2.0),
-     StoreUnavailable, "did not complete the watch WebSocket handshake within 2.0 s"),
+     StoreUnavailable, "did not complete the watch WebSocket handshake within 2 s"),
     ("stream_closed", lambda: errors.stream_closed(EP, "watch", 1011, "going away"),
      StoreUnavailable, "closed (code 1011, going away); open it again"),
     ("stream_closed", lambda: errors.stream_closed(EP, "watch", None, None), StoreUnavailable,
@@ -138,10 +138,16 @@ TABLE: list[tuple[str, Callable[[], Exception], type[Exception], str]] = [
      "granted no usable lease"),
     ("lease_ttl_mismatch", lambda: errors.lease_ttl_mismatch(EP, 5, 10), StoreError,
      "granted a 5 s lease for a requested 10 s"),
+    ("ttl_not_granted", lambda: errors.ttl_not_granted(EP, 2, 8, "ns"), ConfigError,
+     "grants a lease of 8 s when asked for ttl=2 (its shortest lease is 1.5 election"),
+    ("ttl_record_ungrantable", lambda: errors.ttl_record_ungrantable("ns", 10**12, 2, 9 * 10**9),
+     StoreError, "records an ephemeral TTL of 1000000000000 s, which etcd cannot grant"),
+    ("not_http", lambda: errors.not_http(EP, b"INFO {}"), StoreError,
+     "is not an etcd gateway: it does not speak HTTP, it says b'INFO {}' (a NATS server's"),
     ("keepalive_unreadable", lambda: errors.keepalive_unreadable(ValueError("x")),
      StoreUnavailable, "unreadable lease keepalive reply: x"),
     ("keepalive_timeout", lambda: errors.keepalive_timeout(EP, 2.0), StoreUnavailable,
-     "did not answer a lease keepalive within 2.0 s"),
+     "did not answer a lease keepalive within 2 s"),
     ("watch_ended", lambda: errors.watch_ended(EP), StoreUnavailable,
      f"the watch stream to etcd at {EP} ended; watch again"),
     ("watch_ended", lambda: errors.watch_ended(None), StoreUnavailable,
@@ -153,9 +159,9 @@ TABLE: list[tuple[str, Callable[[], Exception], type[Exception], str]] = [
     ("watch_not_acknowledged", lambda: errors.watch_not_acknowledged(EP), StoreUnavailable,
      "did not acknowledge a watch"),
     ("watch_not_acknowledged", lambda: errors.watch_not_acknowledged(EP, 2.0),
-     StoreUnavailable, "did not acknowledge a watch within 2.0 s"),
+     StoreUnavailable, "did not acknowledge a watch within 2 s"),
     ("watch_silent", lambda: errors.watch_silent(EP, 2.0, again=True), StoreUnavailable,
-     "went silent (no answer to a progress request within 2.0 s); watch again"),
+     "went silent (no answer to a progress request within 2 s); watch again"),
     ("watch_broken", lambda: errors.watch_broken(EP, "boom"), StoreUnavailable,
      "broke a watch: boom; watch again"),
     ("watch_canceled", lambda: errors.watch_canceled(EP, 9, ""), StoreUnavailable,
