@@ -18,8 +18,10 @@ read-backs it names on each heartbeat.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from spate._core.deadlines import Deadlines
 from spate._core.flows import Flow, Op
@@ -28,9 +30,19 @@ from spate._core.tenancy import Tenancies
 from spate._errors import StoreUnavailable
 from spate._store import Entry, Won
 
-__all__ = ["RETRY_AFTER_ERROR", "UNSURE_LEASE_FOR", "ClaimRetries"]
+__all__ = ["REFUSED", "RETRY_AFTER_ERROR", "UNSURE_LEASE_FOR", "ClaimRetries"]
 
 logger = logging.getLogger("spate.claims")
+
+
+class Refused(enum.Enum):
+    """The one value of :data:`REFUSED`."""
+
+    REFUSED = "refused"
+
+
+REFUSED: Final = Refused.REFUSED
+"""A guarded write of a claim that lost, left for the caller to read its key again."""
 
 RETRY_AFTER_ERROR = 1.0
 """Seconds before a split whose claim or quarantine hit a store error is tried again."""
@@ -57,6 +69,9 @@ class ClaimRetries:
 
     def retry_later(self, split: str) -> None:
         """Hold ``split`` back a moment: a store error or a refusal the watch has yet to explain."""
+        logger.debug(
+            "split %s: held back %g s before its claim is tried again", split, RETRY_AFTER_ERROR
+        )
         self.retry_at.set(split, self.host.now() + RETRY_AFTER_ERROR)
 
     def write_or_retry_later(
@@ -68,6 +83,21 @@ class ClaimRetries:
         :data:`RETRY_AFTER_ERROR`: retrying at once would meet the same refusal and spin
         against the store until the watch catches up.
         """
+        result = yield from self.write_or_refused(op, what, maybe_landed=maybe_landed)
+        if result is REFUSED:
+            assert op.split is not None
+            self.retry_later(op.split)
+            return None
+        return result
+
+    def write_or_refused(
+        self, op: Op, what: str, *, maybe_landed: Callable[[], None] | None = None
+    ) -> Flow[Won | Refused | None]:
+        """Perform ``op`` as :meth:`write_or_retry_later` does, but answer a refusal REFUSED.
+
+        A refusal holds nothing back: the caller reads the key again, so that its one retry
+        is built on what the store holds now.
+        """
         assert op.split is not None
         try:
             result = yield op
@@ -78,8 +108,7 @@ class ClaimRetries:
                 maybe_landed()
             return None
         if not isinstance(result, Won):
-            self.retry_later(op.split)
-            return None
+            return REFUSED
         return result
 
     # -- lease writes of unknown outcome -----------------------------------------------------

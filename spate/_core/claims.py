@@ -37,7 +37,7 @@ from typing import Literal
 import attrs
 import outcome
 
-from spate._core.claim_retries import ClaimRetries
+from spate._core.claim_retries import REFUSED, ClaimRetries, Refused
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host, ReleaseOutcome
 from spate._core.point_reads import read_session, read_split
@@ -344,12 +344,22 @@ class Claims:
         """The two-key claim: lease first, then the progress-record CAS (one retry at most)."""
         if kind is ClaimKind.EXPIRED:
             kind = yield from self._settle_release_race(split)
-        state = self.host.view.splits.get(split)
-        if state is None or state.progress.status is not Status.RUNNABLE or split in self.owned:
-            return
-        epoch = state.progress.epoch + 1
-        lease_rev = yield from self._acquire_lease(split, kind, state, epoch)
-        if lease_rev is None:
+        view = self.host.view
+        for last_try in (False, True):
+            state = view.splits.get(split)
+            if state is None or state.progress.status is not Status.RUNNABLE or split in self.owned:
+                return
+            epoch = state.progress.epoch + 1
+            lease_rev = yield from self._acquire_lease(split, kind, state, epoch, last_try=last_try)
+            if lease_rev is not REFUSED:
+                break
+            # Refused: the lease key moved since the view folded it. Most often it was freed
+            # just before the write landed (a leaver drops its leases beside its presence, so
+            # the session's end can arrive first). The watch may be a moment behind, and a
+            # follower watches no lease at all: read the key now and decide once more, rather
+            # than leave the split idle for the pause after an error.
+            yield from self.host.reread(view.lease_keyspace, view.lease_key(split))
+        if lease_rev is None or lease_rev is REFUSED:
             return
         for _ in range(2):
             outcome = yield from self._claim_record(split, kind, epoch, lease_rev)
@@ -375,9 +385,13 @@ class Claims:
         return ClaimKind.RELEASED if record.owner is None and fresh else ClaimKind.EXPIRED
 
     def _acquire_lease(
-        self, split: str, kind: ClaimKind, state: SplitState, epoch: int
-    ) -> Flow[int | None]:
-        """Write the claim's lease (the first key): its revision, or None to try again later."""
+        self, split: str, kind: ClaimKind, state: SplitState, epoch: int, *, last_try: bool
+    ) -> Flow[int | Refused | None]:
+        """Write the claim's lease (the first key): its revision, or None to try again later.
+
+        :data:`REFUSED` when the write lost and this is not the ``last_try``: the caller reads
+        the key again and tries once more (on the last try, a refusal holds the split back).
+        """
         host, view = self.host, self.host.view
         keyspace, key = view.lease_keyspace, view.lease_key(split)
         lease = LeaseRecord(owner=host.instance, nonce=host.nonce, epoch=epoch)
@@ -411,13 +425,10 @@ class Claims:
             )  # fmt: skip
         # Refused: a peer won the lease (the watch brings its write), or our view of our own
         # lease is stale (a lost reply, another process under our id).
-        won = yield from self.retries.write_or_retry_later(
-            op,
-            "lease write",
-            maybe_landed=lambda: self.retries.unsure(split),
-        )
-        if won is None:
-            return None
+        write = self.retries.write_or_retry_later if last_try else self.retries.write_or_refused
+        won = yield from write(op, "lease write", maybe_landed=lambda: self.retries.unsure(split))
+        if won is None or won is REFUSED:
+            return won
         host.fold(host.view.put_lease(split, lease, won.revision))
         return won.revision
 

@@ -101,3 +101,32 @@ def test_a_departure_deletes_its_presence_once_its_hand_backs_landed_beside_its_
     presence = started[("delete", KEYS.worker("a"))]
     assert presence >= max(hand_backs), "the presence went before the working set was empty"
     assert presence == min(lease_drops), "the presence waited for the lease drops"
+
+
+def test_a_lease_freed_while_the_claim_was_in_flight_is_claimed_at_once_not_after_a_pause() -> None:
+    # The leaver drops its leases and its presence together. The leader can see the presence
+    # (the session) go first and take a lease over by CAS on the revision it knows, while the
+    # leaver's delete of that very lease lands just before the CAS: the CAS loses to a key that
+    # is now free. The claimant reads the key again and claims it at once; holding the split
+    # back for the pause after an error left it idle for a second on every such race (NATS,
+    # half of the 16-split hand-overs).
+    world = World()
+    cfg = config(max_in_flight=4, membership_debounce=1000.0)
+    b = world.start("b", planner=planner_of(8), cfg=cfg)
+    world.run_until(lambda: len(b.owned) == 4 and b.leading, within=1100.0)  # join window
+    a = world.start("a", planner=planner_of(8), cfg=cfg)
+    world.run_until(lambda: len(a.owned) == 4)
+    for split in sorted(b.owned):
+        world.wait(b.commit(split, Progress(1, completed=True)))
+    raced = sorted(a.owned)[0]
+    keyspace, key = a.lease_key(raced)
+    held = a.hold_next("delete", keyspace, key)  # the leaver's drop of one lease, in the network
+    b.before_next("update", keyspace, key, held.release)  # ... lands just before the takeover
+    began = world.now
+    world.wait(a.depart())
+    world.run_until(lambda: raced in b.owned, within=5.0)
+    assert held.arrived
+    refused = [w for w in b.writes if w[1] == "claim-lease" and w[2] == "lost"]
+    assert refused, "the race did not happen: the takeover's CAS did not lose"
+    # Claimed within a few round trips of the leave, not after RETRY_AFTER_ERROR (1 s).
+    assert world.now - began < 0.5, world.now - began

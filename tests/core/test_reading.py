@@ -14,6 +14,7 @@ from spate._core.records import (
     AssignmentRecord,
     LeaseRecord,
     PlanRecord,
+    PresenceRecord,
     Status,
     Verdict,
     decode,
@@ -161,8 +162,13 @@ def test_a_follower_whose_claim_was_refused_reads_the_split_again_when_its_retry
     refused: list[float] = []
 
     def another_claims_first(split: str) -> None:
-        # Just before b's lease write lands, another process's lease appears (it stays: nobody
-        # deletes it within the test, so no lease event tells the leader to nudge b).
+        # Just before b's lease write lands, another live process's lease appears (it stays:
+        # nobody deletes it within the test, so no lease event tells the leader to nudge b).
+        # Its session lives, so b's read of the key again right after the refusal finds the
+        # split taken, and b holds it back until its retry comes due.
+        if world.get(Keyspace.EPHEMERAL, KEYS.worker("z")) is None:
+            presence = PresenceRecord(nonce="n-z", max_in_flight=1)
+            world.write("create", Keyspace.EPHEMERAL, KEYS.worker("z"), encode(presence))
         lease = LeaseRecord(owner="z", nonce="n-z", epoch=9)
         world.write("create", LEASES, lease_of(split), encode(lease))
         refused.append(world.now)
