@@ -99,7 +99,7 @@ class NoticeRouter:
         host = self.host
         if isinstance(notice, ProgressChanged):
             self._residuals.found(notice.record)
-            self._requests.progressed(notice.split, notice.record)
+            self._requests.progressed(notice.split, notice.record, notice.previous)
             return
         if isinstance(notice, LeaseGone):
             self._requests.ended(notice.split)
