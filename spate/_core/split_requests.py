@@ -391,6 +391,9 @@ class SplitRequests:
 
 
 def _asks_taken(presence: PresenceRecord | None) -> bool:
-    """Whether a split held by this member may be asked: it is live and did not say its
-    handlers never split (``Config.split_requests=False``, carried on its presence record)."""
+    """Whether a split held by this member may be asked.
+
+    It may when the member is live and did not say its handlers never split
+    (``Config.split_requests=False``, carried on its presence record).
+    """
     return presence is not None and presence.split_requests
