@@ -99,6 +99,13 @@ class Config:
             once it was measured for ``max(60 s, load_half_life)``. Positive.
         max_moved_load: The share of the job's load one balance round may move: 0.10
             (Slicer's churn budget is about 9% a round). In (0, 1].
+        claim_deadline: How long a live worker may leave the splits the leader assigned it
+            unclaimed before the leader places them elsewhere (a presence record kept alive
+            for a worker that never claims: a ghost, or a process wedged before its first
+            claim). ``None`` (the default) means twice the lease, or the lease plus
+            ``drain_deadline`` when that is longer (a worker whose lanes are full of splits
+            still draining claims only once they drain). The worker is given work again
+            later, and is a member like any other once it claims. Positive.
         planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
             the clock: in a worker thread (so a slow plan never stalls renewals), except under
             a ``trio.testing.MockClock``, where it runs inline on the event loop, because the
@@ -127,6 +134,7 @@ class Config:
     load_band: float = 0.10
     load_half_life: float = 60.0
     max_moved_load: float = 0.10
+    claim_deadline: float | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -154,6 +162,11 @@ class Config:
                 f"Config.split_requests must be True or False, not {self.split_requests!r}"
             )
         self._check_balance()
+        if self.claim_deadline is not None and _number(self.claim_deadline, "claim_deadline") <= 0:
+            raise ConfigError(
+                f"Config.claim_deadline must be a positive number of seconds (or None: twice "
+                f"the lease), not {self.claim_deadline!r}"
+            )
         if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
             raise ConfigError(
                 f"Config.planner_thread must be True, False or None (decide by the clock), not "
