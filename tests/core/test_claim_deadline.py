@@ -9,6 +9,8 @@ any member once it claims.
 
 from __future__ import annotations
 
+import pytest
+
 from spate._core.records import AssignmentRecord, PresenceRecord, decode, encode
 from spate.store import Keyspace
 
@@ -43,9 +45,18 @@ def _assigned(world: World, instance: str) -> tuple[str, ...]:
     return () if entry is None else decode(AssignmentRecord, entry.key, entry.value).splits
 
 
-def test_a_ghost_s_splits_are_owned_by_others_within_the_claim_deadline() -> None:
+@pytest.mark.parametrize(
+    "timings",
+    [{}, {"membership_debounce": 2.0, "rebalance_delay": 20.0}],
+    ids=["no-debounce", "debounce-and-grace-window"],
+)
+def test_a_ghost_s_splits_are_owned_by_others_within_the_claim_deadline(
+    timings: dict[str, float],
+) -> None:
+    # (The join window and the debounce delay the ghost's share, not its return to a; a
+    # grace window is for departed workers, and the ghost never departs.)
     world = World()
-    a = world.start("a", planner=planner_of(SPLITS), cfg=config(), on_event=cooperative)
+    a = world.start("a", planner=planner_of(SPLITS), cfg=config(**timings), on_event=cooperative)
     world.run_until(lambda: len(a.owned) == SPLITS)
     _haunt(world, LEASE)  # the ghost joins: a rebalance gives it half the job
     given = _assigned(world, "ghost")
