@@ -72,10 +72,13 @@ class Config:
             fleet started together runs 60 s splits in 62 s with no move; 3 s: 63 s, the
             target's edge). Zero rebalances at once and places a new job at once.
         split_requests: Whether the leader asks running splits to split when lanes sit idle
-            and no runnable split is unassigned (``SplitHandle.split_requested``; section 4c of
-            the design). True by default; a handler that never splits loses nothing by it but
-            one record rewrite per request (the leader backs off from a split whose handler
-            ignored one). False: the leader never asks (a handler may still split unasked).
+            and no runnable split is unassigned (``SplitHandle.split_requested``). True by
+            default; a handler that never splits costs next to nothing by it (the leader backs
+            off from a split whose handler ignored one, and once a few requests went ignored
+            with no split seen it only probes, one request every five minutes). False on the
+            leader: it never asks. False on any worker: carried on its presence record, it
+            says its handlers never split, and no leader asks a split it holds (a handler may
+            still split unasked).
         split_request_delay: How long lanes must sit idle before the leader asks (a debounce:
             a lane freed for a moment while the next split is being handed out is not idle).
             Zero or more; 1 s by default.
