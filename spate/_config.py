@@ -73,10 +73,13 @@ class Config:
             fleet started together runs 60 s splits in 62 s with no move; 3 s: 63 s, the
             target's edge). Zero rebalances at once and places a new job at once.
         split_requests: Whether the leader asks running splits to split when lanes sit idle
-            and no runnable split is unassigned (``SplitHandle.split_requested``; section 4c of
-            the design). True by default; a handler that never splits loses nothing by it but
-            one record rewrite per request (the leader backs off from a split whose handler
-            ignored one). False: the leader never asks (a handler may still split unasked).
+            and no runnable split is unassigned (``SplitHandle.split_requested``). True by
+            default; a handler that never splits costs next to nothing by it (the leader backs
+            off from a split whose handler ignored one, and once a few requests went ignored
+            with no split seen it only probes, one request every five minutes). False on the
+            leader: it never asks. False on any worker: carried on its presence record, it
+            says its handlers never split, and no leader asks a split it holds (a handler may
+            still split unasked).
         split_request_delay: How long lanes must sit idle before the leader asks (a debounce:
             a lane freed for a moment while the next split is being handed out is not idle).
             Zero or more; 1 s by default.
@@ -100,6 +103,13 @@ class Config:
             once it was measured for ``max(60 s, load_half_life)``. Positive.
         max_moved_load: The share of the job's load one balance round may move: 0.10
             (Slicer's churn budget is about 9% a round). In (0, 1].
+        claim_deadline: How long a live worker may leave the splits the leader assigned it
+            unclaimed before the leader places them elsewhere (a presence record kept alive
+            for a worker that never claims: a ghost, or a process wedged before its first
+            claim). ``None`` (the default) means twice the lease, or the lease plus
+            ``drain_deadline`` when that is longer (a worker whose lanes are full of splits
+            still draining claims only once they drain). The worker is given work again
+            later, and is a member like any other once it claims. Positive.
         planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
             the clock: in a worker thread (so a slow plan never stalls renewals), except under
             a ``trio.testing.MockClock``, where it runs inline on the event loop, because the
@@ -128,6 +138,7 @@ class Config:
     load_band: float = 0.10
     load_half_life: float = 60.0
     max_moved_load: float = 0.10
+    claim_deadline: float | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -155,6 +166,11 @@ class Config:
                 f"Config.split_requests must be True or False, not {self.split_requests!r}"
             )
         self._check_balance()
+        if self.claim_deadline is not None and _number(self.claim_deadline, "claim_deadline") <= 0:
+            raise ConfigError(
+                f"Config.claim_deadline must be a positive number of seconds (or None: twice "
+                f"the lease), not {self.claim_deadline!r}"
+            )
         if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
             raise ConfigError(
                 f"Config.planner_thread must be True, False or None (decide by the clock), not "

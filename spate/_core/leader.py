@@ -12,7 +12,8 @@ The machine talks to :class:`Leadership` alone; each rule lives in the part that
 - :mod:`spate._core.publisher` — assignment writes, nudges, split-request asks;
   :mod:`spate._core.assignment_writes` — the writes in flight and the splits they anchor.
 - :mod:`spate._core.placement_inputs` — the member table, the grace windows of departed
-  workers, and each split's input to the placement index.
+  workers, and each split's input to the placement index;
+  :mod:`spate._core.claim_deadline` — the members set aside for never claiming.
 - :mod:`spate._core.load_balance` — the balance rounds: running splits moved by measured load.
 
 Each module's text states its rules, each with the race it prevents. Here only the order of
@@ -134,6 +135,8 @@ class Leadership:
         self.plans.step(now)
         if self.policy.wake(now):
             self.host.placement_changes.owe()
+        if self.inputs.claims.step(now):
+            self._members_moved(now)
         self.balance.step(now)
         self.publisher.step(now)
 
@@ -146,6 +149,7 @@ class Leadership:
             self.plans.next_deadline(now),
             self.election.next_deadline(now),
             self.balance.next_deadline(),
+            self.inputs.claims.next_deadline(),
         ):
             if t is not None:
                 times.append(t)
@@ -160,6 +164,7 @@ class Leadership:
         departure and the next publish, and a successor must still honour the window.
         """
         self.inputs.on_departure(instance, now)
+        self.inputs.claims.gone(instance)
         self.policy.membership_changed(now)
 
     def on_arrival(self, instance: str, new: bool, now: float) -> None:
@@ -167,6 +172,24 @@ class Leadership:
         self.inputs.on_arrival(instance)
         if new:
             self.policy.membership_changed(now)
+
+    def claimed(self, instance: str, now: float) -> None:
+        """A lease of ``instance`` appeared (while leading): it claims, so it is a member."""
+        if self.inputs.claims.claimed(instance):
+            self._members_moved(now)
+
+    def freed(self, split: str, now: float) -> None:
+        """``split``'s lease went (while leading): its assignees' claim clocks start."""
+        self.inputs.claims.freed(split, now)
+
+    def assignment_landed(self, instance: str, record: AssignmentRecord, now: float) -> None:
+        """``instance``'s record was written (while leading): its claim clock may start."""
+        self.inputs.claims.assigned(instance, record, now)
+
+    def _members_moved(self, now: float) -> None:
+        """A member was set aside or taken back: placement's members moved, as on a join."""
+        self.policy.membership_changed(now)
+        self.host.placement_changes.owe()
 
     def sees_job_now(self, now: float) -> None:
         """This leader's view holds the whole job now: honour the departures it did not see."""
@@ -207,6 +230,7 @@ class Leadership:
     def _fenced(self, now: float) -> None:
         """The generation bump landed: the leadership's parts begin."""
         self.policy.began_leading(now)
+        self.inputs.claims.clear()
         # the job's first leader has no predecessor whose balance cooldowns it must honour
         self.balance.began_leading(now, first=self.generation == 1)
         # Every new leader plans at least once, even a final plan: a predecessor may have

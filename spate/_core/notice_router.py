@@ -73,6 +73,8 @@ class NoticeRouter:
             elif isinstance(notice, AssignmentChanged | AssignmentGone):
                 if isinstance(notice, AssignmentChanged):
                     self._leader.on_assignment(notice.record)
+                    if self._leader.leading:
+                        self._leader.assignment_landed(notice.instance, notice.record, host.now())
                 if notice.instance == host.instance:
                     self._claims.on_assignment(notice)
             elif isinstance(notice, PresenceChanged):
@@ -99,12 +101,14 @@ class NoticeRouter:
         host = self.host
         if isinstance(notice, ProgressChanged):
             self._residuals.found(notice.record)
-            self._requests.progressed(notice.split, notice.record)
+            self._requests.progressed(notice.split, notice.record, notice.previous)
             return
         if isinstance(notice, LeaseGone):
             self._requests.ended(notice.split)
+            self._leader.freed(notice.split, host.now())
         elif notice.new_tenancy:
             self._requests.began(notice.split, host.now())
+            self._leader.claimed(notice.lease.owner, host.now())
         else:
             return
         self._ownership.note(notice.split)

@@ -6,6 +6,9 @@
   a restarting worker reclaims its own. Every worker tracks departures, not only the leader:
   leadership can move between the departure and the next publish, and a successor must
   still honour the window.
+- **Members set aside** (:mod:`spate._core.claim_deadline`): a live member that never claimed
+  what it was given within the claim deadline is no member for placement until it is tried
+  again or claims.
 - **Each split's input** (:meth:`PlacementInputs.placement_input`): its weight, the load it
   puts on a worker (:func:`spate._core.split_load.split_load`, or its measured load once the
   job reports loads: :mod:`spate._core.load_balance`), its affinity, and the member it is
@@ -18,6 +21,7 @@
 from __future__ import annotations
 
 from spate._core.assignment_writes import AssignmentWrites
+from spate._core.claim_deadline import ClaimDeadlines
 from spate._core.election import Election
 from spate._core.host import Host
 from spate._core.load_balance import LoadBalancer
@@ -46,15 +50,19 @@ class PlacementInputs:
         self._writes = writes
         self.departed: dict[str, float] = {}
         """Instance -> when its presence vanished (its grace window is open)."""
+        self.claims = ClaimDeadlines(host)
+        """The members that never claimed what they were given: set aside for placement."""
         self.index: PlacementIndex | None = None
         """The placement kept split by split while leading (see spate._core.placement_index)."""
         self._index_key: tuple[int, frozenset[str]] | None = None
         self._index_members: frozenset[str] = frozenset()
         """The live members the index's inputs were read against."""
-        self._members_at: tuple[int, dict[str, Member], frozenset[str]] | None = None
-        """The view's members_seq, and the members placement saw then (see members)."""
-        self._index_members_seq: int | None = None
-        """The view's members_seq when the index was last given the members."""
+        self._members_at: tuple[tuple[int, int], dict[str, Member], frozenset[str]] | None = None
+        """The view's members_seq and the set-aside version, and the members placement saw
+        then (see members)."""
+        self._index_members_seq: tuple[int, int] | None = None
+        """The view's members_seq and the set-aside version when the index was last given the
+        members."""
 
     # -- grace windows -------------------------------------------------------------------------
 
@@ -113,12 +121,15 @@ class PlacementInputs:
         made its cost O(workers).
         """
         view = self.host.view
-        if self._members_at is None or self._members_at[0] != view.members_seq:
+        seq = (view.members_seq, self.claims.version)
+        if self._members_at is None or self._members_at[0] != seq:
+            aside = self.claims.set_aside
             members = {
                 i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
                 for i, p in view.presence.items()
+                if i not in aside
             }
-            self._members_at = (view.members_seq, members, frozenset(members))
+            self._members_at = (seq, members, frozenset(members))
         return self._members_at[1]
 
     def placement_index(self) -> PlacementIndex:
@@ -132,11 +143,11 @@ class PlacementInputs:
         members anew when they changed.
         """
         index = self._fed_index()
-        view = self.host.view
-        if self._index_members_seq != view.members_seq:
+        seq = (self.host.view.members_seq, self.claims.version)
+        if self._index_members_seq != seq:
             # (Comparing a thousand members with the index's own, each publish, was O(W).)
             index.set_members(self.members())
-            self._index_members_seq = view.members_seq
+            self._index_members_seq = seq
         return index
 
     def _fed_index(self) -> PlacementIndex:
@@ -184,6 +195,7 @@ class PlacementInputs:
 
     def drop(self) -> None:
         """Leadership ended: the index goes, and which splits move no longer matters."""
+        self.claims.clear()
         self.index = None
         self._index_key = None
         self.host.placement_changes.stop_tracking()
@@ -227,15 +239,17 @@ class PlacementInputs:
             # holder to anchor on. Said before building the lists, once per split a takeover.
             return self._placement(split, weight, owner, state.spec.locality)
         generation = self._election.generation
+        aside = self.claims.set_aside
         holders = [
             i
             for i in assigned or ()
             if i not in self._writes.by_member
             and i in view.presence
+            and i not in aside
             and (record := view.assignments.get(i)) is not None
             and record[0].generation == generation
         ]
-        holders.extend(i for i in writing or () if i in view.presence)
+        holders.extend(i for i in writing or () if i in view.presence and i not in aside)
         if holders and owner not in holders:
             # In transit: its owner handed it back (no owner), is gone (a dead worker's
             # expired lease leaves the record naming it), or still holds it while this

@@ -78,6 +78,7 @@ class Presence:
             locality=self.locality,
             parents=parents,
             capacity=config.capacity,
+            split_requests=config.split_requests,
         )
         if self.loads.measuring:
             summary = self.loads.summary(self.host.now())

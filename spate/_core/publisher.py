@@ -169,6 +169,14 @@ class AssignmentPublisher:
             if moving:
                 policy.hold(moving, splits, now, instance)
         policy.wake_for_holds(now)
+        for instance in self._inputs.claims.set_aside:
+            current = view.assignments.get(instance)
+            if current is not None and current[0].splits and instance not in self._publishing:
+                # Set aside (it never claimed what it was given): its record names nothing,
+                # so a worker that wakes late does not race the splits' new assignees.
+                self._publishing.add(instance)
+                self._writes.started(instance, ())
+                host.start(self._write_assignment(instance, ()))
         for instance in list(view.assignments):
             if (
                 instance not in view.presence

@@ -350,6 +350,9 @@ class PresenceRecord:
     """Their summed load (units of work a second)."""
     untrusted: int = 0
     """Measured splits it holds whose load is not trusted yet (measured too briefly)."""
+    split_requests: bool = True
+    """Whether the leader may ask it to split the splits it holds (``Config.split_requests``:
+    False says its handlers never split; absent while True, and in older records)."""
 
     @property
     def reports_load(self) -> bool:
@@ -471,6 +474,7 @@ _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
         "other_splits",
         "other_load",
         "untrusted",
+        "split_requests",
     ),
     AssignmentRecord: ("ready", "split_requested"),
 }

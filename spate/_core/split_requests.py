@@ -17,6 +17,15 @@ with the waste it prevents:
   tenancy ends, or ``drain_deadline`` passes (a handler commits at least that often, and a
   split happens at a commit point); then it is *ignored*, and that split is not asked again
   for a backoff that doubles each time, up to :data:`BACKOFF_MAX`.
+- **A job whose handlers never split is asked next to nothing**: once :data:`JOB_IGNORED`
+  requests were ignored and this leader has seen no split at all (asked or not: a split count
+  that grew in a record it read), it asks one split at a time, one every :data:`PROBE`
+  seconds, until it sees one. A per-split backoff alone still asked every running split of a
+  large fleet (64 of them, say) every five minutes, each request an assignment rewrite and a
+  read of the split every :data:`POLL` s while it stood: an idle fleet of handlers that
+  ignored requests made several times the store calls of one with requests off.
+- **A worker can say its handlers never split**: ``Config.split_requests=False`` on a worker
+  is carried on its presence record, and no leader asks a split it holds.
 - **Requests ride on the owner's assignment record** (``split_requested``), the one key a
   follower watches: each carries a sequence number, so a rewrite that repeats it tells the
   handler nothing twice. ``Config.split_requests=False`` turns it all off.
@@ -32,7 +41,7 @@ import attrs
 
 from spate._core.host import Host
 from spate._core.ownership import OwnershipReads
-from spate._core.records import ProgressRecord, SplitRequest, Status
+from spate._core.records import PresenceRecord, ProgressRecord, SplitRequest, Status
 
 __all__ = ["SplitRequests"]
 
@@ -43,6 +52,11 @@ POLL_BATCH = 64
 end), each is read less often, so the leader's polls stay O(1) reads a second."""
 BACKOFF_MAX = 300.0
 """The longest a split whose handler ignored requests waits before it is asked again."""
+JOB_IGNORED = 8
+"""Requests ignored, with no split seen, after which the leader takes the job for one whose
+handlers never split and only probes it (see :data:`PROBE`)."""
+PROBE = 300.0
+"""Seconds between the leader's requests to a job whose handlers never split (one at a time)."""
 
 
 @attrs.define
@@ -81,6 +95,12 @@ class SplitRequests:
         """Every live member's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int, float] | None = None
         """(the view's sequence number, the idle lanes counted then, when they were counted)."""
+        self._ignored = 0
+        """Requests this leader made that were ignored (timed out unsplit)."""
+        self._split_seen = False
+        """Whether this leader saw any split of the job (a split count grew in a record)."""
+        self._probe_at = 0.0
+        """While the job looks like one that never splits: when the next probe may be asked."""
 
     # -- what the leader sees ------------------------------------------------------------
 
@@ -110,12 +130,26 @@ class SplitRequests:
         """A presence record came, changed or went: the fleet's lanes are summed again."""
         self._lanes = None
 
-    def progressed(self, split: str, record: ProgressRecord) -> None:
-        """``split``'s record was read: it split if its count grew since it was asked."""
+    def progressed(
+        self, split: str, record: ProgressRecord, previous: ProgressRecord | None = None
+    ) -> None:
+        """``split``'s record was read: it split if its count grew since it was asked.
+
+        A count grown since the record ``previous`` (the one the view held) is a split too,
+        asked or not: the job's handlers do split, so the leader asks as usual.
+        """
         ask = self.outstanding.get(split)
         if ask is not None and record.splits > ask.splits:
             self._drop(split)
             self._backoff.pop(split, None)
+            self._split_seen = True
+        elif previous is not None and record.splits > previous.splits:
+            self._split_seen = True
+
+    @property
+    def probing(self) -> bool:
+        """Whether the job looks like one whose handlers never split (see the module text)."""
+        return not self._split_seen and self._ignored >= JOB_IGNORED
 
     def clear(self) -> None:
         """Leadership ended (a successor asks afresh; followers told so far keep their events)."""
@@ -127,6 +161,9 @@ class SplitRequests:
         self._idle_since = None
         self._due = math.inf
         self._looked_at = None
+        self._ignored = 0
+        self._split_seen = False
+        self._probe_at = 0.0
 
     def of(self, instance: str) -> tuple[SplitRequest, ...]:
         """The outstanding requests to ``instance``, for its assignment record."""
@@ -182,6 +219,14 @@ class SplitRequests:
         want -= len(self.outstanding)
         if want <= 0:
             return
+        if self.probing:
+            # A job whose handlers never split: one request at a time, one every PROBE.
+            if self.outstanding:
+                return
+            if now < self._probe_at:
+                self._wake = min(self._wake, self._probe_at)
+                return
+            want = 1
         if (
             self._looked_at is not None
             and now < self._looked_at + POLL
@@ -197,6 +242,8 @@ class SplitRequests:
             return
         self._looked_at = now
         for split in self._candidates(now, want):
+            if self.probing:
+                self._probe_at = now + PROBE
             state = self.host.view.splits[split]
             assert state.lease is not None
             self._seq += 1
@@ -219,13 +266,20 @@ class SplitRequests:
         config = self.host.config
         if not config.split_requests:
             return
+        view = self.host.view
         for split in splits:
-            state = self.host.view.splits.get(split)
+            state = view.splits.get(split)
             if state is None or state.lease is None or split in self.outstanding:
                 continue
             backoff = self._backoff.get(split)
             if backoff is not None and now < backoff[0]:
                 continue
+            if not _asks_taken(view.presence.get(state.lease.owner)):
+                continue
+            if self.probing:
+                if self.outstanding or now < self._probe_at:
+                    return  # (probed at most one at a time, one every PROBE)
+                self._probe_at = now + PROBE
             self._seq += 1
             self._add(split, _Ask(
                 owner=state.lease.owner, seq=self._seq, at=now, splits=state.progress.splits,
@@ -251,6 +305,9 @@ class SplitRequests:
                 self._drop(split)
                 _, delay = self._backoff.get(split, (0.0, ignored_after))
                 self._backoff[split] = (now + delay, min(2 * delay, BACKOFF_MAX))
+                self._ignored += 1
+                if self._ignored == JOB_IGNORED and not self._split_seen:
+                    self._probe_at = now + PROBE  # (the requests standing time out first)
                 continue
             if now >= ask.polled + every:
                 ask.polled = now
@@ -325,9 +382,18 @@ class SplitRequests:
                 or state.lease is None
                 or state.progress.status is not Status.RUNNABLE
                 or state.progress.completed
-                or view.presence.get(state.lease.owner) is None
+                or not _asks_taken(view.presence.get(state.lease.owner))
             ):
                 continue
             weight = state.spec.weight if state.spec is not None else 1
             found.append((since, -weight, split))
         return [split for _, _, split in heapq.nsmallest(want, found)]
+
+
+def _asks_taken(presence: PresenceRecord | None) -> bool:
+    """Whether a split held by this member may be asked.
+
+    It may when the member is live and did not say its handlers never split
+    (``Config.split_requests=False``, carried on its presence record).
+    """
+    return presence is not None and presence.split_requests

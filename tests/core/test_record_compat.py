@@ -198,6 +198,17 @@ def test_a_presence_record_with_loads_round_trips_and_an_old_one_reads_without()
     assert record.reports_load
 
 
+def test_a_presence_record_that_declines_split_requests_says_so_and_an_old_one_does_not() -> None:
+    declines = PresenceRecord(nonce="n", max_in_flight=4, split_requests=False)
+    assert b'"split_requests":false' in encode(declines)
+    assert decode(PresenceRecord, "k", encode(declines)) == declines
+    # Left out while true: a worker that may be asked writes the bytes it wrote before.
+    assert decode(PresenceRecord, "k", OLD_PRESENCE).split_requests is True
+    assert encode(decode(PresenceRecord, "k", OLD_PRESENCE)) == OLD_PRESENCE
+    with pytest.raises(UnreadableRecord, match="PresenceRecord"):
+        decode(PresenceRecord, "k", OLD_PRESENCE[:-1] + b',"split_requests":0}')
+
+
 def test_a_negative_or_mistyped_load_is_unreadable() -> None:
     for bad in (b'"capacity":-1', b'"capacity":"2"', b'"other_load":true'):
         with pytest.raises(UnreadableRecord, match="PresenceRecord"):

@@ -27,7 +27,8 @@ The pieces a test drives:
   :meth:`World.wait` runs the world until it ends and returns (or raises) what the
   coordinator's method would;
 - deaths and faults: :meth:`Worker.kill`, :meth:`Worker.freeze`, :meth:`Worker.partition`,
-  a write that fails, whose reply is lost, that is held in the network, or that another
+  a write that fails (once, or every such write: :meth:`Worker.fail_every`), whose reply is
+  lost, that is held in the network, or that another
   writer beats (:meth:`Worker.fail_next`, :meth:`Worker.lose_reply`, :meth:`Worker.hold_next`,
   :meth:`Worker.before_next`), a read that fails (:meth:`Worker.fail_next_read`) or is held
   in the network (:meth:`Worker.hold_next_read`),
@@ -592,6 +593,18 @@ class Worker(EventLog, SimWorker):
             self.scheduler.soon(lambda: reply(outcome.Error(error)))
 
         self._rule(kind, keyspace, key, fail)
+
+    def fail_every(self, kind: WriteKind, keyspace: Keyspace, prefix: str) -> Callable[[], None]:
+        """Every such write under ``prefix`` fails (StoreUnavailable) until the returned
+        function is called: a worker wedged at that write (say, one that cannot claim)."""
+
+        def fail(op: Op, reply: Callable[[outcome.Outcome[Any]], None], lease: int | None) -> None:
+            error = StoreUnavailable(f"{self.actor}: injected failure of {op.method} {op.key}")
+            self.scheduler.soon(lambda: reply(outcome.Error(error)))
+
+        self._rule(kind, keyspace, prefix, fail, once=False)
+        rule = self.link.rules[-1]
+        return lambda: self.link.rules.remove(rule)
 
     def fail_next_read(self, kind: Literal["get", "list"], keyspace: Keyspace, key: str) -> None:
         """The next such read never reaches the store; its caller hears StoreUnavailable."""

@@ -246,6 +246,8 @@ async def test_lease_that_differs_from_the_store_ttl_tells_how_to_open_the_store
         ({"lease_duration": 10, "op_timeout": 6}, "op_timeout"),
         ({"lease_duration": 30, "drain_deadline": 1, "op_timeout": 5}, "drain_deadline"),
         ({"planner_thread": "yes"}, "planner_thread"),
+        ({"claim_deadline": 0}, "claim_deadline"),
+        ({"claim_deadline": "30"}, "claim_deadline"),
     ],
 )
 def test_config_validates_itself(fields: dict[str, object], message: str) -> None:
