@@ -1,8 +1,8 @@
 """The ``spate`` command line (also ``python -m spate``).
 
 Commands: ``demo`` (the main job on the embedded memory store), ``worker`` (one real worker
-process of the demo's job, not of a job of yours), ``status``, ``requeue`` and ``delete``
-(operator tools), ``conformance`` (the store conformance suite against a deployed store).
+process of the demo's job, not of a job of yours), ``status``, ``requeue``, ``repair`` and
+``delete`` (operator tools), ``conformance`` (the store conformance suite against a deployed store).
 Ctrl-C leaves gracefully: splits are handed back and the process waits, bounded, until they
 are held elsewhere; a second Ctrl-C leaves at once.
 
@@ -168,6 +168,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     requeue.add_argument(
         "splits", nargs="*", metavar="SPLIT", help="quarantined split ids (or use --all)"
+    )
+
+    repair = commands.add_parser(
+        "repair",
+        help="rewrite a split's unreadable progress record",
+        description="Rewrite the unreadable progress record of each named split (garbage "
+        "bytes, another program's value) as a fresh runnable record, so the fleet runs it "
+        "again. Shows what it will write and what cannot be recovered (the watermark), and "
+        "asks before writing, unless --yes.",
+    )
+    repair.add_argument("--store", required=True, help="store URL")
+    repair.add_argument("--job", required=True, help="job name")
+    repair.add_argument(
+        "--yes", action="store_true", help="write without asking (what is lost is still shown)"
+    )
+    repair.add_argument(
+        "splits", nargs="+", metavar="SPLIT", help="ids of the splits to repair (`spate status`)"
     )
 
     delete = commands.add_parser(
@@ -461,6 +478,37 @@ def _cmd_requeue(args: argparse.Namespace) -> int:
     return trio.run(work)
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from spate._ops import inspect_repair, repair
+    from spate_stores import open_store
+
+    async def work() -> int:
+        await _require_job(args.store, args.job)
+        async with open_store(args.store, read_only=True) as store:
+            repairs = await inspect_repair(store, args.job, args.splits)
+        for each in repairs:
+            print(each.describe())
+        if not args.yes and not _confirmed(f"rewrite {len(repairs)} record(s)?"):
+            print("nothing was written")
+            return EXIT_FAILED
+        async with open_store(args.store) as store:
+            done = await repair(store, args.job, repairs)
+        print(f"repaired {len(done)} split(s): {', '.join(done)}; the leader places them again")
+        return EXIT_OK
+
+    return trio.run(work)
+
+
+def _confirmed(question: str) -> bool:
+    """Ask ``question`` on the terminal; without one, refuse (a script passes --yes)."""
+    if not sys.stdin.isatty():
+        raise ConfigError(
+            "spate repair asks before it writes, and stdin is not a terminal: read what it "
+            "will write above, then run it again with --yes"
+        )
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
 def _cmd_delete(args: argparse.Namespace) -> int:
     from spate._delete import delete_job
     from spate_stores import open_store
@@ -501,6 +549,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": _cmd_worker,
     "status": _cmd_status,
     "requeue": _cmd_requeue,
+    "repair": _cmd_repair,
     "delete": _cmd_delete,
     "conformance": _cmd_conformance,
 }

@@ -168,8 +168,9 @@ class View:
         """Fold one stored entry (watch put, listing entry, or own write read back).
 
         Raises :class:`~spate._core.records.UnreadableRecord` for an unreadable record that carries
-        ownership (plan, spec, progress, lease, leader); presence and assignment records that
-        cannot be read are logged and skipped.
+        ownership of the job (plan, lease, leader); an unreadable progress record or spec holds
+        its split aside (folded as quarantined, the reason naming the key); presence and
+        assignment records that cannot be read are logged and skipped.
         """
         found = self.keys.classify(entry.key)
         if found is None or found[0] is KeyKind.PROBE:
@@ -198,15 +199,20 @@ class View:
                 return self.put_leader(leader, entry.revision)
             return []
         if kind is KeyKind.SPLIT:
-            record = decode(ProgressRecord, entry.key, entry.value, split=name)
+            try:
+                record = decode(ProgressRecord, entry.key, entry.value, split=name)
+            except UnreadableRecord as exc:
+                return self._unreadable(name, exc, entry.revision, spec=False)
             return self._splits.fold_progress(name, entry.key, record, entry.revision)
         if kind is KeyKind.LEASE:
             lease = decode(LeaseRecord, entry.key, entry.value)
             return self._splits.fold_lease(name, entry.key, lease, entry.revision, Keyspace.DURABLE)
         if kind is KeyKind.SPEC:
-            spec = decode(SpecRecord, entry.key, entry.value, split=name)
-            self._splits.fold_spec(name, entry.key, spec, entry.revision)
-            return []
+            try:
+                spec = decode(SpecRecord, entry.key, entry.value, split=name)
+            except UnreadableRecord as exc:
+                return self._unreadable(name, exc, entry.revision, spec=True)
+            return self._splits.fold_spec(name, entry.key, spec, entry.revision)
         if kind is KeyKind.PLAN:
             plan = decode(PlanRecord, entry.key, entry.value)
             return self.put_plan(plan, entry.revision)
@@ -220,6 +226,24 @@ class View:
                 return []
             return self.put_assignment(name, assignment, entry.revision)
         return []
+
+    def _unreadable(
+        self, split: str, exc: UnreadableRecord, revision: int, *, spec: bool
+    ) -> list[Notice]:
+        """A split's progress record or spec cannot be read: the split is held aside.
+
+        It costs that split, not the fleet: see :meth:`SplitTable.hold_aside`. Said once per
+        write of the key (a stale echo of it is not folded again).
+        """
+        logger.error(
+            "%s Split %s is held aside as quarantined until the record is repaired "
+            "(spate repair --store URL --job %s %s); the rest of the job runs",
+            exc,
+            split,
+            self.keys.job,
+            split,
+        )
+        return self._splits.hold_aside(split, exc.key, exc.problem, revision, spec=spec)
 
     def apply_delete(self, keyspace: Keyspace, key: str, revision: int | None) -> list[Notice]:
         """Fold a deletion: from a watch (``revision`` given) or a listing's proven absence."""
@@ -322,9 +346,9 @@ class View:
             return []
         return self._splits.fold_progress(split, key, record, revision)
 
-    def put_spec(self, split: str, spec: SpecRecord, revision: int) -> None:
+    def put_spec(self, split: str, spec: SpecRecord, revision: int) -> list[Notice]:
         """Fold a spec record (immutable: a re-delivery is an echo)."""
-        self._splits.fold_spec(split, self.keys.spec(split), spec, revision)
+        return self._splits.fold_spec(split, self.keys.spec(split), spec, revision)
 
     def put_presence(
         self, instance: str, presence: PresenceRecord | None, revision: int

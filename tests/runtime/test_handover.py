@@ -94,10 +94,8 @@ async def test_waiting_for_new_owners_ends_when_the_coordinator_stops(
         nursery.start_soon(wait)
         await trio.sleep(5.0)
         assert not waited.is_set()  # nobody took them
-        # An unreadable progress record stops the coordinator: the wait is over with it.
-        entry = await ghost.get(Keyspace.DURABLE, KEYS.split("s00"))
-        assert entry is not None
-        await ghost.update(Keyspace.DURABLE, KEYS.split("s00"), b"not a record", entry.revision)
+        # An unreadable lease stops the coordinator: the wait is over with it.
+        await ghost.create(Keyspace.DURABLE, KEYS.lease("s00"), b"not a record")
         with trio.fail_after(5.0):
             await waited.wait()
         await a.until(lambda: a.error is not None)
