@@ -15,6 +15,7 @@ import attrs
 from spate import _fenced as fenced
 from spate._core.placement_report import PlacementReport, placement_report
 from spate._core.records import (
+    AssignmentRecord,
     Finality,
     KeyKind,
     Keys,
@@ -32,21 +33,25 @@ from spate._core.records import (
 )
 from spate._errors import ConfigError, StoreError
 from spate._plan import validate_job, validate_split_id
-from spate._store import Conflict, Keyspace, Store
+from spate._store import Conflict, Entry, Keyspace, Store
 
 __all__ = [
     "JobNotFound",
     "JobStatus",
+    "PlanRepair",
     "Repair",
     "RepairRefused",
     "RequeueRefused",
     "SplitStatus",
     "WorkerStatus",
     "held_aside_reason",
+    "inspect_plan_repair",
     "inspect_repair",
     "list_jobs",
     "read_status",
+    "remove_unreadable_leader",
     "repair",
+    "repair_plan",
     "requeue",
     "requeue_all",
     "require_job",
@@ -768,3 +773,144 @@ async def _residuals_by_parent(store: Store, keys: Keys) -> dict[str, list[str]]
                 if spec.parent:
                     out.setdefault(spec.parent, []).append(kind[1])
     return out
+
+
+@attrs.frozen
+class PlanRepair:
+    """What :func:`repair_plan` will write over a job's unreadable plan record.
+
+    Found by :func:`inspect_plan_repair`: the store's other records tell most of it (the
+    generation, the count), the rest starts afresh (see :meth:`describe`).
+    """
+
+    key: str
+    problem: str
+    revision: int
+    """The revision the unreadable record stands at (the rewrite's expected revision)."""
+    record: PlanRecord
+    """The record written in its place."""
+
+    def describe(self) -> str:
+        """What the rewrite does and what it cannot recover, for the operator to confirm."""
+        r = self.record
+        return "\n".join(
+            [
+                f"the plan record {self.key!r} is unreadable ({self.problem}).",
+                f"  rewrite: fingerprint {r.fingerprint!r} (every worker of the job must run "
+                f"with it), generation {r.generation} (above every leader's and assignment's "
+                f"the store holds), {r.planned} split(s) planned, open, no verdict.",
+                "  lost: the planner's cursor and whether the plan was final: the next leader "
+                "runs the planner again from the start (splits it planned already are found, "
+                "not written twice) and publishes what it answers; and the job's creation "
+                "time, which starts afresh (every fence from now on is above every earlier "
+                "one).",
+            ]
+        )
+
+
+async def inspect_plan_repair(store: Store, job: str, *, fingerprint: str = "") -> PlanRepair:
+    """What :func:`repair_plan` would write over ``job``'s unreadable plan record (reads only).
+
+    ``fingerprint`` is the one the job's workers run with (``run_worker(fingerprint=)``; the
+    store has no other copy). Raises :class:`RepairRefused` when the record is missing or
+    readable.
+    """
+    validate_job(job)
+    keys = Keys(job)
+    entry = await store.get(Keyspace.DURABLE, keys.plan)
+    if entry is None:
+        raise RepairRefused(f"job {job!r} has no plan record; nothing to repair")
+    try:
+        decode(PlanRecord, keys.plan, entry.value)
+    except UnreadableRecord as exc:
+        problem = exc.problem
+    else:
+        raise RepairRefused(f"the plan record {keys.plan!r} is readable: nothing to repair")
+    generation = 0
+    planned = 0
+    for keyspace in Keyspace:
+        async with store.list_pages(keyspace, keys.prefix, page_size=_LIST_PAGE) as pages:
+            async for page in pages:
+                for item in page:
+                    generation = max(generation, _generation_of(keys, keyspace, item))
+                    kind = keys.classify(item.key)
+                    if keyspace is Keyspace.DURABLE and kind is not None:
+                        planned += kind[0] is KeyKind.SPEC
+    record = PlanRecord(
+        fingerprint=fingerprint,
+        generation=generation,
+        planned=planned,
+        updated_at_ms=now_ms(),
+        incarnation_ms=now_ms(),
+    )
+    return PlanRepair(key=keys.plan, problem=problem, revision=entry.revision, record=record)
+
+
+def _generation_of(keys: Keys, keyspace: Keyspace, entry: Entry) -> int:
+    """The leader generation a record carries (an assignment's, the leader key's), else 0."""
+    kind = keys.classify(entry.key)
+    try:
+        if keyspace is Keyspace.DURABLE and kind is not None and kind[0] is KeyKind.ASSIGN:
+            return decode(AssignmentRecord, entry.key, entry.value).generation
+        if keyspace is Keyspace.EPHEMERAL and kind == (KeyKind.LEADER, ""):
+            return decode(LeaderRecord, entry.key, entry.value).generation
+    except UnreadableRecord:
+        pass
+    return 0
+
+
+async def repair_plan(store: Store, job: str, plan_repair: PlanRepair) -> None:
+    """Write the inspected :class:`PlanRepair`, by a compare-and-swap at its revision.
+
+    Raises :class:`RepairRefused` when the record moved since it was inspected (nothing is
+    written). Once it lands, a worker is elected leader again and plans the job.
+    """
+    validate_job(job)
+    keys = Keys(job)
+    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    result = await fenced.write(
+        store,
+        scope,
+        "repair",
+        "update",
+        Keyspace.DURABLE,
+        keys.plan,
+        encode(plan_repair.record),
+        expected=plan_repair.revision,
+    )
+    if isinstance(result, Conflict):
+        raise RepairRefused(
+            f"the plan record {keys.plan!r} moved since it was inspected; nothing was written. "
+            "Inspect it again."
+        )
+
+
+async def remove_unreadable_leader(store: Store, job: str) -> bool:
+    """Delete ``job``'s leader key if it cannot be read, at the revision read; whether it did.
+
+    An unreadable leader key stands in every election's way until it expires with its
+    writer's session; removing it lets a worker be elected now. Raises
+    :class:`RepairRefused` when the key is readable (a live leader's: never removed here).
+    """
+    validate_job(job)
+    keys = Keys(job)
+    entry = await store.get(Keyspace.EPHEMERAL, keys.leader)
+    if entry is None:
+        return False
+    try:
+        decode(LeaderRecord, keys.leader, entry.value)
+    except UnreadableRecord:
+        scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+        result = await fenced.write(
+            store,
+            scope,
+            "repair",
+            "delete",
+            Keyspace.EPHEMERAL,
+            keys.leader,
+            expected=entry.revision,
+        )
+        return not isinstance(result, Conflict)
+    raise RepairRefused(
+        f"the leader key {keys.leader!r} is readable (a live leader's); it is left alone"
+    )

@@ -29,6 +29,9 @@ from spate._ops import (
     JobStatus as JobStatus,
 )
 from spate._ops import (
+    PlanRepair as PlanRepair,
+)
+from spate._ops import (
     Repair as Repair,
 )
 from spate._ops import (
@@ -44,6 +47,9 @@ from spate._ops import (
     WorkerStatus as WorkerStatus,
 )
 from spate._ops import (
+    inspect_plan_repair as inspect_plan_repair,
+)
+from spate._ops import (
     inspect_repair as inspect_repair,
 )
 from spate._ops import (
@@ -53,7 +59,13 @@ from spate._ops import (
     read_status as read_status,
 )
 from spate._ops import (
+    remove_unreadable_leader as remove_unreadable_leader,
+)
+from spate._ops import (
     repair as repair,
+)
+from spate._ops import (
+    repair_plan as repair_plan,
 )
 from spate._ops import (
     requeue as requeue,
@@ -70,16 +82,20 @@ __all__ = [
     "DeleteReport",
     "JobNotFound",
     "JobStatus",
+    "PlanRepair",
     "Repair",
     "RepairRefused",
     "RequeueRefused",
     "SplitStatus",
     "WorkerStatus",
     "delete_job",
+    "inspect_plan_repair",
     "inspect_repair",
     "list_jobs",
     "read_status",
+    "remove_unreadable_leader",
     "repair",
+    "repair_plan",
     "requeue",
     "requeue_all",
     "require_job",

@@ -172,19 +172,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     repair = commands.add_parser(
         "repair",
-        help="rewrite a split's unreadable progress record",
-        description="Rewrite the unreadable progress record of each named split (garbage "
-        "bytes, another program's value) as a fresh runnable record, so the fleet runs it "
-        "again. Shows what it will write and what cannot be recovered (the watermark), and "
-        "asks before writing, unless --yes.",
+        help="rewrite a job's unreadable records",
+        description="Rewrite unreadable records (garbage bytes, another program's value) from "
+        "what the store still knows: each named split's progress record (a fresh runnable "
+        "record, so the fleet runs it again), the plan record (--plan), or remove an "
+        "unreadable leader key (--leader). Shows what it will write and what cannot be "
+        "recovered, and asks before writing, unless --yes.",
     )
     repair.add_argument("--store", required=True, help="store URL")
     repair.add_argument("--job", required=True, help="job name")
     repair.add_argument(
         "--yes", action="store_true", help="write without asking (what is lost is still shown)"
     )
+    repair.add_argument("--plan", action="store_true", help="rewrite the unreadable plan record")
     repair.add_argument(
-        "splits", nargs="+", metavar="SPLIT", help="ids of the splits to repair (`spate status`)"
+        "--fingerprint",
+        default="",
+        help="with --plan: the fingerprint the job's workers run with (default: none)",
+    )
+    repair.add_argument(
+        "--leader", action="store_true", help="remove an unreadable leader key (never a live one)"
+    )
+    repair.add_argument(
+        "splits", nargs="*", metavar="SPLIT", help="splits whose progress record is unreadable"
     )
 
     delete = commands.add_parser(
@@ -479,21 +489,46 @@ def _cmd_requeue(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from spate._ops import inspect_repair, repair
+    from spate._ops import (
+        inspect_plan_repair,
+        inspect_repair,
+        remove_unreadable_leader,
+        repair,
+        repair_plan,
+    )
     from spate_stores import open_store
+
+    if not (args.splits or args.plan or args.leader):
+        raise ConfigError("name the splits to repair, or pass --plan or --leader")
 
     async def work() -> int:
         await _require_job(args.store, args.job)
         async with open_store(args.store, read_only=True) as store:
-            repairs = await inspect_repair(store, args.job, args.splits)
+            repairs = await inspect_repair(store, args.job, args.splits) if args.splits else []
+            plan = (
+                await inspect_plan_repair(store, args.job, fingerprint=args.fingerprint)
+                if args.plan
+                else None
+            )
         for each in repairs:
             print(each.describe())
-        if not args.yes and not _confirmed(f"rewrite {len(repairs)} record(s)?"):
+        if plan is not None:
+            print(plan.describe())
+        if args.leader:
+            print(f"the leader key of job {args.job}, if it is unreadable: removed")
+        if not args.yes and not _confirmed("write this?"):
             print("nothing was written")
             return EXIT_FAILED
         async with open_store(args.store) as store:
-            done = await repair(store, args.job, repairs)
-        print(f"repaired {len(done)} split(s): {', '.join(done)}; the leader places them again")
+            if plan is not None:
+                await repair_plan(store, args.job, plan)
+                print("rewrote the plan record; a worker is elected leader again")
+            if args.leader:
+                removed = await remove_unreadable_leader(store, args.job)
+                print("removed the unreadable leader key" if removed else "no leader key stood")
+            if repairs:
+                done = await repair(store, args.job, repairs)
+                print(f"repaired {len(done)} split(s): {', '.join(done)}; the leader places them")
         return EXIT_OK
 
     return trio.run(work)

@@ -123,6 +123,11 @@ class View:
         self.assignments: dict[str, tuple[AssignmentRecord, int]] = {}
         self.plan: PlanRecord | None = None
         self.plan_rev = 0
+        self.plan_unreadable: str | None = None
+        """Why the plan record cannot be read, while it cannot (:attr:`plan` is then the last
+        readable one): no worker leads meanwhile, followers keep what they hold."""
+        self._plan_unreadable_rev = 0
+        """The revision of the last unreadable plan record folded (older writes are stale)."""
         self.leader: LeaderRecord | None = None
         self.leader_rev = 0
         self._listings = ListingFold(
@@ -195,7 +200,10 @@ class View:
                     presence = None
                 return self.put_presence(name, presence, entry.revision)
             if kind is KeyKind.LEADER:
-                leader = decode(LeaderRecord, entry.key, entry.value)
+                try:
+                    leader = decode(LeaderRecord, entry.key, entry.value)
+                except UnreadableRecord as exc:
+                    leader = self._unreadable_leader(exc)
                 return self.put_leader(leader, entry.revision)
             return []
         if kind is KeyKind.SPLIT:
@@ -214,7 +222,10 @@ class View:
                 return self._unreadable(name, exc, entry.revision, spec=True)
             return self._splits.fold_spec(name, entry.key, spec, entry.revision)
         if kind is KeyKind.PLAN:
-            plan = decode(PlanRecord, entry.key, entry.value)
+            try:
+                plan = decode(PlanRecord, entry.key, entry.value)
+            except UnreadableRecord as exc:
+                return self._unreadable_plan(exc, entry.revision)
             return self.put_plan(plan, entry.revision)
         if kind is KeyKind.ASSIGN:
             try:
@@ -244,6 +255,42 @@ class View:
             split,
         )
         return self._splits.hold_aside(split, exc.key, exc.problem, revision, spec=spec)
+
+    def _unreadable_leader(self, exc: UnreadableRecord) -> LeaderRecord:
+        """The leader key cannot be read: what the view folds in its place.
+
+        A key nobody can read still stands in the election's way: it is folded as the key of
+        no process (a leader that held it is deposed by it, and nobody elects while it
+        stands), and it goes the way of every ephemeral key, with its writer's session.
+        """
+        logger.error(
+            "%s No worker leads while it stands: it goes within a TTL once its writer stops "
+            "renewing it; if it stays, stop what writes it (or delete the key: spate repair "
+            "--store URL --job %s --leader); the workers keep the splits they hold",
+            exc,
+            self.keys.job,
+        )
+        return LeaderRecord(owner="(unreadable)", nonce="", generation=0)
+
+    def _unreadable_plan(self, exc: UnreadableRecord, revision: int) -> list[Notice]:
+        """The plan record cannot be read: the leader's work stops, nobody else's.
+
+        The view keeps the last readable plan (and its revision, so no write built on it can
+        land over the bytes it cannot read); the leadership sees :attr:`plan_unreadable` and
+        stops leading, and no worker is elected until a readable record stands again.
+        """
+        if revision <= max(self.plan_rev, self._plan_unreadable_rev):
+            return []
+        self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
+        self._plan_unreadable_rev = revision
+        self.plan_unreadable = str(exc)
+        logger.error(
+            "%s No worker leads until it is repaired (spate repair --store URL --job %s "
+            "--plan); the workers keep the splits they hold and commit them",
+            exc,
+            self.keys.job,
+        )
+        return []
 
     def apply_delete(self, keyspace: Keyspace, key: str, revision: int | None) -> list[Notice]:
         """Fold a deletion: from a watch (``revision`` given) or a listing's proven absence."""
@@ -377,10 +424,11 @@ class View:
 
     def put_plan(self, plan: PlanRecord, revision: int) -> list[Notice]:
         """Fold a plan-record write."""
-        if revision <= self.plan_rev:
-            return []
+        if revision <= self.plan_rev or revision <= self._plan_unreadable_rev:
+            return []  # (older than the unreadable record it would hide)
         self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
         previous, self.plan, self.plan_rev = self.plan, plan, revision
+        self.plan_unreadable = None  # (a readable record over an unreadable one: repaired)
         return [PlanChanged(previous, plan, revision)]
 
     def put_assignment(

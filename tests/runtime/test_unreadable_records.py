@@ -16,7 +16,17 @@ import trio
 import spate
 from spate import AllComplete, SplitHandle, Stalled
 from spate._core.records import ProgressRecord, Status, decode
-from spate.ops import RepairRefused, RequeueRefused, inspect_repair, read_status, repair, requeue
+from spate.ops import (
+    RepairRefused,
+    RequeueRefused,
+    inspect_plan_repair,
+    inspect_repair,
+    read_status,
+    remove_unreadable_leader,
+    repair,
+    repair_plan,
+    requeue,
+)
 from spate.store import Keyspace, Store, Won
 from spate_stores.memory import MemoryServer
 
@@ -157,3 +167,100 @@ async def test_an_unreadable_spec_costs_its_split_and_the_leader_survives(
     status = await read_status(store, JOB)
     assert status.splits["s02"].status == "quarantined"
     assert status.splits["s02"].reason.startswith("unreadable record job.spec.s02: ")
+
+
+async def test_an_unreadable_plan_record_stops_the_leaders_work_not_the_followers(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MemoryServer()
+    started = trio.Event()
+    release = trio.Event()
+    done: list[str] = []
+
+    async def hold(split: SplitHandle) -> None:
+        # Each worker takes splits and keeps them until the test says, then finishes them.
+        started.set()
+        await release.wait()
+        await split.commit(1, completed=True)
+        done.append(split.id)
+
+    verdicts: list[spate.Verdict] = []
+
+    async def one(instance: str) -> None:
+        verdicts.append(
+            await spate.run_worker(
+                client(server),
+                job=JOB,
+                instance=instance,
+                planner=planner_of(4),
+                handler=hold,
+                config=config(max_in_flight=2),
+            )
+        )
+
+    store = client(server)
+    with caplog.at_level(logging.ERROR), trio.fail_after(300):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "w0")
+            nursery.start_soon(one, "w1")
+            await started.wait()
+            await trio.sleep(5)
+            await corrupt(store, KEYS.plan)
+            await trio.sleep(30)  # several leases: every worker met the record meanwhile
+            # Nobody leads (the leader stopped, nobody was elected), and nobody crashed: every
+            # split is still held and each one's commit lands.
+            assert await store.get(Keyspace.EPHEMERAL, KEYS.leader) is None
+            assert "spate repair --store URL --job job --plan" in caplog.text
+            release.set()
+            while len(done) < 4:  # noqa: ASYNC110
+                await trio.sleep(0.5)
+            # A worker that starts now cannot join, and says how to repair.
+            with pytest.raises(spate.FatalCoordinationError, match="--plan"):
+                await spate.run_worker(
+                    client(server),
+                    job=JOB,
+                    instance="late",
+                    planner=planner_of(4),
+                    handler=hold,
+                    config=config(),
+                )
+            # The repair: a worker is elected again, and the job ends.
+            plan_repair = await inspect_plan_repair(store, JOB)
+            assert plan_repair.record.planned == 4
+            assert "cursor" in plan_repair.describe()
+            await repair_plan(store, JOB, plan_repair)
+    assert verdicts == [AllComplete()] * 2
+
+
+async def test_an_unreadable_leader_key_blocks_elections_until_it_is_removed(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MemoryServer()
+    store = client(server)
+    # The key of no process, in the ephemeral keyspace (it expires a TTL after its last write).
+    async with store.session() as session:
+        created = await store.create(Keyspace.EPHEMERAL, KEYS.leader, GARBAGE, session=session)
+        assert isinstance(created, Won)
+        with caplog.at_level(logging.ERROR, logger="spate.view"), trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def worker() -> None:
+                    assert (
+                        await spate.run_worker(
+                            client(server),
+                            job=JOB,
+                            instance="w0",
+                            planner=planner_of(2),
+                            handler=finish,
+                            config=config(),
+                        )
+                        == AllComplete()
+                    )
+
+                nursery.start_soon(worker)
+                await trio.sleep(2)
+                # Nobody could be elected: the job is not planned yet, and nothing crashed.
+                assert await store.list(Keyspace.DURABLE, KEYS.split_prefix) == []
+                assert "job.leader" in caplog.text
+                assert "--leader" in caplog.text
+                assert await remove_unreadable_leader(store, JOB)
