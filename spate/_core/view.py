@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from spate._core import unreadable
 from spate._core.changes import PlacementChanges
 from spate._core.listing_fold import ListingFold
 from spate._core.member_table import MemberTable
@@ -124,10 +125,8 @@ class View:
         self.plan: PlanRecord | None = None
         self.plan_rev = 0
         self.plan_unreadable: str | None = None
-        """Why the plan record cannot be read, while it cannot (:attr:`plan` is then the last
-        readable one): no worker leads meanwhile, followers keep what they hold."""
-        self._plan_unreadable_rev = 0
-        """The revision of the last unreadable plan record folded (older writes are stale)."""
+        """Why the plan record cannot be read, while it cannot (:mod:`~spate._core.unreadable`)."""
+        self._plan_unreadable_rev = 0  # (the unreadable record's: older writes are stale)
         self.leader: LeaderRecord | None = None
         self.leader_rev = 0
         self._listings = ListingFold(
@@ -203,7 +202,7 @@ class View:
                 try:
                     leader = decode(LeaderRecord, entry.key, entry.value)
                 except UnreadableRecord as exc:
-                    leader = self._unreadable_leader(exc)
+                    leader = unreadable.leader_stand_in(self.keys, exc)
                 return self.put_leader(leader, entry.revision)
             return []
         if kind is KeyKind.SPLIT:
@@ -241,55 +240,17 @@ class View:
     def _unreadable(
         self, split: str, exc: UnreadableRecord, revision: int, *, spec: bool
     ) -> list[Notice]:
-        """A split's progress record or spec cannot be read: the split is held aside.
-
-        It costs that split, not the fleet: see :meth:`SplitTable.hold_aside`. Said once per
-        write of the key (a stale echo of it is not folded again).
-        """
-        logger.error(
-            "%s Split %s is held aside as quarantined until the record is repaired "
-            "(spate repair --store URL --job %s %s); the rest of the job runs",
-            exc,
-            split,
-            self.keys.job,
-            split,
-        )
+        """A split's progress record or spec cannot be read: hold it aside (module text)."""
+        unreadable.say_split_held_aside(self.keys, split, exc)
         return self._splits.hold_aside(split, exc.key, exc.problem, revision, spec=spec)
 
-    def _unreadable_leader(self, exc: UnreadableRecord) -> LeaderRecord:
-        """The leader key cannot be read: what the view folds in its place.
-
-        A key nobody can read still stands in the election's way: it is folded as the key of
-        no process (a leader that held it is deposed by it, and nobody elects while it
-        stands), and it goes the way of every ephemeral key, with its writer's session.
-        """
-        logger.error(
-            "%s No worker leads while it stands: it goes within a TTL once its writer stops "
-            "renewing it; if it stays, stop what writes it (or delete the key: spate repair "
-            "--store URL --job %s --leader); the workers keep the splits they hold",
-            exc,
-            self.keys.job,
-        )
-        return LeaderRecord(owner="(unreadable)", nonce="", generation=0)
-
     def _unreadable_plan(self, exc: UnreadableRecord, revision: int) -> list[Notice]:
-        """The plan record cannot be read: the leader's work stops, nobody else's.
-
-        The view keeps the last readable plan (and its revision, so no write built on it can
-        land over the bytes it cannot read); the leadership sees :attr:`plan_unreadable` and
-        stops leading, and no worker is elected until a readable record stands again.
-        """
+        """Keep the last readable plan (and its revision: no write built on it lands)."""
         if revision <= max(self.plan_rev, self._plan_unreadable_rev):
             return []
         self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
-        self._plan_unreadable_rev = revision
-        self.plan_unreadable = str(exc)
-        logger.error(
-            "%s No worker leads until it is repaired (spate repair --store URL --job %s "
-            "--plan); the workers keep the splits they hold and commit them",
-            exc,
-            self.keys.job,
-        )
+        self._plan_unreadable_rev, self.plan_unreadable = revision, str(exc)
+        unreadable.say_plan_unreadable(self.keys, exc)
         return []
 
     def apply_delete(self, keyspace: Keyspace, key: str, revision: int | None) -> list[Notice]:
