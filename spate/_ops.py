@@ -15,6 +15,7 @@ import attrs
 from spate import _fenced as fenced
 from spate._core.placement_report import PlacementReport, placement_report
 from spate._core.records import (
+    AssignmentRecord,
     Finality,
     KeyKind,
     Keys,
@@ -32,16 +33,25 @@ from spate._core.records import (
 )
 from spate._errors import ConfigError, StoreError
 from spate._plan import validate_job, validate_split_id
-from spate._store import Conflict, Keyspace, Store
+from spate._store import Conflict, Entry, Keyspace, Store
 
 __all__ = [
     "JobNotFound",
     "JobStatus",
+    "PlanRepair",
+    "Repair",
+    "RepairRefused",
     "RequeueRefused",
     "SplitStatus",
     "WorkerStatus",
+    "held_aside_reason",
+    "inspect_plan_repair",
+    "inspect_repair",
     "list_jobs",
     "read_status",
+    "remove_unreadable_leader",
+    "repair",
+    "repair_plan",
     "requeue",
     "requeue_all",
     "require_job",
@@ -278,6 +288,10 @@ async def read_status(
     progress: dict[str, tuple[ProgressRecord, int]] = {}
     specs: dict[str, SpecRecord] = {}
     by_session: dict[str, LeaseRecord] = {}
+    # Split -> its unreadable records (key -> problem): the split is shown quarantined, as
+    # the leader counts it (held aside).
+    held_aside: dict[str, dict[str, str]] = {}
+    bad_progress: dict[str, int] = {}
     # Durable leases (stores with per-key TTLs): alive while their owner's session is.
     for entry in durable:
         kind = keys.classify(entry.key)
@@ -291,8 +305,12 @@ async def read_status(
                 specs[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1])
             elif kind is not None and kind[0] is KeyKind.LEASE:
                 by_session[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
-        except UnreadableRecord:
+        except UnreadableRecord as exc:
             unreadable.append(entry.key)
+            if kind is not None and kind[0] in (KeyKind.SPLIT, KeyKind.SPEC):
+                held_aside.setdefault(kind[1], {})[entry.key] = exc.problem
+                if kind[0] is KeyKind.SPLIT:
+                    bad_progress[kind[1]] = entry.revision
     leader: str | None = None
     presence: dict[str, PresenceRecord] = {}
     leases: dict[str, str] = {}
@@ -313,8 +331,16 @@ async def read_status(
             leases[split_id] = lease.owner
     split_loads = {entry.split: entry.rate for p in presence.values() for entry in p.loads}
     splits: dict[str, SplitStatus] = {}
+    for split_id, revision in bad_progress.items():
+        progress[split_id] = (ProgressRecord(id=split_id), revision)
     for split_id, (record, revision) in sorted(progress.items()):
         spec = specs.get(split_id)
+        problems = held_aside.get(split_id)
+        if problems and (split_id in bad_progress or record.status is Status.RUNNABLE):
+            # Held aside: no worker runs it until `spate repair` rewrites the record.
+            record = attrs.evolve(
+                record, status=Status.QUARANTINED, reason=held_aside_reason(problems)
+            )
         splits[split_id] = SplitStatus(
             id=split_id,
             status=record.status.value,
@@ -467,7 +493,14 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
             if entry is None:
                 refused.append(f"{split} (no such split in job {job!r})")
                 break
-            record = decode(ProgressRecord, key, entry.value, split=split)
+            try:
+                record = decode(ProgressRecord, key, entry.value, split=split)
+            except UnreadableRecord as exc:
+                refused.append(
+                    f"{split} (its progress record is unreadable: {exc.problem}; rewrite it "
+                    f"with `spate repair --store URL --job {job} {split}`)"
+                )
+                break
             if record.status is not Status.QUARANTINED:
                 refused.append(f"{split} (it is {record.status.value}, not quarantined)")
                 break
@@ -567,4 +600,317 @@ async def _reopen(store: Store, scope: fenced.Scope, keys: Keys) -> None:
         f"the plan record {keys.plan!r} kept changing under concurrent writes, so the job's "
         "verdict was not cleared: the splits were requeued, but a worker started now returns "
         "the old verdict at once"
+    )
+
+
+def held_aside_reason(problems: dict[str, str]) -> str:
+    """The reason a split held aside shows: each unreadable record by key, with its problem.
+
+    The same words the coordinator's view gives it (:mod:`spate._core.split_table`).
+    """
+    return "; ".join(f"unreadable record {key}: {p}" for key, p in sorted(problems.items()))
+
+
+class RepairRefused(StoreError):
+    """A split named for repair cannot be repaired (or moved since it was inspected)."""
+
+
+@attrs.frozen
+class Repair:
+    """What :func:`repair` will write over one split's unreadable progress record.
+
+    Found by :func:`inspect_repair`; :func:`repair` writes exactly this, by a
+    compare-and-swap at ``revision``, so it overwrites the very bytes that were inspected.
+    """
+
+    split: str
+    key: str
+    """The unreadable progress record's key."""
+    problem: str
+    """Why it cannot be read."""
+    revision: int
+    """The revision it stands at (the rewrite's expected revision)."""
+    epoch: int
+    """The epoch the fresh record starts at: the unreadable record's revision, which is
+    above every epoch the record ever held (each epoch was one write of the key, and the
+    revision grows by at least one a write), so no fence of an earlier owner is reused."""
+    residuals: tuple[str, ...] = ()
+    """Splits whose spec names this one as their parent: split off it by earlier owners."""
+
+    def describe(self) -> str:
+        """What the rewrite does and what it cannot recover, for the operator to confirm."""
+        lines = [
+            f"split {self.split}: its progress record {self.key!r} is unreadable ({self.problem}).",
+            f"  rewrite: a fresh runnable record at epoch {self.epoch} (attempts 0, no owner).",
+            "  lost: its watermark and state (the store holds no other copy), so its work is "
+            "done again from the start of its descriptor; make sure your sink tolerates it "
+            "(a fence-guarded sink does: the new epoch is above every earlier one).",
+        ]
+        if self.residuals:
+            lines.append(
+                f"  also lost: which part it kept when it was split; it runs its planned "
+                f"descriptor again, which covers its residuals {', '.join(self.residuals)} too "
+                "(they run as well)."
+            )
+        return "\n".join(lines)
+
+
+async def inspect_repair(store: Store, job: str, splits: Iterable[str]) -> list[Repair]:
+    """What :func:`repair` would write for each named split (reads only).
+
+    Raises :class:`RepairRefused` naming every split that cannot be repaired: missing, its
+    progress record readable (nothing to repair; a quarantined one is requeued instead), or
+    its spec record unreadable (the planner's descriptor has no other copy in the store).
+    """
+    validate_job(job)
+    ids = [validate_split_id(s) for s in splits]
+    if not ids:
+        raise ConfigError("name at least one split to repair")
+    keys = Keys(job)
+    repairs: list[Repair] = []
+    refused: list[str] = []
+    residuals: dict[str, list[str]] | None = None
+    for split in ids:
+        key = keys.split(split)
+        spec_key = keys.spec(split)
+        entry = await store.get(Keyspace.DURABLE, key)
+        spec_entry = await store.get(Keyspace.DURABLE, spec_key)
+        if spec_entry is not None:
+            try:
+                decode(SpecRecord, spec_key, spec_entry.value, split=split)
+            except UnreadableRecord as exc:
+                refused.append(
+                    f"{split} (its spec record {spec_key!r} is unreadable: {exc.problem}; the "
+                    "descriptor the planner gave it has no other copy in the store, so spate "
+                    "cannot rebuild it: write the spec record again from your planner's "
+                    "output, or delete the job with `spate delete` and run it again)"
+                )
+                continue
+        if entry is None:
+            refused.append(f"{split} (no such split in job {job!r})")
+            continue
+        try:
+            decode(ProgressRecord, key, entry.value, split=split)
+        except UnreadableRecord as exc:
+            if residuals is None:
+                residuals = await _residuals_by_parent(store, keys)
+            repairs.append(
+                Repair(
+                    split=split,
+                    key=key,
+                    problem=exc.problem,
+                    revision=entry.revision,
+                    epoch=entry.revision,
+                    residuals=tuple(sorted(residuals.get(split, ()))),
+                )
+            )
+            continue
+        refused.append(
+            f"{split} (its records are readable: nothing to repair; a quarantined split is "
+            "requeued with `spate requeue`)"
+        )
+    if refused:
+        raise RepairRefused(f"refused to repair {', '.join(refused)}; nothing was written")
+    return repairs
+
+
+async def repair(store: Store, job: str, repairs: Iterable[Repair]) -> list[str]:
+    """Write each inspected :class:`Repair` (from :func:`inspect_repair`); the ids repaired.
+
+    Each rewrite is a compare-and-swap at the revision inspected, so it lands only over the
+    bytes the operator confirmed; one that moved since is refused (inspect again). The
+    leader places a repaired split like any runnable one once it lists the job (at its next
+    reconcile; at once when this clears a published verdict). Raises :class:`RepairRefused`
+    naming the splits not repaired (the others are).
+    """
+    validate_job(job)
+    keys = Keys(job)
+    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    done: list[str] = []
+    refused: list[str] = []
+    for each in repairs:
+        record = ProgressRecord(id=each.split, epoch=each.epoch, written_at_ms=now_ms())
+        result = await fenced.write(
+            store,
+            scope,
+            "repair",
+            "update",
+            Keyspace.DURABLE,
+            keys.split(each.split),
+            encode(record),
+            expected=each.revision,
+            split=each.split,
+            epoch=record.epoch,
+        )
+        if isinstance(result, Conflict):
+            refused.append(f"{each.split} (its record moved since it was inspected)")
+        else:
+            done.append(each.split)
+    if done:
+        await _reopen(store, scope, keys)
+    if refused:
+        raise RepairRefused(
+            f"refused to repair {', '.join(refused)}"
+            + (f"; repaired {', '.join(done)}" if done else "")
+            + ". Inspect it again (`spate repair` shows what it will write)."
+        )
+    return done
+
+
+async def _residuals_by_parent(store: Store, keys: Keys) -> dict[str, list[str]]:
+    """Parent split -> the splits whose readable spec names it (one listing of the specs)."""
+    out: dict[str, list[str]] = {}
+    async with store.list_pages(Keyspace.DURABLE, keys.spec_prefix, page_size=_LIST_PAGE) as pages:
+        async for page in pages:
+            for entry in page:
+                kind = keys.classify(entry.key)
+                if kind is None or kind[0] is not KeyKind.SPEC:
+                    continue
+                try:
+                    spec = decode(SpecRecord, entry.key, entry.value, split=kind[1])
+                except UnreadableRecord:
+                    continue
+                if spec.parent:
+                    out.setdefault(spec.parent, []).append(kind[1])
+    return out
+
+
+@attrs.frozen
+class PlanRepair:
+    """What :func:`repair_plan` will write over a job's unreadable plan record.
+
+    Found by :func:`inspect_plan_repair`: the store's other records tell most of it (the
+    generation, the count), the rest starts afresh (see :meth:`describe`).
+    """
+
+    key: str
+    problem: str
+    revision: int
+    """The revision the unreadable record stands at (the rewrite's expected revision)."""
+    record: PlanRecord
+    """The record written in its place."""
+
+    def describe(self) -> str:
+        """What the rewrite does and what it cannot recover, for the operator to confirm."""
+        r = self.record
+        return "\n".join(
+            [
+                f"the plan record {self.key!r} is unreadable ({self.problem}).",
+                f"  rewrite: fingerprint {r.fingerprint!r} (every worker of the job must run "
+                f"with it), generation {r.generation} (above every leader's and assignment's "
+                f"the store holds), {r.planned} split(s) planned, open, no verdict.",
+                "  lost: the planner's cursor and whether the plan was final: the next leader "
+                "runs the planner again from the start (splits it planned already are found, "
+                "not written twice) and publishes what it answers; and the job's creation "
+                "time, which starts afresh (every fence from now on is above every earlier "
+                "one).",
+            ]
+        )
+
+
+async def inspect_plan_repair(store: Store, job: str, *, fingerprint: str = "") -> PlanRepair:
+    """What :func:`repair_plan` would write over ``job``'s unreadable plan record (reads only).
+
+    ``fingerprint`` is the one the job's workers run with (``run_worker(fingerprint=)``; the
+    store has no other copy). Raises :class:`RepairRefused` when the record is missing or
+    readable.
+    """
+    validate_job(job)
+    keys = Keys(job)
+    entry = await store.get(Keyspace.DURABLE, keys.plan)
+    if entry is None:
+        raise RepairRefused(f"job {job!r} has no plan record; nothing to repair")
+    try:
+        decode(PlanRecord, keys.plan, entry.value)
+    except UnreadableRecord as exc:
+        problem = exc.problem
+    else:
+        raise RepairRefused(f"the plan record {keys.plan!r} is readable: nothing to repair")
+    generation = 0
+    planned = 0
+    for keyspace in Keyspace:
+        async with store.list_pages(keyspace, keys.prefix, page_size=_LIST_PAGE) as pages:
+            async for page in pages:
+                for item in page:
+                    generation = max(generation, _generation_of(keys, keyspace, item))
+                    kind = keys.classify(item.key)
+                    if keyspace is Keyspace.DURABLE and kind is not None:
+                        planned += kind[0] is KeyKind.SPEC
+    record = PlanRecord(
+        fingerprint=fingerprint,
+        generation=generation,
+        planned=planned,
+        updated_at_ms=now_ms(),
+        incarnation_ms=now_ms(),
+    )
+    return PlanRepair(key=keys.plan, problem=problem, revision=entry.revision, record=record)
+
+
+def _generation_of(keys: Keys, keyspace: Keyspace, entry: Entry) -> int:
+    """The leader generation a record carries (an assignment's, the leader key's), else 0."""
+    kind = keys.classify(entry.key)
+    try:
+        if keyspace is Keyspace.DURABLE and kind is not None and kind[0] is KeyKind.ASSIGN:
+            return decode(AssignmentRecord, entry.key, entry.value).generation
+        if keyspace is Keyspace.EPHEMERAL and kind == (KeyKind.LEADER, ""):
+            return decode(LeaderRecord, entry.key, entry.value).generation
+    except UnreadableRecord:
+        pass
+    return 0
+
+
+async def repair_plan(store: Store, job: str, plan_repair: PlanRepair) -> None:
+    """Write the inspected :class:`PlanRepair`, by a compare-and-swap at its revision.
+
+    Raises :class:`RepairRefused` when the record moved since it was inspected (nothing is
+    written). Once it lands, a worker is elected leader again and plans the job.
+    """
+    validate_job(job)
+    keys = Keys(job)
+    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    result = await fenced.write(
+        store,
+        scope,
+        "repair",
+        "update",
+        Keyspace.DURABLE,
+        keys.plan,
+        encode(plan_repair.record),
+        expected=plan_repair.revision,
+    )
+    if isinstance(result, Conflict):
+        raise RepairRefused(
+            f"the plan record {keys.plan!r} moved since it was inspected; nothing was written. "
+            "Inspect it again."
+        )
+
+
+async def remove_unreadable_leader(store: Store, job: str) -> bool:
+    """Delete ``job``'s leader key if it cannot be read, at the revision read; whether it did.
+
+    An unreadable leader key stands in every election's way until it expires with its
+    writer's session; removing it lets a worker be elected now. Raises
+    :class:`RepairRefused` when the key is readable (a live leader's: never removed here).
+    """
+    validate_job(job)
+    keys = Keys(job)
+    entry = await store.get(Keyspace.EPHEMERAL, keys.leader)
+    if entry is None:
+        return False
+    try:
+        decode(LeaderRecord, keys.leader, entry.value)
+    except UnreadableRecord:
+        scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+        result = await fenced.write(
+            store,
+            scope,
+            "repair",
+            "delete",
+            Keyspace.EPHEMERAL,
+            keys.leader,
+            expected=entry.revision,
+        )
+        return not isinstance(result, Conflict)
+    raise RepairRefused(
+        f"the leader key {keys.leader!r} is readable (a live leader's); it is left alone"
     )

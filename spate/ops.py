@@ -1,9 +1,11 @@
-"""Operator actions from outside the fleet: status, requeue, list the jobs, delete a job.
+"""Operator actions from outside the fleet: status, requeue, repair, list the jobs, delete a job.
 
 They read the store directly with the job's key layout, so they work against a live fleet
 without joining it. :func:`requeue` is a fenced write like any other: it moves a quarantined
 split back to runnable with one compare-and-swap on its progress record (attempts reset,
-epoch bumped), so it can never race a worker into two owners. :func:`read_status`,
+epoch bumped), so it can never race a worker into two owners; :func:`repair` rewrites an
+unreadable progress record the same way, after :func:`inspect_repair` said what it will write
+and what is lost. :func:`read_status`,
 :func:`list_jobs` and :func:`require_job` only read: they work on a store opened with
 ``read_only=True``. :func:`delete_job` removes every key of a job, refusing while a worker of
 it is live; :func:`reset_ttl` clears the TTL a namespace with no job still records.
@@ -33,6 +35,15 @@ from spate._ops import (
     JobStatus as JobStatus,
 )
 from spate._ops import (
+    PlanRepair as PlanRepair,
+)
+from spate._ops import (
+    Repair as Repair,
+)
+from spate._ops import (
+    RepairRefused as RepairRefused,
+)
+from spate._ops import (
     RequeueRefused as RequeueRefused,
 )
 from spate._ops import (
@@ -42,10 +53,25 @@ from spate._ops import (
     WorkerStatus as WorkerStatus,
 )
 from spate._ops import (
+    inspect_plan_repair as inspect_plan_repair,
+)
+from spate._ops import (
+    inspect_repair as inspect_repair,
+)
+from spate._ops import (
     list_jobs as list_jobs,
 )
 from spate._ops import (
     read_status as read_status,
+)
+from spate._ops import (
+    remove_unreadable_leader as remove_unreadable_leader,
+)
+from spate._ops import (
+    repair as repair,
+)
+from spate._ops import (
+    repair_plan as repair_plan,
 )
 from spate._ops import (
     requeue as requeue,
@@ -62,13 +88,21 @@ __all__ = [
     "DeleteReport",
     "JobNotFound",
     "JobStatus",
+    "PlanRepair",
+    "Repair",
+    "RepairRefused",
     "RequeueRefused",
     "ResetRefused",
     "SplitStatus",
     "WorkerStatus",
     "delete_job",
+    "inspect_plan_repair",
+    "inspect_repair",
     "list_jobs",
     "read_status",
+    "remove_unreadable_leader",
+    "repair",
+    "repair_plan",
     "requeue",
     "requeue_all",
     "require_job",

@@ -1,10 +1,10 @@
 """The ``spate`` command line (also ``python -m spate``).
 
 Commands: ``demo`` (the main job on the embedded memory store), ``worker`` (one real worker
-process of the demo's job, not of a job of yours), ``status``, ``requeue``, ``delete`` and
-``reset-ttl`` (operator tools), ``conformance`` (the store conformance suite against a
-deployed store). Ctrl-C leaves gracefully: splits are handed back and the process waits,
-bounded, until they are held elsewhere; a second Ctrl-C leaves at once.
+process of the demo's job, not of a job of yours), ``status``, ``requeue``, ``repair``,
+``delete`` and ``reset-ttl`` (operator tools), ``conformance`` (the store conformance suite
+against a deployed store). Ctrl-C leaves gracefully: splits are handed back and the process
+waits, bounded, until they are held elsewhere; a second Ctrl-C leaves at once.
 
 Every command's store URL comes from ``--store`` or, without it, from the ``SPATE_STORE``
 environment variable (the demo then falls back to its embedded memory store; the other
@@ -188,6 +188,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     requeue.add_argument(
         "splits", nargs="*", metavar="SPLIT", help="quarantined split ids (or use --all)"
+    )
+
+    repair = commands.add_parser(
+        "repair",
+        help="rewrite a job's unreadable records",
+        description="Rewrite unreadable records (garbage bytes, another program's value) from "
+        "what the store still knows: each named split's progress record (a fresh runnable "
+        "record, so the fleet runs it again), the plan record (--plan), or remove an "
+        "unreadable leader key (--leader). Shows what it will write and what cannot be "
+        "recovered, and asks before writing, unless --yes.",
+    )
+    repair.add_argument("--store", help=f"store URL {_FROM_ENV}")
+    repair.add_argument("--job", required=True, help="job name")
+    repair.add_argument(
+        "--yes", action="store_true", help="write without asking (what is lost is still shown)"
+    )
+    repair.add_argument("--plan", action="store_true", help="rewrite the unreadable plan record")
+    repair.add_argument(
+        "--fingerprint",
+        default="",
+        help="with --plan: the fingerprint the job's workers run with (default: none)",
+    )
+    repair.add_argument(
+        "--leader", action="store_true", help="remove an unreadable leader key (never a live one)"
+    )
+    repair.add_argument(
+        "splits", nargs="*", metavar="SPLIT", help="splits whose progress record is unreadable"
     )
 
     delete = commands.add_parser(
@@ -493,6 +520,62 @@ def _cmd_requeue(args: argparse.Namespace) -> int:
     return trio.run(work)
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from spate._ops import (
+        inspect_plan_repair,
+        inspect_repair,
+        remove_unreadable_leader,
+        repair,
+        repair_plan,
+    )
+    from spate_stores import open_store
+
+    if not (args.splits or args.plan or args.leader):
+        raise ConfigError("name the splits to repair, or pass --plan or --leader")
+
+    async def work() -> int:
+        await _require_job(args.store, args.job)
+        async with open_store(args.store, read_only=True) as store:
+            repairs = await inspect_repair(store, args.job, args.splits) if args.splits else []
+            plan = (
+                await inspect_plan_repair(store, args.job, fingerprint=args.fingerprint)
+                if args.plan
+                else None
+            )
+        for each in repairs:
+            print(each.describe())
+        if plan is not None:
+            print(plan.describe())
+        if args.leader:
+            print(f"the leader key of job {args.job}, if it is unreadable: removed")
+        if not args.yes and not _confirmed("write this?"):
+            print("nothing was written")
+            return EXIT_FAILED
+        async with open_store(args.store) as store:
+            if plan is not None:
+                await repair_plan(store, args.job, plan)
+                print("rewrote the plan record; a worker is elected leader again")
+            if args.leader:
+                removed = await remove_unreadable_leader(store, args.job)
+                print("removed the unreadable leader key" if removed else "no leader key stood")
+            if repairs:
+                done = await repair(store, args.job, repairs)
+                print(f"repaired {len(done)} split(s): {', '.join(done)}; the leader places them")
+        return EXIT_OK
+
+    return trio.run(work)
+
+
+def _confirmed(question: str) -> bool:
+    """Ask ``question`` on the terminal; without one, refuse (a script passes --yes)."""
+    if not sys.stdin.isatty():
+        raise ConfigError(
+            "spate repair asks before it writes, and stdin is not a terminal: read what it "
+            "will write above, then run it again with --yes"
+        )
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
 def _cmd_delete(args: argparse.Namespace) -> int:
     from spate._delete import delete_job
     from spate_stores import open_store
@@ -572,6 +655,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": _cmd_worker,
     "status": _cmd_status,
     "requeue": _cmd_requeue,
+    "repair": _cmd_repair,
     "delete": _cmd_delete,
     "reset-ttl": _cmd_reset_ttl,
     "conformance": _cmd_conformance,

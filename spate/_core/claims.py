@@ -53,6 +53,7 @@ from spate._core.records import (
     LeaseRecord,
     ProgressRecord,
     Status,
+    UnreadableRecord,
     decode,
     encode,
     fence_of,
@@ -380,8 +381,11 @@ class Claims:
         # Only a read at least as fresh as the view may downgrade: a lagging replica's old
         # owner-less record must not make a real expiry takeover attempt-free.
         fresh = state is None or entry.revision >= state.progress_rev
-        record = decode(ProgressRecord, key, entry.value, split=split)
-        host.fold(host.view.apply_put(DURABLE, entry))
+        host.fold(host.view.apply_put(DURABLE, entry))  # (an unreadable record: held aside)
+        try:
+            record = decode(ProgressRecord, key, entry.value, split=split)
+        except UnreadableRecord:
+            return ClaimKind.EXPIRED  # the split is held aside now: the claim stops there
         return ClaimKind.RELEASED if record.owner is None and fresh else ClaimKind.EXPIRED
 
     def _acquire_lease(

@@ -23,6 +23,7 @@ hold that ended owe a rebalance, run a balance round when one is due, publish, n
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 
 from spate._core.assignment_writes import AssignmentWrites
@@ -39,6 +40,8 @@ from spate._core.view import LeaderChanged, LeaderGone, PlanChanged
 from spate._plan import Planner
 
 __all__ = ["Leadership", "fingerprint_mismatch"]
+
+logger = logging.getLogger("spate.leader")
 
 
 def _no_requests(instance: str) -> tuple[SplitRequest, ...]:
@@ -125,6 +128,15 @@ class Leadership:
     def step(self, now: float) -> None:
         """Elect, plan and publish as the state says."""
         view = self.host.view
+        if view.plan_unreadable is not None:
+            # The plan record cannot be read: every leader write (the generation bump, the
+            # plan's count, the verdict) would be built on a record it cannot see. The leader
+            # stops leading and nobody is elected until it is repaired (the view said how);
+            # the followers keep their assignments, their splits and their commits.
+            if self.leading:
+                logger.error("the plan record is unreadable; this worker stops leading")
+                self.demote(resign=True)
+            return
         if not self.leading:
             self.election.step(now)
             return

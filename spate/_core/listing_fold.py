@@ -20,7 +20,6 @@ from spate._core.records import (
     SpecRecord,
     canonical_progress,
     canonical_spec,
-    decode,
 )
 from spate._core.revisions import Revisions
 from spate._store import Entry, Keyspace
@@ -43,7 +42,7 @@ class ListingFold:
         apply_put: Callable[[Keyspace, Entry], Notices],
         apply_delete: Callable[[Keyspace, str, int | None], Notices],
         fold_progress: Callable[[str, str, ProgressRecord, int], Notices],
-        fold_spec: Callable[[str, str, SpecRecord, int], None],
+        fold_spec: Callable[[str, str, SpecRecord, int], Notices],
     ) -> None:
         self._keys = keys
         self._revisions = revisions
@@ -148,16 +147,16 @@ class ListingFold:
                 if key.startswith(split_prefix) and len(key) > split_at:
                     name = key[split_at:]
                     record = canonical_progress(entry.value, name)
-                    if record is None:
-                        record = decode(ProgressRecord, key, entry.value, split=name)
-                    notices.extend(self._fold_progress(name, key, record, entry.revision))
-                    continue
-                if key.startswith(spec_prefix) and len(key) > spec_at:
+                    if record is not None:
+                        notices.extend(self._fold_progress(name, key, record, entry.revision))
+                        continue
+                elif key.startswith(spec_prefix) and len(key) > spec_at:
                     name = key[spec_at:]
                     spec = canonical_spec(entry.value, name)
-                    if spec is None:
-                        spec = decode(SpecRecord, key, entry.value, split=name)
-                    self._fold_spec(name, key, spec, entry.revision)
-                    continue
+                    if spec is not None:
+                        notices.extend(self._fold_spec(name, key, spec, entry.revision))
+                        continue
+                # Not in the canonical form: apply_put decodes it in full (and holds its
+                # split aside if it cannot be read).
             notices.extend(self._apply_put(keyspace, entry))
         return notices

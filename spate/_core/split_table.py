@@ -19,7 +19,7 @@ import attrs
 
 from spate._core.changes import PlacementChanges
 from spate._core.member_table import MemberTable
-from spate._core.records import LeaseRecord, ProgressRecord, SpecRecord
+from spate._core.records import LeaseRecord, ProgressRecord, SpecRecord, Status, bounded_reason
 from spate._core.revisions import Revisions
 from spate._core.split_counts import SplitCounts
 from spate._core.view_notices import LeaseChanged, LeaseGone, Notice, ProgressChanged
@@ -78,6 +78,11 @@ class SplitTable:
         self._pending_leases: dict[str, tuple[LeaseRecord, int]] = {}
         self._pending_specs: dict[str, SpecRecord] = {}
         self._spec_arrivals: set[str] = set()
+        self.unreadable: dict[str, dict[str, str]] = {}
+        """Split -> its records that cannot be read (key -> the problem): the split is *held
+        aside* (see :meth:`hold_aside`) until every one of them reads again."""
+        self._readable: dict[str, ProgressRecord] = {}
+        """The real progress record of a split held aside by its spec alone."""
 
     def fold_lease(
         self,
@@ -192,6 +197,47 @@ class SplitTable:
     ) -> list[Notice]:
         # (The caller checked that the write is not stale.)
         self._revisions.remember_durable(key, revision)
+        if self.unreadable:  # (rare: only while some record of the job cannot be read)
+            problems = self.unreadable.get(split)
+            if problems is not None:
+                problems.pop(key, None)  # the progress record reads (again)
+                if problems:
+                    self._readable[split] = record
+                    record = _held_aside(record, problems, progress_unreadable=False)
+                else:
+                    del self.unreadable[split]
+                    self._readable.pop(split, None)
+        return self._fold(split, record, revision)
+
+    def hold_aside(
+        self, split: str, key: str, problem: str, revision: int, *, spec: bool
+    ) -> list[Notice]:
+        """``key``, the progress record or spec of ``split``, cannot be read: hold it aside.
+
+        The split is folded as quarantined, with a reason naming the key, so no worker claims
+        it, the leader places nothing on it and the verdict counts it, while the rest of the
+        job runs. An unreadable progress record hides the split's real one: the view keeps a
+        stand-in, which carries the last epoch it knew and which nobody builds a write on
+        (every writer of a progress record writes only over a runnable one). A split whose
+        spec alone cannot be read is held aside only while it is runnable: finished, it
+        needs no spec. The split is itself again once readable records stand at its keys
+        (``spate repair``).
+        """
+        # (The caller checked that the write is not stale.)
+        self._revisions.remember_durable(key, revision)
+        problems = self.unreadable.setdefault(split, {})
+        problems[key] = problem
+        state = self.splits.get(split)
+        if spec:
+            if state is None:
+                return []  # held aside when its progress record arrives
+            record = self._readable.setdefault(split, state.progress)
+            return self._fold(split, _held_aside(record, problems, False), state.progress_rev)
+        self._readable.pop(split, None)
+        stand_in = ProgressRecord(id=split, epoch=0 if state is None else state.progress.epoch)
+        return self._fold(split, _held_aside(stand_in, problems, True), revision)
+
+    def _fold(self, split: str, record: ProgressRecord, revision: int) -> list[Notice]:
         state = self.splits.get(split)
         if state is None:
             # A split seen for the first time (every split of a new leader's listing).
@@ -216,7 +262,7 @@ class SplitTable:
         self._counts.check_near_quarantine(split, state.progress)
         return [ProgressChanged(split, previous, record, revision)]
 
-    def fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> None:
+    def fold_spec(self, split: str, key: str, spec: SpecRecord, revision: int) -> list[Notice]:
         self._revisions.remember_durable(key, revision)
         state = self.splits.get(split)
         if state is None:
@@ -226,6 +272,25 @@ class SplitTable:
             state.spec = spec
             self._changes.split_moved(split)
             self._spec_arrivals.add(split)
+        problems = self.unreadable.get(split) if self.unreadable else None
+        if problems is None or problems.pop(key, None) is None:
+            return []
+        # The spec reads again (written over by hand): the split is itself again, unless its
+        # progress record is unreadable too.
+        if problems:
+            if state is None:
+                return []
+            held = _held_aside(state.progress, problems, True)
+            return self._fold(split, held, state.progress_rev)
+        del self.unreadable[split]
+        readable = self._readable.pop(split, None)
+        if state is None or readable is None:
+            return []
+        return self._fold(split, readable, state.progress_rev)
+
+    def held_aside(self, split: str) -> bool:
+        """Whether ``split`` is held aside: a record of it cannot be read."""
+        return split in self.unreadable
 
     def take_spec_arrivals(self) -> set[str]:
         """The splits whose spec record arrived after their progress record, since last asked.
@@ -235,3 +300,15 @@ class SplitTable:
         """
         arrivals, self._spec_arrivals = self._spec_arrivals, set()
         return arrivals
+
+
+def _held_aside(
+    record: ProgressRecord, problems: dict[str, str], progress_unreadable: bool
+) -> ProgressRecord:
+    """``record`` as the view holds a split with unreadable records: quarantined, saying why."""
+    if not progress_unreadable and record.status is not Status.RUNNABLE:
+        return record  # finished: a split that will not run again needs no spec
+    reason = "; ".join(f"unreadable record {k}: {p}" for k, p in sorted(problems.items()))
+    return attrs.evolve(
+        record, status=Status.QUARANTINED, owner=None, owner_nonce="", reason=bounded_reason(reason)
+    )

@@ -117,7 +117,11 @@ def startup_step_flow(
     try:
         done = yield from flow
     except UnreadableRecord as exc:
-        raise FatalCoordinationError(str(exc)) from exc
+        raise FatalCoordinationError(
+            f"{exc} A worker cannot join a job whose plan record it cannot read (the workers "
+            f"running keep their splits): repair it with spate repair --store URL --job "
+            f"{exc.key.partition('.')[0]} --plan, then start this worker again."
+        ) from exc
     if not done:
         raise Retry(step.race_lost)
 

@@ -30,7 +30,14 @@ import attrs
 from spate._core.flows import Flow, Fork, Hold, Op
 from spate._core.host import Drains, Host, ReleaseOutcome
 from spate._core.protocol import FAIL, attempts_after, exhausts_attempts
-from spate._core.records import ProgressRecord, Status, bounded_reason, decode, encode
+from spate._core.records import (
+    ProgressRecord,
+    Status,
+    UnreadableRecord,
+    bounded_reason,
+    decode,
+    encode,
+)
 from spate._core.view import SplitState
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._events import Lost, Progress
@@ -120,8 +127,15 @@ class Tenancies:
             entry = yield from self._read_or_none(DURABLE, key)
         if entry is None:
             return None
-        stored = decode(ProgressRecord, entry.key, entry.value, split=split)
-        if attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0):
+        try:
+            stored: ProgressRecord | None = decode(
+                ProgressRecord, entry.key, entry.value, split=split
+            )
+        except UnreadableRecord:
+            stored = None  # not our write; folded below, which holds the split aside
+        if stored is not None and (
+            attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0)
+        ):
             return Won(entry.revision)
         host.fold(host.view.apply_put(DURABLE, entry))
         return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from spate._core import unreadable
 from spate._core.changes import PlacementChanges
 from spate._core.listing_fold import ListingFold
 from spate._core.member_table import MemberTable
@@ -124,6 +125,9 @@ class View:
         self.assignments: dict[str, tuple[AssignmentRecord, int]] = {}
         self.plan: PlanRecord | None = None
         self.plan_rev = 0
+        self.plan_unreadable: str | None = None
+        """Why the plan record cannot be read, while it cannot (:mod:`~spate._core.unreadable`)."""
+        self._plan_unreadable_rev = 0  # (the unreadable record's: older writes are stale)
         self.leader: LeaderRecord | None = None
         self.leader_rev = 0
         self._listings = ListingFold(
@@ -169,8 +173,9 @@ class View:
         """Fold one stored entry (watch put, listing entry, or own write read back).
 
         Raises :class:`~spate._core.records.UnreadableRecord` for an unreadable record that carries
-        ownership (plan, spec, progress, lease, leader); presence and assignment records that
-        cannot be read are logged and skipped.
+        ownership of the job (plan, lease, leader); an unreadable progress record or spec holds
+        its split aside (folded as quarantined, the reason naming the key); presence and
+        assignment records that cannot be read are logged and skipped.
         """
         found = self.keys.classify(entry.key)
         if found is None or found[0] is KeyKind.PROBE:
@@ -195,21 +200,32 @@ class View:
                     presence = None
                 return self.put_presence(name, presence, entry.revision)
             if kind is KeyKind.LEADER:
-                leader = decode(LeaderRecord, entry.key, entry.value)
+                try:
+                    leader = decode(LeaderRecord, entry.key, entry.value)
+                except UnreadableRecord as exc:
+                    leader = unreadable.leader_stand_in(self.keys, exc)
                 return self.put_leader(leader, entry.revision)
             return []
         if kind is KeyKind.SPLIT:
-            record = decode(ProgressRecord, entry.key, entry.value, split=name)
+            try:
+                record = decode(ProgressRecord, entry.key, entry.value, split=name)
+            except UnreadableRecord as exc:
+                return self._unreadable(name, exc, entry.revision, spec=False)
             return self._splits.fold_progress(name, entry.key, record, entry.revision)
         if kind is KeyKind.LEASE:
             lease = decode(LeaseRecord, entry.key, entry.value)
             return self._splits.fold_lease(name, entry.key, lease, entry.revision, Keyspace.DURABLE)
         if kind is KeyKind.SPEC:
-            spec = decode(SpecRecord, entry.key, entry.value, split=name)
-            self._splits.fold_spec(name, entry.key, spec, entry.revision)
-            return []
+            try:
+                spec = decode(SpecRecord, entry.key, entry.value, split=name)
+            except UnreadableRecord as exc:
+                return self._unreadable(name, exc, entry.revision, spec=True)
+            return self._splits.fold_spec(name, entry.key, spec, entry.revision)
         if kind is KeyKind.PLAN:
-            plan = decode(PlanRecord, entry.key, entry.value)
+            try:
+                plan = decode(PlanRecord, entry.key, entry.value)
+            except UnreadableRecord as exc:
+                return self._unreadable_plan(exc, entry.revision)
             return self.put_plan(plan, entry.revision)
         if kind is KeyKind.ASSIGN:
             try:
@@ -220,6 +236,22 @@ class View:
                 self.revisions.remember(keyspace, entry.key, entry.revision)
                 return []
             return self.put_assignment(name, assignment, entry.revision)
+        return []
+
+    def _unreadable(
+        self, split: str, exc: UnreadableRecord, revision: int, *, spec: bool
+    ) -> list[Notice]:
+        """A split's progress record or spec cannot be read: hold it aside (module text)."""
+        unreadable.say_split_held_aside(self.keys, split, exc)
+        return self._splits.hold_aside(split, exc.key, exc.problem, revision, spec=spec)
+
+    def _unreadable_plan(self, exc: UnreadableRecord, revision: int) -> list[Notice]:
+        """Keep the last readable plan (and its revision: no write built on it lands)."""
+        if revision <= max(self.plan_rev, self._plan_unreadable_rev):
+            return []
+        self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
+        self._plan_unreadable_rev, self.plan_unreadable = revision, str(exc)
+        unreadable.say_plan_unreadable(self.keys, exc)
         return []
 
     def apply_delete(self, keyspace: Keyspace, key: str, revision: int | None) -> list[Notice]:
@@ -323,9 +355,9 @@ class View:
             return []
         return self._splits.fold_progress(split, key, record, revision)
 
-    def put_spec(self, split: str, spec: SpecRecord, revision: int) -> None:
+    def put_spec(self, split: str, spec: SpecRecord, revision: int) -> list[Notice]:
         """Fold a spec record (immutable: a re-delivery is an echo)."""
-        self._splits.fold_spec(split, self.keys.spec(split), spec, revision)
+        return self._splits.fold_spec(split, self.keys.spec(split), spec, revision)
 
     def put_presence(
         self, instance: str, presence: PresenceRecord | None, revision: int
@@ -354,10 +386,11 @@ class View:
 
     def put_plan(self, plan: PlanRecord, revision: int) -> list[Notice]:
         """Fold a plan-record write."""
-        if revision <= self.plan_rev:
-            return []
+        if revision <= self.plan_rev or revision <= self._plan_unreadable_rev:
+            return []  # (older than the unreadable record it would hide)
         self.revisions.remember(Keyspace.DURABLE, self.keys.plan, revision)
         previous, self.plan, self.plan_rev = self.plan, plan, revision
+        self.plan_unreadable = None  # (a readable record over an unreadable one: repaired)
         return [PlanChanged(previous, plan, revision)]
 
     def put_assignment(

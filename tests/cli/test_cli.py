@@ -168,3 +168,43 @@ def test_the_conformance_command_without_pytest_says_which_extra_to_install(
     assert "Traceback" not in result.stderr
     assert "pip install 'spate[conformance]'" in result.stderr
     assert "pytest-trio" in result.stderr
+
+
+def test_repair_shows_what_is_lost_asks_and_writes_only_when_told(
+    seeded_memory_job: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spate._core.records import Keys, ProgressRecord, decode
+    from spate.store import Keyspace
+
+    keys = Keys(JOB)
+
+    async def corrupt() -> int:
+        entry = await seeded_memory_job.get(Keyspace.DURABLE, keys.split("c"))
+        assert entry is not None
+        result = await seeded_memory_job.update(
+            Keyspace.DURABLE, keys.split("c"), b"garbage", entry.revision
+        )
+        return result.revision  # type: ignore[union-attr]
+
+    revision = trio.run(corrupt)
+    assert main(["status", "--store", "memory://", "--job", JOB, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    held = next(s for s in document["splits"] if s["id"] == "c")
+    assert held["status"] == "quarantined"
+    assert held["reason"].startswith(f"unreadable record {JOB}.split.c: ")
+    # No terminal to ask on: it shows what it would write, and writes nothing.
+    assert main(["repair", "--store", "memory://", "--job", JOB, "c"]) == 2
+    captured = capsys.readouterr()
+    assert "lost: its watermark" in captured.out
+    assert "--yes" in captured.err
+    assert main(["repair", "--store", "memory://", "--job", JOB, "c", "--yes"]) == 0
+    assert "repaired 1 split(s): c" in capsys.readouterr().out
+
+    async def read() -> ProgressRecord:
+        entry = await seeded_memory_job.get(Keyspace.DURABLE, keys.split("c"))
+        assert entry is not None
+        return decode(ProgressRecord, entry.key, entry.value, split="c")
+
+    assert trio.run(read) == ProgressRecord(
+        id="c", epoch=revision, written_at_ms=trio.run(read).written_at_ms
+    )

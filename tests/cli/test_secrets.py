@@ -45,6 +45,7 @@ QUICK: dict[str, list[str]] = {
     "worker": ["--splits", "2", "--batch-seconds", "0.001", "--instance", "w1"],
     "conformance": ["--", "-x", "-q", "-k", "test_create_wins_once_then_loses"],
     "requeue": ["range-0001"],  # a split to look up, whether SPLIT is required or optional
+    "repair": ["range-0001"],  # a split to look up (repair needs one, or --plan or --leader)
 }
 """Extra arguments that keep a subcommand short (the rest is built from its options)."""
 

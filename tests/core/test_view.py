@@ -13,6 +13,7 @@ from spate._core.records import (
     AssignmentRecord,
     Keys,
     LeaseRecord,
+    PlanRecord,
     PresenceRecord,
     ProgressRecord,
     SpecRecord,
@@ -320,3 +321,61 @@ def test_a_lease_of_the_earlier_layout_is_read_as_live_and_reported(
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1  # once per split
     assert "Upgrade every worker of a job together" in errors[0].getMessage()
+
+
+def test_an_unreadable_progress_record_holds_its_split_aside_until_a_readable_one_lands() -> None:
+    view = new_view()
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=3), 2))
+    view.apply_put(DURABLE, Entry(KEYS.split("b"), progress("b"), 3))
+    # Through the listing fold too (a new leader's listing reads progress records by prefix).
+    view.apply_listing(DURABLE, [Entry(KEYS.split("a"), b"garbage", 4)], since=view.seq)
+    held = view.splits["a"].progress
+    assert held.status is Status.QUARANTINED
+    assert held.reason.startswith("unreadable record job.split.a: ")
+    assert held.epoch == 3  # the last epoch the view knew; nobody writes over a held split
+    assert view.splits["a"].progress_rev == 4
+    assert view.tallies == view.recount()
+    assert (view.tallies.runnable, view.tallies.quarantined) == (1, 1)
+    # A stale echo of the readable record does not bring it back; a rewrite over it does.
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=3), 2))
+    assert view.splits["a"].progress.status is Status.QUARANTINED
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=4), 5))
+    assert view.splits["a"].progress == ProgressRecord(id="a", epoch=4)
+    assert view.tallies == view.recount()
+    assert view.tallies.quarantined == 0
+
+
+def test_an_unreadable_spec_holds_a_runnable_split_aside_but_not_a_finished_one() -> None:
+    view = new_view()
+    view.apply_put(DURABLE, Entry(KEYS.spec("a"), b"garbage", 1))
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=2, attempts=1), 2))
+    view.apply_put(DURABLE, Entry(KEYS.spec("b"), b"garbage", 3))
+    view.apply_put(DURABLE, Entry(KEYS.split("b"), progress("b", Status.COMPLETED), 4))
+    assert view.splits["a"].progress.status is Status.QUARANTINED
+    assert view.splits["a"].progress.reason.startswith("unreadable record job.spec.a: ")
+    assert view.splits["b"].progress.status is Status.COMPLETED
+    # A commit of the holder lands on the record: still held aside while the spec is bad.
+    view.apply_put(DURABLE, Entry(KEYS.split("a"), progress("a", epoch=2, watermark=5), 5))
+    assert view.splits["a"].progress.status is Status.QUARANTINED
+    # A readable spec written over the bad one: the split is itself again, record and all.
+    notices = view.apply_put(DURABLE, Entry(KEYS.spec("a"), encode(SpecRecord(id="a")), 6))
+    assert view.splits["a"].progress == ProgressRecord(id="a", epoch=2, watermark=5)
+    assert [type(n) for n in notices] == [ProgressChanged]
+    assert view.tallies == view.recount()
+
+
+def test_an_unreadable_plan_record_keeps_the_last_readable_one_and_says_so() -> None:
+    view = new_view()
+    plan = PlanRecord(fingerprint="", generation=2)
+    view.apply_put(DURABLE, Entry(KEYS.plan, encode(plan), 3))
+    assert view.apply_put(DURABLE, Entry(KEYS.plan, b"garbage", 5)) == []
+    assert view.plan == plan
+    assert view.plan_rev == 3  # so no write built on it lands over the bytes it cannot read
+    assert view.plan_unreadable is not None
+    assert "job.plan" in view.plan_unreadable
+    # An older readable write (a lagging listing) does not hide it; a repair does.
+    view.apply_put(DURABLE, Entry(KEYS.plan, encode(plan), 4))
+    assert view.plan_unreadable is not None
+    view.apply_put(DURABLE, Entry(KEYS.plan, encode(plan), 6))
+    assert view.plan_unreadable is None
+    assert view.plan_rev == 6

@@ -82,8 +82,10 @@ async def test_status_reports_plan_leader_workers_and_splits_quarantined_first()
     assert (status.generation, status.finality, status.leader) == (3, "final", "w1")
     assert [w.instance for w in status.workers] == ["w1", "w2"]
     assert [w.holding for w in status.workers] == [0, 1]
-    assert [s.id for s in status.ordered_splits()] == ["b", "c", "a"]
-    assert status.counts() == {"runnable": 1, "completed": 1, "quarantined": 1, "owned": 1}
+    # The unreadable split is held aside: shown quarantined, the reason naming its key.
+    assert [s.id for s in status.ordered_splits()] == ["b", "junk", "c", "a"]
+    assert status.splits["junk"].reason.startswith(f"unreadable record {JOB}.split.junk: ")
+    assert status.counts() == {"runnable": 1, "completed": 1, "quarantined": 2, "owned": 1}
     assert status.splits["c"].lease_owner == "w2"
     assert status.splits["a"].weight == 2
     assert status.unreadable == [f"{JOB}.split.junk"]

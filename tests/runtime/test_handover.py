@@ -5,12 +5,13 @@ The hand-over's round trips are specified machine by machine in ``tests/core/tes
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from spate import ConfigError, FatalCoordinationError, Progress
-from spate._core.records import PresenceRecord, encode
+from spate._core.records import PlanRecord, PresenceRecord, decode, encode
 from spate.store import Keyspace, Won
 from spate_stores.memory import MemoryServer, MemoryStore
 
@@ -94,10 +95,11 @@ async def test_waiting_for_new_owners_ends_when_the_coordinator_stops(
         nursery.start_soon(wait)
         await trio.sleep(5.0)
         assert not waited.is_set()  # nobody took them
-        # An unreadable progress record stops the coordinator: the wait is over with it.
-        entry = await ghost.get(Keyspace.DURABLE, KEYS.split("s00"))
+        # A plan record of another fingerprint stops the coordinator: the wait is over with it.
+        entry = await ghost.get(Keyspace.DURABLE, KEYS.plan)
         assert entry is not None
-        await ghost.update(Keyspace.DURABLE, KEYS.split("s00"), b"not a record", entry.revision)
+        plan = attrs.evolve(decode(PlanRecord, entry.key, entry.value), fingerprint="other")
+        await ghost.update(Keyspace.DURABLE, KEYS.plan, encode(plan), entry.revision)
         with trio.fail_after(5.0):
             await waited.wait()
         await a.until(lambda: a.error is not None)
