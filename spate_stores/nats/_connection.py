@@ -3,8 +3,9 @@
 One :class:`NatsConnection` owns one server connection at a time and every task that serves
 it (reader, pinger, WebSocket internals) in one nursery, opened by ``__aenter__`` and closed by
 ``__aexit__``: a cancel of the code around the connection does not reach those tasks, so the
-connection serves that code's clean-up (a worker's hand-backs) until it is closed. When the connection breaks it reconnects with capped exponential backoff,
-re-subscribes, and carries on. Exactly what happens to work in flight:
+connection serves that code's clean-up (a worker's hand-backs) until it is closed. When the
+connection breaks it reconnects with capped exponential backoff, re-subscribes, and carries on.
+Exactly what happens to work in flight:
 
 * a request whose bytes may have reached the server fails with
   :class:`~spate.StoreUnavailable` ("may or may not have landed") and is never resent:

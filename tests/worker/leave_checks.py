@@ -22,7 +22,8 @@ TTL = 15.0
 """The lease of these checks: a hand-back must beat it by far (half is the bound asserted)."""
 
 
-def _plan(ctx: spate.PlanContext) -> spate.Plan:
+def plan(ctx: spate.PlanContext) -> spate.Plan:
+    """The checks' job: SPLITS, bounded (a verdict once every split is completed)."""
     return spate.Plan([spate.SplitSpec(s, descriptor=s.encode()) for s in SPLITS], final=True)
 
 
@@ -31,6 +32,12 @@ class Commits:
 
     def __init__(self) -> None:
         self.at: dict[tuple[str, str], list[float]] = {}
+        self._changed = trio.Event()
+
+    async def wait_all(self, instance: str, since: float) -> None:
+        """Return once ``instance`` has committed every split after ``since``."""
+        while len(self.first_after(instance, since)) < len(SPLITS):
+            await self._changed.wait()
 
     def handler(self, instance: str) -> spate.Handler:
         """A handler committing every 0.1 s, for ever (the job ends only by leaving)."""
@@ -42,6 +49,8 @@ class Commits:
                 position += 1
                 await split.commit(position)
                 self.at.setdefault((instance, split.id), []).append(trio.current_time())
+                self._changed.set()
+                self._changed = trio.Event()
                 if split.revoke_requested.is_set():
                     return
 
@@ -73,7 +82,7 @@ async def cancelled_around_the_store_hands_back(
             async def staying() -> None:
                 async with open_store(url) as store:
                     await spate.run_worker(
-                        store, job="leave", instance="b", planner=_plan,
+                        store, job="leave", instance="b", planner=plan,
                         handler=commits.handler("b"), config=config,
                     )  # fmt: skip
 
@@ -81,22 +90,20 @@ async def cancelled_around_the_store_hands_back(
                 with cancel:  # the issue's shape: the scope encloses the store
                     async with open_store(url) as store:
                         await spate.run_worker(
-                            store, job="leave", instance="a", planner=_plan,
+                            store, job="leave", instance="a", planner=plan,
                             handler=commits.handler("a"), config=config,
                         )  # fmt: skip
 
             cancel = trio.CancelScope()
             nursery.start_soon(leaving, cancel)
             with trio.fail_after(60):
-                while len(commits.first_after("a", 0)) < len(SPLITS):
-                    await trio.sleep(0.05)
+                await commits.wait_all("a", 0)
             nursery.start_soon(staying)
             await trio.sleep(2)  # b is present (and perhaps leads) before a leaves
             left_at = trio.current_time()
             cancel.cancel()
             with trio.fail_after(60):
-                while len(commits.first_after("b", left_at)) < len(SPLITS):
-                    await trio.sleep(0.05)
+                await commits.wait_all("b", left_at)
             nursery.cancel_scope.cancel()
     taken = max(commits.first_after("b", left_at).values()) - left_at
     refusals = [
