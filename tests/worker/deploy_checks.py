@@ -9,6 +9,7 @@ time each split went without a commit while unfinished (its longest idle gap).
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -45,10 +46,12 @@ class Timeline:
         """Each split's longest stretch without a commit while unfinished (up to ``until``)."""
         gaps: dict[str, float] = {}
         for split, seen in self.commits.items():
-            times = [t for t, _, _ in seen]
+            times = [
+                t for t, _, watermark in seen if watermark is not None
+            ]  # from its first commit
             end = self.completed.get(split, until)
             times = [t for t in times if t <= end] + [end]
-            gaps[split] = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0)
+            gaps[split] = max((b - a for a, b in itertools.pairwise(times)), default=0)
         return gaps
 
     def taken_over(self, held: set[str], leaver: str, since: float) -> float | None:
@@ -100,11 +103,11 @@ async def start_worker(url: str, instance: str) -> trio.Process:
     )
 
 
-async def stop(process: trio.Process, timeout: float = 40) -> int:
-    """SIGTERM ``process`` and wait for it (killed if it overstays ``timeout``)."""
+async def stop(process: trio.Process, patience: float = 40) -> int:
+    """SIGTERM ``process`` and wait for it (killed if it overstays ``patience`` seconds)."""
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
-    with trio.move_on_after(timeout):
+    with trio.move_on_after(patience):
         await process.wait()
     if process.returncode is None:
         process.kill()

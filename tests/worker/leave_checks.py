@@ -39,6 +39,11 @@ class Commits:
         while len(self.first_after(instance, since)) < len(SPLITS):
             await self._changed.wait()
 
+    async def wait_all_by_anyone(self) -> None:
+        """Return once every split has been committed (by any worker)."""
+        while {split for _, split in self.at} < set(SPLITS):
+            await self._changed.wait()
+
     def handler(self, instance: str) -> spate.Handler:
         """A handler committing every 0.1 s, for ever (the job ends only by leaving)."""
 
