@@ -108,11 +108,9 @@ async def stop(process: trio.Process, patience: float = 40) -> int:
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
     with trio.move_on_after(patience):
-        await process.wait()
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
-    return process.returncode
+        return await process.wait()
+    process.kill()
+    return await process.wait()
 
 
 async def owned_by(timeline: Timeline, instance: str, count: int) -> set[str]:
