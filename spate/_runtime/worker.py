@@ -630,24 +630,29 @@ async def _run_shielded(
         outer.start_soon(notice_cancellation, name="spate leave sentinel")
         if handle_signals:
             await outer.start(handle_signals_until_done, name="spate signal handler")
-        with work:
-            async with open_coordinator(
-                store,
-                job=job,
-                instance=instance,
-                planner=planner,
-                config=config,
-                fingerprint=fingerprint,
-                locality=locality,
-                metrics=metrics,
-                nonce=nonce,
-            ) as coord:
-                # Shielded only once open: a cancellation during startup simply aborts it
-                # (nothing is held yet), while one after it becomes a graceful leave.
-                work.shield = True
-                verdict = await _work_until_verdict_or_leave(coord, handler, leave, leave_deadline)
+        try:
+            with work:
+                async with open_coordinator(
+                    store,
+                    job=job,
+                    instance=instance,
+                    planner=planner,
+                    config=config,
+                    fingerprint=fingerprint,
+                    locality=locality,
+                    metrics=metrics,
+                    nonce=nonce,
+                ) as coord:
+                    # Shielded only once open: a cancellation during startup simply aborts it
+                    # (nothing is held yet), while one after it becomes a graceful leave.
+                    work.shield = True
+                    verdict = await _work_until_verdict_or_leave(
+                        coord, handler, leave, leave_deadline
+                    )
+        finally:
+            # (Also on an error: the shielded watcher would otherwise keep the nursery open.)
+            signals.cancel()
         outer.cancel_scope.cancel()
-        signals.cancel()
     return verdict
 
 

@@ -131,3 +131,17 @@ async def test_handle_signals_outside_the_main_thread_is_a_clear_config_error() 
     assert isinstance(error, spate.ConfigError)
     assert "must run in the main thread" in str(error)
     assert "handle_signals=False" in str(error)
+
+
+async def test_a_worker_that_stops_with_an_error_gives_the_signals_back() -> None:
+    # An error from the coordinator (here: the store was closed under it) must come out of
+    # run_worker, not hang on the signal watcher, and the SIGINT handler is restored.
+    before = signal.getsignal(signal.SIGINT)  # (Trio's own KeyboardInterrupt handler)
+    async with open_store(_url()) as store:
+        pass
+    with trio.fail_after(60), pytest.raises(spate.SpateError):
+        await spate.run_worker(
+            store, job="closed", planner=plan, handler=Commits().handler("x"),
+            handle_signals=True,
+        )  # fmt: skip
+    assert signal.getsignal(signal.SIGINT) is before
