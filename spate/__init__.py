@@ -37,7 +37,7 @@ from spate._events import (
 from spate._metrics import BalanceReport, Gauges, MetricsHooks
 from spate._plan import Plan, PlanContext, SplitSpec
 from spate._runtime.coordinator import Coordinator, open_coordinator
-from spate._runtime.worker import Handler, Planner, SplitHandle, Verdict, run_worker
+from spate._runtime.worker import Handler, Left, Planner, SplitHandle, Verdict, run_worker
 from spate._version import __version__
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "Gained",
     "Gauges",
     "Handler",
+    "Left",
     "Lost",
     "MetricsHooks",
     "Plan",

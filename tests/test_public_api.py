@@ -20,6 +20,7 @@ PUBLIC = {
     "Verdict",
     "Planner",
     "Handler",
+    "Left",
     # configuration and planning
     "Config",
     "Plan",
@@ -87,5 +88,8 @@ def test_importing_spate_stays_light() -> None:
 
 
 def test_run_worker_is_annotated_to_return_a_verdict() -> None:
+    # A verdict, or Left when a signal ended it (only with handle_signals, off by default:
+    # the overloads give a plain call the Verdict type, as mypy checks in the docs' programs).
     hints = inspect.get_annotations(spate.run_worker, eval_str=True)
-    assert hints["return"] == spate.Verdict
+    assert hints["return"] == spate.Verdict | spate.Left
+    assert inspect.signature(spate.run_worker).parameters["handle_signals"].default is False

@@ -357,6 +357,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     from spate._cli.demo.process import run_demo_worker
     from spate._events import AllComplete
+    from spate._runtime.signals import Left
     from spate_stores import redact_url
 
     configure_logging(http=args.log_http)
@@ -389,12 +390,18 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             history=args.history,
             locality=args.locality,
             crash_on=frozenset(args.crash_on),
+            handle_signals=True,
         )
+        if isinstance(verdict, Left):
+            print(f"left: {verdict!r}", flush=True)
+            return 130  # interrupted, as the exit codes table says (its splits handed over)
         print(f"verdict: {verdict!r}", flush=True)
         return EXIT_OK if isinstance(verdict, AllComplete) else EXIT_STALLED
 
     try:
-        return _run_with_ctrl_c(work)
+        # The worker's own signal handling (run_worker's, as a user's program gets it) leaves
+        # gracefully on SIGINT and SIGTERM; a signal before it starts ends the command at once.
+        return trio.run(work)
     finally:
         if telemetry is not None:
             telemetry.shutdown()  # the Trio run is over: blocking here stalls nothing

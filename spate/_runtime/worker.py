@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from typing import Literal, TypeAlias, overload
 
 import attrs
 import trio
@@ -38,9 +38,15 @@ from spate._metrics import MetricsHooks
 from spate._plan import Planner
 from spate._runtime.busy_time import BusyTime
 from spate._runtime.coordinator import Coordinator, open_coordinator
+from spate._runtime.signals import (
+    LeaveRequest,
+    Left,
+    check_signals_can_be_handled,
+    watch_signals,
+)
 from spate._store import Store
 
-__all__ = ["Handler", "Planner", "SplitHandle", "Verdict", "run_worker"]
+__all__ = ["Handler", "Left", "Planner", "SplitHandle", "Verdict", "run_worker"]
 
 logger = logging.getLogger("spate.worker")
 
@@ -458,6 +464,7 @@ class _Runner:
         return [r.handle for r in self._running.values()]
 
 
+@overload
 async def run_worker(
     store: Store,
     *,
@@ -471,7 +478,43 @@ async def run_worker(
     locality: str = "",
     metrics: MetricsHooks | None = None,
     nonce: str | None = None,
-) -> Verdict:
+    handle_signals: Literal[False] = False,
+) -> Verdict: ...
+
+
+@overload
+async def run_worker(
+    store: Store,
+    *,
+    job: str,
+    instance: str | None = None,
+    planner: Planner,
+    handler: Handler,
+    config: Config | None = None,
+    fingerprint: str = "",
+    leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
+    locality: str = "",
+    metrics: MetricsHooks | None = None,
+    nonce: str | None = None,
+    handle_signals: bool,
+) -> Verdict | Left: ...
+
+
+async def run_worker(
+    store: Store,
+    *,
+    job: str,
+    instance: str | None = None,
+    planner: Planner,
+    handler: Handler,
+    config: Config | None = None,
+    fingerprint: str = "",
+    leave_deadline: float = DEFAULT_LEAVE_DEADLINE,
+    locality: str = "",
+    metrics: MetricsHooks | None = None,
+    nonce: str | None = None,
+    handle_signals: bool = False,
+) -> Verdict | Left:
     """Join ``job`` as one worker and run ``handler`` for every split this worker gains.
 
     Returns the verdict of a bounded job (:class:`~spate.AllComplete` or
@@ -489,7 +532,9 @@ async def run_worker(
     Cancelling ``run_worker`` leaves gracefully, bounded by ``leave_deadline`` seconds:
     handlers are cancelled, every split is handed back with no attempt consumed, presence
     and leadership are given up, and it waits until the splits are held elsewhere. Then the
-    cancellation propagates as usual.
+    cancellation propagates as usual. The store's connection serves the leave even when the
+    cancelled scope encloses the store too (``async with open_store(...)`` inside it): a
+    store's own tasks stop only when the store is closed.
 
     ``locality`` is this worker's failure-domain path (``"zone-a/rack-3/host-7"``), as for
     :func:`~spate.open_coordinator`.
@@ -499,14 +544,28 @@ async def run_worker(
 
     ``nonce`` is the process nonce, random by default; pass one only to replay a run exactly
     (as for :func:`~spate.open_coordinator`).
+
+    ``handle_signals=True`` makes SIGINT (Ctrl-C) and SIGTERM (what a process manager sends
+    to stop a process) leave gracefully, as a cancellation does, for as long as the worker
+    runs: the first starts the leave, and ``run_worker`` then returns :class:`~spate.Left`
+    instead of raising, so the program ends normally; a second leaves at once (splits not
+    yet handed back wait out their leases). A signal before the worker holds anything just
+    stops it. Signals reach only the main thread: elsewhere this raises
+    :class:`~spate.ConfigError`. Without it, the program's own signal handling applies
+    (Python turns Ctrl-C into ``KeyboardInterrupt``; SIGTERM ends the process at once).
     """
+    if handle_signals:
+        check_signals_can_be_handled()
     if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
         raise ConfigError(
             f"leave_deadline must be a finite number of seconds >= 0, not {leave_deadline!r}"
         )
     verdict: Verdict | None = None
+    request = LeaveRequest()
     with single_error():
         verdict = await _run_shielded(
+            request,
+            handle_signals,
             store,
             job,
             instance,
@@ -522,6 +581,9 @@ async def run_worker(
     if verdict is None:
         # We left because we were cancelled; let the cancellation continue outward.
         await trio.lowlevel.checkpoint()
+        left = request.left()
+        if left is not None:
+            return left  # a signal, not a cancellation, asked us to leave
         raise FatalCoordinationError(
             f"the coordinator of {job!r} stopped without a verdict or an error; this is a bug "
             "in spate, please report it with the worker's log"
@@ -530,6 +592,8 @@ async def run_worker(
 
 
 async def _run_shielded(
+    request: LeaveRequest,
+    handle_signals: bool,
     store: Store,
     job: str,
     instance: str | None,
@@ -542,7 +606,7 @@ async def _run_shielded(
     metrics: MetricsHooks | None,
     nonce: str | None,
 ) -> Verdict | None:
-    leave = trio.Event()
+    leave = request.event
 
     async def notice_cancellation() -> None:
         # Runs outside the shield below: the caller's cancellation lands here and asks the
@@ -553,24 +617,41 @@ async def _run_shielded(
             leave.set()
 
     verdict: Verdict | None = None
+    work = trio.CancelScope()
+    # The signals stay ours through the whole leave, whatever started it (a second one cuts
+    # it short), so their watcher is not cancelled with the caller: only once we are done.
+    signals = trio.CancelScope(shield=True)
+
+    async def handle_signals_until_done(task_status: trio.TaskStatus[None]) -> None:
+        with signals:
+            await watch_signals(request, work, task_status=task_status)
+
     async with trio.open_nursery() as outer:
         outer.start_soon(notice_cancellation, name="spate leave sentinel")
-        with trio.CancelScope() as work:
-            async with open_coordinator(
-                store,
-                job=job,
-                instance=instance,
-                planner=planner,
-                config=config,
-                fingerprint=fingerprint,
-                locality=locality,
-                metrics=metrics,
-                nonce=nonce,
-            ) as coord:
-                # Shielded only once open: a cancellation during startup simply aborts it
-                # (nothing is held yet), while one after it becomes a graceful leave.
-                work.shield = True
-                verdict = await _work_until_verdict_or_leave(coord, handler, leave, leave_deadline)
+        if handle_signals:
+            await outer.start(handle_signals_until_done, name="spate signal handler")
+        try:
+            with work:
+                async with open_coordinator(
+                    store,
+                    job=job,
+                    instance=instance,
+                    planner=planner,
+                    config=config,
+                    fingerprint=fingerprint,
+                    locality=locality,
+                    metrics=metrics,
+                    nonce=nonce,
+                ) as coord:
+                    # Shielded only once open: a cancellation during startup simply aborts it
+                    # (nothing is held yet), while one after it becomes a graceful leave.
+                    work.shield = True
+                    verdict = await _work_until_verdict_or_leave(
+                        coord, handler, leave, leave_deadline
+                    )
+        finally:
+            # (Also on an error: the shielded watcher would otherwise keep the nursery open.)
+            signals.cancel()
         outer.cancel_scope.cancel()
     return verdict
 

@@ -33,6 +33,7 @@ from spate.store import (
     validate_prefix,
 )
 from spate_stores._namespace import read_only_refusal
+from spate_stores._service_nursery import open_service_nursery
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._config import (
     DEFAULT_EPHEMERAL_TTL,
@@ -217,7 +218,9 @@ class EtcdStore:
             await self._bind_ttl()
             self._session = LeaseSession(self._gateway, self._ttl, replace_lost=True)
             stack.push_async_callback(self._session.close)
-            self._nursery = await stack.enter_async_context(trio.open_nursery())
+            # The keepalive and watch pumps serve the store until it closes, not only until
+            # the code around it is cancelled: a graceful leave still needs its watches.
+            self._nursery = await stack.enter_async_context(open_service_nursery())
             self._nursery.start_soon(self._session.run)
         except BaseException:
             with trio.CancelScope(shield=True):

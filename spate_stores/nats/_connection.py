@@ -2,8 +2,10 @@
 
 One :class:`NatsConnection` owns one server connection at a time and every task that serves
 it (reader, pinger, WebSocket internals) in one nursery, opened by ``__aenter__`` and closed by
-``__aexit__``. When the connection breaks it reconnects with capped exponential backoff,
-re-subscribes, and carries on. Exactly what happens to work in flight:
+``__aexit__``: a cancel of the code around the connection does not reach those tasks, so the
+connection serves that code's clean-up (a worker's hand-backs) until it is closed. When the
+connection breaks it reconnects with capped exponential backoff, re-subscribes, and carries on.
+Exactly what happens to work in flight:
 
 * a request whose bytes may have reached the server fails with
   :class:`~spate.StoreUnavailable` ("may or may not have landed") and is never resent:
@@ -37,6 +39,7 @@ from spate import StoreError
 from spate._echo import seconds
 from spate._version import __version__
 from spate_stores._first_words import first_words
+from spate_stores._service_nursery import open_service_nursery
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._creds import load_credentials
 from spate_stores.nats._errors import ServerError, TlsVerificationFailed
@@ -220,7 +223,9 @@ class NatsConnection:
 
     async def __aenter__(self) -> NatsConnection:
         """Connect (one attempt); raises StoreUnavailable if unreachable, StoreError if refused."""
-        self._nursery_manager = trio.open_nursery()
+        # The connection's tasks serve every caller until the connection is closed: a cancel
+        # of the code around the store must not cut off the requests its clean-up still makes.
+        self._nursery_manager = open_service_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         try:
             self._nursery.start_soon(self._timer)

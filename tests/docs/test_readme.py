@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -33,3 +36,19 @@ def test_the_readme_names_the_two_commands() -> None:
     assert "python3 -m pip install nox && python3 -m nox" in text
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python3 -m pip install nox && python3 -m nox" in ci
+
+
+async def test_ctrl_c_makes_the_readme_example_hand_over_and_return(
+    autojump_clock: trio.testing.MockClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The README promises that Ctrl-C hands a worker's splits over: its program passes
+    # handle_signals=True, so a SIGINT makes run_worker leave and return, and main returns
+    # (a program exiting 0), rather than a KeyboardInterrupt leaving the splits for a lease.
+    namespace: dict[str, object] = {}
+    exec(compile(_example(), str(README), "exec"), namespace)
+    with trio.fail_after(600):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(namespace["main"])  # type: ignore[arg-type]
+            await trio.sleep(1)  # the worker has joined (its first assignment comes at 2 s)
+            os.kill(os.getpid(), signal.SIGINT)
+    assert capsys.readouterr().out.strip() == "Left(signal='SIGINT', graceful=True)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -186,3 +187,62 @@ def test_the_program_runs_as_a_script_on_the_memory_store(tmp_path: Path) -> Non
         "AllComplete()",
         "checked 2 splits against a single pass: right",
     ]
+
+
+async def ctrl_c_hands_over(tmp_path: Path, url: str) -> None:
+    """Ctrl-C one of two tutorial workers: it exits 0 saying it left, the other finishes."""
+    script = tmp_path / "backfill.py"
+    script.write_text(program())
+    splits = 600  # long enough (several seconds) for the signal to find w1 at work
+    env = {**os.environ, "STORE_URL": url, "SPLITS": str(splits)}
+    outputs: dict[str, tuple[int, str]] = {}
+
+    async def worker(name: str, task_status: trio.TaskStatus[trio.Process]) -> None:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(script)],
+            env={**env, "WORKER": name},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        task_status.started(process)
+        assert process.stdout is not None
+        out = b""
+        async with process.stdout:
+            async for chunk in process.stdout:
+                out += chunk
+        outputs[name] = (await process.wait(), out.decode())
+
+    with trio.fail_after(180):
+        async with trio.open_nursery() as nursery:
+            first: trio.Process = await nursery.start(worker, "w1")
+            await nursery.start(worker, "w2")
+            async with open_store(url) as store:
+                while True:  # w1 holds splits: its run_worker is at work
+                    status = await spate.ops.read_status(store, "backfill-42")
+                    if any(s.owner == "w1" for s in status.splits.values()):
+                        break
+                    await trio.sleep(0.1)
+            first.send_signal(signal.SIGINT)
+    code, out = outputs["w1"]
+    assert code == 0, out
+    assert "Left(signal='SIGINT', graceful=True)" in out, out
+    assert "KeyboardInterrupt" not in out, out
+    code, out = outputs["w2"]
+    assert code == 0, out
+    assert f"checked {splits} splits against a single pass: right" in out, out
+
+
+@pytest.mark.nats
+async def test_ctrl_c_hands_a_tutorial_workers_splits_over_on_nats(tmp_path: Path) -> None:
+    from spate_testing.servers.nats import nats_server
+
+    async with nats_server(websocket=False) as nats:
+        await ctrl_c_hands_over(tmp_path, nats.store_url(ttl=15))
+
+
+@pytest.mark.etcd
+async def test_ctrl_c_hands_a_tutorial_workers_splits_over_on_etcd(tmp_path: Path) -> None:
+    from spate_testing.servers.etcd import etcd_server
+
+    async with etcd_server() as etcd:
+        await ctrl_c_hands_over(tmp_path, etcd.store_url(ttl=15))

@@ -19,7 +19,7 @@ from spate._config import Config
 from spate._core.backoff import STARTUP_BACKOFF
 from spate._errors import StoreUnavailable
 from spate._events import AllComplete, Stalled
-from spate._runtime.worker import SplitHandle, run_worker
+from spate._runtime.worker import Left, SplitHandle, run_worker
 from spate._store import Store
 
 __all__ = ["CRASH_EXIT", "run_demo_worker"]
@@ -42,13 +42,17 @@ async def run_demo_worker(
     history: str | None = None,
     locality: str = "",
     crash_on: frozenset[str] = frozenset(),
-) -> AllComplete | Stalled:
+    handle_signals: bool = False,
+) -> AllComplete | Stalled | Left:
     """Join ``job`` on the store at ``store_url`` and work the demo dataset until a verdict.
 
     ``crash_on`` names poison splits: a while after gaining one (three batches, so the
     splits gained beside it get to commit) the process ends at once (exit status
     :data:`CRASH_EXIT`), before the poison split's first commit, as a handler that crashes
     its host on bad data would.
+
+    ``handle_signals``: as for :func:`~spate.run_worker` (``spate worker`` passes True, so
+    SIGINT and SIGTERM hand its splits over, and :class:`~spate.Left` comes back).
     """
     dataset = Dataset(seed=seed, splits=splits)
     stats = DemoStats(on_event=lambda message: print(message, flush=True))
@@ -95,6 +99,7 @@ async def run_demo_worker(
                 config=config,
                 fingerprint=f"demo-seed-{seed}",
                 locality=locality,
+                handle_signals=handle_signals,
             )
     finally:
         if log is not None:
