@@ -48,6 +48,7 @@ from spate._config import Config
 from spate._core.backstop import Backstop
 from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
+from spate._core.commits import commit_flow
 from spate._core.departure import Departure
 from spate._core.echo import is_echo
 from spate._core.flows import Flow
@@ -363,7 +364,7 @@ class Machine:
         Returns the error to raise to the caller (``Fenced``, ``StoreUnavailable``), or None
         once the write landed. ``fence`` names the tenancy the write is for (None: any).
         """
-        return self._tenancies.commit_flow(split, progress, fence)
+        return commit_flow(self._tenancies, split, progress, fence)
 
     def split_flow(
         self,
