@@ -102,8 +102,13 @@ class Coordinator:
         earlier tenancy of a split this worker holds again cannot write for the new one.
 
         Raises :class:`~spate.Fenced` (nothing written) if this worker does not hold
-        the split, lost it, or holds it under another fence than ``fence``;
-        :class:`~spate.StoreUnavailable` if the outcome is unknown (retry the same commit);
+        the split, lost it, or holds it under another fence than ``fence``, or the progress
+        record shows another tenancy; :class:`~spate.StoreUnavailable` if the outcome is
+        unknown (the reply or the read-back after a lost compare-and-swap failed: the write may
+        have landed, and the split is still held; retry the same commit, which adopts a landed
+        one). After a ``StoreUnavailable``, a ``Fenced`` from the retry says the retry wrote
+        nothing: the earlier try's outcome stays unknown (:meth:`SplitHandle.commit
+        <spate.SplitHandle.commit>` raises ``StoreUnavailable`` then);
         :class:`~spate.ValueTooLarge` (nothing written, the coordinator unharmed) if the
         progress record would exceed the store's value size; and
         :class:`~spate.FatalCoordinationError` if the watermark would move backwards (the

@@ -185,6 +185,11 @@ class SplitHandle:
         no longer owned by this worker, or this handle's run or tenancy is over, and
         :class:`~spate.ValueTooLarge` (nothing written; the worker carries on) if the progress
         record would exceed the store's value size: keep ``state`` small.
+
+        A store outage is retried (a landed try is recognised and adopted) while the tenancy
+        lasts. If the tenancy ends while a try's outcome is unknown, this raises
+        :class:`~spate.StoreUnavailable` saying the commit may have landed, never ``Fenced``:
+        do not undo its effects then.
         """
         self._refuse_if_over("nothing was written")
         progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
@@ -202,7 +207,20 @@ class SplitHandle:
             try:
                 await coordinator.commit(self.id, progress, fence=fence)
             except StoreUnavailable as exc:  # the first attempt is the hot path: no wrapper
-                await _retry_unavailable(attempt, failed=exc)
+                try:
+                    await _retry_unavailable(attempt, failed=exc)
+                except Fenced as fenced:
+                    # The retry wrote nothing, but an earlier try may have landed: Fenced
+                    # would tell the handler to undo effects the store may hold.
+                    if not self._ended:
+                        self._lost = True
+                    raise StoreUnavailable(
+                        f"committing split {self.id!r}: an earlier try's outcome is unknown "
+                        f"(the store could not be reached) and the tenancy ended before a "
+                        f"retry could find out ({fenced.reason}). The commit may have landed: "
+                        "do not undo its effects; the split's next owner resumes from whatever "
+                        "the store holds."
+                    ) from fenced
         except Fenced:
             if not self._ended:
                 self._lost = True
