@@ -392,12 +392,15 @@ class Machine:
         """
         self._presence.loads.report(split, amount, self.now(), fence)
 
-    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
+    def fail_flow(
+        self, split: str, reason: str, retry_after: float | None = None
+    ) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
 
         Returns the error to raise to the caller, or None once the failure is recorded.
+        ``retry_after``: the split stays held (unless quarantined), to run again then.
         """
-        return self._tenancies.fail_flow(split, reason)
+        return self._tenancies.fail_flow(split, reason, retry_after)
 
     def decline_revoke(self, split: str) -> None:
         """The handler cannot stop ``split`` at a safe boundary: force its revocation now.

@@ -285,8 +285,14 @@ class Tenancies:
             return ended  # a new tenancy began while the key was held: not ours to write
         return held, self.host.view.splits[split]
 
-    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
-        """Report a failure: consumes an attempt, clears the owner, quarantines at the cap."""
+    def fail_flow(
+        self, split: str, reason: str, retry_after: float | None = None
+    ) -> Flow[BaseException | None]:
+        """Report a failure: consumes an attempt, clears the owner, quarantines at the cap.
+
+        ``retry_after`` (seconds): keep the split instead, unless this failure quarantines
+        it; the record says when its owner runs it again (``retry_at_ms``).
+        """
         host = self.host
         key = host.keys.split(split)
         if split not in self.owned:
@@ -302,19 +308,34 @@ class Tenancies:
         quarantine = exhausts_attempts(
             FAIL, progress.attempts, progress.advanced, host.config.max_attempts
         )
-        record = attrs.evolve(
-            state.progress,
-            attempts=attempts,
-            owner=None,
-            owner_nonce="",
-            status=Status.QUARANTINED if quarantine else state.progress.status,
-            epoch=state.progress.epoch + int(quarantine),
-            written_at_ms=self.host.wall_ms(),
-            reason=bounded_reason(reason),  # what `spate status` shows an operator
-        )
+        keep = retry_after is not None and not quarantine
+        now_ms = self.host.wall_ms()
+        if keep:
+            assert retry_after is not None
+            # The attempt is charged now; the tenancy, its lease and its owner stay.
+            record = attrs.evolve(
+                progress,
+                attempts=attempts,
+                written_at_ms=now_ms,
+                reason=bounded_reason(reason),
+                retry_at_ms=now_ms + max(1, round(retry_after * 1000)),
+            )
+        else:
+            record = attrs.evolve(
+                progress,
+                attempts=attempts,
+                owner=None,
+                owner_nonce="",
+                status=Status.QUARANTINED if quarantine else progress.status,
+                epoch=progress.epoch + int(quarantine),
+                written_at_ms=now_ms,
+                reason=bounded_reason(reason),  # what `spate status` shows an operator
+            )
         logger.warning(
             "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
-            host.config.max_attempts, ", quarantining" if quarantine else "",
+            host.config.max_attempts,
+            ", quarantining" if quarantine else
+            f"; it stays here and runs again in {retry_after:.1f} s" if keep else "",
         )  # fmt: skip
         try:
             result = yield Op(
@@ -326,6 +347,9 @@ class Tenancies:
         if not isinstance(result, Won):
             self.drop(split, "fenced")
             return Fenced(split, "another worker took it over; nothing was written")
+        if keep:
+            host.fold(host.view.put_progress(split, record, result.revision))
+            return None
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
         # quarantine cannot read as a peer's fence.
         self.owned.pop(split, None)
@@ -445,4 +469,5 @@ def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) ->
         splits=record.splits,
         residuals=record.residuals,
         reason=record.reason,
+        retry_at_ms=record.retry_at_ms,
     )

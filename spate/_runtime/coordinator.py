@@ -12,6 +12,7 @@ ExceptionGroup, and so does an exception raised by the block's own body.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -72,6 +73,11 @@ class Coordinator:
     def is_leader(self) -> bool:
         """Whether this worker currently leads the job (for live views)."""
         return self._machine.leading
+
+    @property
+    def _metrics(self) -> MetricsHooks:
+        """The hooks this coordinator reports to (run_worker adds its own levels)."""
+        return self._runtime.scope.metrics
 
     @property
     def owned(self) -> frozenset[str]:
@@ -175,14 +181,27 @@ class Coordinator:
         self._check_running()
         self._machine.report_load(split, amount, fence)
 
-    async def fail(self, split: str, reason: str) -> None:
+    async def fail(self, split: str, reason: str, *, retry_after: float | None = None) -> None:
         """Report that work on a held split failed: consumes an attempt and gives it back.
 
         At ``max_attempts`` the split is quarantined (every worker then sees Quarantined).
-        Raises :class:`~spate.Fenced` if this worker does not hold it.
+        With ``retry_after`` (seconds, positive) the split is not given back unless this
+        failure quarantines it: this worker keeps it, to run it again after that long, and its
+        progress record says when (``spate status`` shows it ``retrying``); check
+        :attr:`owned` afterwards. Raises :class:`~spate.Fenced` if this worker does not hold it.
         """
         _check_split(split)
-        error = await self._runtime.call_inline(self._machine.fail_flow(split, str(reason)))
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, int | float)
+            or not 0 < retry_after < math.inf
+        ):
+            raise ConfigError(
+                f"fail(): retry_after is a positive number of seconds or None, not {retry_after!r}"
+            )
+        error = await self._runtime.call_inline(
+            self._machine.fail_flow(split, str(reason), retry_after)
+        )
         if error is not None:
             raise error
 

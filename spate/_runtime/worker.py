@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 import trio
@@ -75,7 +76,8 @@ class SplitHandle:
     replayed. Otherwise the split stays this worker's and the handler runs again, with a new
     handle, after a backoff (about a second, doubling to about a minute while runs make no
     progress, back to a second after a commit that moves the watermark); no store write is
-    made while it waits. Raising fails the split (an attempt consumed).
+    made while it waits. Raising fails the split (an attempt consumed); it stays this
+    worker's and the handler runs again after the failure backoff (``Config.failure_backoff``).
     """
 
     id: str
@@ -287,6 +289,12 @@ async def _retry_unavailable(
             failed = exc
 
 
+_RunEnd: TypeAlias = Literal["returned", "failed", "over"]
+"""How one handler run ended: it returned with the split held and unfinished; it raised and
+the split is kept to run again after a failure backoff; or the tenancy is over (completed,
+failed and given back, quarantined, lost)."""
+
+
 @attrs.define(eq=False)
 class _Running:
     """One tenancy of a split on this worker: its handler's runs, one at a time."""
@@ -298,6 +306,10 @@ class _Running:
     """A revocation arrived during this tenancy (it may come while no handler runs)."""
     split_asked: bool = False
     """A split request arrived while no handler ran: the next run's handle is told."""
+    failures: Backoff = attrs.Factory(lambda: Backoff(1.0, 60.0))
+    """The failure backoff of this tenancy (set from the Config when the tenancy starts)."""
+    retry_in: float = 0.0
+    """After a run that raised and kept the split: how long to wait before the next run."""
 
 
 class _Runner:
@@ -308,6 +320,8 @@ class _Runner:
         self._handler = handler
         self._running: dict[str, _Running] = {}
         self._changed = trio.Event()
+        self._waiting = 0
+        """Splits waiting out a failure backoff (the ``retry_waiting`` level)."""
         self.busy: BusyTime | None = None
         """With ``Config.measure_load``: the instrument timing the handlers' steps."""
         if coordinator.config.measure_load:
@@ -362,7 +376,10 @@ class _Runner:
             _coordinator=self._coord,
             _fence=event.fence,
         )
+        config = self._coord.config
         running = _Running(handle, trio.CancelScope())
+        if config.failure_backoff > 0:
+            running.failures = Backoff(config.failure_backoff, config.failure_backoff_max)
         self._running[event.split] = running
         nursery.start_soon(self._run_tenancy, running, name=f"spate handler {event.split}")
 
@@ -381,7 +398,7 @@ class _Runner:
             self.busy.handler_started(task, split, running.handle.fence)
         try:
             with running.scope:
-                while await self._run_once(running.handle):
+                while (end := await self._run_once(running)) != "over":
                     handle = running.handle
                     if running.revoked.is_set():
                         # Returning is the cooperative end of a revocation: hand back now,
@@ -391,6 +408,17 @@ class _Runner:
                     if handle._advanced:
                         backoff.reset()
                         told = False
+                        if end != "failed":
+                            running.failures.reset()  # (a run that failed is no recovery)
+                    if end == "failed":
+                        await self._wait_to_retry(running)
+                        if running.revoked.is_set():
+                            # A revocation during the wait: give the split back now rather
+                            # than spend another attempt on a handler that just failed.
+                            await self._settle(lambda: self._coord.release([split]))
+                            return
+                        running.handle = self._next_handle(running, handle)
+                        continue
                     delay = backoff.delay()
                     if not told:
                         told = True
@@ -435,27 +463,64 @@ class _Runner:
             handle.split_requested.set()
         return handle
 
-    async def _run_once(self, handle: SplitHandle) -> bool:
-        """One run of the handler; True if it returned with the split still held, unfinished.
+    async def _run_once(self, running: _Running) -> _RunEnd:
+        """One run of the handler, and how it ended (see :data:`_RunEnd`).
 
         The handle refuses every call once the run is over, however it ended.
         """
+        handle = running.handle
         try:
             await self._handler(handle)
         except Exception as exc:
             if handle._lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
                 handle._lost = True  # the tenancy ended: nothing to settle, no failure
-                return False
+                return "over"
             # (A Fenced of a handle kept from an earlier run is the handler's bug, not a loss:
             # the split is still held, so it fails like any other error.)
             handle._ended = True
-            logger.exception("handler for split %s raised; failing the split", handle.id)
-            reason = f"{type(exc).__name__}: {exc}"
-            await self._settle(lambda: self._coord.fail(handle.id, reason))
-            return False
+            return await self._failed(running, exc)
         finally:
             handle._ended = True
-        return not handle._lost and not handle._completed
+        return "returned" if not handle._lost and not handle._completed else "over"
+
+    async def _failed(self, running: _Running, exc: Exception) -> _RunEnd:
+        """The run raised: charge an attempt, and keep the split to retry after a backoff.
+
+        With ``Config.failure_backoff`` at 0 the split is failed and handed back at once.
+        """
+        handle = running.handle
+        reason = f"{type(exc).__name__}: {exc}"
+        config = self._coord.config
+        if config.failure_backoff <= 0:
+            logger.exception("handler for split %s raised; failing the split", handle.id)
+            await self._settle(lambda: self._coord.fail(handle.id, reason))
+            return "over"
+        # Jittered upwards only: a fleet's splits spread out, and the waits before the
+        # fourth attempt still add up to at least 1 + 2 + 4 s at the defaults.
+        delay = running.failures.delay() * (1 + random.random() / 4)
+        logger.warning(
+            "handler for split %s raised; an attempt is consumed and it runs again in %.1f s "
+            "(the split stays here)",
+            handle.id,
+            delay,
+            exc_info=exc,
+        )
+        await self._settle(lambda: self._coord.fail(handle.id, reason, retry_after=delay))
+        if handle.id not in self._coord.owned or handle.lost:
+            return "over"  # quarantined by this failure, or lost meanwhile
+        running.retry_in = delay
+        return "failed"
+
+    async def _wait_to_retry(self, running: _Running) -> None:
+        """Wait out a failure backoff (a revocation ends it at once); counted as a level."""
+        self._waiting += 1
+        self._coord._metrics.retry_waiting(self._waiting)
+        try:
+            with trio.move_on_after(running.retry_in):
+                await running.revoked.wait()
+        finally:
+            self._waiting -= 1
+            self._coord._metrics.retry_waiting(self._waiting)
 
     async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
         # A fail or hand-back must land (or the split be lost): a split left held with no
@@ -501,7 +566,9 @@ async def run_worker(
     a backoff (about 1 s, doubling to about 60 s while runs make no progress, back to 1 s
     after a commit that moves the watermark), logged once per backoff, with no store write
     while it waits; a revocation, a loss or the worker leaving ends the wait at once.
-    Raising fails the split (consuming an attempt; quarantined at ``max_attempts``) while
+    Raising fails the split (consuming an attempt; quarantined at ``max_attempts``) and runs
+    it again, held, after a backoff (``Config.failure_backoff``, doubling to
+    ``failure_backoff_max``; ``spate status`` shows it ``retrying``), while
     the worker keeps its other splits.
 
     Cancelling ``run_worker`` leaves gracefully, bounded by ``leave_deadline`` seconds:

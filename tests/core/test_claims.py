@@ -417,13 +417,13 @@ def test_a_commit_keeps_every_field_it_does_not_change(progress: Progress) -> No
         state=b"old", completed=False, written_at_ms=17, advanced=False, owner_nonce="n1",
         descriptor=b"primary", splits=1,
         residuals=(Residual(id="s1.rabcdefghijklm", descriptor=b"rest", weight=1),),
-        reason="an earlier failure",
+        reason="an earlier failure", retry_at_ms=1234,
     )  # fmt: skip
     # A field added to the record must be added to committed() too: this list breaks first.
     assert [f.name for f in attrs.fields(ProgressRecord)] == [
         "schema", "id", "epoch", "status", "owner", "attempts", "watermark", "state",
         "completed", "written_at_ms", "advanced", "owner_nonce", "descriptor", "splits",
-        "residuals", "reason",
+        "residuals", "reason", "retry_at_ms",
     ]  # fmt: skip
     expected = attrs.evolve(
         record,
