@@ -11,6 +11,8 @@ expiry.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 import random
@@ -103,6 +105,8 @@ class SplitHandle:
     """The handler run this handle was made for is over: every call refuses."""
     _advanced: bool = attrs.field(default=False, alias="_advanced")
     """A commit through this handle moved the watermark (it resets the idle backoff)."""
+    _misuse: ConfigError | None = attrs.field(default=None, alias="_misuse")
+    """The last bad-argument error a call through this handle raised (see ``_mistake``)."""
 
     @property
     def lost(self) -> bool:
@@ -146,6 +150,38 @@ class SplitHandle:
         if self._lost:
             raise Fenced(self.id, f"it was lost earlier; {what}")
 
+    def _mistake(self, message: str) -> ConfigError:
+        """A ConfigError for a bad argument of a call through this handle (nothing written).
+
+        Kept, so that if the handler lets it escape the runner knows it for the handler's own
+        mistake (a bug that would fail every split), not a failure of the split's work.
+        """
+        self._misuse = ConfigError(f"split {self.id!r}: {message}; nothing was written")
+        return self._misuse
+
+    def _checked_watermark(self, watermark: object) -> int | None:
+        if watermark is not None and (
+            isinstance(watermark, bool) or not isinstance(watermark, int)
+        ):
+            raise self._mistake(
+                f"commit(): the watermark must be an int (or None), not {watermark!r} "
+                f"({type(watermark).__name__}). It is the source's position, compared exactly "
+                "and never allowed to move back: convert it (say, int(offset)) or commit the "
+                "position as state bytes"
+            )
+        return watermark
+
+    def _checked_state(self, state: object) -> bytes:
+        if not isinstance(state, bytes | bytearray | memoryview):
+            hint = " (encode text first: state=text.encode())" if isinstance(state, str) else ""
+            raise self._mistake(f"commit(): state must be bytes, not {type(state).__name__}{hint}")
+        return bytes(state)
+
+    def _checked_completed(self, completed: object) -> bool:
+        if not isinstance(completed, bool):
+            raise self._mistake(f"commit(): completed must be True or False, not {completed!r}")
+        return completed
+
     def report_load(self, amount: float) -> None:
         """Add ``amount`` units of work this split did; synchronous, writes nothing.
 
@@ -187,6 +223,9 @@ class SplitHandle:
         no longer owned by this worker, or this handle's run or tenancy is over, and
         :class:`~spate.ValueTooLarge` (nothing written; the worker carries on) if the progress
         record would exceed the store's value size: keep ``state`` small.
+        A ``watermark`` that is not an int (a float, a bool), a ``state`` that is not bytes (a
+        ``str``) or a ``completed`` that is not a bool raises :class:`~spate.ConfigError`,
+        writing nothing and failing nothing; escaping the handler, it stops ``run_worker``.
 
         A store outage is retried (a landed try is recognised and adopted) while the tenancy
         lasts. If the tenancy ends while a try's outcome is unknown, this raises
@@ -194,7 +233,11 @@ class SplitHandle:
         do not undo its effects then.
         """
         self._refuse_if_over("nothing was written")
-        progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
+        progress = Progress(
+            watermark=self._checked_watermark(watermark),
+            state=self._checked_state(state),
+            completed=self._checked_completed(completed),
+        )
         coordinator, fence = self._coordinator, self._fence
 
         async def attempt() -> None:
@@ -475,6 +518,15 @@ class _Runner:
             if handle._lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
                 handle._lost = True  # the tenancy ended: nothing to settle, no failure
                 return "over"
+            if exc is handle._misuse:
+                # A bad argument of the handler's own call: a bug in the handler, which would
+                # fail (and quarantine) every split it runs. Nothing was written; stop.
+                logger.exception(
+                    "handler for split %s let the error of its own bad call escape; "
+                    "run_worker stops, failing no split: fix the handler",
+                    handle.id,
+                )
+                raise
             # (A Fenced of a handle kept from an earlier run is the handler's bug, not a loss:
             # the split is still held, so it fails like any other error.)
             handle._ended = True
@@ -585,6 +637,7 @@ async def run_worker(
     ``nonce`` is the process nonce, random by default; pass one only to replay a run exactly
     (as for :func:`~spate.open_coordinator`).
     """
+    _check_handler(handler)
     if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
         raise ConfigError(
             f"leave_deadline must be a finite number of seconds >= 0, not {leave_deadline!r}"
@@ -612,6 +665,27 @@ async def run_worker(
             "in spate, please report it with the worker's log"
         )
     return verdict
+
+
+def _check_handler(handler: object) -> None:
+    """Refuse a handler that is not an ``async def`` function (or a callable object's)."""
+    call = handler
+    while isinstance(call, functools.partial):
+        call = call.func
+    if not callable(call):
+        raise ConfigError(
+            f"handler must be an async def function taking a SplitHandle, not {handler!r}"
+        )
+    if inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(
+        getattr(call, "__call__", None)  # noqa: B004 (an object whose __call__ is async def)
+    ):
+        return
+    raise ConfigError(
+        f"handler must be an async def function taking a SplitHandle (run_worker awaits it "
+        f"in a task of its own), not the plain function {handler!r}: declare it "
+        "`async def handle(split): ...`; run blocking work inside it with "
+        "`await trio.to_thread.run_sync(...)`"
+    )
 
 
 async def _run_shielded(
