@@ -331,12 +331,6 @@ class Tenancies:
                 written_at_ms=now_ms,
                 reason=bounded_reason(reason),  # what `spate status` shows an operator
             )
-        logger.warning(
-            "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
-            host.config.max_attempts,
-            ", quarantining" if quarantine else
-            f"; it stays here and runs again in {retry_after:.1f} s" if keep else "",
-        )  # fmt: skip
         try:
             result = yield Op(
                 "update", DURABLE, key, encode(record), expected=state.progress_rev,
@@ -347,6 +341,13 @@ class Tenancies:
         if not isinstance(result, Won):
             self.drop(split, "fenced")
             return Fenced(split, "another worker took it over; nothing was written")
+        # Said once the attempt is charged: a stale tenancy's failure (above) charges none.
+        logger.warning(
+            "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
+            host.config.max_attempts,
+            ", quarantining" if quarantine else
+            f"; it stays here and runs again in {retry_after:.1f} s" if keep else "",
+        )  # fmt: skip
         if keep:
             host.fold(host.view.put_progress(split, record, result.revision))
             return None

@@ -538,28 +538,43 @@ class _Runner:
     async def _failed(self, running: _Running, exc: Exception) -> _RunEnd:
         """The run raised: charge an attempt, and keep the split to retry after a backoff.
 
-        With ``Config.failure_backoff`` at 0 the split is failed and handed back at once.
+        With ``Config.failure_backoff`` at 0 the split is failed and handed back at once. A
+        failure whose write finds the tenancy over (another worker holds the split: this one
+        is a zombie, and the error most likely its sink refusing a stale write) charges
+        nothing and is said as such, at INFO.
         """
         handle = running.handle
         reason = f"{type(exc).__name__}: {exc}"
         config = self._coord.config
-        if config.failure_backoff <= 0:
-            logger.exception("handler for split %s raised; failing the split", handle.id)
-            await self._settle(lambda: self._coord.fail(handle.id, reason))
+        delay: float | None = None
+        if config.failure_backoff > 0:
+            # Jittered upwards only: a fleet's splits spread out, and the waits before the
+            # fourth attempt still add up to at least 1 + 2 + 4 s at the defaults.
+            delay = running.failures.delay() * (1 + random.random() / 4)
+        landed = await self._settle(lambda: self._coord.fail(handle.id, reason, retry_after=delay))
+        if not landed:
+            logger.info(
+                "handler for split %s raised %s after its tenancy had ended (another worker "
+                "holds the split now%s); no attempt was consumed and there is nothing to do",
+                handle.id,
+                type(exc).__name__,
+                ": a stale tenancy's write, refused by the sink's fence"
+                if isinstance(exc, Fenced)
+                else "",
+            )
+            handle._lost = True
             return "over"
-        # Jittered upwards only: a fleet's splits spread out, and the waits before the
-        # fourth attempt still add up to at least 1 + 2 + 4 s at the defaults.
-        delay = running.failures.delay() * (1 + random.random() / 4)
+        if delay is None or handle.id not in self._coord.owned or handle.lost:
+            logger.warning(
+                "handler for split %s raised; the split was failed", handle.id, exc_info=exc
+            )
+            return "over"  # handed back, quarantined by this failure, or lost meanwhile
         logger.warning(
-            "handler for split %s raised; an attempt is consumed and it runs again in %.1f s "
-            "(the split stays here)",
+            "handler for split %s raised; it stays here and runs again in %.1f s",
             handle.id,
             delay,
             exc_info=exc,
         )
-        await self._settle(lambda: self._coord.fail(handle.id, reason, retry_after=delay))
-        if handle.id not in self._coord.owned or handle.lost:
-            return "over"  # quarantined by this failure, or lost meanwhile
         running.retry_in = delay
         return "failed"
 
@@ -574,13 +589,17 @@ class _Runner:
             self._waiting -= 1
             self._coord._metrics.retry_waiting(self._waiting)
 
-    async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
-        # A fail or hand-back must land (or the split be lost): a split left held with no
-        # handler would sit idle until the worker leaves.
+    async def _settle(self, call: Callable[[], Awaitable[None]]) -> bool:
+        """Make a fail or hand-back land; False if the tenancy was over (nothing written).
+
+        It must land, or the split be lost: a split left held with no handler would sit
+        idle until the worker leaves.
+        """
         try:
             await _retry_unavailable(call)
         except Fenced:
-            pass  # lost in the meantime: its new owner resumes from the last commit
+            return False  # lost in the meantime: its new owner resumes from the last commit
+        return True
 
     async def wait_idle(self) -> None:
         """Return once no handler is running (and no split waits out a backoff)."""
