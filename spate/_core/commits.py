@@ -5,11 +5,8 @@ The rules, each with the race it prevents:
 - **Commit is one CAS** on the progress record, by the revision the owner holds. A watermark
   never regresses (fatal: a bug in the work source). A completed commit hands the lease back.
 - **A lost CAS reads the record back**, and only the record decides. It holds this very write:
-  an earlier try of it landed with its reply lost, adopted as a win. It is still this
-  tenancy's (this process, this epoch, running) but holds another write: an earlier commit of
-  the tenancy landed unseen, and the commit is built again on it (a few times at most). It
-  shows the tenancy over (another epoch or owner, quarantined, completed, gone): this write did
-  not land, the split is dropped, and ``Fenced`` is returned.
+  an earlier try of it landed with its reply lost, adopted as a win. It holds another write
+  (or is gone): this write did not land, the split is dropped, and ``Fenced`` is returned.
 - **An unknown outcome is never Fenced.** A write whose reply is lost, or a read-back that
   fails, returns ``StoreUnavailable`` saying the write may have landed, and keeps the split:
   a handler that undoes its side effects on ``Fenced`` must not undo a write that landed. The
@@ -24,9 +21,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from spate._core.flows import Flow, Op
-from spate._core.records import ProgressRecord, Status, decode, encode
-from spate._core.tenancy import Owned, committed
-from spate._core.view import SplitState
+from spate._core.records import ProgressRecord, decode, encode
+from spate._core.tenancy import committed
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._events import Progress
 from spate._store import Entry, Keyspace, Won
@@ -82,13 +78,11 @@ def commit_flow(
         if isinstance(result, Won):
             break
         # The record moved since the view read it: read it to find out by whom.
-        found = yield from _commit_lost(tenancies, split, held, record)
-        if not isinstance(found, SplitState):
-            if isinstance(found, Won):
-                result = found
-                break
+        found = yield from _commit_lost(tenancies, split, record)
+        if not isinstance(found, Won):
             return found
-        state = found  # an earlier write of this tenancy moved it: build on that one
+        result = found
+        break
     else:
         return StoreUnavailable(
             f"committing split {split!r}: its record kept moving under this tenancy's own "
@@ -105,14 +99,12 @@ def commit_flow(
 
 
 def _commit_lost(
-    tenancies: Tenancies, split: str, held: Owned, record: ProgressRecord
-) -> Flow[Won | SplitState | Fenced | StoreUnavailable]:
+    tenancies: Tenancies, split: str, record: ProgressRecord
+) -> Flow[Won | Fenced | StoreUnavailable]:
     """After a lost commit CAS: what the record says of ``record``'s write.
 
     Won: the record holds it (an earlier try of this commit landed, its reply lost).
-    The split's state: the record is still this tenancy's, moved by an earlier write of
-    its own whose reply was lost; the commit is built again on it. Fenced (the split
-    dropped): the record shows the tenancy over, so this write did not land. And
+    Fenced (the split dropped): the record holds another write, so this one did not land. And
     StoreUnavailable when the record cannot be read: then nothing is known, and nothing
     is dropped (the retry, or the session's lease, settles it).
     """
@@ -135,17 +127,6 @@ def _commit_lost(
     if attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0):
         return Won(entry.revision)
     host.fold(host.view.apply_put(DURABLE, entry))
-    state = host.view.splits.get(split)
-    if (
-        tenancies.owned.get(split) is held
-        and state is not None
-        and state.progress_rev == entry.revision
-        and stored.epoch == held.epoch
-        and stored.owner_nonce == host.nonce
-        and stored.status is Status.RUNNABLE
-        and not stored.completed
-    ):
-        return state
     tenancies.drop(split, "fenced")
     return Fenced(
         split,

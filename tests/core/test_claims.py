@@ -232,27 +232,6 @@ def test_a_maybe_landed_commit_whose_read_back_fails_is_unknown_not_fenced() -> 
     assert not a.of(Lost)
 
 
-def test_a_commit_after_an_earlier_maybe_landed_one_builds_on_it() -> None:
-    # A commit whose reply was lost landed; the caller moves on to a later commit instead of
-    # retrying. Its CAS loses to the landed one, which the record shows is this tenancy's own:
-    # the later commit is built on it and lands, nothing is fenced.
-    world = World()
-    a = world.start("a", planner=planner_of(1))
-    world.run_until(lambda: a.owned == {"s00"})
-    a.deafen(DURABLE, "")
-    a.lose_reply("update", DURABLE, KEYS.split("s00"))
-    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
-        world.wait(a.commit("s00", Progress(5, b"x")))
-    world.wait(a.commit("s00", Progress(7, b"y")))
-    a.hear(DURABLE)
-    world.settle()
-    record, _ = world.record("s00")
-    assert (record.watermark, record.state) == (7, b"y")
-    assert record.advanced
-    assert a.owned == {"s00"}
-    assert not a.of(Lost)
-
-
 def test_a_maybe_landed_session_renewal_is_adopted() -> None:
     # On a per-key store the presence record is the session every lease names: a renewal
     # whose reply was lost (it landed) is read back at the next beat and adopted, and no
