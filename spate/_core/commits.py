@@ -34,9 +34,6 @@ __all__ = ["commit_flow"]
 
 DURABLE = Keyspace.DURABLE
 
-_COMMIT_TRIES = 3
-"""CASes one commit makes while its record moves under its own tenancy's earlier writes."""
-
 
 def commit_flow(
     tenancies: Tenancies, split: str, progress: Progress, fence: int | None = None
@@ -45,9 +42,8 @@ def commit_flow(
 
     ``fence``: the tenancy the caller works for; the write happens only while it lasts.
     A lost CAS reads the record back: the write is adopted if the record holds it (an
-    earlier try whose reply was lost), built again on the record if an earlier write of
-    this tenancy moved it, and reported ``Fenced`` only when the record shows another
-    tenancy. A read-back that fails leaves the outcome unknown: ``StoreUnavailable``.
+    earlier try whose reply was lost), and reported ``Fenced`` only when the record holds
+    another write. A read-back that fails leaves the outcome unknown: ``StoreUnavailable``.
     """
     host = tenancies.host
     key = host.keys.split(split)
@@ -55,39 +51,31 @@ def commit_flow(
     if isinstance(opened, Fenced):
         return opened
     held, state = opened
-    for _ in range(_COMMIT_TRIES):
-        _check_no_regression(split, state.progress, progress)
-        record = committed(state.progress, progress, host.wall_ms())
-        data = encode(record)
-        if len(data) > host.max_value_size:
-            # The caller's mistake, not the coordinator's: refused before anything is
-            # sent (a store's own refusal would reach the loop as fatal and stop the worker).
-            return ValueTooLarge(key, len(data), host.max_value_size)
-        try:
-            result = yield Op(
-                "update", DURABLE, key, data, expected=state.progress_rev,
-                operation="commit", split=split, epoch=held.epoch,
-            )  # fmt: skip
-        except ValueTooLarge as exc:
-            return exc  # a store stricter than it declared: still nothing written
-        except StoreUnavailable as exc:
-            return StoreUnavailable(
-                f"committing split {split!r} failed ({exc}); it may or may not have "
-                "landed. Retry the same commit: a landed one is recognised and adopted."
-            )
-        if isinstance(result, Won):
-            break
+    _check_no_regression(split, state.progress, progress)
+    record = committed(state.progress, progress, host.wall_ms())
+    data = encode(record)
+    if len(data) > host.max_value_size:
+        # The caller's mistake, not the coordinator's: refused before anything is sent (a
+        # store's own refusal would reach the loop as fatal and stop the worker).
+        return ValueTooLarge(key, len(data), host.max_value_size)
+    try:
+        result = yield Op(
+            "update", DURABLE, key, data, expected=state.progress_rev,
+            operation="commit", split=split, epoch=held.epoch,
+        )  # fmt: skip
+    except ValueTooLarge as exc:
+        return exc  # a store stricter than it declared: still nothing written
+    except StoreUnavailable as exc:
+        return StoreUnavailable(
+            f"committing split {split!r} failed ({exc}); it may or may not have landed. "
+            "Retry the same commit: a landed one is recognised and adopted."
+        )
+    if not isinstance(result, Won):
         # The record moved since the view read it: read it to find out by whom.
         found = yield from _commit_lost(tenancies, split, record)
         if not isinstance(found, Won):
             return found
         result = found
-        break
-    else:
-        return StoreUnavailable(
-            f"committing split {split!r}: its record kept moving under this tenancy's own "
-            "earlier writes; it may or may not have landed. Retry the same commit."
-        )
     tenancies.drains.note_progress(split)
     host.fold(host.view.put_progress(split, record, result.revision))
     if progress.completed and tenancies.owned.get(split) is held:
