@@ -62,8 +62,12 @@ CREATE TABLE IF NOT EXISTS output (
 """
 
 
-class StaleFence(Exception):
-    """A newer owner of the split has written to the sink: this owner's rows were refused."""
+class StaleFence(spate.Fenced):
+    """A newer owner of the split has written to the sink: this owner's rows were refused.
+
+    A :class:`spate.Fenced`: escaping the handler of a tenancy that has ended, it is logged as
+    what it is (a stale tenancy's write refused; nothing to do), not as a failure.
+    """
 
 
 class FencedSink:
@@ -95,7 +99,7 @@ class FencedSink:
     def _take_over(self, split: str, fence: int) -> int | None:
         with closing(self._connect()) as db, db:  # one transaction
             if not self._raise_fence(db, split, fence, None):
-                raise StaleFence(f"split {split}: a newer owner than fence {fence} took it over")
+                raise StaleFence(split, f"a newer owner than fence {fence} took it over")
             row = db.execute("SELECT watermark FROM fences WHERE split = ?", (split,)).fetchone()
             return None if row is None else row[0]
 
@@ -109,7 +113,7 @@ class FencedSink:
     def _write(self, split: str, fence: int, rows: list[Row], watermark: int) -> None:
         with closing(self._connect()) as db, db:  # one transaction: the rows and the fence
             if not self._raise_fence(db, split, fence, watermark):
-                raise StaleFence(f"split {split}: rows of fence {fence} refused (a newer owner)")
+                raise StaleFence(split, f"the sink refused rows of fence {fence} (a newer owner)")
             db.executemany(
                 "INSERT INTO output (split, record, value, fence) VALUES (?, ?, ?, ?)",
                 [(s, record, value, fence) for s, record, value in rows],

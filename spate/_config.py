@@ -48,6 +48,17 @@ class Config:
             the leader). At least 1.
         max_attempts: Non-graceful ends (expiry takeovers, reclaims, explicit failures) after
             which a split is quarantined. At least 1.
+        failure_backoff: Seconds ``run_worker`` waits, holding the split, before running a
+            handler that raised again: each failure consumes an attempt (quarantined at
+            ``max_attempts``), then the wait doubles per failure up to
+            ``failure_backoff_max``, with up to a quarter added at random (so a fleet's
+            splits do not retry in step), and starts again at this after a run that moves
+            the watermark without failing. 1 s by default: a sink down for 5 s quarantines
+            nothing at the defaults (waits of at least 1, 2 and 4 s before the fourth
+            attempt). 0 fails a split at once and hands it back (another worker may take
+            it). Zero or more.
+        failure_backoff_max: The longest wait between a failing handler's attempts: 60 s by
+            default. At least ``failure_backoff``.
         replan_interval: How often the leader calls the planner again while the plan is
             open. Positive.
         reconcile_interval: How often a full listing backs up the watches (catching any
@@ -139,6 +150,9 @@ class Config:
     load_half_life: float = 60.0
     max_moved_load: float = 0.10
     claim_deadline: float | None = None
+    # A handler's failures (run_worker): the wait between attempts, holding the split.
+    failure_backoff: float = 1.0
+    failure_backoff_max: float = 60.0
 
     def __attrs_post_init__(self) -> None:
         for name in ("lease_duration", "op_timeout"):
@@ -171,6 +185,7 @@ class Config:
                 f"Config.claim_deadline must be a positive number of seconds (or None: twice "
                 f"the lease), not {self.claim_deadline!r}"
             )
+        self._check_failure_backoff()
         if self.planner_thread is not None and not isinstance(self.planner_thread, bool):
             raise ConfigError(
                 f"Config.planner_thread must be True, False or None (decide by the clock), not "
@@ -178,6 +193,20 @@ class Config:
             )
         if self.lease_duration is not None:
             self._check_timings(self.lease_duration)
+
+    def _check_failure_backoff(self) -> None:
+        first = _number(self.failure_backoff, "failure_backoff")
+        if first < 0:
+            raise ConfigError(
+                f"Config.failure_backoff must be zero or positive seconds (0 fails a split at "
+                f"once and hands it back), not {self.failure_backoff!r}"
+            )
+        if _number(self.failure_backoff_max, "failure_backoff_max") < first:
+            raise ConfigError(
+                f"Config.failure_backoff_max ({self.failure_backoff_max!r} s) must be at least "
+                f"Config.failure_backoff ({self.failure_backoff!r} s): it caps the doubling wait "
+                "between a failing handler's attempts."
+            )
 
     def _check_balance(self) -> None:
         if not isinstance(self.measure_load, bool):

@@ -132,6 +132,9 @@ class MetricsHooks:
     def gauges(self, levels: Gauges) -> None:
         """The current levels, reported after every step that may have changed them."""
 
+    def retry_waiting(self, count: int) -> None:
+        """``run_worker``: ``count`` held splits wait out their failure backoff now."""
+
     def balance(self, report: BalanceReport | None) -> None:
         """The leader ran a balance round (``None``: this worker stopped leading)."""
 

@@ -89,6 +89,13 @@ class SplitStatus:
     load: float | None = None
     """Its smoothed load (units of work a second) as its owner last reported it, when its
     owner names it (the heaviest trusted splits of each worker); None otherwise."""
+    retry_at_ms: int = 0
+    """When its owner runs its handler again after a failure it kept the split through
+    (wall-clock ms; 0 if it never waited): see :meth:`retrying`."""
+
+    def retrying(self, now_ms: int) -> bool:
+        """Whether the split is held and waits out a failure backoff at ``now_ms``."""
+        return self.display_status == "held" and self.retry_at_ms > now_ms
 
     @property
     def display_status(self) -> str:
@@ -240,6 +247,7 @@ class JobStatus:
             "splits": [
                 {k: v for k, v in attrs.asdict(s).items() if k not in ("state", "descriptor")}
                 | {"age_s": _rounded(s.age(self.read_at_ms)), "display_status": s.display_status}
+                | {"retrying": s.retrying(self.read_at_ms)}
                 for s in self.ordered_splits()
             ],
             "unreadable": self.unreadable,
@@ -359,6 +367,7 @@ async def read_status(
             residuals=tuple(r.id for r in record.residuals),
             reason=record.reason,
             load=split_loads.get(split_id) if leases.get(split_id) else None,
+            retry_at_ms=record.retry_at_ms,
         )
     # A residual named by its parent's record but not seeded yet (the leader writes its
     # records when it reads the parent's): shown, so no work looks missing.

@@ -101,7 +101,11 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
     ordered = status.ordered_splits()
     for split in ordered[:limit]:
         shown = split.display_status
-        colour = {"quarantined": "red", "completed": "green", "held": "cyan"}.get(shown, "white")
+        if split.retrying(status.read_at_ms):
+            shown = "retrying"  # held, its handler failed: it runs again after a backoff
+        colour = {
+            "quarantined": "red", "completed": "green", "held": "cyan", "retrying": "yellow"
+        }.get(shown, "white")  # fmt: skip
         # A residual sits under its parent, indented by how deep it was split off.
         depth = status.depth(split)
         name = f"{'  ' * (depth - 1)}└ {split.id}" if depth else split.id

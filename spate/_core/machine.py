@@ -48,6 +48,7 @@ from spate._config import Config
 from spate._core.backstop import Backstop
 from spate._core.changes import PlacementChanges
 from spate._core.claims import Claims
+from spate._core.commits import commit_flow
 from spate._core.departure import Departure
 from spate._core.echo import is_echo
 from spate._core.flows import Flow
@@ -363,7 +364,7 @@ class Machine:
         Returns the error to raise to the caller (``Fenced``, ``StoreUnavailable``), or None
         once the write landed. ``fence`` names the tenancy the write is for (None: any).
         """
-        return self._tenancies.commit_flow(split, progress, fence)
+        return commit_flow(self._tenancies, split, progress, fence)
 
     def split_flow(
         self,
@@ -391,12 +392,15 @@ class Machine:
         """
         self._presence.loads.report(split, amount, self.now(), fence)
 
-    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
+    def fail_flow(
+        self, split: str, reason: str, retry_after: float | None = None
+    ) -> Flow[BaseException | None]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
 
         Returns the error to raise to the caller, or None once the failure is recorded.
+        ``retry_after``: the split stays held (unless quarantined), to run again then.
         """
-        return self._tenancies.fail_flow(split, reason)
+        return self._tenancies.fail_flow(split, reason, retry_after)
 
     def decline_revoke(self, split: str) -> None:
         """The handler cannot stop ``split`` at a safe boundary: force its revocation now.

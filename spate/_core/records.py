@@ -286,6 +286,10 @@ class ProgressRecord:
     lost without progress), at most :data:`MAX_REASON` characters; "" if it never failed (and
     in records written before the field existed). Kept until the next failure replaces it:
     what ``spate status`` shows for a quarantined split."""
+    retry_at_ms: int = 0
+    """When (wall-clock ms) the owner runs the split's handler again after a failure it kept
+    the split through (``Config.failure_backoff``); 0 if it never waited. ``spate status``
+    shows a held split as ``retrying`` until then."""
 
     @property
     def progress(self) -> Progress:
@@ -464,7 +468,15 @@ def _make_converter() -> cattrs.Converter:
 
 _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
     PlanRecord: ("verdict", "incarnation_ms"),
-    ProgressRecord: ("advanced", "owner_nonce", "descriptor", "splits", "residuals", "reason"),
+    ProgressRecord: (
+        "advanced",
+        "owner_nonce",
+        "descriptor",
+        "splits",
+        "residuals",
+        "reason",
+        "retry_at_ms",
+    ),
     SpecRecord: ("locality", "parent"),
     PresenceRecord: (
         "locality",
@@ -596,7 +608,7 @@ _STATUS_JSON = {status: _json_str(status.value) for status in Status}
 _STATUS_OF = {status.value: status for status in Status}
 _PROGRESS_OPTIONAL = ("advanced", "owner_nonce")
 """Header fields the encoder writes only when they are not their defaults."""
-_PROGRESS_RARE = ("descriptor", "splits", "residuals", "reason")
+_PROGRESS_RARE = ("descriptor", "splits", "residuals", "reason", "retry_at_ms")
 """Optional fields of a split that was split or failed: such records take the general path."""
 _PROGRESS_ALWAYS = (
     len(attrs.fields(ProgressRecord)) - 1 - len(_PROGRESS_OPTIONAL) - len(_PROGRESS_RARE)
@@ -633,6 +645,7 @@ def _fast_encode_progress(r: ProgressRecord) -> bytes | None:
         and not r.splits
         and not r.residuals
         and not r.reason
+        and not r.retry_at_ms
     ):
         return None
     header = (

@@ -9,9 +9,8 @@ each with the race it prevents:
   renews, and it is expired exactly when that session is gone (a claimant proves it by reading
   the presence record). No confirmed session renewal for a whole lease means self-fence
   (Lost "starved") before peers must fight our zombie.
-- **Commit is one CAS** on the progress record. A watermark never regresses (fatal: a source
-  bug). A lost CAS reads back before reporting Fenced: our own maybe-landed commit is adopted.
-  A completed commit hands the lease back.
+- **Commit is one CAS** on the progress record (:mod:`spate._core.commits`, with the rules of
+  its read-back). A completed commit hands the lease back.
 - **A hand-back clears the owner, then drops the lease** (no attempt consumed); a ``fail``
   consumes one (see :func:`~spate._core.protocol.attempts_after`) and quarantines at the cap.
   The split stays busy until its lease is gone: our own lingering lease must not read as a
@@ -39,7 +38,7 @@ from spate._core.records import (
     encode,
 )
 from spate._core.view import SplitState
-from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
+from spate._errors import Fenced, StoreUnavailable
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
 from spate._store import Entry, Keyspace, Won
@@ -300,62 +299,14 @@ class Tenancies:
             return ended  # a new tenancy began while the key was held: not ours to write
         return held, self.host.view.splits[split]
 
-    def commit_flow(
-        self, split: str, progress: Progress, fence: int | None = None
+    def fail_flow(
+        self, split: str, reason: str, retry_after: float | None = None
     ) -> Flow[BaseException | None]:
-        """One fenced CAS on the progress record; returns the error for the caller, if any.
+        """Report a failure: consumes an attempt, clears the owner, quarantines at the cap.
 
-        ``fence``: the tenancy the caller works for; the write happens only while it lasts.
+        ``retry_after`` (seconds): keep the split instead, unless this failure quarantines
+        it; the record says when its owner runs it again (``retry_at_ms``).
         """
-        host = self.host
-        key = host.keys.split(split)
-        opened = yield from self.hold_owned(split, "commit", fence)
-        if isinstance(opened, Fenced):
-            return opened
-        held, state = opened
-        previous = state.progress.watermark
-        if previous is not None and (progress.watermark is None or progress.watermark < previous):
-            raise FatalCoordinationError(
-                f"split {split!r}: a commit would move the watermark back from {previous} to "
-                f"{progress.watermark}. Watermarks never move backwards; this is a bug in the "
-                "work source (commit positions must only grow). The worker stopped so that no "
-                "progress is lost."
-            )
-        record = committed(state.progress, progress, self.host.wall_ms())
-        data = encode(record)
-        if len(data) > host.max_value_size:
-            # The caller's mistake, not the coordinator's: refused before anything is sent
-            # (a store's own refusal would reach the loop as fatal and stop the worker).
-            return ValueTooLarge(key, len(data), host.max_value_size)
-        try:
-            result = yield Op(
-                "update", DURABLE, key, data, expected=state.progress_rev,
-                operation="commit", split=split, epoch=held.epoch,
-            )  # fmt: skip
-        except ValueTooLarge as exc:
-            return exc  # a store stricter than it declared: still nothing written
-        except StoreUnavailable as exc:
-            return StoreUnavailable(
-                f"committing split {split!r} failed ({exc}); it may or may not have landed. "
-                "Retry the same commit: a landed one is recognised and adopted."
-            )
-        if not isinstance(result, Won):
-            # A lost CAS may be our own earlier attempt that landed with its reply lost.
-            result = yield from self._landed(split, record)
-            if result is None:
-                self.drop(split, "fenced")
-                return Fenced(split, "another worker took it over; nothing was written")
-        self.drains.note_progress(split)
-        host.fold(host.view.put_progress(split, record, result.revision))
-        if progress.completed and self.owned.get(split) is held:
-            self.owned.pop(split)
-            # Finishing mid-revocation is the cooperative outcome: nothing replays.
-            self._ended(split, "drained")
-            yield from self._drop_lease_of(split, held)
-        return None
-
-    def fail_flow(self, split: str, reason: str) -> Flow[BaseException | None]:
-        """Report a failure: consumes an attempt, clears the owner, quarantines at the cap."""
         host = self.host
         key = host.keys.split(split)
         if split not in self.owned:
@@ -371,20 +322,29 @@ class Tenancies:
         quarantine = exhausts_attempts(
             FAIL, progress.attempts, progress.advanced, host.config.max_attempts
         )
-        record = attrs.evolve(
-            state.progress,
-            attempts=attempts,
-            owner=None,
-            owner_nonce="",
-            status=Status.QUARANTINED if quarantine else state.progress.status,
-            epoch=state.progress.epoch + int(quarantine),
-            written_at_ms=self.host.wall_ms(),
-            reason=bounded_reason(reason),  # what `spate status` shows an operator
-        )
-        logger.warning(
-            "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
-            host.config.max_attempts, ", quarantining" if quarantine else "",
-        )  # fmt: skip
+        keep = retry_after is not None and not quarantine
+        now_ms = self.host.wall_ms()
+        if keep:
+            assert retry_after is not None
+            # The attempt is charged now; the tenancy, its lease and its owner stay.
+            record = attrs.evolve(
+                progress,
+                attempts=attempts,
+                written_at_ms=now_ms,
+                reason=bounded_reason(reason),
+                retry_at_ms=now_ms + max(1, round(retry_after * 1000)),
+            )
+        else:
+            record = attrs.evolve(
+                progress,
+                attempts=attempts,
+                owner=None,
+                owner_nonce="",
+                status=Status.QUARANTINED if quarantine else progress.status,
+                epoch=progress.epoch + int(quarantine),
+                written_at_ms=now_ms,
+                reason=bounded_reason(reason),  # what `spate status` shows an operator
+            )
         try:
             result = yield Op(
                 "update", DURABLE, key, encode(record), expected=state.progress_rev,
@@ -395,6 +355,16 @@ class Tenancies:
         if not isinstance(result, Won):
             self.drop(split, "fenced")
             return Fenced(split, "another worker took it over; nothing was written")
+        # Said once the attempt is charged: a stale tenancy's failure (above) charges none.
+        logger.warning(
+            "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
+            host.config.max_attempts,
+            ", quarantining" if quarantine else
+            f"; it stays here and runs again in {retry_after:.1f} s" if keep else "",
+        )  # fmt: skip
+        if keep:
+            host.fold(host.view.put_progress(split, record, result.revision))
+            return None
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
         # quarantine cannot read as a peer's fence.
         self.owned.pop(split, None)
@@ -514,4 +484,5 @@ def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) ->
         splits=record.splits,
         residuals=record.residuals,
         reason=record.reason,
+        retry_at_ms=record.retry_at_ms,
     )

@@ -12,6 +12,7 @@ ExceptionGroup, and so does an exception raised by the block's own body.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -74,6 +75,11 @@ class Coordinator:
         return self._machine.leading
 
     @property
+    def _metrics(self) -> MetricsHooks:
+        """The hooks this coordinator reports to (run_worker adds its own levels)."""
+        return self._runtime.scope.metrics
+
+    @property
     def owned(self) -> frozenset[str]:
         """The splits this worker holds right now (for live views)."""
         return self._machine.owned
@@ -102,8 +108,13 @@ class Coordinator:
         earlier tenancy of a split this worker holds again cannot write for the new one.
 
         Raises :class:`~spate.Fenced` (nothing written) if this worker does not hold
-        the split, lost it, or holds it under another fence than ``fence``;
-        :class:`~spate.StoreUnavailable` if the outcome is unknown (retry the same commit);
+        the split, lost it, or holds it under another fence than ``fence``, or the progress
+        record shows another tenancy; :class:`~spate.StoreUnavailable` if the outcome is
+        unknown (the reply or the read-back after a lost compare-and-swap failed: the write may
+        have landed, and the split is still held; retry the same commit, which adopts a landed
+        one). After a ``StoreUnavailable``, a ``Fenced`` from the retry says the retry wrote
+        nothing: the earlier try's outcome stays unknown (:meth:`SplitHandle.commit
+        <spate.SplitHandle.commit>` raises ``StoreUnavailable`` then);
         :class:`~spate.ValueTooLarge` (nothing written, the coordinator unharmed) if the
         progress record would exceed the store's value size; and
         :class:`~spate.FatalCoordinationError` if the watermark would move backwards (the
@@ -170,14 +181,27 @@ class Coordinator:
         self._check_running()
         self._machine.report_load(split, amount, fence)
 
-    async def fail(self, split: str, reason: str) -> None:
+    async def fail(self, split: str, reason: str, *, retry_after: float | None = None) -> None:
         """Report that work on a held split failed: consumes an attempt and gives it back.
 
         At ``max_attempts`` the split is quarantined (every worker then sees Quarantined).
-        Raises :class:`~spate.Fenced` if this worker does not hold it.
+        With ``retry_after`` (seconds, positive) the split is not given back unless this
+        failure quarantines it: this worker keeps it, to run it again after that long, and its
+        progress record says when (``spate status`` shows it ``retrying``); check
+        :attr:`owned` afterwards. Raises :class:`~spate.Fenced` if this worker does not hold it.
         """
         _check_split(split)
-        error = await self._runtime.call_inline(self._machine.fail_flow(split, str(reason)))
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, int | float)
+            or not 0 < retry_after < math.inf
+        ):
+            raise ConfigError(
+                f"fail(): retry_after is a positive number of seconds or None, not {retry_after!r}"
+            )
+        error = await self._runtime.call_inline(
+            self._machine.fail_flow(split, str(reason), retry_after)
+        )
         if error is not None:
             raise error
 

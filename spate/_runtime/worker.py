@@ -11,8 +11,11 @@ expiry.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
+import random
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeAlias, overload
 
@@ -81,7 +84,8 @@ class SplitHandle:
     replayed. Otherwise the split stays this worker's and the handler runs again, with a new
     handle, after a backoff (about a second, doubling to about a minute while runs make no
     progress, back to a second after a commit that moves the watermark); no store write is
-    made while it waits. Raising fails the split (an attempt consumed).
+    made while it waits. Raising fails the split (an attempt consumed); it stays this
+    worker's and the handler runs again after the failure backoff (``Config.failure_backoff``).
     """
 
     id: str
@@ -107,6 +111,8 @@ class SplitHandle:
     """The handler run this handle was made for is over: every call refuses."""
     _advanced: bool = attrs.field(default=False, alias="_advanced")
     """A commit through this handle moved the watermark (it resets the idle backoff)."""
+    _misuse: ConfigError | None = attrs.field(default=None, alias="_misuse")
+    """The last bad-argument error a call through this handle raised (see ``_mistake``)."""
 
     @property
     def lost(self) -> bool:
@@ -150,6 +156,38 @@ class SplitHandle:
         if self._lost:
             raise Fenced(self.id, f"it was lost earlier; {what}")
 
+    def _mistake(self, message: str) -> ConfigError:
+        """A ConfigError for a bad argument of a call through this handle (nothing written).
+
+        Kept, so that if the handler lets it escape the runner knows it for the handler's own
+        mistake (a bug that would fail every split), not a failure of the split's work.
+        """
+        self._misuse = ConfigError(f"split {self.id!r}: {message}; nothing was written")
+        return self._misuse
+
+    def _checked_watermark(self, watermark: object) -> int | None:
+        if watermark is not None and (
+            isinstance(watermark, bool) or not isinstance(watermark, int)
+        ):
+            raise self._mistake(
+                f"commit(): the watermark must be an int (or None), not {watermark!r} "
+                f"({type(watermark).__name__}). It is the source's position, compared exactly "
+                "and never allowed to move back: convert it (say, int(offset)) or commit the "
+                "position as state bytes"
+            )
+        return watermark
+
+    def _checked_state(self, state: object) -> bytes:
+        if not isinstance(state, bytes | bytearray | memoryview):
+            hint = " (encode text first: state=text.encode())" if isinstance(state, str) else ""
+            raise self._mistake(f"commit(): state must be bytes, not {type(state).__name__}{hint}")
+        return bytes(state)
+
+    def _checked_completed(self, completed: object) -> bool:
+        if not isinstance(completed, bool):
+            raise self._mistake(f"commit(): completed must be True or False, not {completed!r}")
+        return completed
+
     def report_load(self, amount: float) -> None:
         """Add ``amount`` units of work this split did; synchronous, writes nothing.
 
@@ -191,9 +229,21 @@ class SplitHandle:
         no longer owned by this worker, or this handle's run or tenancy is over, and
         :class:`~spate.ValueTooLarge` (nothing written; the worker carries on) if the progress
         record would exceed the store's value size: keep ``state`` small.
+        A ``watermark`` that is not an int (a float, a bool), a ``state`` that is not bytes (a
+        ``str``) or a ``completed`` that is not a bool raises :class:`~spate.ConfigError`,
+        writing nothing and failing nothing; escaping the handler, it stops ``run_worker``.
+
+        A store outage is retried (a landed try is recognised and adopted) while the tenancy
+        lasts. If the tenancy ends while a try's outcome is unknown, this raises
+        :class:`~spate.StoreUnavailable` saying the commit may have landed, never ``Fenced``:
+        do not undo its effects then.
         """
         self._refuse_if_over("nothing was written")
-        progress = Progress(watermark=watermark, state=bytes(state), completed=completed)
+        progress = Progress(
+            watermark=self._checked_watermark(watermark),
+            state=self._checked_state(state),
+            completed=self._checked_completed(completed),
+        )
         coordinator, fence = self._coordinator, self._fence
 
         async def attempt() -> None:
@@ -208,7 +258,20 @@ class SplitHandle:
             try:
                 await coordinator.commit(self.id, progress, fence=fence)
             except StoreUnavailable as exc:  # the first attempt is the hot path: no wrapper
-                await _retry_unavailable(attempt, failed=exc)
+                try:
+                    await _retry_unavailable(attempt, failed=exc)
+                except Fenced as fenced:
+                    # The retry wrote nothing, but an earlier try may have landed: Fenced
+                    # would tell the handler to undo effects the store may hold.
+                    if not self._ended:
+                        self._lost = True
+                    raise StoreUnavailable(
+                        f"committing split {self.id!r}: an earlier try's outcome is unknown "
+                        f"(the store could not be reached) and the tenancy ended before a "
+                        f"retry could find out ({fenced.reason}). The commit may have landed: "
+                        "do not undo its effects; the split's next owner resumes from whatever "
+                        "the store holds."
+                    ) from fenced
         except Fenced:
             if not self._ended:
                 self._lost = True
@@ -275,6 +338,12 @@ async def _retry_unavailable(
             failed = exc
 
 
+_RunEnd: TypeAlias = Literal["returned", "failed", "over"]
+"""How one handler run ended: it returned with the split held and unfinished; it raised and
+the split is kept to run again after a failure backoff; or the tenancy is over (completed,
+failed and given back, quarantined, lost)."""
+
+
 @attrs.define(eq=False)
 class _Running:
     """One tenancy of a split on this worker: its handler's runs, one at a time."""
@@ -286,6 +355,10 @@ class _Running:
     """A revocation arrived during this tenancy (it may come while no handler runs)."""
     split_asked: bool = False
     """A split request arrived while no handler ran: the next run's handle is told."""
+    failures: Backoff = attrs.Factory(lambda: Backoff(1.0, 60.0))
+    """The failure backoff of this tenancy (set from the Config when the tenancy starts)."""
+    retry_in: float = 0.0
+    """After a run that raised and kept the split: how long to wait before the next run."""
 
 
 class _Runner:
@@ -296,6 +369,8 @@ class _Runner:
         self._handler = handler
         self._running: dict[str, _Running] = {}
         self._changed = trio.Event()
+        self._waiting = 0
+        """Splits waiting out a failure backoff (the ``retry_waiting`` level)."""
         self.busy: BusyTime | None = None
         """With ``Config.measure_load``: the instrument timing the handlers' steps."""
         if coordinator.config.measure_load:
@@ -350,7 +425,10 @@ class _Runner:
             _coordinator=self._coord,
             _fence=event.fence,
         )
+        config = self._coord.config
         running = _Running(handle, trio.CancelScope())
+        if config.failure_backoff > 0:
+            running.failures = Backoff(config.failure_backoff, config.failure_backoff_max)
         self._running[event.split] = running
         nursery.start_soon(self._run_tenancy, running, name=f"spate handler {event.split}")
 
@@ -369,7 +447,7 @@ class _Runner:
             self.busy.handler_started(task, split, running.handle.fence)
         try:
             with running.scope:
-                while await self._run_once(running.handle):
+                while (end := await self._run_once(running)) != "over":
                     handle = running.handle
                     if running.revoked.is_set():
                         # Returning is the cooperative end of a revocation: hand back now,
@@ -379,6 +457,17 @@ class _Runner:
                     if handle._advanced:
                         backoff.reset()
                         told = False
+                        if end != "failed":
+                            running.failures.reset()  # (a run that failed is no recovery)
+                    if end == "failed":
+                        await self._wait_to_retry(running)
+                        if running.revoked.is_set():
+                            # A revocation during the wait: give the split back now rather
+                            # than spend another attempt on a handler that just failed.
+                            await self._settle(lambda: self._coord.release([split]))
+                            return
+                        running.handle = self._next_handle(running, handle)
+                        continue
                     delay = backoff.delay()
                     if not told:
                         told = True
@@ -423,35 +512,100 @@ class _Runner:
             handle.split_requested.set()
         return handle
 
-    async def _run_once(self, handle: SplitHandle) -> bool:
-        """One run of the handler; True if it returned with the split still held, unfinished.
+    async def _run_once(self, running: _Running) -> _RunEnd:
+        """One run of the handler, and how it ended (see :data:`_RunEnd`).
 
         The handle refuses every call once the run is over, however it ended.
         """
+        handle = running.handle
         try:
             await self._handler(handle)
         except Exception as exc:
             if handle._lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
                 handle._lost = True  # the tenancy ended: nothing to settle, no failure
-                return False
+                return "over"
+            if exc is handle._misuse:
+                # A bad argument of the handler's own call: a bug in the handler, which would
+                # fail (and quarantine) every split it runs. Nothing was written; stop.
+                logger.exception(
+                    "handler for split %s let the error of its own bad call escape; "
+                    "run_worker stops, failing no split: fix the handler",
+                    handle.id,
+                )
+                raise
             # (A Fenced of a handle kept from an earlier run is the handler's bug, not a loss:
             # the split is still held, so it fails like any other error.)
             handle._ended = True
-            logger.exception("handler for split %s raised; failing the split", handle.id)
-            reason = f"{type(exc).__name__}: {exc}"
-            await self._settle(lambda: self._coord.fail(handle.id, reason))
-            return False
+            return await self._failed(running, exc)
         finally:
             handle._ended = True
-        return not handle._lost and not handle._completed
+        return "returned" if not handle._lost and not handle._completed else "over"
 
-    async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
-        # A fail or hand-back must land (or the split be lost): a split left held with no
-        # handler would sit idle until the worker leaves.
+    async def _failed(self, running: _Running, exc: Exception) -> _RunEnd:
+        """The run raised: charge an attempt, and keep the split to retry after a backoff.
+
+        With ``Config.failure_backoff`` at 0 the split is failed and handed back at once. A
+        failure whose write finds the tenancy over (another worker holds the split: this one
+        is a zombie, and the error most likely its sink refusing a stale write) charges
+        nothing and is said as such, at INFO.
+        """
+        handle = running.handle
+        reason = f"{type(exc).__name__}: {exc}"
+        config = self._coord.config
+        delay: float | None = None
+        if config.failure_backoff > 0:
+            # Jittered upwards only: a fleet's splits spread out, and the waits before the
+            # fourth attempt still add up to at least 1 + 2 + 4 s at the defaults.
+            delay = running.failures.delay() * (1 + random.random() / 4)
+        landed = await self._settle(lambda: self._coord.fail(handle.id, reason, retry_after=delay))
+        if not landed:
+            logger.info(
+                "handler for split %s raised %s after its tenancy had ended (another worker "
+                "holds the split now%s); no attempt was consumed and there is nothing to do",
+                handle.id,
+                type(exc).__name__,
+                ": a stale tenancy's write, refused by the sink's fence"
+                if isinstance(exc, Fenced)
+                else "",
+            )
+            handle._lost = True
+            return "over"
+        if delay is None or handle.id not in self._coord.owned or handle.lost:
+            logger.warning(
+                "handler for split %s raised; the split was failed", handle.id, exc_info=exc
+            )
+            return "over"  # handed back, quarantined by this failure, or lost meanwhile
+        logger.warning(
+            "handler for split %s raised; it stays here and runs again in %.1f s",
+            handle.id,
+            delay,
+            exc_info=exc,
+        )
+        running.retry_in = delay
+        return "failed"
+
+    async def _wait_to_retry(self, running: _Running) -> None:
+        """Wait out a failure backoff (a revocation ends it at once); counted as a level."""
+        self._waiting += 1
+        self._coord._metrics.retry_waiting(self._waiting)
+        try:
+            with trio.move_on_after(running.retry_in):
+                await running.revoked.wait()
+        finally:
+            self._waiting -= 1
+            self._coord._metrics.retry_waiting(self._waiting)
+
+    async def _settle(self, call: Callable[[], Awaitable[None]]) -> bool:
+        """Make a fail or hand-back land; False if the tenancy was over (nothing written).
+
+        It must land, or the split be lost: a split left held with no handler would sit
+        idle until the worker leaves.
+        """
         try:
             await _retry_unavailable(call)
         except Fenced:
-            pass  # lost in the meantime: its new owner resumes from the last commit
+            return False  # lost in the meantime: its new owner resumes from the last commit
+        return True
 
     async def wait_idle(self) -> None:
         """Return once no handler is running (and no split waits out a backoff)."""
@@ -526,7 +680,9 @@ async def run_worker(
     a backoff (about 1 s, doubling to about 60 s while runs make no progress, back to 1 s
     after a commit that moves the watermark), logged once per backoff, with no store write
     while it waits; a revocation, a loss or the worker leaving ends the wait at once.
-    Raising fails the split (consuming an attempt; quarantined at ``max_attempts``) while
+    Raising fails the split (consuming an attempt; quarantined at ``max_attempts``) and runs
+    it again, held, after a backoff (``Config.failure_backoff``, doubling to
+    ``failure_backoff_max``; ``spate status`` shows it ``retrying``), while
     the worker keeps its other splits.
 
     Cancelling ``run_worker`` leaves gracefully, bounded by ``leave_deadline`` seconds:
@@ -554,6 +710,7 @@ async def run_worker(
     :class:`~spate.ConfigError`. Without it, the program's own signal handling applies
     (Python turns Ctrl-C into ``KeyboardInterrupt``; SIGTERM ends the process at once).
     """
+    _check_handler(handler)
     if handle_signals:
         check_signals_can_be_handled()
     if not (leave_deadline >= 0 and math.isfinite(leave_deadline)):
@@ -589,6 +746,27 @@ async def run_worker(
             "in spate, please report it with the worker's log"
         )
     return verdict
+
+
+def _check_handler(handler: object) -> None:
+    """Refuse a handler that is not an ``async def`` function (or a callable object's)."""
+    call = handler
+    while isinstance(call, functools.partial):
+        call = call.func
+    if not callable(call):
+        raise ConfigError(
+            f"handler must be an async def function taking a SplitHandle, not {handler!r}"
+        )
+    if inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(
+        getattr(call, "__call__", None)  # noqa: B004 (an object whose __call__ is async def)
+    ):
+        return
+    raise ConfigError(
+        f"handler must be an async def function taking a SplitHandle (run_worker awaits it "
+        f"in a task of its own), not the plain function {handler!r}: declare it "
+        "`async def handle(split): ...`; run blocking work inside it with "
+        "`await trio.to_thread.run_sync(...)`"
+    )
 
 
 async def _run_shielded(

@@ -183,6 +183,18 @@ class Instruments:
             False,
         )
 
+        def retry_waiting(options: CallbackOptions) -> Iterable[Observation]:
+            with self._lock:
+                live = list(self._live)
+            return [Observation(h.waiting, h.attributes) for h in live]
+
+        meter.create_observable_up_down_counter(
+            p + "splits.retry_waiting",
+            callbacks=[retry_waiting],
+            unit="{split}",
+            description="Held splits whose handler raised, waiting out the failure backoff.",
+        )
+
         # The leader's placement across failure domains: gauges (one worker reports them).
         def placements() -> list[tuple[PlacementReport, _Attrs]]:
             with self._lock:
@@ -301,6 +313,8 @@ class OTelMetrics(MetricsHooks):
         self.attributes: _Attrs = {"spate.job": job, "spate.instance": instance}
         self.levels: Gauges | None = None
         """The latest levels reported (None until the first step)."""
+        self.waiting = 0
+        """Held splits waiting out a failure backoff (run_worker's level)."""
         self.report: PlacementReport | None = None
         """The latest placement report (None unless this coordinator leads)."""
         self.balance_report: BalanceReport | None = None
@@ -374,6 +388,10 @@ class OTelMetrics(MetricsHooks):
     def gauges(self, levels: Gauges) -> None:
         """Keep the latest levels for the next collection."""
         self.levels = levels
+
+    def retry_waiting(self, count: int) -> None:
+        """Keep how many held splits wait out a failure backoff, for the next collection."""
+        self.waiting = count
 
     def placement(self, report: PlacementReport | None) -> None:
         """Keep the leader's latest placement report for the next collection."""

@@ -206,6 +206,32 @@ def test_maybe_landed_commit_is_adopted() -> None:
     assert ("commit", "lost") in [(op, how) for _, op, how in a.writes]
 
 
+def test_a_maybe_landed_commit_whose_read_back_fails_is_unknown_not_fenced() -> None:
+    # The reply to a landed commit is lost and the next read of the record fails: the retry's
+    # CAS loses to the first write, and its read-back cannot say whose write that was. The
+    # outcome is unknown (StoreUnavailable, the split still held), never Fenced; the next
+    # retry reads the record back and adopts its own write.
+    world = World()
+    a = world.start("a", planner=planner_of(1))
+    world.run_until(lambda: a.owned == {"s00"})
+    a.deafen(DURABLE, "")
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+        world.wait(a.commit("s00", Progress(5, b"x")))
+    a.fail_next_read("get", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        world.wait(a.commit("s00", Progress(5, b"x")))
+    assert a.owned == {"s00"}
+    assert not a.of(Lost)
+    world.wait(a.commit("s00", Progress(5, b"x")))  # the store answers: its own write
+    a.hear(DURABLE)
+    world.settle()
+    record, _ = world.record("s00")
+    assert (record.watermark, record.state) == (5, b"x")
+    assert a.owned == {"s00"}
+    assert not a.of(Lost)
+
+
 def test_a_maybe_landed_session_renewal_is_adopted() -> None:
     # On a per-key store the presence record is the session every lease names: a renewal
     # whose reply was lost (it landed) is read back at the next beat and adopted, and no
@@ -370,13 +396,13 @@ def test_a_commit_keeps_every_field_it_does_not_change(progress: Progress) -> No
         state=b"old", completed=False, written_at_ms=17, advanced=False, owner_nonce="n1",
         descriptor=b"primary", splits=1,
         residuals=(Residual(id="s1.rabcdefghijklm", descriptor=b"rest", weight=1),),
-        reason="an earlier failure",
+        reason="an earlier failure", retry_at_ms=1234,
     )  # fmt: skip
     # A field added to the record must be added to committed() too: this list breaks first.
     assert [f.name for f in attrs.fields(ProgressRecord)] == [
         "schema", "id", "epoch", "status", "owner", "attempts", "watermark", "state",
         "completed", "written_at_ms", "advanced", "owner_nonce", "descriptor", "splits",
-        "residuals", "reason",
+        "residuals", "reason", "retry_at_ms",
     ]  # fmt: skip
     expected = attrs.evolve(
         record,

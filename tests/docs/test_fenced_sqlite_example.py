@@ -197,7 +197,10 @@ async def test_a_job_deleted_and_run_again_on_the_same_sink_finishes_exactly_onc
     sink = example.FencedSink(path, run_sync=paused_autojump(autojump_clock))
     await sink.create()
     store = MemoryStore(server=MemoryServer(), ephemeral_ttl=TTL)
-    config = spate.Config(rebalance_delay=0.0, reconcile_interval=5.0, op_timeout=1.0)
+    # failure_backoff=0: a raise hands the split back at once, so its next owner is a new one.
+    config = spate.Config(
+        rebalance_delay=0.0, reconcile_interval=5.0, op_timeout=1.0, failure_backoff=0
+    )
     splits = 2
     work = example.make_handler(sink)
 

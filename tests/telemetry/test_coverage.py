@@ -55,6 +55,8 @@ def config() -> Config:
         # be given just the 4 queued splits and nothing would be revoked).
         max_in_flight=6,
         max_attempts=3,
+        # The poison split fails at once, each failure one fail write (counted below).
+        failure_backoff=0,
         rebalance_delay=0.0,
         # No join window: the fourth worker must join a running job (placed by the others).
         membership_debounce=0.0,

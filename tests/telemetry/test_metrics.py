@@ -86,6 +86,7 @@ def test_instrument_names_and_units() -> None:
     hooks.planned(1)
     hooks.replan("noop", 0.1)
     hooks.gauges(levels())
+    hooks.retry_waiting(1)
     data = m.reader.get_metrics_data()
     assert data is not None
     units = {
@@ -117,6 +118,7 @@ def test_instrument_names_and_units() -> None:
         p + "splits.completed": "{split}",
         p + "splits.quarantined": "{split}",
         p + "workers.live": "{worker}",
+        p + "splits.retry_waiting": "{split}",
     }
     m.provider.shutdown()
 
@@ -132,6 +134,9 @@ def test_levels_report_the_latest_gauges_per_worker(meters: Meters) -> None:
     assert meters.value("spate.coordination.leader") == 1
     assert meters.value("spate.coordination.idle") == 1
     assert meters.value("spate.coordination.splits.draining") == 1
+    a.retry_waiting(2)
+    assert meters.value("spate.coordination.splits.retry_waiting", {"spate.instance": "a"}) == 2
+    assert meters.value("spate.coordination.splits.retry_waiting", {"spate.instance": "b"}) == 0
     assert meters.value("spate.coordination.splits.completed", {"spate.instance": "b"}) == 7
     assert meters.value("spate.coordination.splits.quarantined", {"spate.instance": "b"}) == 1
     assert meters.value("spate.coordination.workers.live", {"spate.instance": "a"}) == 2
