@@ -46,7 +46,22 @@ def test_a_rate_forgets_an_old_load_with_its_half_life() -> None:
     for t in range(1, 1201):
         meter.report(10.0, at=float(t))
     busy = meter.rate(1200.0)
-    assert meter.rate(1260.0) == pytest.approx(busy / 2, rel=0.01)
+    # the second after the last report is work not yet reported; the silence past it, none
+    assert meter.rate(1261.0) == pytest.approx(busy / 2, rel=0.01)
+
+
+@pytest.mark.parametrize("half_life", [5.0, 60.0])
+def test_a_steady_load_reads_as_itself_whenever_it_is_read(half_life: float) -> None:
+    # Reported once a second, a steady load used to read up to 7% high right after a report
+    # and 7% low just before the next (half-life 5 s): in step on every split a worker
+    # started together, enough to carry a steady worker across its band, and the leader moved
+    # splits chasing it. Spread over the span it covers, a report reads the same at any time.
+    meter = LoadMeter(started_at=0.3, half_life=half_life)
+    readings = []
+    for t in range(1, 301):
+        meter.report(3.0, at=t + 0.3)
+        readings.extend(meter.rate(t + 0.3 + phase) for phase in (0.0, 0.25, 0.5, 0.99))
+    assert all(r == pytest.approx(3.0, rel=1e-9) for r in readings[4:]), readings[:8]
 
 
 def test_a_load_is_trusted_once_measured_for_a_minute_or_a_half_life() -> None:
