@@ -536,7 +536,7 @@ def _check(
     given: dict[str, list[float]] = {}
     received: set[str] = set()
     previous = None
-    previous_rescue = ""
+    forward: dict[str, tuple[str, str]] = {}
     for m in result.moves:
         s = by_id[m.split]
         assert s.owner == m.source
@@ -550,10 +550,10 @@ def _check(
         count[m.target] += 1
         if m.rescue:
             # rule 7: only the potential judges (checked for the whole round below)
-            if m.exchange and m.source == previous_rescue:
-                assert m.load < by_id[m.exchange].load
+            if m.exchange in forward and forward[m.exchange] == (m.target, m.source):
+                assert m.load < by_id[m.exchange].load  # a lighter split back
             else:
-                previous_rescue = m.target
+                forward[m.split] = (m.source, m.target)
             continue
         if previous is not None and previous.exchange == m.split:
             # the returning half of an exchange: a lighter split, for a receiver without a lane

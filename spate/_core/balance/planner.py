@@ -726,6 +726,8 @@ class _Round:
                         net, cost = x - y, x + y
                         if net <= 0 or cost > room:
                             continue
+                        if self.count[d] + len(backs) - 1 > self.workers[d].lanes:
+                            continue  # the donor takes several back only into free lanes
                         if self.domain[r] != self.domain[d] and (
                             domain_load[self.domain[r]] + net > blast_cap
                         ):
