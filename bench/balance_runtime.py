@@ -112,15 +112,16 @@ def run_one(seed: int, splits: int = 32, workers: int = 4, duration: float = 600
     server = MemoryServer()
     cfg = config(splits)
 
+    async def worker(name: str) -> None:
+        await spate.run_worker(
+            MemoryStore(server=server, ephemeral_ttl=LEASE), job=JOB, instance=name,
+            planner=_planner(ids), handler=fleet.handler(name), config=cfg,
+        )  # fmt: skip
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             for name in fleet.names:
-                nursery.start_soon(
-                    lambda n=name: spate.run_worker(
-                        MemoryStore(server=server, ephemeral_ttl=LEASE), job=JOB, instance=n,
-                        planner=_planner(ids), handler=fleet.handler(n), config=cfg,
-                    )
-                )  # fmt: skip
+                nursery.start_soon(worker, name)
             t = 0.0
             while t < duration:
                 await trio.sleep(1.0)
@@ -145,6 +146,7 @@ def run_one(seed: int, splits: int = 32, workers: int = 4, duration: float = 600
 
 
 def main() -> None:
+    """Print each seed's run (see the module text)."""
     parser = argparse.ArgumentParser(prog="python -m bench.balance_runtime")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first", type=int, default=0)

@@ -71,6 +71,7 @@ def test_loads_within_half_a_band_of_a_settled_round_move_nothing() -> None:
     splits += [BalanceSplit("z", a, 0.5, True)]
     settled = BalanceState(settled={a: 6.4, b: 4.1})  # within half of 10% of the mean, 5.25
     result = plan_balance_round(workers, splits, CONFIG, settled, round=10, now=1e6)
-    assert result.moves == () and result.reason == "within band"
+    assert result.moves == ()
+    assert result.reason == "within band"
     result = plan_balance_round(workers, splits, CONFIG, BalanceState(), round=10, now=1e6)
     assert result.moves
