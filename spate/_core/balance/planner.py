@@ -65,7 +65,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from spate._core.balance.candidates import Candidates, find, lightest, prefixes, take
+from spate._core.balance.candidates import Candidates, find, lightest, prefixes
 from spate._core.balance.model import (
     BalanceConfig,
     BalanceRound,
@@ -81,6 +81,12 @@ __all__ = ["EXCHANGE_CHOICES", "PEAK_HALF_LIFE_ROUNDS", "plan_balance_round", "w
 
 EXCHANGE_CHOICES = 8
 """A receiver's lightest splits an exchange considers giving back."""
+RESCUE_DONORS = 2
+"""Rule 7 tries the hottest this many workers over their band as donors..."""
+RESCUE_SPLITS = 16
+"""...each one's this many heaviest movable splits..."""
+RESCUE_RECEIVERS = 6
+"""...on this many of the coldest workers (bounded: a round's cost stays O(log n) a move)."""
 PEAK_HALF_LIFE_ROUNDS = 60
 """Rounds over which the remembered peak load halves (an hour at the default interval)."""
 
@@ -143,6 +149,14 @@ class _Round:
         """The largest worker's share of the job by capacity (set by :meth:`_targets`)."""
         self.splitting: dict[str, int] | None = None
         """The next state's memory of pieces (None until :meth:`_split_requests` ran)."""
+        self.heavy: set[str] = set()
+        """Workers whose mean is their own heavy split (set by :meth:`_fill`)."""
+        self.settled: dict[str, float] = {}
+        """The next state's settled loads (rule 6)."""
+        self.split_loads: dict[str, float] = {}
+        """Each trusted split's load (for the memory of moves, rule 6)."""
+        self.present: set[str] = set()
+        """Every split of a live worker."""
 
     # -- reading the splits ------------------------------------------------------------------
 
@@ -162,6 +176,8 @@ class _Round:
         for n, group in self.groups.items():
             trusted = [s for s in group if s.trusted]
             loads = [s.load for s in trusted]
+            self.split_loads.update(zip([s.id for s in trusted], loads, strict=True))
+            self.present.update([s.id for s in group])
             self.count[n] = len(group)
             self.trusted_load[n] = sum(loads)
             self.hottest[n] = max(loads, default=0.0)
@@ -214,15 +230,84 @@ class _Round:
             return self._idle("idle", total, peak)
         self.load = load
         self.target = self._targets(total)
-        band = config.load_band
+        self.mean = total / len(self.names)
+        self._bounds()
         ratio = {n: load[n] / self.target[n] for n in self.names}
         before = max(ratio.values())
         requests = self._split_requests(total)
-        if all(abs(r - 1) <= band for r in ratio.values()):
+        settled = self.state.settled
+        if settled.keys() == load.keys() and all(
+            abs(load[n] - settled[n]) <= config.load_band / 2 * self.mean for n in self.names
+        ):
+            # rule 6: loads that hold still since the fleet was within the band move nothing
+            self.settled = dict(settled)
+            return self._result("within band", total, peak, (), requests, before)
+        if not any(self._outside(n, load[n]) for n in self.names):
+            self.settled = dict(load)
             return self._result("within band", total, peak, (), requests, before)
         moves = self._moves(total)
         return self._result(
             "moved" if moves else "no move worth its price", total, peak, moves, requests, before
+        )
+
+    # -- the potential (rule 6) --------------------------------------------------------------
+
+    def _bounds(self) -> None:
+        """Each worker's band: ``hi`` and ``lo``, the loads outside which it counts as out.
+
+        The band around its mean, but a new worker is out until it reaches its mean (new
+        workers are filled to it), and a worker whose mean is its own heavy split has no room
+        above it: it sheds everything else it holds.
+        """
+        band, target = self.config.load_band, self.target
+        new = {
+            n
+            for n in self.names
+            if self.now - self.workers[n].joined_at < self.config.new_worker_window
+        }
+        self.new = new
+        self.hi = {n: target[n] * (1.0 if n in self.heavy else 1 + band) for n in self.names}
+        self.lo = {n: target[n] * (1.0 if n in new else 1 - band) for n in self.names}
+        self.slack = 1e-9 * self.mean
+
+    def _excess(self, n: str, load: float) -> float:
+        """How far ``load`` lies outside worker ``n``'s band (0 inside it)."""
+        return max(0.0, load - self.hi[n], self.lo[n] - load)
+
+    def _outside(self, n: str, load: float) -> bool:
+        return self._excess(n, load) > self.slack
+
+    def _gain(self, d: str, r: str, net: float) -> float:
+        """How much moving ``net`` from ``d`` to ``r`` lowers the potential, in mean loads.
+
+        The potential: the summed excess of the workers outside their bands over the mean
+        worker load, plus ``min_gain`` for each worker outside. A move is made only when it
+        lowers it by ``min_gain`` at least: it either takes 1% of the mean out of the excess,
+        or brings a worker into its band without pushing another out. The potential is never
+        below 0, so with loads that hold still a fleet makes finitely many moves, and none once
+        every worker is within its band (the potential is 0 there).
+        """
+        load, eps = self.load, self.config.min_gain
+        before = self._excess(d, load[d]) + self._excess(r, load[r])
+        after = self._excess(d, load[d] - net) + self._excess(r, load[r] + net)
+        count = (
+            self._outside(d, load[d])
+            + self._outside(r, load[r])
+            - self._outside(d, load[d] - net)
+            - self._outside(r, load[r] + net)
+        )
+        return (before - after) / self.mean + eps * count
+
+    def _worth(self, d: str, r: str, net: float) -> bool:
+        return self._gain(d, r, net) >= self.config.min_gain * (1 - 1e-9)
+
+    def _back(self, split: str, load: float, to: str) -> bool:
+        """Whether moving ``split`` to ``to`` is a move back while its load held still."""
+        left = self.state.left.get(split)
+        return (
+            left is not None
+            and left[0] == to
+            and abs(load - left[1]) <= self.config.load_band / 2 * max(load, left[1])
         )
 
     def _targets(self, total: float) -> dict[str, float]:
@@ -260,6 +345,7 @@ class _Round:
             if rest <= 0 or self.hottest[n] * capacity <= rest * workers[n].capacity:
                 break
             target[n] = self.hottest[n]
+            self.heavy.add(n)
             rest -= self.hottest[n]
             capacity -= workers[n].capacity
         for n in names:
@@ -397,7 +483,9 @@ class _Round:
                     candidates[d] = self._movable(d)
                 keys = prefixes(self.workers[r].locality)
                 if self.count[r] < self.workers[r].lanes:
-                    given = take(candidates[d], keys, allowance, min(limit, budget - moved_load))
+                    given = self._take(
+                        candidates[d], keys, allowance, min(limit, budget - moved_load), d, r
+                    )
                     if given is not None:
                         chosen = (r, Move(given[1], d, r, given[0]), None)
                         break
@@ -430,7 +518,43 @@ class _Round:
                 bisect.insort(receivers, (entry[r], r))
             if load[d] > target[d]:
                 heapq.heappush(donors, (-ratio(d), d))
+        if budget - moved_load > 0 and any(load[n] > self.hi[n] + self.slack for n in self.names):
+            moves.extend(
+                self._rescue(candidates, budget, moved_load, domain_load, blast_cap, moves)
+            )
         return tuple(moves)
+
+    def _take(
+        self,
+        groups: Candidates,
+        keys: tuple[str, ...],
+        allowance: float,
+        limit: float,
+        d: str,
+        r: str,
+    ) -> tuple[float, str] | None:
+        """Take out the split :func:`find` finds for ``d`` to give ``r``, if worth it.
+
+        A split that would go back to the worker it left while its load held still is passed
+        over (rule 6), for the next one :func:`find` finds; one not worth its move is left.
+        """
+        passed: list[tuple[str, tuple[float, str]]] = []
+        given = None
+        while True:
+            found = find(groups, keys, allowance, limit)
+            if found is None:
+                break
+            load, split, key, i = found
+            if self._back(split, load, r):
+                passed.append((key, groups[key].pop(i)))
+                continue
+            if self._worth(d, r, load):
+                groups[key].pop(i)
+                given = (load, split)
+            break
+        for key, entry in passed:
+            bisect.insort(groups[key], entry)
+        return given
 
     def _swap(
         self,
@@ -468,7 +592,14 @@ class _Round:
             x = found[0]
             net = x - y
             value = net + min(net, 2 * shortfall - net) - price * (x + y)
-            if net > 0 and value > 0 and (best is None or value > best[0]):
+            if (
+                net > 0
+                and value > 0
+                and (best is None or value > best[0])
+                and self._worth(d, r, net)
+                and not self._back(found[1], x, r)
+                and not self._back(back[1], y, d)
+            ):
                 best = (value, found, back)
         if best is None:
             return None
@@ -477,6 +608,145 @@ class _Round:
         group = candidates[r][back_key]
         group.pop(bisect.bisect_left(group, (y, returned)))
         return Move(given, d, r, x, exchange=returned), Move(returned, r, d, y, exchange=given)
+
+    def _rescue(
+        self,
+        candidates: dict[str, Candidates],
+        budget: float,
+        moved_load: float,
+        domain_load: dict[str, float],
+        blast_cap: float,
+        made: Sequence[Move],
+    ) -> list[Move]:
+        """Rule 7: moves for a worker still over its band that no move within the bands helps.
+
+        Each of the hottest donors' heaviest splits is tried on the coldest workers, alone
+        (if the receiver has a free lane) or in exchange for one or more of the receiver's
+        lighter splits, and the one that lowers the potential most is made, again while one
+        is worth it. Here a receiver may end above its band and a donor below its mean, and
+        the potential, not the churn price, is the judge (a receiver pushed over sheds its
+        small splits the next round: a two-step shed). The budget holds, with one exception:
+        a round that has moved nothing, and finds no such move within its budget, may make
+        one move or one exchange that costs more, alone; without it a worker holding two
+        splits heavier than the budget together would stay over its band for good. The
+        cooldown and the memory of moves hold.
+        """
+        load = self.load
+        out: list[Move] = []
+        while budget - moved_load > 0:
+            best = self._rescue_option(candidates, budget - moved_load, domain_load, blast_cap)
+            over = False
+            if best is None and not made and not out:
+                best = self._rescue_option(candidates, math.inf, domain_load, blast_cap)
+                over = True
+            if best is None:
+                break
+            d, r, x, split, backs = best
+            self._drop(candidates[d], split, x)
+            out.append(Move(split, d, r, x, exchange=backs[0][1] if backs else "", rescue=True))
+            net = x
+            moved_load += x
+            for y, back in backs:
+                self._drop(candidates[r], back, y)
+                out.append(Move(back, r, d, y, exchange=split, rescue=True))
+                net -= y
+                moved_load += y
+            self.count[d] += len(backs) - 1
+            self.count[r] += 1 - len(backs)
+            load[d] -= net
+            load[r] += net
+            domain_load[self.domain[d]] -= net
+            domain_load[self.domain[r]] += net
+            if over:
+                break  # the one move past the budget is the round's only one
+        return out
+
+    def _rescue_option(
+        self,
+        candidates: dict[str, Candidates],
+        room: float,
+        domain_load: dict[str, float],
+        blast_cap: float,
+    ) -> tuple[str, str, float, str, list[tuple[float, str]]] | None:
+        """The best move or exchange of rule 7 costing at most ``room``: (d, r, x, split, backs)."""
+        load, target, eps = self.load, self.target, self.config.min_gain
+        donors = sorted(
+            (n for n in self.names if load[n] > self.hi[n] + self.slack),
+            key=lambda n: (-(load[n] - self.hi[n]) / target[n], n),
+        )[:RESCUE_DONORS]
+        receivers = sorted(self.names, key=lambda n: (load[n] / target[n], n))
+        best: tuple[float, float] | None = None
+        chosen = None
+        for d in donors:
+            if d not in candidates:
+                candidates[d] = self._movable(d)
+            heavy = heapq.nlargest(
+                RESCUE_SPLITS,
+                ((x, split, key) for key, group in candidates[d].items() for x, split in group),
+            )
+            for r in receivers[: RESCUE_RECEIVERS + 1]:
+                if r == d:
+                    continue
+                keys = prefixes(self.workers[r].locality)
+                if r not in candidates:
+                    candidates[r] = self._movable(r)
+                back_keys = prefixes(self.workers[d].locality)
+                offered = sorted(
+                    (
+                        (y, back)
+                        for key in back_keys
+                        for y, back in candidates[r].get(key, ())
+                        if not self._back(back, y, d)
+                    ),
+                    reverse=True,
+                )
+                free = self.count[r] < self.workers[r].lanes
+                for x, split, key in heavy:
+                    if key not in keys or self._back(split, x, r):
+                        continue
+                    options: list[list[tuple[float, str]]] = [[]] if free else []
+                    lighter = [o for o in offered if o[0] < x]
+                    options.extend([o] for o in lighter[-EXCHANGE_CHOICES:])
+                    # one for many: the receiver's heaviest lighter splits, while they fit the
+                    # net that brings the donor into its band and keeps the receiver in its
+                    most = x - (load[d] - self.hi[d])
+                    least_back = x - max(0.0, self.hi[r] - load[r])
+                    group: list[tuple[float, str]] = []
+                    total = 0.0
+                    for y, back in lighter[: 4 * EXCHANGE_CHOICES]:
+                        if total + y <= most:
+                            group.append((y, back))
+                            total += y
+                            if total >= least_back or len(group) == EXCHANGE_CHOICES:
+                                break
+                    if len(group) > 1:
+                        options.append(group)
+                    for backs in options:
+                        y = math.fsum(b[0] for b in backs)
+                        net, cost = x - y, x + y
+                        if net <= 0 or cost > room:
+                            continue
+                        if self.count[d] + len(backs) - 1 > self.workers[d].lanes:
+                            continue  # the donor takes several back only into free lanes
+                        if self.domain[r] != self.domain[d] and (
+                            domain_load[self.domain[r]] + net > blast_cap
+                        ):
+                            continue
+                        gain = self._gain(d, r, net)
+                        if gain < eps * (1 - 1e-9):
+                            continue
+                        if best is None or (gain, -cost) > best:
+                            best = (gain, -cost)
+                            chosen = (d, r, x, split, backs)
+        return chosen
+
+    @staticmethod
+    def _drop(groups: Candidates, split: str, load: float) -> None:
+        for group in groups.values():
+            i = bisect.bisect_left(group, (load, split))
+            if i < len(group) and group[i] == (load, split):
+                group.pop(i)
+                return
 
     # -- results -----------------------------------------------------------------------------
 
@@ -490,7 +760,20 @@ class _Round:
             splitting = {
                 s: r for s, r in self.state.splitting.items() if self.round - r <= cooldown
             }
-        return BalanceState(moved=moved, peak_load=peak, splitting=splitting)
+        # a split's memory of the worker it left lasts while its load holds still
+        band = self.config.load_band
+        left = {}
+        for split, (worker, then) in self.state.left.items():
+            now = self.split_loads.get(split)
+            if now is None and split in self.present:
+                left[split] = (worker, then)  # not yet measured by its new owner: kept
+            elif now is not None and abs(now - then) <= band / 2 * max(now, then):
+                left[split] = (worker, then)
+        for move in moves:
+            left[move.split] = (move.source, move.load)
+        return BalanceState(
+            moved=moved, peak_load=peak, splitting=splitting, left=left, settled=self.settled
+        )
 
     def _idle(self, reason: str, total: float, peak: float) -> BalanceRound:
         return BalanceRound(
