@@ -63,9 +63,7 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     (``docs/protocol.md``), so they neither break nor start a cooldown.
 ``balance-budget``
     No balance round moves more than its budget: the loads of its moves (their sum, and the
-    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load,
-    unless the round is one move or one exchange alone (one split one way between two
-    workers, any lighter ones back: the planner's rule 7 exception).
+    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load.
 """
 
 from __future__ import annotations
@@ -781,19 +779,7 @@ class _Checker:
             allowed = event.budget * event.job_load
             # the planner sums in another order: a few ulps of slack, never a split's worth
             slack = 1e-9 * max(1.0, event.job_load)
-            # one move or one exchange alone may pass the budget (planner rule 7): one split
-            # one way between two workers, any lighter ones back
-            first = event.moves[0] if event.moves else None
-            alone = (
-                first is not None
-                and all(
-                    (m.source, m.target)
-                    in ((first.source, first.target), (first.target, first.source))
-                    for m in event.moves
-                )
-                and sum(m.source == first.source for m in event.moves) == 1
-            )
-            if max(total, event.moved_load) > allowed + slack and not alone:
+            if max(total, event.moved_load) > allowed + slack:
                 self.flag(
                     "balance-budget",
                     f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "

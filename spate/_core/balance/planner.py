@@ -625,20 +625,14 @@ class _Round:
         lighter splits, and the one that lowers the potential most is made, again while one
         is worth it. Here a receiver may end above its band and a donor below its mean, and
         the potential, not the churn price, is the judge (a receiver pushed over sheds its
-        small splits the next round: a two-step shed). The budget holds, with one exception:
-        a round that has moved nothing, and finds no such move within its budget, may make
-        one move or one exchange that costs more, alone; without it a worker holding two
-        splits heavier than the budget together would stay over its band for good. The
-        cooldown and the memory of moves hold.
+        small splits the next round: a two-step shed). The round's budget holds (a split
+        heavier than the whole budget never moves by load), and so do the cooldown and the
+        memory of moves.
         """
         load = self.load
         out: list[Move] = []
         while budget - moved_load > 0:
             best = self._rescue_option(candidates, budget - moved_load, domain_load, blast_cap)
-            over = False
-            if best is None and not made and not out:
-                best = self._rescue_option(candidates, math.inf, domain_load, blast_cap)
-                over = True
             if best is None:
                 break
             d, r, x, split, backs = best
@@ -657,8 +651,6 @@ class _Round:
             load[r] += net
             domain_load[self.domain[d]] -= net
             domain_load[self.domain[r]] += net
-            if over:
-                break  # the one move past the budget is the round's only one
         return out
 
     def _rescue_option(
