@@ -203,8 +203,9 @@ class Config:
             )
         if _number(self.failure_backoff_max, "failure_backoff_max") < first:
             raise ConfigError(
-                f"Config.failure_backoff_max ({self.failure_backoff_max!r} s) must be at least "
-                f"Config.failure_backoff ({self.failure_backoff!r} s): it caps the doubling wait "
+                f"Config.failure_backoff_max ({seconds(self.failure_backoff_max)}) must be at "
+                f"least Config.failure_backoff ({seconds(self.failure_backoff)}): it caps the "
+                "doubling wait "
                 "between a failing handler's attempts."
             )
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from spate._core.flows import Flow, Op
-from spate._core.records import ProgressRecord, decode, encode
+from spate._core.records import ProgressRecord, UnreadableRecord, decode, encode
 from spate._core.tenancy import committed
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._events import Progress
@@ -111,7 +111,17 @@ def _commit_lost(
         return Fenced(
             split, "its progress record is gone (the job was deleted); nothing was written"
         )
-    stored = decode(ProgressRecord, entry.key, entry.value, split=split)
+    try:
+        stored = decode(ProgressRecord, entry.key, entry.value, split=split)
+    except UnreadableRecord as exc:
+        # Not our write (ours would read): folded, which holds the split aside.
+        host.fold(host.view.apply_put(DURABLE, entry))
+        tenancies.drop(split, "fenced")
+        return Fenced(
+            split,
+            f"its progress record cannot be read ({exc}); the split is held aside until "
+            "`spate repair` rewrites it; this commit did not land, nothing was written",
+        )
     if attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0):
         return Won(entry.revision)
     host.fold(host.view.apply_put(DURABLE, entry))

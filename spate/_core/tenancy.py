@@ -38,6 +38,7 @@ from spate._core.records import (
     encode,
 )
 from spate._core.view import SplitState
+from spate._echo import seconds
 from spate._errors import Fenced, StoreUnavailable
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
@@ -360,7 +361,7 @@ class Tenancies:
             "split %s failed (%s); attempt %d of %d%s", split, reason, attempts,
             host.config.max_attempts,
             ", quarantining" if quarantine else
-            f"; it stays here and runs again in {retry_after:.1f} s" if keep else "",
+            f"; it stays here and runs again in {seconds(retry_after or 0.0)}" if keep else "",
         )  # fmt: skip
         if keep:
             host.fold(host.view.put_progress(split, record, result.revision))
