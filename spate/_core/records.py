@@ -350,6 +350,11 @@ class PresenceRecord:
     """Their summed load (units of work a second)."""
     untrusted: int = 0
     """Measured splits it holds whose load is not trusted yet (measured too briefly)."""
+    carried: tuple[SplitLoad, ...] = ()
+    """The leader's alone: the last trusted load of each running split a balance round moved,
+    until its new owner's own is trusted (what the leader counts it at meanwhile; absent
+    otherwise, and in older records). ``spate status`` reads it to count a moved split as the
+    leader does (``spate._core.balance_loads``)."""
 
     @property
     def reports_load(self) -> bool:
@@ -471,6 +476,7 @@ _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
         "other_splits",
         "other_load",
         "untrusted",
+        "carried",
     ),
     AssignmentRecord: ("ready", "split_requested"),
 }
