@@ -24,17 +24,21 @@ the new owners take every split over with larger fences, find the output complet
 
 Run it: ``python examples/fenced_sqlite.py [DATABASE]`` runs a fleet of three workers on the
 in-process memory store and checks that every record landed exactly once (run it twice on one
-database: still exactly once).
+database: still exactly once). ``--store URL`` runs the fleet on etcd or NATS instead (a fresh
+namespace or ``--job`` name per database: a job the store already finished writes nothing
+more); ``--help`` says the rest.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sqlite3
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -196,17 +200,27 @@ def exactly_once(path: str | Path, splits: int, records: int) -> bool:
     return set(counts) == wanted and set(counts.values()) == {1}
 
 
-async def main(path: str, splits: int = 8, records: int = 100, workers: int = 3) -> bool:
+async def main(
+    path: str,
+    splits: int = 8,
+    records: int = 100,
+    workers: int = 3,
+    *,
+    store_url: str = "memory://",
+    job: str = "squares",
+) -> bool:
     """Run the job on an in-process fleet; return whether the output is exactly once."""
     sink = FencedSink(path)
     await sink.create()
     handler = make_handler(sink)
-    async with open_store("memory://") as store:
+    # One client for the whole fleet: each worker holds its own session on it (and on
+    # memory:// a second client would be a second, empty store).
+    async with open_store(store_url) as store:
 
         async def worker(name: str) -> None:
             await spate.run_worker(
                 store,
-                job="squares",
+                job=job,
                 instance=name,
                 planner=make_planner(splits, records),
                 handler=handler,
@@ -218,12 +232,36 @@ async def main(path: str, splits: int = 8, records: int = 100, workers: int = 3)
     return exactly_once(path, splits, records)
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (``--help`` prints it)."""
+    parser = argparse.ArgumentParser(
+        prog="fenced_sqlite.py",
+        description="Run a fleet of workers that write every record to SQLite exactly once, "
+        "fenced by SplitHandle.fence, and check the output.",
+    )
+    parser.add_argument(
+        "database", nargs="?",
+        help="the SQLite file to write (default: a new one in a temporary directory); run "
+        "twice on one file: still exactly once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--store", default="memory://", metavar="URL",
+        help="the store the fleet shares (default: memory://, in this process); etcd://HOST:PORT "
+        "or nats://HOST:PORT runs it on a server",
+    )  # fmt: skip
+    parser.add_argument(
+        "--job", default="squares",
+        help="the job's name (default: squares); on a server, a job already finished there "
+        "writes nothing more, so give a new database a new name (or a new namespace)",
+    )  # fmt: skip
+    parser.add_argument("--workers", type=int, default=3, help="workers in the fleet (3)")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if len(sys.argv) > 1:
-        database = sys.argv[1]
-    else:
-        database = str(Path(tempfile.mkdtemp(prefix="spate-")) / "output.db")
-    ok = trio.run(main, database)
+    args = parse_args()
+    database = args.database or str(Path(tempfile.mkdtemp(prefix="spate-")) / "output.db")
+    ok = trio.run(partial(main, database, workers=args.workers, store_url=args.store, job=args.job))
     print(f"{database}: every record exactly once: {ok}")
     sys.exit(0 if ok else 1)

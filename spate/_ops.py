@@ -13,6 +13,8 @@ from collections.abc import Iterable
 import attrs
 
 from spate import _fenced as fenced
+from spate._core.balance import BalanceConfig, BalanceSplit, BalanceWorker, judge_loads
+from spate._core.balance_loads import split_loads
 from spate._core.placement_report import PlacementReport, placement_report
 from spate._core.records import (
     AssignmentRecord,
@@ -27,6 +29,7 @@ from spate._core.records import (
     SpecRecord,
     Status,
     UnreadableRecord,
+    Verdict,
     decode,
     encode,
     now_ms,
@@ -87,8 +90,9 @@ class SplitStatus:
     """Why the split last failed (the handler's reason, or the leader's note of an owner lost
     without progress); "" if it never failed. For a quarantined split: why it was set aside."""
     load: float | None = None
-    """Its smoothed load (units of work a second) as its owner last reported it, when its
-    owner names it (the heaviest trusted splits of each worker); None otherwise."""
+    """Its smoothed load (units of work a second) as the leader balances by it: its owner's
+    trusted measurement, or for a split the leader just moved the load carried across the
+    move; None while untrusted, or not running."""
     retry_at_ms: int = 0
     """When its owner runs its handler again after a failure it kept the split through
     (wall-clock ms; 0 if it never waited): see :meth:`retrying`."""
@@ -131,8 +135,13 @@ class WorkerStatus:
     capacity: float = 1.0
     """The load it takes relative to a default worker (``Config.capacity``)."""
     load: float | None = None
-    """Its splits' summed trusted load (units a second) as it last reported it; None when it
-    reports none (``docs/balancing.md``)."""
+    """Its load (units a second) as the leader's next balance round would judge it: its
+    splits' trusted loads as it reported them, a split the leader just moved to it at the
+    load carried across the move, an untrusted split at the job's mean per unit of weight.
+    None while no worker reports a trusted load (``docs/balancing.md``)."""
+    mean: float | None = None
+    """Its share of the job's load (its mean, which the band is around), as the leader's
+    round reckons it: by capacity, within its failure domain's share. None with ``load``."""
 
 
 @attrs.frozen
@@ -155,6 +164,17 @@ class JobStatus:
     """Wall-clock milliseconds when the store was read (the reference of split ages)."""
     load_band: float = 0.10
     """The band the loads are judged by (the fleet's ``Config.load_band``)."""
+    verdict: Verdict | None = None
+    """How the job ended, once its leader published a verdict (None while it runs)."""
+
+    def outcome(self) -> str | None:
+        """The verdict in words (``all complete``, ``stalled: 3 completed, 1 quarantined``)."""
+        verdict = self.verdict
+        if verdict is None:
+            return None
+        if verdict.all_complete:
+            return f"all complete ({verdict.completed} splits)"
+        return f"stalled: {verdict.completed} completed, {verdict.quarantined} quarantined"
 
     def load_mean(self) -> float | None:
         """The mean load per unit of capacity over the workers that report one (None: none)."""
@@ -165,11 +185,13 @@ class JobStatus:
         return sum(w.load or 0.0 for w in reporting) / capacity
 
     def load_ratio(self, worker: WorkerStatus) -> float | None:
-        """``worker``'s load per unit of capacity over the mean (1.0 is even; None: unknown)."""
-        mean = self.load_mean()
-        if worker.load is None or not mean:
+        """``worker``'s load over its mean (1.0 is even; None: unknown), as the leader's is."""
+        if worker.load is None:
             return None
-        return worker.load / worker.capacity / mean
+        if worker.mean is not None:
+            return worker.load / worker.mean if worker.mean > 0 else None
+        mean = self.load_mean()
+        return worker.load / worker.capacity / mean if mean else None
 
     def placement(self) -> PlacementReport:
         """What each failure domain holds now (live leases, by weight) and the blast radius."""
@@ -236,6 +258,7 @@ class JobStatus:
             "fingerprint": self.fingerprint,
             "generation": self.generation,
             "finality": self.finality,
+            "verdict": None if self.verdict is None else attrs.asdict(self.verdict),
             "planned": self.planned,
             "leader": self.leader,
             "counts": self.counts(),
@@ -268,6 +291,67 @@ def _descriptor(record: ProgressRecord, spec: SpecRecord | None) -> bytes:
     if record.descriptor is not None:
         return record.descriptor  # the primary of the split's last split
     return spec.descriptor if spec is not None else b""
+
+
+def _balance_loads(
+    progress: dict[str, tuple[ProgressRecord, int]],
+    specs: dict[str, SpecRecord],
+    presence: dict[str, PresenceRecord],
+    leases: dict[str, str],
+    leader: str | None,
+    *,
+    isolation_tier: int,
+    band: float,
+) -> tuple[dict[str, float], tuple[dict[str, float], dict[str, float]]]:
+    """Each running split's load and each worker's (load, mean), as the leader balances them.
+
+    The leader's own rules, read from the store: the same split loads
+    (:func:`~spate._core.balance_loads.split_loads`, with the loads the leader carries across
+    its moves from its presence record) and the same judgement
+    (:func:`~spate._core.balance.judge_loads`). Nothing while no worker reports load.
+    """
+    reports = {i: p for i, p in presence.items() if p.reports_load}
+    if not reports:
+        return {}, ({}, {})
+    held: dict[str, list[str]] = {}
+    for split_id, (record, _) in progress.items():
+        owner = leases.get(split_id)
+        if (
+            owner is None
+            or owner not in presence
+            or split_id not in specs
+            or record.status is not Status.RUNNABLE
+            or record.completed
+        ):
+            continue
+        held.setdefault(owner, []).append(split_id)
+    carried = presence[leader].carried if leader in presence else ()
+    by_split = split_loads(held, dict(reports), {e.split: e.rate for e in carried})
+    owner_of = {split: owner for owner, names in held.items() for split in names}
+    workers = [
+        BalanceWorker(
+            name=instance,
+            lanes=max(1, p.max_in_flight),
+            capacity=p.capacity if p.capacity > 0 else 1.0,
+            locality=p.locality,
+        )
+        for instance, p in sorted(presence.items())
+    ]
+    balance_splits = [
+        BalanceSplit(
+            id=split, owner=owner_of[split], load=load or 0.0, trusted=load is not None,
+            weight=specs[split].weight, affinity=specs[split].locality,
+            parent=specs[split].parent,
+        )
+        for split, (load, _) in by_split.items()
+    ]  # fmt: skip
+    config = BalanceConfig(load_band=band, isolation_tier=isolation_tier)
+    loads = {split: load for split, (load, _) in by_split.items() if load is not None}
+    return loads, judge_loads(workers, balance_splits, config)
+
+
+def _rounded_load(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _ratio(value: float | None) -> float | None:
@@ -337,7 +421,9 @@ async def read_status(
         session = presence.get(lease.owner)
         if session is not None and session.nonce == lease.nonce:
             leases[split_id] = lease.owner
-    split_loads = {entry.split: entry.rate for p in presence.values() for entry in p.loads}
+    loads, judged = _balance_loads(
+        progress, specs, presence, leases, leader, isolation_tier=isolation_tier, band=load_band
+    )
     splits: dict[str, SplitStatus] = {}
     for split_id, revision in bad_progress.items():
         progress[split_id] = (ProgressRecord(id=split_id), revision)
@@ -366,7 +452,7 @@ async def read_status(
             parent=spec.parent if spec is not None and spec.parent else None,
             residuals=tuple(r.id for r in record.residuals),
             reason=record.reason,
-            load=split_loads.get(split_id) if leases.get(split_id) else None,
+            load=loads.get(split_id),
             retry_at_ms=record.retry_at_ms,
         )
     # A residual named by its parent's record but not seeded yet (the leader writes its
@@ -391,9 +477,8 @@ async def read_status(
             holding.get(instance, 0),
             p.locality,
             capacity=p.capacity,
-            load=(
-                round(sum(e.rate for e in p.loads) + p.other_load, 6) if p.reports_load else None
-            ),
+            load=_rounded_load(judged[0].get(instance)),
+            mean=_rounded_load(judged[1].get(instance)),
         )
         for instance, p in sorted(presence.items())
     ]
@@ -403,6 +488,7 @@ async def read_status(
         fingerprint=plan.fingerprint if plan else None,
         generation=plan.generation if plan else None,
         finality=plan.finality.value if plan else None,
+        verdict=plan.verdict if plan else None,
         planned=plan.planned if plan else 0,
         leader=leader,
         workers=workers,

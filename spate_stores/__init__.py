@@ -6,10 +6,10 @@
 URL                         store                                           extra
 ==========================  ==============================================  ==============
 ``memory://[namespace]``    :class:`spate_stores.memory.MemoryStore`         (none)
-``etcd://host:port``        etcd v3 through its HTTP gateway                 ``spate[etcd]``
-``etcd+https://host:port``  the same over TLS                                ``spate[etcd]``
-``nats://host:port``        NATS JetStream KV over TCP (``tls://`` for TLS)  ``spate[nats]``
-``nats+ws://host:port``     the same over WebSocket (``nats+wss://``)         ``spate[nats]``
+``etcd://host:port``        etcd v3 through its HTTP gateway                 ``etcd``
+``etcd+https://host:port``  the same over TLS                                ``etcd``
+``nats://host:port``        NATS JetStream KV over TCP (``tls://`` for TLS)  ``nats``
+``nats+ws://host:port``     the same over WebSocket (``nats+wss://``)         ``nats``
 ==========================  ==============================================  ==============
 
 Common query parameters: ``namespace=`` (or the URL path) isolates jobs and tenants, and
@@ -42,6 +42,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from spate import ConfigError, StoreError
+from spate._install import install_hint
 from spate._module_metadata import fixup_module_metadata
 from spate.store import Store
 from spate_stores import _entry_points
@@ -98,9 +99,8 @@ def store_from_url(url: str, *, read_only: bool = False) -> Store:
         if extra is None:
             raise
         raise StoreError(
-            f"{scheme}:// stores need the optional dependencies of spate[{extra}] "
-            f"({exc.name or module_name} could not be imported); "
-            f"run: pip install 'spate[{extra}]'"
+            f"{scheme}:// stores need the optional dependencies of the {extra} extra "
+            f"({exc.name or module_name} could not be imported); run: {install_hint(extra)}"
         ) from None
     return cast(Store, module.store_from_url(url, read_only=read_only))
 

@@ -43,6 +43,7 @@ PUBLIC_MODULES = {
         "spate_testing",
         "spate_testing.blackhole",
         "spate_testing.conformance",
+        "spate_testing.conformance.test_store_conformance",  # pytest --pyargs collects it
         "spate_testing.faults",
         "spate_testing.servers",
         "spate_testing.servers.etcd",

@@ -34,6 +34,7 @@ import trio
 from spate._echo import seconds
 from spate._errors import ConfigError, SpateError
 from spate._groups import single_error
+from spate._install import install_hint
 from spate._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -466,7 +467,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if not args.json and not _has_rich():
         raise ConfigError(
             "spate status draws its table with rich, which is not installed: run "
-            "`pip install 'spate[cli]'` (or use --json, which needs nothing more)"
+            f"`{install_hint('cli')}` (or use --json, which needs nothing more)"
         )
 
     async def work() -> int:
@@ -650,7 +651,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
             f"the conformance suite runs under pytest with pytest-trio, and "
             f"{' and '.join(n.replace('_', '-') for n in missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not installed: run "
-            "`pip install 'spate[conformance]'` (plus the store's own extra, e.g. spate[etcd])"
+            f"`{install_hint('conformance')}` (plus the store's own extra, e.g. etcd)"
         )
     from spate_testing.conformance import run_conformance
 

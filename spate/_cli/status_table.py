@@ -62,6 +62,11 @@ def render_status(status: JobStatus, *, limit: int = 200) -> RenderableType:
         f"{counts['owned']} held, {counts['runnable'] - counts['owned']} runnable, "
         f"{counts['quarantined']} quarantined"
     )
+    outcome = status.outcome()
+    if outcome is not None and status.verdict is not None:
+        # A finished job says how it ended, as every worker started now would return it.
+        colour = "green" if status.verdict.all_complete else "red"
+        header += f"\nverdict: [{colour}]{outcome}[/{colour}]"
     workers = Table(title="live workers", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("instance", "capacity", "holding", "leader"):
         workers.add_column(column)

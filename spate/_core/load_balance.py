@@ -63,8 +63,9 @@ from spate._core.balance import (
     BalanceWorker,
 )
 from spate._core.balance import plan_balance_round as plan
+from spate._core.balance_loads import split_loads
 from spate._core.host import Host
-from spate._core.records import PresenceRecord, Status
+from spate._core.records import PresenceRecord, SplitLoad, Status
 from spate._core.split_load import split_load
 from spate._metrics import SPLIT_LOADS_REPORTED, BalanceReport
 
@@ -216,7 +217,7 @@ class LoadBalancer:
         ]
 
     def _splits(self, reports: dict[str, PresenceRecord]) -> list[BalanceSplit]:
-        """The running splits with the loads their owners report (see :meth:`_load_of`)."""
+        """The running splits with the loads the leader balances by (:mod:`.balance_loads`)."""
         view = self.host.view
         held: dict[str, list[str]] = {}
         for split, state in view.splits.items():
@@ -230,41 +231,41 @@ class LoadBalancer:
             ):
                 continue
             held.setdefault(owner, []).append(split)
+        owner_of = {split: owner for owner, names in held.items() for split in names}
+        loads = split_loads(held, reports, self._carried)
         out: list[BalanceSplit] = []
-        for owner, names in held.items():
-            loads = self._owner_loads(reports.get(owner), sorted(names))
-            for split in names:
-                spec = view.splits[split].spec
-                assert spec is not None
-                load = loads.get(split)
-                if load is None:
-                    load = self._carried.get(split)  # moved: the new owner's is not trusted yet
-                else:
-                    self._carried.pop(split, None)
-                out.append(
-                    BalanceSplit(
-                        id=split, owner=owner, load=load or 0.0, trusted=load is not None,
-                        weight=spec.weight, affinity=spec.locality, parent=spec.parent,
-                    )
-                )  # fmt: skip
+        for split, (load, carried) in loads.items():
+            if load is not None and not carried:
+                self._carried.pop(split, None)  # its new owner's own load is trusted now
+            spec = view.splits[split].spec
+            assert spec is not None
+            out.append(
+                BalanceSplit(
+                    id=split, owner=owner_of[split], load=load or 0.0,
+                    trusted=load is not None, weight=spec.weight, affinity=spec.locality,
+                    parent=spec.parent,
+                )
+            )  # fmt: skip
         return out
 
-    @staticmethod
-    def _owner_loads(record: PresenceRecord | None, held: list[str]) -> dict[str, float]:
-        """Each held split's trusted load from its owner's summary (the rest: untrusted).
+    def carried_loads(self) -> tuple[SplitLoad, ...]:
+        """The loads carried across moves, of the splits still running.
 
-        The summary names the heaviest trusted splits; the other trusted ones are a count and
-        a total, shared evenly among the held splits it does not name, up to that count (which
-        of them is not said, but they are the lightest: a light split's load is an estimate).
+        The leader's presence record publishes them, so ``spate status`` counts a moved split
+        as this leader does.
         """
-        if record is None:
-            return {}
-        loads = {entry.split: entry.rate for entry in record.loads}
-        if record.other_splits > 0:
-            each = record.other_load / record.other_splits
-            rest = [s for s in held if s not in loads][: record.other_splits]
-            loads.update(dict.fromkeys(rest, each))
-        return loads
+        view = self.host.view
+        out = []
+        for split, load in sorted(self._carried.items()):
+            state = view.splits.get(split)
+            if (
+                state is None
+                or state.progress.status is not Status.RUNNABLE
+                or state.progress.completed
+            ):
+                continue
+            out.append(SplitLoad(split=split, rate=load))
+        return tuple(out)
 
     def _reweigh(self, splits: list[BalanceSplit], decision: BalanceRound) -> None:
         """Give placement each split's load in its units, scaled by the job's mean per weight."""

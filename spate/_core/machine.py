@@ -198,7 +198,13 @@ class Machine:
         )
         self._verdict = VerdictJudge(self, lead=self._leader)
         leader = self._leader
-        self._presence = Presence(self, locality, self._tenancies, lambda: leader.leading)
+        self._presence = Presence(
+            self,
+            locality,
+            self._tenancies,
+            lambda: leader.leading,
+            carried=leader.balance.carried_loads,
+        )
         self._backstop = Backstop(self, self.scopes, self._claims)
         self._handover = HandoverPoll(self)
         self._departure = Departure(

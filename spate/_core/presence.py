@@ -11,6 +11,8 @@
   within a heartbeat, at no extra write. A worker that measures load also carries its capacity
   and a bounded summary of its splits' loads (:mod:`spate._core.load_reports`), for the
   leader's balance rounds; one that measures nothing writes exactly what it wrote before.
+  The leader also carries the loads it keeps across its balance moves
+  (:attr:`PresenceRecord.carried`), so ``spate status`` counts a moved split as it does.
 - **Delete** on departure, so peers rebalance now, not after a TTL.
 """
 
@@ -24,7 +26,7 @@ import attrs
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host
 from spate._core.load_reports import LoadReports
-from spate._core.records import PresenceRecord, UnreadableRecord, decode, encode
+from spate._core.records import PresenceRecord, SplitLoad, UnreadableRecord, decode, encode
 from spate._core.tenancy import Tenancies
 from spate._errors import StoreUnavailable
 from spate._store import Conflict, Entry, Keyspace, Won
@@ -40,12 +42,19 @@ class Presence:
     """This worker's presence key: written at startup, renewed each beat, deleted on leaving."""
 
     def __init__(
-        self, host: Host, locality: str, tenancies: Tenancies, leading: Callable[[], bool]
+        self,
+        host: Host,
+        locality: str,
+        tenancies: Tenancies,
+        leading: Callable[[], bool],
+        carried: Callable[[], tuple[SplitLoad, ...]] = tuple,
     ) -> None:
+        """``carried()`` answers the loads the leader carries across its moves (while leading)."""
         self.host = host
         self.locality = locality
         self._tenancies = tenancies
         self._leading = leading
+        self._carried = carried
         self.rev = 0
         """Revision of this worker's presence key as it last wrote (or adopted) it."""
         self.ok_at = 0.0
@@ -70,7 +79,8 @@ class Presence:
         :attr:`PresenceRecord.parents`): a split made without the leader's request, or under a
         leader that has gone since, reaches the leader within a heartbeat, at no extra write.
         """
-        parents = () if self._leading() else tuple(sorted(self._tenancies.split_since))
+        leading = self._leading()
+        parents = () if leading else tuple(sorted(self._tenancies.split_since))
         config = self.host.config
         record = PresenceRecord(
             nonce=self.host.nonce,
@@ -79,6 +89,7 @@ class Presence:
             parents=parents,
             capacity=config.capacity,
             split_requests=config.split_requests,
+            carried=self._carried() if leading else (),
         )
         if self.loads.measuring:
             summary = self.loads.summary(self.host.now())

@@ -357,6 +357,11 @@ class PresenceRecord:
     split_requests: bool = True
     """Whether the leader may ask it to split the splits it holds (``Config.split_requests``:
     False says its handlers never split; absent while True, and in older records)."""
+    carried: tuple[SplitLoad, ...] = ()
+    """The leader's alone: the last trusted load of each running split a balance round moved,
+    until its new owner's own is trusted (what the leader counts it at meanwhile; absent
+    otherwise, and in older records). ``spate status`` reads it to count a moved split as the
+    leader does (``spate._core.balance_loads``)."""
 
     @property
     def reports_load(self) -> bool:
@@ -487,6 +492,7 @@ _OPTIONAL_FIELDS: dict[type, tuple[str, ...]] = {
         "other_load",
         "untrusted",
         "split_requests",
+        "carried",
     ),
     AssignmentRecord: ("ready", "split_requested"),
 }

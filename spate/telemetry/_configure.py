@@ -26,6 +26,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
 from spate._errors import ConfigError
+from spate._install import install_hint
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -35,7 +36,7 @@ __all__ = ["Telemetry", "configure"]
 
 logger = logging.getLogger("spate.telemetry")
 
-_INSTALL_HINT = "pip install 'spate[otel]'"
+_INSTALL_HINT = install_hint("otel")
 _SIGNAL_PATHS = ("/v1/traces", "/v1/metrics")
 _EXPORTERS = ("otlp", "console", "none")
 _METRIC_EXPORTERS = ("otlp", "console", "prometheus", "none")

@@ -1,4 +1,4 @@
-"""The etcd store: etcd v3 through its HTTP/JSON gateway (``pip install 'spate[etcd]'``).
+"""The etcd store: etcd v3 through its HTTP/JSON gateway (the ``etcd`` extra).
 
 Open it by URL::
 
@@ -12,7 +12,7 @@ URL format, semantics and security notes: ``docs/stores/etcd.md``.
 from __future__ import annotations
 
 # The etcd extra's dependencies, imported first so a missing one fails the import of this
-# package itself (open_store turns that into "pip install 'spate[etcd]'"), even when the
+# package itself (open_store turns that into the etcd extra's install hint), even when the
 # private submodules are already cached.
 import httpx  # noqa: F401
 import trio_websocket  # noqa: F401

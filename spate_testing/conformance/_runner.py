@@ -23,27 +23,10 @@ __all__ = ["clock_for_url", "run_conformance", "url_store_factory", "with_namesp
 URL_VARIABLE = "SPATE_CONFORMANCE_URL"
 """Environment variable carrying the URL to the pytest process (never written to disk)."""
 
-_TEST_MODULE = f'''\
-"""The store conformance suite against the URL given to run_conformance."""
+_TEST_MODULE = '''\
+"""The store conformance suite against the URL given to run_conformance (SPATE_CONFORMANCE_URL)."""
 
-import os
-
-import pytest
-
-from spate_testing.conformance import StoreConformance
-from spate_testing.conformance._runner import clock_for_url, url_store_factory
-
-URL = os.environ[{URL_VARIABLE!r}]
-
-
-class TestStoreConformance(StoreConformance):
-    @pytest.fixture
-    def store_factory(self):
-        return url_store_factory(URL)
-
-    @pytest.fixture
-    def spate_clock(self):
-        return clock_for_url(URL)
+from spate_testing.conformance.test_store_conformance import TestStoreConformance
 '''
 
 

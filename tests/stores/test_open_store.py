@@ -73,14 +73,15 @@ def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "spate_fake_adapter", None)
     with pytest.raises(StoreError) as info:
         store_from_url("fake://host")
-    assert "pip install 'spate[fake]'" in str(info.value)
+    assert "pip install 'trio-spate[fake]'" in str(info.value)
+    assert "pip install '.[fake]'" in str(info.value)
     assert "spate_fake_adapter" in str(info.value)
 
 
 def test_etcd_without_httpx_names_the_etcd_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "httpx", None)
     monkeypatch.delitem(sys.modules, "spate_stores.etcd", raising=False)
-    with pytest.raises(StoreError, match=r"pip install 'spate\[etcd\]'"):
+    with pytest.raises(StoreError, match=r"pip install 'trio-spate\[etcd\]'"):
         store_from_url("etcd://127.0.0.1:2379")
 
 

@@ -33,7 +33,7 @@ def test_without_the_otel_extra_the_error_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ConfigError, match=r"pip install 'spate\[otel\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'trio-spate\[otel\]'"):
         configure(service_name="x", endpoint="http://127.0.0.1:4318")
 
 

@@ -2,7 +2,8 @@
 
 - :mod:`.meter` — a split's smoothed load (:class:`LoadMeter`) and when it is trusted.
 - :mod:`.model` — the round's inputs and outputs, and the config with its defaults' reasons.
-- :mod:`.planner` — :func:`plan_balance_round`, the rules and the greedy that applies them.
+- :mod:`.planner` — :func:`plan_balance_round`, the rules and the greedy that applies them;
+  :func:`judge_loads`, each worker's load and mean as a round judges them (``spate status``).
 - :mod:`.candidates` — a donor's movable splits by affinity, and the searches in them.
 
 Pure: no Trio, no I/O, no clock of its own.
@@ -35,7 +36,7 @@ from spate._core.balance.model import (
     BalanceWorker,
     Move,
 )
-from spate._core.balance.planner import plan_balance_round, weight_units
+from spate._core.balance.planner import judge_loads, plan_balance_round, weight_units
 
 __all__ = [
     "MIN_TRUST_WINDOW",
@@ -47,6 +48,7 @@ __all__ = [
     "LoadMeter",
     "Move",
     "check_amount",
+    "judge_loads",
     "plan_balance_round",
     "trust_window",
     "weight_units",

@@ -77,7 +77,13 @@ from spate._core.balance.model import (
 from spate._core.placement import affinity_matches, domain_of
 from spate._errors import ConfigError
 
-__all__ = ["EXCHANGE_CHOICES", "PEAK_HALF_LIFE_ROUNDS", "plan_balance_round", "weight_units"]
+__all__ = [
+    "EXCHANGE_CHOICES",
+    "PEAK_HALF_LIFE_ROUNDS",
+    "judge_loads",
+    "plan_balance_round",
+    "weight_units",
+]
 
 EXCHANGE_CHOICES = 8
 """A receiver's lightest splits an exchange considers giving back."""
@@ -112,6 +118,24 @@ def plan_balance_round(
     Raises :class:`~spate.ConfigError` for two workers of one name.
     """
     return _Round(workers, config, state, round, now).plan(splits)
+
+
+def judge_loads(
+    workers: Sequence[BalanceWorker], splits: Iterable[BalanceSplit], config: BalanceConfig
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each worker's (load, mean) as a round judges them before it moves anything.
+
+    The load counts an untrusted split at the job's mean per unit of weight (rule 1); the mean
+    is the worker's share (rule 2). What ``spate status`` shows, so it reads a fleet exactly as
+    the leader's next round would. Both empty while no split is trusted (the round makes no
+    move then), or while the job has no load to share.
+    """
+    judged = _Round(workers, config, BalanceState(), 0, 0.0)
+    load = judged.judged_loads(*judged._read(splits))
+    total = sum(load.values())
+    if total <= 0:
+        return {}, {}
+    return load, judged._targets(total)
 
 
 class _Round:
@@ -189,6 +213,16 @@ class _Round:
             )
         return sum(self.trusted_load.values()), weight_sum
 
+    def judged_loads(self, trusted_total: float, trusted_weight: int) -> dict[str, float]:
+        """Each worker's load: its trusted splits', its untrusted ones at the mean per weight.
+
+        Empty when no split is trusted (``trusted_weight`` 0): there is no mean to count by.
+        """
+        if trusted_weight == 0:
+            return {}
+        per_weight = trusted_total / trusted_weight
+        return {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
+
     def _movable(self, worker: str) -> Candidates:
         """The splits of a donor that may move, by affinity key, each group sorted by load.
 
@@ -222,8 +256,7 @@ class _Round:
         decay = 0.5 ** (1 / PEAK_HALF_LIFE_ROUNDS)
         if trusted_weight == 0:
             return self._idle("unmeasured", 0.0, self.state.peak_load * decay)
-        per_weight = trusted_total / trusted_weight
-        load = {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
+        load = self.judged_loads(trusted_total, trusted_weight)
         total = sum(load.values())
         peak = max(total, self.state.peak_load * decay)
         if total <= 0 or total < config.idle_share * peak:
