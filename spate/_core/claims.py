@@ -354,11 +354,8 @@ class Claims:
             lease_rev = yield from self._acquire_lease(split, kind, state, epoch, last_try=last_try)
             if lease_rev is not REFUSED:
                 break
-            # Refused: the lease key moved since the view folded it. Most often it was freed
-            # just before the write landed (a leaver drops its leases beside its presence, so
-            # the session's end can arrive first). The watch may be a moment behind, and a
-            # follower watches no lease at all: read the key now and decide once more, rather
-            # than leave the split idle for the pause after an error.
+            # Refused: the key moved unseen (most often freed by a leaver just before): read
+            # it now and decide once more, not idle for the pause after an error.
             yield from self.host.reread(view.lease_keyspace, view.lease_key(split))
         if lease_rev is None or lease_rev is REFUSED:
             return
@@ -391,11 +388,7 @@ class Claims:
     def _acquire_lease(
         self, split: str, kind: ClaimKind, state: SplitState, epoch: int, *, last_try: bool
     ) -> Flow[int | Refused | None]:
-        """Write the claim's lease (the first key): its revision, or None to try again later.
-
-        :data:`REFUSED` when the write lost and this is not the ``last_try``: the caller reads
-        the key again and tries once more (on the last try, a refusal holds the split back).
-        """
+        """The claim's lease written: its revision, None (held back), or :data:`REFUSED`."""
         host, view = self.host, self.host.view
         keyspace, key = view.lease_keyspace, view.lease_key(split)
         lease = LeaseRecord(owner=host.instance, nonce=host.nonce, epoch=epoch)

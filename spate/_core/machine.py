@@ -93,6 +93,9 @@ from spate.telemetry._context import Context
 
 __all__ = ["Effects", "Machine"]
 
+_Err: TypeAlias = BaseException | None
+"""What a flow of an API call ends with: the error to raise to its caller, or None."""
+
 logger = logging.getLogger("spate.coordinator")
 
 HoldBackRule: TypeAlias = Callable[[Keyspace, str, "Put | Delete"], bool]
@@ -198,13 +201,8 @@ class Machine:
         )
         self._verdict = VerdictJudge(self, lead=self._leader)
         leader = self._leader
-        self._presence = Presence(
-            self,
-            locality,
-            self._tenancies,
-            lambda: leader.leading,
-            carried=leader.balance.carried_loads,
-        )
+        leading, carried = (lambda: leader.leading), leader.balance.carried_loads
+        self._presence = Presence(self, locality, self._tenancies, leading, carried=carried)
         self._backstop = Backstop(self, self.scopes, self._claims)
         self._handover = HandoverPoll(self)
         self._departure = Departure(
@@ -398,14 +396,8 @@ class Machine:
         """
         self._presence.loads.report(split, amount, self.now(), fence)
 
-    def fail_flow(
-        self, split: str, reason: str, retry_after: float | None = None
-    ) -> Flow[BaseException | None]:
-        """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt.
-
-        Returns the error to raise to the caller, or None once the failure is recorded.
-        ``retry_after``: the split stays held (unless quarantined), to run again then.
-        """
+    def fail_flow(self, split: str, reason: str, retry_after: float | None = None) -> Flow[_Err]:
+        """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt."""
         return self._tenancies.fail_flow(split, reason, retry_after)
 
     def decline_revoke(self, split: str) -> None:

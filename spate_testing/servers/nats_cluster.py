@@ -52,10 +52,9 @@ class NatsClusterServer(NatsServer):
         """The server name (``n0``, ``n1``, ``n2``), as JetStream reports leaders."""
         self.cluster_port = cluster_port
         self.routes = routes
-        self.monitor_port = free_port()
         directory.mkdir(parents=True, exist_ok=True)
         self.paused = False
-        super().__init__(websocket=False, directory=directory)
+        super().__init__(websocket=False, directory=directory, monitoring=True)
 
     def __repr__(self) -> str:
         state = "paused" if self.paused else "running" if self.running else "down"
@@ -66,7 +65,6 @@ class NatsClusterServer(NatsServer):
         return super()._config() + "\n".join(
             [
                 f"server_name: {json.dumps(self.name)}",
-                f"http: {json.dumps(f'127.0.0.1:{self.monitor_port}')}",
                 "cluster {",
                 '  name: "spate-test"',
                 f"  listen: {json.dumps(f'127.0.0.1:{self.cluster_port}')}",
