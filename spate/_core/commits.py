@@ -7,6 +7,13 @@ The rules, each with the race it prevents:
 - **A lost CAS reads the record back**, and only the record decides. It holds this very write:
   an earlier try of it landed with its reply lost, adopted as a win. It holds another write
   (or is gone): this write did not land, the split is dropped, and ``Fenced`` is returned.
+- **A lost CAS over the owner's own earlier write builds on it.** The record holds a write of
+  this very tenancy (same epoch, owner and process, still running) that the view has not
+  seen, at or past the watermark the view knows: an earlier commit or split of this owner
+  whose reply was lost, which landed. Only this tenancy writes such a record, so it is not
+  another's: it is folded, the commit is rebuilt on it and its CAS retried once. (A record
+  *below* what the view knows is not an unseen write but a store that lost an acknowledged
+  one: that stays ``Fenced``.)
 - **An unknown outcome is never Fenced.** A write whose reply is lost, or a read-back that
   fails, returns ``StoreUnavailable`` saying the write may have landed, and keeps the split:
   a handler that undoes its side effects on ``Fenced`` must not undo a write that landed. The
@@ -21,7 +28,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from spate._core.flows import Flow, Op
-from spate._core.records import ProgressRecord, UnreadableRecord, decode, encode
+from spate._core.records import ProgressRecord, Status, UnreadableRecord, decode, encode
 from spate._core.tenancy import committed
 from spate._errors import FatalCoordinationError, Fenced, StoreUnavailable, ValueTooLarge
 from spate._events import Progress
@@ -58,24 +65,39 @@ def commit_flow(
         # The caller's mistake, not the coordinator's: refused before anything is sent (a
         # store's own refusal would reach the loop as fatal and stop the worker).
         return ValueTooLarge(key, len(data), host.max_value_size)
-    try:
-        result = yield Op(
-            "update", DURABLE, key, data, expected=state.progress_rev,
-            operation="commit", split=split, epoch=held.epoch,
-        )  # fmt: skip
-    except ValueTooLarge as exc:
-        return exc  # a store stricter than it declared: still nothing written
-    except StoreUnavailable as exc:
-        return StoreUnavailable(
-            f"committing split {split!r} failed ({exc}); it may or may not have landed. "
-            "Retry the same commit: a landed one is recognised and adopted."
-        )
-    if not isinstance(result, Won):
+    # What the view held when the commit was built (its state may fold newer records while the
+    # CAS is away: a lost CAS is judged against what it was built on).
+    known, expected = state.progress, state.progress_rev
+    for builds_on_own in (True, False):
+        try:
+            result = yield Op(
+                "update", DURABLE, key, data, expected=expected,
+                operation="commit", split=split, epoch=held.epoch,
+            )  # fmt: skip
+        except ValueTooLarge as exc:
+            return exc  # a store stricter than it declared: still nothing written
+        except StoreUnavailable as exc:
+            return StoreUnavailable(
+                f"committing split {split!r} failed ({exc}); it may or may not have landed. "
+                "Retry the same commit: a landed one is recognised and adopted."
+            )
+        if isinstance(result, Won):
+            break
         # The record moved since the view read it: read it to find out by whom.
-        found = yield from _commit_lost(tenancies, split, record)
-        if not isinstance(found, Won):
-            return found
-        result = found
+        found = yield from _commit_lost(tenancies, split, record, known, builds_on_own)
+        if not isinstance(found, _Unseen):
+            if not isinstance(found, Won):
+                return found
+            result = found
+            break
+        # An earlier write of this tenancy landed unseen (its reply lost): build on it, once.
+        host.fold(host.view.put_progress(split, found.record, found.revision))
+        _check_no_regression(split, found.record, progress)
+        record = committed(found.record, progress, host.wall_ms())
+        data = encode(record)
+        if len(data) > host.max_value_size:
+            return ValueTooLarge(key, len(data), host.max_value_size)
+        expected = found.revision
     tenancies.drains.note_progress(split)
     host.fold(host.view.put_progress(split, record, result.revision))
     if progress.completed and tenancies.owned.get(split) is held:
@@ -87,11 +109,18 @@ def commit_flow(
 
 
 def _commit_lost(
-    tenancies: Tenancies, split: str, record: ProgressRecord
-) -> Flow[Won | Fenced | StoreUnavailable]:
+    tenancies: Tenancies,
+    split: str,
+    record: ProgressRecord,
+    known: ProgressRecord,
+    builds_on_own: bool,
+) -> Flow[Won | Fenced | StoreUnavailable | _Unseen]:
     """After a lost commit CAS: what the record says of ``record``'s write.
 
     Won: the record holds it (an earlier try of this commit landed, its reply lost).
+    ``_Unseen`` (when ``builds_on_own``): it holds an earlier write of this same
+    tenancy, newer than ``known`` (what the view held), whose reply was lost: the caller
+    builds on it.
     Fenced (the split dropped): the record holds another write, so this one did not land. And
     StoreUnavailable when the record cannot be read: then nothing is known, and nothing
     is dropped (the retry, or the session's lease, settles it).
@@ -124,6 +153,8 @@ def _commit_lost(
         )
     if attrs.evolve(stored, written_at_ms=0) == attrs.evolve(record, written_at_ms=0):
         return Won(entry.revision)
+    if builds_on_own and _own_unseen_write(stored, known):
+        return _Unseen(stored, entry.revision)
     host.fold(host.view.apply_put(DURABLE, entry))
     tenancies.drop(split, "fenced")
     return Fenced(
@@ -131,6 +162,37 @@ def _commit_lost(
         f"another worker took it over (its record is at epoch {stored.epoch}, owner "
         f"{stored.owner or 'none'}, {stored.status.value}); this commit did not land, nothing "
         "was written",
+    )
+
+
+@attrs.frozen
+class _Unseen:
+    """A write of the committing tenancy that landed with its reply lost, read back."""
+
+    record: ProgressRecord
+    revision: int
+
+
+def _own_unseen_write(stored: ProgressRecord, known: ProgressRecord) -> bool:
+    """Whether ``stored`` is a write of ``known``'s tenancy that the view has not seen.
+
+    Same epoch, owner and process nonce, still running: only this tenancy writes such a
+    record. At or past ``known``'s watermark and not ``known`` itself: a record that went back
+    to (or below) what the view held is a store that lost an acknowledged write, not an
+    unseen one.
+    """
+    return (
+        stored.epoch == known.epoch
+        and stored.owner == known.owner
+        and stored.owner is not None
+        and stored.owner_nonce == known.owner_nonce
+        and stored.status is Status.RUNNABLE
+        and not stored.completed
+        and stored != known
+        and (
+            known.watermark is None
+            or (stored.watermark is not None and stored.watermark >= known.watermark)
+        )
     )
 
 

@@ -273,6 +273,10 @@ class Handlers:
                     return self._end(handler, "completed")
                 return self._work(handler)
             if isinstance(error, StoreUnavailable):
+                if not progress.completed and position % 2:
+                    # Half the handlers move on instead of retrying the same commit: the
+                    # next commit, of new progress, must build on this one if it landed.
+                    return self._work(handler)
                 handler.backoff = handler.backoff or Backoff.of(RETRY_BACKOFF)
                 handler.timer = self._later(handler.backoff.delay(), lambda: self._commit(handler))
                 return

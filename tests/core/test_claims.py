@@ -232,6 +232,60 @@ def test_a_maybe_landed_commit_whose_read_back_fails_is_unknown_not_fenced() -> 
     assert not a.of(Lost)
 
 
+def test_a_new_commit_after_an_unknown_outcome_builds_on_the_write_that_landed() -> None:
+    # The reply to a landed commit is lost; the handler does not retry it but commits new
+    # progress. Its CAS loses to its own earlier write, which the view has not seen: that is
+    # not another's write (same tenancy, at or past what the view knew), so the commit builds
+    # on it and lands. It used to raise Fenced ("another worker took it over") and drop the
+    # split, though no one else ever held it.
+    world = World()
+    a = world.start("a", planner=planner_of(1))
+    world.run_until(lambda: a.owned == {"s00"})
+    a.deafen(DURABLE, "")
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+        world.wait(a.commit("s00", Progress(5, b"x")))
+    world.wait(a.commit("s00", Progress(7, b"y")))
+    a.hear(DURABLE)
+    world.settle()
+    record, _ = world.record("s00")
+    assert (record.watermark, record.state, record.owner) == (7, b"y", "a")
+    assert a.owned == {"s00"}
+    assert not a.of(Lost)
+    # And a split's write whose reply was lost is kept by the commit built on it.
+    a.deafen(DURABLE, "")
+    a.lose_reply("update", DURABLE, KEYS.split("s00"))
+    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+        world.wait(a.split("s00", b"0:5", b"5:9"))
+    world.wait(a.commit("s00", Progress(8, b"z")))
+    a.hear(DURABLE)
+    world.settle()
+    record, _ = world.record("s00")
+    assert (record.watermark, record.descriptor, record.splits) == (8, b"0:5", 1)
+    assert len(record.residuals) == 1
+    assert not a.of(Lost)
+
+
+def test_a_record_gone_back_below_what_the_owner_knew_is_still_fenced() -> None:
+    # Building on an unseen write of one's own tenancy is for a write the view has not seen;
+    # a record back at an older write of the same tenancy (a store that lost an acknowledged
+    # commit) is not one: the commit does not build on it, and reports Fenced as before.
+    world = World()
+    a = world.start("a", planner=planner_of(1))
+    world.run_until(lambda: a.owned == {"s00"})
+    world.wait(a.commit("s00", Progress(5, b"x")))
+    older, _ = world.record("s00")
+    world.wait(a.commit("s00", Progress(6, b"y")))
+    a.deafen(DURABLE, "")
+    _, revision = world.record("s00")
+    # The acknowledged 6 is lost: the older value comes back under a new revision.
+    world.write("update", DURABLE, KEYS.split("s00"), encode(older), revision)
+    with pytest.raises(Fenced):
+        world.wait(a.commit("s00", Progress(7, b"z")))
+    record, _ = world.record("s00")
+    assert record.watermark == 5
+
+
 def test_a_maybe_landed_session_renewal_is_adopted() -> None:
     # On a per-key store the presence record is the session every lease names: a renewal
     # whose reply was lost (it landed) is read back at the next beat and adopted, and no
