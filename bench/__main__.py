@@ -66,7 +66,7 @@ def main() -> None:
     if args.profile:
         profiled = [name for name in chosen if name in profiling.PROFILES]
         if not profiled:
-            parser.error(f"--profile breaks down {sorted(profiling.PROFILES)}; pick one with --only")
+            parser.error(f"--profile breaks down {sorted(profiling.PROFILES)}: pick with --only")
         for name in profiled:
             profiling.PROFILES[name](options)
         return

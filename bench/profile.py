@@ -45,7 +45,7 @@ from spate._core.records import Keys
 from spate.store import Keyspace, Store, Won
 from spate_stores.memory import MemoryServer, MemoryStore
 
-__all__ = ["Breakdown", "bucket_of", "profile_commit", "profile_move", "run_commit", "run_move"]
+__all__ = ["PROFILES", "Breakdown", "bucket_of", "profile_commit", "run_commit", "run_move"]
 
 DURABLE = Keyspace.DURABLE
 KEYS = Keys(JOB)
@@ -80,30 +80,37 @@ _BUCKETS: Sequence[tuple[str, Callable[[str, str], bool]]] = (
     ("span + metrics: OpenTelemetry", lambda f, n: "/opentelemetry/" in f),
     (
         "span + metrics: spate's fenced write",
-        lambda f, n: f.endswith(("spate/_fenced.py", "spate/_metrics.py"))
-        or "/spate/telemetry/" in f,
+        lambda f, n: (
+            f.endswith(("spate/_fenced.py", "spate/_metrics.py")) or "/spate/telemetry/" in f
+        ),
     ),
     (
         "cancel scopes",
-        lambda f, n: (f.endswith("trio/_core/_run.py") and n in _CANCEL)
-        or "trio._core._run.Cancel" in f,
+        lambda f, n: (
+            (f.endswith("trio/_core/_run.py") and n in _CANCEL) or "trio._core._run.Cancel" in f
+        ),
     ),
     ("Trio: scheduling, checkpoints", lambda f, n: "/trio/" in f or "trio." in f),
     ("logging", lambda f, n: "/logging/" in f),
     ("encoding, decoding", lambda f, n: f.endswith(("_core/records.py", "_core/codec.py"))),
     (
         "driver: flow round trips, key holds",
-        lambda f, n: f.endswith(("_runtime/driver.py", "_core/flow_engine.py", "_core/flows.py"))
-        or (f.endswith("_runtime/loop.py") and n == "call_inline"),
+        lambda f, n: (
+            f.endswith(("_runtime/driver.py", "_core/flow_engine.py", "_core/flows.py"))
+            or (f.endswith("_runtime/loop.py") and n == "call_inline")
+        ),
     ),
     ("group commit", lambda f, n: f.endswith("_runtime/group_commit.py")),
     (
         "commit flow, tenancy",
         lambda f, n: f.endswith(("_core/commits.py", "_core/tenancy.py", "_core/machine.py")),
     ),
-    ("API: SplitHandle, Coordinator", lambda f, n: f.endswith(("_runtime/worker.py",
-                                                              "_runtime/coordinator.py",
-                                                              "spate/_events.py"))),
+    (
+        "API: SplitHandle, Coordinator",
+        lambda f, n: f.endswith(
+            ("_runtime/worker.py", "_runtime/coordinator.py", "spate/_events.py")
+        ),
+    ),
     ("coordinator loop (inputs, steps)", lambda f, n: "/spate/_runtime/" in f),
     ("fold into the view, watch echo", lambda f, n: "/spate/_core/" in f),
     ("spate_stores (wrappers)", lambda f, n: "/spate_stores/" in f or "/spate_testing/" in f),
