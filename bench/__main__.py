@@ -54,7 +54,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in SUITES]
+    unknown = [
+        n for n in chosen if n not in SUITES and not (args.profile and n in profiling.PROFILES)
+    ]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {sorted(SUITES)}")
     stores = tuple(s.strip() for s in args.stores.split(",") if s.strip())

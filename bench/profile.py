@@ -35,13 +35,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import trio
 import trio.testing
 
 from bench._fleet import JOB, idle, planner_of
 from bench._harness import Options
 from spate import Config, SplitHandle, run_worker
-from spate._core.records import Keys
+from spate._core.records import Keys, ProgressRecord
 from spate.store import Keyspace, Store, Won
 from spate_stores.memory import MemoryServer, MemoryStore
 
@@ -349,5 +350,101 @@ def run_move(options: Options) -> None:
     )
 
 
-PROFILES: dict[str, Callable[[Options], None]] = {"commit": run_commit, "balance-move": run_move}
-"""The benchmarks ``--profile`` breaks down."""
+# -- 3. the record codec ---------------------------------------------------------------------
+
+
+def _preconf_codec() -> tuple[Callable[[ProgressRecord], bytes], Callable[[bytes], ProgressRecord]]:
+    """A progress record's codec on ``cattrs.preconf.json``, made to write the same bytes."""
+    import base64
+    import json
+
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+    from cattrs.preconf.json import make_converter
+
+    from spate._core import records
+
+    converter = make_converter(forbid_extra_keys=True)
+    # The records' own rules (strict scalars, base64 bytes) over the preconf defaults.
+    converter.register_structure_hook(int, records._strict_int)
+    converter.register_structure_hook(str, records._strict_str)
+    converter.register_structure_hook(float, records._strict_float)
+    converter.register_structure_hook(bool, records._strict_bool)
+    converter.register_structure_hook(bytes, records._bytes_from_b64)
+    converter.register_unstructure_hook(bytes, lambda b: base64.b64encode(b).decode("ascii"))
+    optional = records._OPTIONAL_FIELDS[ProgressRecord]
+    header = make_dict_unstructure_fn(
+        ProgressRecord,
+        converter,
+        state=override(omit=True),
+        **{name: override(omit_if_default=True) for name in optional},  # type: ignore[arg-type]
+    )
+    structure = make_dict_structure_fn(ProgressRecord, converter, _cattrs_forbid_extra_keys=True)
+
+    def encode(record: ProgressRecord) -> bytes:
+        fields = header(record)
+        fields["schema"] = records.PROGRESS_SCHEMA
+        return json.dumps(fields, separators=(",", ":")).encode() + b"\n" + record.state
+
+    def decode(data: bytes) -> ProgressRecord:
+        end = data.index(b"\n")
+        raw = json.loads(data[:end])
+        raw["state"] = ""
+        return attrs.evolve(structure(raw, ProgressRecord), state=data[end + 1 :])
+
+    return encode, decode
+
+
+def _per_call_us(fn: Callable[[], object], count: int, rounds: int = 5) -> float:
+    """Median over ``rounds`` of the process's CPU per call of ``fn``, in µs."""
+    times = []
+    for _ in range(rounds):
+        began = time.process_time_ns()
+        for _ in range(count):
+            fn()
+        times.append((time.process_time_ns() - began) / count / 1000)
+    return statistics.median(times)
+
+
+def run_codec(options: Options) -> None:
+    """Print a progress record's encode and decode: the direct path, the converter, preconf."""
+    from spate._core import records
+
+    record = ProgressRecord(
+        id="s000001",
+        epoch=3,
+        status=records.Status.RUNNABLE,
+        owner="worker-7",
+        attempts=1,
+        watermark=123_456,
+        state=b"resume-state" * 4,
+        completed=False,
+        written_at_ms=1_764_000_000_000,
+        advanced=True,
+        owner_nonce="9f3c2a",
+    )
+    data = records.encode(record)
+    key = KEYS.split(record.id)
+    pre_encode, pre_decode = _preconf_codec()
+    same = pre_encode(record) == data and pre_decode(data) == record
+    count = 2_000 if options.quick else 20_000
+    rows = [
+        ("direct path (records.encode / decode)", lambda: records.encode(record),
+         lambda: records.decode(ProgressRecord, key, data, split=record.id)),
+        ("general path (cattrs Converter + json)", lambda: records._encode_general(record),
+         lambda: records._decode_general(ProgressRecord, key, data, split=record.id)),
+        ("cattrs.preconf.json + json", lambda: pre_encode(record), lambda: pre_decode(data)),
+    ]  # fmt: skip
+    print(f"\nA progress record ({len(data)} bytes): CPU per call, median of 5 x {count}")
+    print(f"(the preconf converter writes the same bytes and reads the same record: {same})\n")
+    print("| codec | encode µs | decode µs |")
+    print("|---|---:|---:|")
+    for label, enc, dec in rows:
+        print(f"| {label} | {_per_call_us(enc, count):.2f} | {_per_call_us(dec, count):.2f} |")
+
+
+PROFILES: dict[str, Callable[[Options], None]] = {
+    "commit": run_commit,
+    "balance-move": run_move,
+    "codec": run_codec,
+}
+"""What ``--profile`` breaks down (``codec`` is a profile only: no benchmark of that name)."""
