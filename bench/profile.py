@@ -311,7 +311,7 @@ async def _commit_tables(ops: int, rounds: int, sdk: bool) -> None:
 
 def run_commit(options: Options) -> None:
     """Print the commit breakdown without, then with, an SDK installed."""
-    ops, rounds = (2_000, 2) if options.quick else (20_000, 5)
+    ops, rounds = (2_000, 2) if options.quick else (10_000, 5)
     trio.run(_commit_tables, ops, rounds, False)
     with _sdk_installed():
         trio.run(_commit_tables, ops, rounds, True)
