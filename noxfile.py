@@ -222,11 +222,13 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmark suite (DESIGN §8; not in the default run): prints one table of ratios,
     then the two adapter benchmarks. Starts its own etcd and nats-server; ~30 minutes.
-    Arguments go to `python -m bench` (e.g. `nox -s bench -- --quick --only commit`)."""
+    Arguments go to `python -m bench` (e.g. `nox -s bench -- --quick --only commit`;
+    `-- --only commit --profile` prints where a commit's CPU goes instead)."""
     install_project(session)
     session.install("nats-py>=2.6")  # bench/bench_nats.py's reference client, nothing else
     session.run("python", "-m", "bench", *session.posargs)
-    if any(arg.startswith(("--quick", "--only", "--stores")) for arg in session.posargs):
+    partial = ("--quick", "--only", "--stores", "--profile")
+    if any(arg.startswith(partial) for arg in session.posargs):
         return  # a partial run: the adapter benchmarks are part of the whole one only
     session.run("python", "bench/bench_etcd.py", "--ops", "1000", "--rounds", "3", "--seconds", "2")
     session.run("python", "bench/bench_nats.py", "--ops", "2000", "--rounds", "3", "--seconds", "2")

@@ -8,7 +8,8 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 Options: ``--only commit,failover,handover,scale,steady,cluster,fleet,makespan,balance,``
 ``balance-move`` picks benchmarks; ``--stores memory,etcd,nats`` picks stores; ``--quick``
 shrinks every count (a smoke run, not figures to quote); ``--markdown FILE`` also writes the
-table there.
+table there. ``--profile`` prints where the CPU goes instead (``commit``: one commit on the
+memory store; ``balance-move``: one coordinator step of a move; see :mod:`bench.profile`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from bench import balance, balance_move, cluster, commit, failover, fleet, makespan, scale, steady
+from bench import profile as profiling
 from bench._harness import Options, Row, print_rows
 from spate import __version__
 
@@ -45,9 +47,16 @@ def main() -> None:
     parser.add_argument("--stores", default="memory,etcd,nats", help="stores to measure")
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
     parser.add_argument("--markdown", default="", help="also write the table to this file")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help=f"print where the CPU goes instead ({', '.join(profiling.PROFILES)})",
+    )
     args = parser.parse_args()
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in SUITES]
+    unknown = [
+        n for n in chosen if n not in SUITES and not (args.profile and n in profiling.PROFILES)
+    ]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {sorted(SUITES)}")
     stores = tuple(s.strip() for s in args.stores.split(",") if s.strip())
@@ -56,6 +65,13 @@ def main() -> None:
     # a warning; the benchmark's own lines are what matter here.
     logging.basicConfig(level=logging.ERROR)
     print(f"spate {__version__} at {_revision()}, Python {platform.python_version()}", flush=True)
+    if args.profile:
+        profiled = [name for name in chosen if name in profiling.PROFILES]
+        if not profiled:
+            parser.error(f"--profile breaks down {sorted(profiling.PROFILES)}: pick with --only")
+        for name in profiled:
+            profiling.PROFILES[name](options)
+        return
     rows: list[Row] = []
     began = time.monotonic()
     for name in chosen:

@@ -76,6 +76,20 @@ class Scope:
     metrics: MetricsHooks = attrs.field(factory=MetricsHooks)
     session: Callable[[], Session | None] = attrs.field(default=lambda: None)
     """The coordinator's current store session, named by every ephemeral create and update."""
+    base: dict[str, str | int] = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(
+            lambda self: {
+                "spate.job": self.job,
+                "spate.instance": self.instance,
+                "db.system": self.system,
+            },
+            takes_self=True,
+        ),
+    )
+    """The attributes every span of this scope starts with (built once, copied per span)."""
 
 
 @contextmanager
@@ -87,15 +101,9 @@ def span(
     ``records_errors=False`` leaves an escaping exception to the caller to record (as
     :func:`write` does, once, with its outcome).
     """
-    base: dict[str, str | int] = {
-        "spate.job": scope.job,
-        "spate.instance": scope.instance,
-        "db.system": scope.system,
-    }
-    base.update(attributes)
     with _tracer.start_as_current_span(
         f"spate.{operation}",
-        attributes=base,
+        attributes={**scope.base, **attributes},
         record_exception=records_errors,
         set_status_on_exception=records_errors,
     ) as current:
@@ -138,14 +146,28 @@ async def write(
         elapsed = trio.current_time() - started
         scope.metrics.write(operation, "won" if isinstance(result, Won) else "lost", elapsed)
         return result
-    attributes: dict[str, str | int] = {"spate.keyspace": keyspace.value, "spate.key": key}
+    # The span is started and made current directly (not through span(): each layer of
+    # context managers between here and the SDK cost about as much as a memory-store write).
+    attributes: dict[str, str | int] = {
+        **scope.base,
+        "spate.keyspace": keyspace.value,
+        "spate.key": key,
+    }
     if split is not None:
         attributes["spate.split"] = split
     if epoch is not None:
         attributes["spate.epoch"] = epoch
     if expected is not None:
         attributes["spate.expected_revision"] = expected
-    with span(scope, operation, records_errors=False, **attributes) as current:
+    current = _tracer.start_span(
+        _span_name(operation),
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+    with trace.use_span(
+        current, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
         try:
             result = await _perform(store, kind, keyspace, key, value, expected, session)
         except (StoreError, StoreUnavailable, trio.Cancelled) as exc:
@@ -153,8 +175,7 @@ async def write(
             scope.metrics.write(operation, "error", trio.current_time() - started)
             raise
         if isinstance(result, Won):
-            current.set_attribute("spate.new_revision", result.revision)
-            current.set_attribute("spate.outcome", "won")
+            current.set_attributes({"spate.new_revision": result.revision, "spate.outcome": "won"})
             scope.metrics.write(operation, "won", trio.current_time() - started)
         else:
             assert isinstance(result, Conflict)
@@ -163,6 +184,17 @@ async def write(
             current.add_event("spate.cas_lost", {"spate.key": key})
             scope.metrics.write(operation, "lost", trio.current_time() - started)
         return result
+
+
+_names: dict[str, str] = {}
+
+
+def _span_name(operation: str) -> str:
+    """``spate.<operation>``, built once per operation."""
+    name = _names.get(operation)
+    if name is None:
+        name = _names[operation] = f"spate.{operation}"
+    return name
 
 
 def _perform(
