@@ -42,9 +42,9 @@ async def _assigned(store: Store, instance: str) -> tuple[str, ...]:
 
 
 async def _until_assigned(store: Store, instance: str, *, within: float) -> None:
-    """Wait (virtual time) until the leader has given ``instance`` a share."""
+    """Wait (virtual time, polling the store) until the leader gives ``instance`` a share."""
     with trio.fail_after(within):
-        while not await _assigned(store, instance):
+        while not await _assigned(store, instance):  # noqa: ASYNC110
             await trio.sleep(0.25)
 
 
@@ -66,7 +66,7 @@ async def test_a_ghost_presence_strands_no_split_past_the_claim_deadline(
         await a.until(lambda: len(a.c.owned) + len(b.c.owned) < SPLITS, within=30)
         # Owned again within the deadline (and a claim), while the ghost is still written.
         with trio.fail_after(DEADLINE + TTL):
-            while await _assigned(store, "ghost") != ():
+            while await _assigned(store, "ghost") != ():  # noqa: ASYNC110
                 await trio.sleep(0.25)
             await a.until(lambda: len(a.c.owned) + len(b.c.owned) == SPLITS)
         assert await store.get(Keyspace.EPHEMERAL, KEYS.worker("ghost")) is not None
