@@ -48,7 +48,7 @@ from spate._core.balance import (
     BalanceWorker,
     plan_balance_round,
 )
-from spate._core.placement import Placement
+from spate._core.placement.vocabulary import Placement
 from spate_testing._placement_model import desired_assignment
 
 INTERVAL = 60.0
@@ -330,7 +330,8 @@ def splittable(config: BalanceConfig = CONFIG, rounds: int = 10, *, asks: bool =
 
     8 splits, one 16x the others, on 4 workers of 8 lanes, placed by count. Each split's owner
     reports its load every 5 s into a meter of its tenancy (half-life 60 s, trusted after a
-    minute); a round every 60 s reads what :mod:`spate._core.load_balance` reads: the trusted
+    minute); a round every 60 s reads what :mod:`spate._core.leader.balance_rounds` reads: the
+    trusted
     rates, a moved split's last trusted load until its new owner's meter is trusted, a
     residual's parent. A split asked splits as the recipe of ``docs/splitting.md`` does: at
     its next commit (the next report), once, in halves; the primary keeps its tenancy and its

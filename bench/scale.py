@@ -16,7 +16,7 @@ For each job size N (memory store, real clock):
   against the bytes of the job's records.
 
 Then the leader's placement solved from scratch (a fresh index,
-:func:`spate._core.placement_index.solve_placement`) over 100,000 splits and 100 workers without
+:func:`spate._core.placement.index.solve_placement`) over 100,000 splits and 100 workers without
 zones: placing a fresh job, re-placing a balanced one (a fixpoint), and re-placing after a
 worker left — timed against one ``sorted()`` of the same splits, with the reference model's
 time (``spate_testing._placement_model``) beside it.
@@ -25,7 +25,7 @@ Then the same over 100,000 splits and 100 workers in 10 zones: a fresh job, a fi
 whole zone lost, and the cost per ownership change when the whole job is placed again (one
 split completes: what the leader paid per change before it kept an index).
 
-Then the leader's :class:`spate._core.placement_index.PlacementIndex` over the same job, with and
+Then the leader's :class:`spate._core.placement.index.PlacementIndex` over the same job, with and
 without zones: CPU per ownership change as the leader pays it (one split completes, the index
 re-solves, the changed members' assignments are read; then the moves it made land: their
 owners hand back and the assignees claim), and per claim by the assignee (changes nothing).
@@ -57,9 +57,9 @@ from bench._harness import (
     median,
 )
 from spate import Config
-from spate._core.placement import Member, Placement
-from spate._core.placement_index import PlacementIndex, solve_placement
-from spate._core.placement_report import placement_report
+from spate._core.placement.index import PlacementIndex, solve_placement
+from spate._core.placement.report import placement_report
+from spate._core.placement.vocabulary import Member, Placement
 from spate._core.protocol import fingerprint_hash
 from spate._core.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won

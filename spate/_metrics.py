@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 import attrs
 
 if TYPE_CHECKING:
-    from spate._core.placement_report import PlacementReport
+    from spate._core.placement.report import PlacementReport
 
 __all__ = [
     "AcquireReason",

@@ -14,8 +14,8 @@ import attrs
 
 from spate import _fenced as fenced
 from spate._core.balance import BalanceConfig, BalanceSplit, BalanceWorker, judge_loads
-from spate._core.balance_loads import split_loads
-from spate._core.placement_report import PlacementReport, placement_report
+from spate._core.balance.loads import split_loads
+from spate._core.placement.report import PlacementReport, placement_report
 from spate._core.records import (
     AssignmentRecord,
     Finality,
@@ -306,7 +306,7 @@ def _balance_loads(
     """Each running split's load and each worker's (load, mean), as the leader balances them.
 
     The leader's own rules, read from the store: the same split loads
-    (:func:`~spate._core.balance_loads.split_loads`, with the loads the leader carries across
+    (:func:`~spate._core.balance.loads.split_loads`, with the loads the leader carries across
     its moves from its presence record) and the same judgement
     (:func:`~spate._core.balance.judge_loads`). Nothing while no worker reports load.
     """
@@ -701,7 +701,7 @@ async def _reopen(store: Store, scope: fenced.Scope, keys: Keys) -> None:
 def held_aside_reason(problems: dict[str, str]) -> str:
     """The reason a split held aside shows: each unreadable record by key, with its problem.
 
-    The same words the coordinator's view gives it (:mod:`spate._core.split_table`).
+    The same words the coordinator's view gives it (:mod:`spate._core.view.split_table`).
     """
     return "; ".join(f"unreadable record {key}: {p}" for key, p in sorted(problems.items()))
 

@@ -19,7 +19,7 @@ from typing import TypeAlias
 
 import attrs
 
-from spate._core.placement import validate_locality
+from spate._core.placement.vocabulary import validate_locality
 from spate._echo import echo
 from spate._errors import ConfigError, PlanError
 

@@ -1,6 +1,6 @@
 """The reference model of placement, for tests: the whole job placed from scratch, step by step.
 
-Not the leader's placement: that is :class:`spate._core.placement_index.PlacementIndex`, which
+Not the leader's placement: that is :class:`spate._core.placement.index.PlacementIndex`, which
 reaches the same answer one change at a time. This model is the plain reading of the rules it
 must follow, and the property tests hold the index equal to it, answer for answer
 (``tests/core/test_placement_index.py``, ``tests/core/test_placement.py``).
@@ -19,7 +19,7 @@ and the placement is sticky, affinity and fill alone. Both take ``held``: splits
 steps leave where the sticky and fill steps put them.
 
 The rules themselves (what a locality, a domain and an affinity are; the steps and the
-guarantees they give) are written down once, in :mod:`spate._core.placement_index`.
+guarantees they give) are written down once, in :mod:`spate._core.placement.index`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Collection, Mapping
 
 import attrs
 
-from spate._core.placement import (
+from spate._core.placement.vocabulary import (
     MAX_IMPROVING_MOVES,
     Band,
     Member,
@@ -66,7 +66,8 @@ def desired_assignment(
     its cap, heaviest first), *fill* (each remaining split, heaviest first, to the member with
     spare budget and the least load, ties by member hash), *improve* (repeatedly the single
     move that most lowers the sum of squared loads while a load lies outside the
-    :class:`~spate._core.placement.Band`, until none does; only when ``rebalance``, and never
+    :class:`~spate._core.placement.vocabulary.Band`, until none does; only when ``rebalance``, and
+    never
     moving a ``held`` split).
     """
     if not members:

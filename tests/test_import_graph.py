@@ -154,6 +154,71 @@ def test_every_core_module_is_free_of_trio() -> None:
                 assert not node.module.startswith(("trio", "spate._runtime")), name
 
 
+# -- the core's folders -------------------------------------------------------------------
+
+FOLDERS = ("balance", "leader", "membership", "placement", "tenancy", "view")
+"""The core's folders (``spate._core.<folder>``); the frame (machine, flows, records) is the top."""
+
+
+def _folder(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["spate", "_core"] else None
+
+
+def _core_graph() -> dict[str, set[str]]:
+    known = _modules("spate")
+    return {
+        name: _imports(name, path, known)
+        for name, path in known.items()
+        if name.startswith("spate._core.")
+    }
+
+
+def _crossings(graph: dict[str, set[str]], one: str, other: str) -> list[str]:
+    return sorted(
+        f"{name} -> {dep}"
+        for name, deps in graph.items()
+        for dep in deps
+        if {_folder(name), _folder(dep)} == {one, other}
+    )
+
+
+def test_the_leader_and_the_tenancies_share_no_import() -> None:
+    # The leader decides where splits go; a worker's tenancy holds what it was given. They
+    # meet only in the records and in the machine's wiring: a rule that needs both is the
+    # machine's to wire, not one folder's to reach into the other for.
+    assert _crossings(_core_graph(), "leader", "tenancy") == []
+
+
+def test_no_folder_of_the_core_imports_the_machine() -> None:
+    graph = _core_graph()
+    offenders = sorted(
+        n for n, deps in graph.items() if _folder(n) and "spate._core.machine" in deps
+    )
+    assert offenders == []
+
+
+def test_every_folder_of_the_core_says_what_lives_there() -> None:
+    for folder in FOLDERS:
+        init = ROOT / "spate" / "_core" / folder / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc, folder
+        modules = sorted(p.name for p in init.parent.glob("*.py") if p.name != "__init__.py")
+        if folder != "balance":  # (balance/ re-exports its decision: its text is its API)
+            missing = [m for m in modules if f"``{m}``" not in doc]
+            assert missing == [], (folder, missing)
+
+
+def test_the_folder_rule_sees_a_crossing() -> None:
+    graph = {
+        "spate._core.leader.a": {"spate._core.tenancy.b"},
+        "spate._core.tenancy.b": {"spate._core.records"},
+    }
+    assert _crossings(graph, "leader", "tenancy") == [
+        "spate._core.leader.a -> spate._core.tenancy.b"
+    ]
+
+
 # -- the machine's facade ------------------------------------------------------------------
 
 COMPONENTS = frozenset({"claims", "leader", "placement_changes", "revocations", "verdict", "view"})

@@ -4,17 +4,17 @@ A follower re-reads its own keys (its three exact watches' keys and its assigned
 splits) and never lists the job (DESIGN §4b). The leader lists both keyspaces in pages of
 ``Config.list_page_size`` records, folding each page and letting it go, so it holds about a
 page in flight whatever the job's size; keys no page brought are decided only once the last
-page is in (:meth:`~spate._core.view.View.end_listing`). One reconcile runs at a time.
+page is in (:meth:`~spate._core.view.view.View.end_listing`). One reconcile runs at a time.
 """
 
 from __future__ import annotations
 
 import logging
 
-from spate._core.claims import Claims
 from spate._core.flows import Flow, Op, Page
 from spate._core.host import Host
-from spate._core.scopes import Scopes
+from spate._core.tenancy.claims import Claims
+from spate._core.view.scopes import Scopes
 from spate._errors import StoreUnavailable
 from spate._store import Keyspace
 

@@ -9,7 +9,7 @@ loop, or every commit would cost a rule sweep on top of its write.
 
 from __future__ import annotations
 
-from spate._core.view import View
+from spate._core.view.view import View
 from spate._store import Delete, Keyspace, Put
 
 __all__ = ["is_echo"]

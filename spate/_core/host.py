@@ -2,7 +2,7 @@
 
 The machine (:mod:`spate._core.machine`) owns the components — claims, leadership, revocations,
 the terminal verdict — and hands each of them a :class:`Host`: the coordinator's identity, the
-shared read model of the store (:class:`spate._core.view.View`), the clock, and the effects a
+shared read model of the store (:class:`spate._core.view.view.View`), the clock, and the effects a
 component may ask for (start a flow, emit an event, run the planner). A component that needs
 another's facts gets them through one of the small protocols below, never by reaching into the
 other's attributes, so each rule lives in one module and the import graph has no cycles: the
@@ -18,10 +18,10 @@ from typing import Any, Literal, Protocol
 import outcome
 
 from spate._config import Config
-from spate._core.changes import PlacementChanges
 from spate._core.flows import Flow
 from spate._core.records import Keys
-from spate._core.view import Notice, View
+from spate._core.view.changes import PlacementChanges
+from spate._core.view.view import Notice, View
 from spate._errors import FatalCoordinationError
 from spate._events import Event
 from spate._metrics import MetricsHooks, RevocationOutcome

@@ -16,16 +16,16 @@ startup sequence, the ticker schedule, which watch events to drop or hold back),
 runtime only moves bytes and time.
 
 The rules live in the components, one concern each, built here (each given the others it
-needs through its constructor) and nowhere else: :mod:`spate._core.leader` (election,
-planning, the rebalance policy, publishing), :mod:`spate._core.claims` and
-:mod:`spate._core.tenancy` (claims; renewals, commit, fail, release),
-:mod:`spate._core.quarantine`, :mod:`spate._core.revocation` (drains and their deadlines),
-:mod:`spate._core.verdict` (the verdict), :mod:`spate._core.presence` (the presence key and
-the session), :mod:`spate._core.backstop` (the reconcile), :mod:`spate._core.job_listing`,
-:mod:`spate._core.handover`, :mod:`spate._core.departure`, and
-:mod:`spate._core.notice_router` (where each change the view reports goes), and last
-:mod:`spate._core.step_order` (the order in which one step moves them). They see the
-machine only as a :class:`spate._core.host.Host` and each other only through the narrow
+needs through its constructor) and nowhere else: :mod:`spate._core.leader.leadership` (election,
+planning, the rebalance policy, publishing), :mod:`spate._core.tenancy.claims` and
+:mod:`spate._core.tenancy.tenancies` (claims; renewals, commit, fail, release),
+:mod:`spate._core.tenancy.quarantine`, :mod:`spate._core.tenancy.revocation` (drains and their
+deadlines), :mod:`spate._core.leader.verdict` (the verdict), :mod:`spate._core.membership.presence`
+(the presence key and the session), :mod:`spate._core.backstop` (the reconcile),
+:mod:`spate._core.leader.job_listing`, :mod:`spate._core.membership.handover`,
+:mod:`spate._core.membership.departure`, and :mod:`spate._core.notice_router` (where each change the
+view reports goes), and last :mod:`spate._core.step_order` (the order in which one step moves them).
+They see the machine only as a :class:`spate._core.host.Host` and each other only through the narrow
 protocols there or the objects they were given.
 
 Work per input is proportional to what it changed: a watch event that is the echo of the
@@ -46,30 +46,20 @@ import outcome
 
 from spate._config import Config
 from spate._core.backstop import Backstop
-from spate._core.changes import PlacementChanges
-from spate._core.claims import Claims
-from spate._core.commits import commit_flow
-from spate._core.departure import Departure
 from spate._core.echo import is_echo
 from spate._core.flows import Flow
-from spate._core.handover import HandoverPoll
 from spate._core.host import PlannerRun, SessionFacts
-from spate._core.job_listing import JobListing
-from spate._core.leader import Leadership
-from spate._core.leader_phase import LeaderPhase
-from spate._core.notice_router import NoticeRouter
-from spate._core.ownership import OwnershipReads
-from spate._core.point_reads import reread
-from spate._core.presence import Presence
-from spate._core.protocol import fingerprint_hash, stable_hash_str
-from spate._core.records import Keys
-from spate._core.residuals import ResidualSeeds
-from spate._core.revocation import DrainTable, Revocations
-from spate._core.schedule import heartbeat_delay, reconcile_interval
-from spate._core.scopes import Scopes, WatchScope
-from spate._core.split_requests import SplitRequests
-from spate._core.splitting import split_flow
-from spate._core.startup import (
+from spate._core.leader.job_listing import JobListing
+from spate._core.leader.leadership import Leadership
+from spate._core.leader.ownership import OwnershipReads
+from spate._core.leader.phase import LeaderPhase
+from spate._core.leader.residuals import ResidualSeeds
+from spate._core.leader.split_requests import SplitRequests
+from spate._core.leader.verdict import VerdictJudge
+from spate._core.membership.departure import Departure
+from spate._core.membership.handover import HandoverPoll
+from spate._core.membership.presence import Presence
+from spate._core.membership.startup import (
     STARTUP_STEPS,
     STEP_TIMEOUT_FACTOR,
     StartupStep,
@@ -77,10 +67,20 @@ from spate._core.startup import (
     join_flow,
     startup_step_flow,
 )
+from spate._core.notice_router import NoticeRouter
+from spate._core.protocol import fingerprint_hash, stable_hash_str
+from spate._core.records import Keys
+from spate._core.schedule import heartbeat_delay, reconcile_interval
 from spate._core.step_order import StepOrder
-from spate._core.tenancy import Tenancies
-from spate._core.verdict import VerdictJudge
-from spate._core.view import (
+from spate._core.tenancy.claims import Claims
+from spate._core.tenancy.commits import commit_flow
+from spate._core.tenancy.point_reads import reread
+from spate._core.tenancy.revocation import DrainTable, Revocations
+from spate._core.tenancy.splitting import split_flow
+from spate._core.tenancy.tenancies import Tenancies
+from spate._core.view.changes import PlacementChanges
+from spate._core.view.scopes import Scopes, WatchScope
+from spate._core.view.view import (
     Notice,
     View,
 )
@@ -338,7 +338,7 @@ class Machine:
 
     @property
     def leader_phase(self) -> LeaderPhase:
-        """Where this worker stands in leading the job (see :mod:`spate._core.leader_phase`)."""
+        """Where this worker stands in leading the job (see :mod:`spate._core.leader.phase`)."""
         return self._leader.phase
 
     @property
@@ -352,7 +352,7 @@ class Machine:
 
     @property
     def watches(self) -> tuple[WatchScope, ...]:
-        """The watches this worker wants open now (see :mod:`spate._core.scopes`).
+        """The watches this worker wants open now (see :mod:`spate._core.view.scopes`).
 
         A follower's three exact keys; the leader's ephemeral prefix, the same two durable
         keys and, on a store with per-key TTLs, the durable lease prefix. A runtime looks again
@@ -413,7 +413,7 @@ class Machine:
 
         Answered from the view: each is owned elsewhere or finished, or nobody is going to
         take the rest. A follower's view knows that only once it has read those splits and
-        the members since it left (see :mod:`spate._core.handover`).
+        the members since it left (see :mod:`spate._core.membership.handover`).
         """
         return self._handover.handed_over(splits)
 
@@ -509,14 +509,15 @@ class Machine:
     # -- notices -----------------------------------------------------------------------------
 
     def reread(self, keyspace: Keyspace, key: str) -> Flow[None]:
-        """Read ``key`` again and fold what it holds (:func:`~spate._core.point_reads.reread`)."""
+        """Read ``key`` again and fold what it holds (:func:`.point_reads.reread`)."""
         return reread(self, keyspace, key)
 
     def fold(self, notices: list[Notice]) -> None:
         """Act on what changed in the view (see :mod:`spate._core.notice_router`)."""
         self._router.fold(notices)
 
-    # -- startup (the sequence and its retries: spate._core.startup) --------------------------
+    # -- startup (the sequence and its retries: spate._core.membership.startup)
+    # --------------------------
 
     @property
     def startup_steps(self) -> tuple[StartupStep, ...]:
@@ -543,13 +544,13 @@ class Machine:
     def startup_flow(self, step: StartupStep) -> Flow[None]:
         """The machine's part of ``step`` (join or announce; see :func:`startup_step_flow`).
 
-        Raises :class:`~spate._core.startup.Retry` when the try lost a benign race, and
+        Raises :class:`~spate._core.membership.startup.Retry` when the try lost a benign race, and
         :class:`~spate.FatalCoordinationError` for a plan record it cannot read.
         """
         return startup_step_flow(step, partial(join_flow, self), self._presence.announce_flow)
 
     def announce_flow(self) -> Flow[bool]:
-        """Write this worker's presence key (see :mod:`spate._core.presence`)."""
+        """Write this worker's presence key (see :mod:`spate._core.membership.presence`)."""
         return self._presence.announce_flow()
 
     # -- heartbeat, presence, reconcile -------------------------------------------------------
@@ -573,7 +574,7 @@ class Machine:
         return self._departure.release_all_flow(splits)
 
     def depart_flow(self) -> Flow[BaseException | None]:
-        """Leave the job (see :mod:`spate._core.departure`)."""
+        """Leave the job (see :mod:`spate._core.membership.departure`)."""
         return self._departure.depart_flow()
 
 

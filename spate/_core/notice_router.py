@@ -1,6 +1,6 @@
 """Where each change the view reports goes: the one routing table of the machine's notices.
 
-A fold of a store entry into the view answers what changed (:mod:`spate._core.view`'s
+A fold of a store entry into the view answers what changed (:mod:`spate._core.view.view`'s
 notices); this module hands each to the components that act on it: the claims (a lease, a
 progress record, this worker's assignment), the leader (a newer generation, a departure or an
 arrival, a lease gone that frees a split for a waiting follower), and, while leading, the
@@ -9,14 +9,14 @@ leader's reads of progress records, its residual seeding and its split requests.
 
 from __future__ import annotations
 
-from spate._core.claims import Claims
 from spate._core.host import Host
-from spate._core.leader import Leadership
-from spate._core.ownership import OwnershipReads
-from spate._core.residuals import ResidualSeeds
-from spate._core.scopes import Scopes
-from spate._core.split_requests import SplitRequests
-from spate._core.view import (
+from spate._core.leader.leadership import Leadership
+from spate._core.leader.ownership import OwnershipReads
+from spate._core.leader.residuals import ResidualSeeds
+from spate._core.leader.split_requests import SplitRequests
+from spate._core.tenancy.claims import Claims
+from spate._core.view.scopes import Scopes
+from spate._core.view.view import (
     AssignmentChanged,
     AssignmentGone,
     LeaderChanged,

@@ -6,7 +6,7 @@
 - :func:`stable_hash_str`, :func:`stable_hash`, :func:`jitter` — the only hashing and
   randomness the rules use (blake2b, stable across platforms and Python versions).
 
-The leader's placement is :mod:`spate._core.placement_index`.
+The leader's placement is :mod:`spate._core.placement.index`.
 
 Everything here is deterministic in its arguments, which is what the property tests pin.
 """

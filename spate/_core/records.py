@@ -146,7 +146,7 @@ def now_ms() -> int:
 
 @attrs.frozen(kw_only=True)
 class Verdict:
-    """How a bounded job ended, as its leader published it (see :mod:`spate._core.verdict`).
+    """How a bounded job ended, as its leader published it (see :mod:`spate._core.leader.verdict`).
 
     ``all_complete`` is true when every split completed (then ``quarantined`` is 0); otherwise
     the job is stalled with ``completed`` splits done and ``quarantined`` set aside.
@@ -253,7 +253,7 @@ class ProgressRecord:
     ``epoch`` rises by one on every change of ownership (claim, quarantine); 0 means never
     owned. ``owner`` is the current or last tenant, ``None`` after a graceful hand-back.
     ``attempts`` counts the non-graceful ends that count against the split (see
-    :mod:`spate._core.claims`). ``advanced`` is cleared by every claim and set by the first
+    :mod:`spate._core.tenancy.claims`). ``advanced`` is cleared by every claim and set by the first
     commit of
     the tenancy that moves the watermark: a successor taking over from a dead owner charges an
     attempt only when it is still clear (the owner died without moving the split forward).
@@ -361,7 +361,7 @@ class PresenceRecord:
     """The leader's alone: the last trusted load of each running split a balance round moved,
     until its new owner's own is trusted (what the leader counts it at meanwhile; absent
     otherwise, and in older records). ``spate status`` reads it to count a moved split as the
-    leader does (``spate._core.balance_loads``)."""
+    leader does (``spate._core.balance.loads``)."""
 
     @property
     def reports_load(self) -> bool:

@@ -15,18 +15,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from spate._core.claims import Claims
-from spate._core.handover import HandoverPoll
 from spate._core.host import Host
-from spate._core.job_listing import JobListing
-from spate._core.leader import Leadership
-from spate._core.ownership import OwnershipReads
+from spate._core.leader.job_listing import JobListing
+from spate._core.leader.leadership import Leadership
+from spate._core.leader.ownership import OwnershipReads
+from spate._core.leader.residuals import ResidualSeeds
+from spate._core.leader.split_requests import SplitRequests
+from spate._core.leader.verdict import VerdictJudge
+from spate._core.membership.handover import HandoverPoll
 from spate._core.protocol import live_workers
-from spate._core.residuals import ResidualSeeds
-from spate._core.revocation import Revocations
-from spate._core.scopes import Scopes
-from spate._core.split_requests import SplitRequests
-from spate._core.verdict import VerdictJudge
+from spate._core.tenancy.claims import Claims
+from spate._core.tenancy.revocation import Revocations
+from spate._core.view.scopes import Scopes
 from spate._metrics import Gauges
 
 __all__ = ["RECHECK_AFTER", "StepOrder"]

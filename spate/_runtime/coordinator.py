@@ -21,9 +21,9 @@ import trio
 
 from spate import _fenced as fenced
 from spate._config import Config
-from spate._core.placement import validate_locality
-from spate._core.splitting import check_split_args
-from spate._core.startup import Retry, StartupStep
+from spate._core.membership.startup import Retry, StartupStep
+from spate._core.placement.vocabulary import validate_locality
+from spate._core.tenancy.splitting import check_split_args
 from spate._errors import ConfigError, Fenced, StoreUnavailable
 from spate._events import Event, Progress
 from spate._groups import meaningful_leaf
@@ -419,7 +419,7 @@ class _Closed(Exception):
 
 
 async def _startup(runtime: Runtime) -> None:
-    """Run the machine's startup sequence (its steps and their tries: spate._core.startup)."""
+    """Run the machine's startup sequence (its steps and tries: ``membership/startup.py``)."""
     steps: dict[str, Callable[[Runtime, StartupStep], Awaitable[None]]] = {
         "session": _open_session,
         "probe": _probe,

@@ -21,7 +21,7 @@ import trio
 
 from spate._core.backoff import REWATCH_BACKOFF, Backoff
 from spate._core.machine import Machine
-from spate._core.scopes import WatchScope
+from spate._core.view.scopes import WatchScope
 from spate._errors import StoreUnavailable
 from spate._runtime.bulk import collector_paused
 from spate._runtime.loop import Runtime

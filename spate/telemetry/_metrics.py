@@ -39,7 +39,7 @@ from spate._metrics import (
 from spate._version import __version__
 
 if TYPE_CHECKING:
-    from spate._core.placement_report import DomainShare, PlacementReport
+    from spate._core.placement.report import DomainShare, PlacementReport
 
 __all__ = ["SECONDS_BUCKETS", "Instruments", "OTelMetrics", "instruments"]
 

@@ -46,9 +46,9 @@ from spate import (
 from spate._core.backoff import RETRY_BACKOFF, REWATCH_BACKOFF, Backoff
 from spate._core.flows import Flow
 from spate._core.machine import Machine
+from spate._core.membership.startup import Retry, StartupStep, StartupTries
 from spate._core.records import UnreadableRecord
-from spate._core.scopes import WatchScope
-from spate._core.startup import Retry, StartupStep, StartupTries
+from spate._core.view.scopes import WatchScope
 from spate.store import Delete, Entry, EphemeralSemantics, Keyspace, Put, WatchEvent
 from spate.telemetry._context import Context
 from spate_testing.sim import _history as h

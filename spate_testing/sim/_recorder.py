@@ -38,7 +38,7 @@ from spate import (
     StoreError,
     ValueTooLarge,
 )
-from spate._core.load_balance import balance_config
+from spate._core.leader.balance_rounds import balance_config
 from spate._core.records import Finality, Keys, PlanRecord, ProgressRecord, decode
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.store import (

@@ -25,7 +25,7 @@ from spate._core.balance import (
     plan_balance_round,
     trust_window,
 )
-from spate._core.placement import affinity_matches, domain_of
+from spate._core.placement.vocabulary import affinity_matches, domain_of
 
 CONFIG = BalanceConfig()
 NOW = 10_000.0

@@ -2,7 +2,7 @@
 
 The rounds' state (which split moved in which round) lives in the leader's memory, so a new
 leader starts with none: without the rule, a split the old leader just moved could move again
-in the new leader's first round. The rule (``spate._core.load_balance``): a new leader runs
+in the new leader's first round. The rule (``spate._core.leader.balance_rounds``): a new leader runs
 no balance round until a full cooldown (``cooldown_rounds`` x ``balance_interval``) after its
 leadership began; the job's first leader (generation 1) has no predecessor and begins one
 interval in.
@@ -16,9 +16,9 @@ from typing import Any, cast
 from spate._config import Config
 from spate._core.balance import BalanceConfig
 from spate._core.host import Host
-from spate._core.load_balance import LoadBalancer, balance_config
+from spate._core.leader.balance_rounds import LoadBalancer, balance_config
 from spate._core.records import PresenceRecord, ProgressRecord, SpecRecord, SplitLoad
-from spate._core.split_table import SplitState
+from spate._core.view.split_table import SplitState
 
 INTERVAL = 60.0
 COOLDOWN = BalanceConfig().cooldown_rounds * INTERVAL

@@ -17,7 +17,7 @@ from spate import (
     StoreUnavailable,
 )
 from spate._core.records import LeaseRecord, ProgressRecord, Residual, Status, encode
-from spate._core.tenancy import committed
+from spate._core.tenancy.tenancies import committed
 from spate.store import Keyspace, Won
 
 from .world import KEYS, LEASE, Worker, World, complete_on_gain, config, cooperative, planner_of

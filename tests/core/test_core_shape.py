@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from spate._core.claims import Claims
-from spate._core.tenancy import Tenancies
+from spate._core.tenancy.claims import Claims
+from spate._core.tenancy.tenancies import Tenancies
 
 from .world import World
 
@@ -17,31 +17,41 @@ LIMIT = 450
 
 def _classes() -> dict[str, int]:
     sizes: dict[str, int] = {}
-    for path in sorted(CORE.glob("*.py")):
+    # Every folder of the core, balance/ included: a class is named by its path under the
+    # core (``tenancy/claims.Claims``).
+    for path in sorted(CORE.rglob("*.py")):
+        module = path.relative_to(CORE).with_suffix("").as_posix()
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ClassDef):
                 assert node.end_lineno is not None
-                sizes[f"{path.stem}.{node.name}"] = node.end_lineno - node.lineno + 1
+                sizes[f"{module}.{node.name}"] = node.end_lineno - node.lineno + 1
     return sizes
 
 
+OVER = {"balance/planner._Round": 720}
+"""The one class over the limit, found when the rule first covered balance/ (one balance round,
+its rules 1-8 as methods): pinned at a ceiling so it cannot grow while it waits to be cut."""
+
+
 def test_no_class_of_the_core_grows_past_about_450_lines() -> None:
-    over = {name: size for name, size in _classes().items() if size > LIMIT}
+    sizes = _classes()
+    over = {name: size for name, size in sizes.items() if size > OVER.get(name, LIMIT)}
     assert over == {}
+    assert all(sizes[name] > LIMIT for name in OVER), "a class back under the limit: drop it"
 
 
 def test_the_placement_index_and_the_view_are_facades_over_named_parts() -> None:
     """The two classes once over the limit keep their concerns in parts of their own."""
     sizes = _classes()
-    assert sizes["placement_index.PlacementIndex"] <= 350
-    assert sizes["view.View"] <= 400
+    assert sizes["placement/index.PlacementIndex"] <= 350
+    assert sizes["view/view.View"] <= 400
     for part in (
-        "placement_state.StickyState",
-        "placement_affinity.AffinityStep",
-        "placement_fill.CandidateHeaps",
-        "placement_moves.ImprovingMoves",
-        "member_table.MemberTable",
-        "split_table.SplitTable",
+        "placement/state.StickyState",
+        "placement/affinity.AffinityStep",
+        "placement/fill.CandidateHeaps",
+        "placement/moves.ImprovingMoves",
+        "view/member_table.MemberTable",
+        "view/split_table.SplitTable",
     ):
         assert sizes[part] <= LIMIT
 
@@ -50,9 +60,9 @@ def test_the_claims_and_the_machine_keep_a_concern_each_in_a_part_of_its_own() -
     """The last two classes over 450 lines: each moved one concern out, with room to spare
     (a facade method or two may still come: the next concern out is due before the limit)."""
     sizes = _classes()
-    assert sizes["claims.Claims"] <= LIMIT - 10
+    assert sizes["tenancy/claims.Claims"] <= LIMIT - 10
     assert sizes["machine.Machine"] <= LIMIT - 10
-    assert sizes["claim_retries.ClaimRetries"] <= LIMIT
+    assert sizes["tenancy/claim_retries.ClaimRetries"] <= LIMIT
     assert sizes["step_order.StepOrder"] <= LIMIT
 
 
@@ -85,8 +95,8 @@ def test_the_machine_gives_components_each_other_only_through_their_constructors
 
 
 def test_the_index_and_the_view_give_their_parts_each_other_through_constructors() -> None:
-    assert _assigned_to_parts("placement_index", "PlacementIndex") == []
-    assert _assigned_to_parts("view", "View") == []
+    assert _assigned_to_parts("placement/index", "PlacementIndex") == []
+    assert _assigned_to_parts("view/view", "View") == []
 
 
 def test_claims_hold_a_tenancies_instead_of_inheriting_from_it() -> None:
@@ -98,3 +108,9 @@ def test_claims_hold_a_tenancies_instead_of_inheriting_from_it() -> None:
     assert machine._claims.tenancies is machine._tenancies
     # As the revocations see the claims, they answer for what their tenancies hold.
     assert machine._claims.owned is machine._tenancies.owned
+
+
+def test_the_class_size_rule_covers_every_folder_of_the_core() -> None:
+    # The rule once globbed the top level only and missed balance/; every folder counts now.
+    folders = {name.split("/")[0] for name in _classes() if "/" in name}
+    assert {"balance", "leader", "membership", "placement", "tenancy", "view"} <= folders

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from spate._core.leader_phase import (
+from spate._core.leader.phase import (
     LEADING_PHASES,
     TRANSITIONS,
     LeaderEvent,

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spate import ConfigError
-from spate._core.placement import (
+from spate._core.placement.index import solve_placement
+from spate._core.placement.report import placement_report
+from spate._core.placement.vocabulary import (
     Band,
     Member,
     Placement,
@@ -18,8 +20,6 @@ from spate._core.placement import (
     domain_of,
     validate_locality,
 )
-from spate._core.placement_index import solve_placement
-from spate._core.placement_report import placement_report
 from spate_testing._placement_model import desired_assignment
 from spate_testing._placement_model import place as model_place
 

@@ -3,7 +3,7 @@
 :func:`spate_testing._placement_model.place` (the whole job placed from scratch, step by step)
 is the oracle: random sequences of joins, departures, budget and
 locality changes, splits added, completed, claimed (by their assignee or not), handed back and
-expired are fed to a :class:`~spate._core.placement_index.PlacementIndex` and, after every event,
+expired are fed to a :class:`~spate._core.placement.index.PlacementIndex` and, after every event,
 its answer must be exactly what the model answers for the same inputs (every leader
 must reach the same placement, however it got there).
 """
@@ -15,8 +15,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from spate._core.placement import Member, Placement
-from spate._core.placement_index import PlacementIndex
+from spate._core.placement.index import PlacementIndex
+from spate._core.placement.vocabulary import Member, Placement
 from spate_stores.memory import MemoryServer
 from spate_testing._placement_model import place
 from tests.common import config

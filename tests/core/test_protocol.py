@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spate._core.placement import (
+from spate._core.placement.index import solve_placement
+from spate._core.placement.vocabulary import (
     INSORT_AT_MOST,
     Band,
     Member,
@@ -18,7 +19,6 @@ from spate._core.placement import (
     WeightBins,
     merge_sorted,
 )
-from spate._core.placement_index import solve_placement
 from spate._core.protocol import (
     FAIL,
     Candidate,

@@ -20,7 +20,7 @@ from spate._core.records import (
     decode,
     encode,
 )
-from spate._core.scopes import WatchScope
+from spate._core.view.scopes import WatchScope
 from spate.store import Keyspace, Won
 from spate_testing.faults import FaultRates
 

@@ -216,7 +216,7 @@ def test_a_negative_or_mistyped_load_is_unreadable() -> None:
 
 
 def test_the_summary_of_1000_splits_stays_small() -> None:
-    from spate._core.load_reports import SUMMARY_SPLITS, LoadReports
+    from spate._core.tenancy.load_reports import SUMMARY_SPLITS, LoadReports
 
     held = {f"job-part-{i:05d}": (i, 0.0) for i in range(1000)}
     reports = LoadReports(60.0, held.get)

@@ -7,8 +7,8 @@ from typing import Any
 import attrs
 
 from spate import Config
+from spate._core.leader.split_requests import POLL, POLL_BATCH, SplitRequests, _Ask
 from spate._core.records import AssignmentRecord, PresenceRecord, ProgressRecord, Status
-from spate._core.split_requests import POLL, POLL_BATCH, SplitRequests, _Ask
 
 MEMBERS, LANES = 80, 4  # more members than POLL_BATCH: a fleet whose counts are throttled
 

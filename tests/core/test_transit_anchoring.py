@@ -13,10 +13,9 @@ from types import SimpleNamespace
 from typing import cast
 
 from spate import Plan, PlanContext
-from spate._core.changes import PlacementChanges
 from spate._core.host import Host
-from spate._core.leader import Leadership
-from spate._core.placement import Placement
+from spate._core.leader.leadership import Leadership
+from spate._core.placement.vocabulary import Placement
 from spate._core.records import (
     AssignmentRecord,
     Keys,
@@ -25,7 +24,8 @@ from spate._core.records import (
     ProgressRecord,
     SpecRecord,
 )
-from spate._core.view import View
+from spate._core.view.changes import PlacementChanges
+from spate._core.view.view import View
 from tests.runtime.harness import JOB
 
 GENERATION = 2

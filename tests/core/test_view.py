@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spate._core.handover import handed_over
+from spate._core.membership.handover import handed_over
 from spate._core.records import (
     AssignmentRecord,
     Keys,
@@ -20,7 +20,7 @@ from spate._core.records import (
     Status,
     encode,
 )
-from spate._core.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
+from spate._core.view.view import AssignmentGone, LeaseChanged, LeaseGone, ProgressChanged, View
 from spate.store import Entry, Keyspace
 
 KEYS = Keys("job")

@@ -67,9 +67,9 @@ from spate import (
     StoreUnavailable,
 )
 from spate._core.flows import Flow, Op
-from spate._core.leader_phase import LeaderPhase
+from spate._core.leader.phase import LeaderPhase
 from spate._core.records import ProgressRecord, decode
-from spate._core.scopes import WatchScope
+from spate._core.view.scopes import WatchScope
 from spate._metrics import AcquireReason, LossReason, RevocationOutcome
 from spate.store import (
     Delete,

@@ -10,7 +10,7 @@ import pytest
 
 from spate import Config
 from spate._core.machine import Machine
-from spate._core.scopes import WatchScope
+from spate._core.view.scopes import WatchScope
 from spate.store import Keyspace
 from spate_testing.faults import FaultRates
 from spate_testing.sim._checker import check

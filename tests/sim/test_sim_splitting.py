@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from spate._core.records import ProgressRecord, Residual, SpecRecord, Status, encode
-from spate._core.splitting import residual_id
+from spate._core.tenancy.splitting import residual_id
 from spate_testing.sim._checker import check
 from spate_testing.sim._history import (
     Acked,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spate._core.placement_report import placement_report
+from spate._core.placement.report import placement_report
 
 from .conftest import Meters
 

@@ -34,7 +34,7 @@ from spate import (
     run_worker,
 )
 from spate._core.records import ProgressRecord, SpecRecord, decode
-from spate._core.splitting import residual_id
+from spate._core.tenancy.splitting import residual_id
 from spate.store import Keyspace
 from spate_stores.memory import MemoryServer, MemoryStore
 from tests.common import JOB, KEYS

@@ -12,7 +12,7 @@ How the leader is meant to call it (the integration, after the leader's balance 
 
 - every ``balance_interval``, with a round number that only grows. :class:`BalanceState` lives
   in the leader's memory, so after a failover a split the old leader just moved could move
-  again at once: the leader (:mod:`spate._core.load_balance`) runs no round until a full
+  again at once: the leader (:mod:`spate._core.leader.balance_rounds`) runs no round until a full
   cooldown after its leadership began, by when every predecessor's cooldown has run out;
 - workers from presence: ``lanes`` = the advertised ``max_in_flight``, ``capacity``, locality,
   ``joined_at`` (the leader's clock when it first saw the worker);

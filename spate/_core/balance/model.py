@@ -43,7 +43,7 @@ from collections.abc import Mapping
 import attrs
 
 from spate._core.balance.meter import LoadMeter
-from spate._core.placement import validate_locality
+from spate._core.placement.vocabulary import validate_locality
 from spate._errors import ConfigError
 
 __all__ = [

@@ -42,7 +42,7 @@ The rules (issue 35), each with what it prevents:
    unmeasured), so a piece out of sight for a moment (handed over) keeps its place. Each
    piece asked weighs more than the job's mean worker load, so a round asks fewer splits than
    there are workers; a split that ignores its requests backs off as any other
-   (:mod:`spate._core.split_requests`).
+   (:mod:`spate._core.leader.split_requests`).
 
 A worker holding a split heavier than its share has that split's load as its mean, and the
 others share the rest (``_Round._fill``): no placement does better than that split, and without
@@ -74,7 +74,7 @@ from spate._core.balance.model import (
     BalanceWorker,
     Move,
 )
-from spate._core.placement import affinity_matches, domain_of
+from spate._core.placement.vocabulary import affinity_matches, domain_of
 from spate._errors import ConfigError
 
 __all__ = [
