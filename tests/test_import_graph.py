@@ -209,6 +209,32 @@ def test_every_folder_of_the_core_says_what_lives_there() -> None:
             assert missing == [], (folder, missing)
 
 
+def _folder_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Pairs of the core's folders that import each other, each as ``a <-> b``."""
+    edges = {
+        (_folder(name), _folder(dep))
+        for name, deps in graph.items()
+        for dep in deps
+        if _folder(name) and _folder(dep) and _folder(name) != _folder(dep)
+    }
+    return sorted(f"{a} <-> {b}" for a, b in edges if (b, a) in edges and str(a) < str(b))
+
+
+def test_no_two_folders_of_the_core_import_each_other() -> None:
+    # The folders stand in layers (placement below balance below the leader, the view below
+    # both): a folder that imports one above it is a layer that cannot be read on its own.
+    assert _folder_cycles(_core_graph()) == []
+
+
+def test_the_folder_cycle_rule_sees_two_folders_importing_each_other() -> None:
+    graph = {
+        "spate._core.placement.a": {"spate._core.balance.b"},
+        "spate._core.balance.b": {"spate._core.placement.c"},
+        "spate._core.placement.c": set(),
+    }
+    assert _folder_cycles(graph) == ["balance <-> placement"]
+
+
 def test_the_folder_rule_sees_a_crossing() -> None:
     graph = {
         "spate._core.leader.a": {"spate._core.tenancy.b"},

@@ -1,6 +1,6 @@
 """The balance seam: what load a split puts on a worker, and when running splits move.
 
-One function (:func:`spate._core.balance.split_load.split_load`) says what load a split puts on a
+One function (:func:`spate._core.placement.split_load.split_load`) says what load a split puts on a
 worker; placement takes that load as an input (:attr:`Placement.load`), the index and the
 reference model alike. One policy object
 (:class:`spate._core.leader.rebalance_policy.RebalancePolicy`) decides when running splits move:
@@ -18,11 +18,11 @@ from typing import cast
 import pytest
 
 from spate._config import Config
-from spate._core.balance.split_load import split_load
 from spate._core.host import Host
 from spate._core.leader.phase import LeaderEvent, LeaderPhase, LeaderPhases
 from spate._core.leader.rebalance_policy import JOIN_WINDOWS, RebalancePolicy
 from spate._core.placement.index import PlacementIndex, solve_placement
+from spate._core.placement.split_load import split_load
 from spate._core.placement.vocabulary import Member, Placement
 from spate_testing._placement_model import place
 

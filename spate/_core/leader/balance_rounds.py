@@ -64,8 +64,8 @@ from spate._core.balance import (
 )
 from spate._core.balance import plan_balance_round as plan
 from spate._core.balance.loads import split_loads
-from spate._core.balance.split_load import split_load
 from spate._core.host import Host
+from spate._core.placement.split_load import split_load
 from spate._core.records import PresenceRecord, SplitLoad, Status
 from spate._metrics import SPLIT_LOADS_REPORTED, BalanceReport
 

@@ -10,23 +10,23 @@
   what it was given within the claim deadline is no member for placement until it is tried
   again or claims.
 - **Each split's input** (:meth:`PlacementInputs.placement_input`): its weight, the load it
-  puts on a worker (:func:`spate._core.balance.split_load.split_load`, or its measured load once the
-  job reports loads: :mod:`spate._core.leader.balance_rounds`), its affinity, and the member it is
-  anchored on (its owner, the assignee of a split in transit, or the target a balance round
-  moved it to).
+  puts on a worker (:func:`spate._core.placement.split_load.split_load`, or its measured load
+  once the job reports loads: :mod:`spate._core.leader.balance_rounds`), its affinity, and the
+  member it is anchored on (its owner, the assignee of a split in transit, or the target a
+  balance round moved it to).
 - **The index** (:class:`~spate._core.placement.index.PlacementIndex`) is fed only the splits
   the view names as changed, so one ownership change costs the splits in flight, not the job.
 """
 
 from __future__ import annotations
 
-from spate._core.balance.split_load import split_load
 from spate._core.host import Host
 from spate._core.leader.assignment_writes import AssignmentWrites
 from spate._core.leader.balance_rounds import LoadBalancer
 from spate._core.leader.claim_deadline import ClaimDeadlines
 from spate._core.leader.election import Election
 from spate._core.placement.index import PlacementIndex
+from spate._core.placement.split_load import split_load
 from spate._core.placement.vocabulary import Member, Placement
 from spate._core.records import Status
 

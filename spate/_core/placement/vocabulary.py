@@ -21,7 +21,7 @@ from typing import Protocol, TypeAlias
 
 import attrs
 
-from spate._core.balance.split_load import split_load
+from spate._core.placement.split_load import split_load
 from spate._errors import ConfigError
 
 __all__ = [
@@ -137,7 +137,7 @@ class Placement:
         default=attrs.Factory(lambda self: split_load(self.weight), takes_self=True)
     )
     """What the split puts on a worker, the quantity placement balances (by default
-    :func:`~spate._core.balance.split_load.split_load` of its weight)."""
+    :func:`~spate._core.placement.split_load.split_load` of its weight)."""
 
 
 class MoveSource(Protocol):
