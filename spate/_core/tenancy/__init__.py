@@ -11,6 +11,8 @@ machine's wiring.
 - ``claim_retries.py``: what a claim's failed write leaves to do: the split held back until its
   retry is due (``RETRY_AFTER_ERROR``), and a lease write of unknown outcome read back every
   beat (``UNSURE_LEASE_FOR``) (``ClaimRetries``)
+- ``fencing.py``: the fence check every owner's write and load report shares (``refusal``):
+  the split held here, and the tenancy a call names the one held now
 - ``tenancies.py``: a held split: the self-fence on the session, stray leases, fail, release and
   hand-back (``Tenancies``); ``hold_owned``, the opening every owner's write shares
 - ``commits.py``: the owner's commit: one fenced CAS, and what a lost one reads back (adopted

@@ -23,7 +23,7 @@ import attrs
 
 from spate._core.balance.meter import LoadMeter, check_amount
 from spate._core.records import SplitLoad
-from spate._errors import Fenced
+from spate._core.tenancy.fencing import refusal
 
 __all__ = ["SUMMARY_SPLITS", "LoadReports", "LoadSummary"]
 
@@ -69,15 +69,11 @@ class LoadReports:
         """
         value = check_amount(amount)
         held = self._tenancy(split)
-        if held is None:
-            raise Fenced(split, "this worker does not hold it; no load was counted")
+        ended = refusal(split, None if held is None else held[0], fence, "no load was counted")
+        if ended is not None:
+            raise ended
+        assert held is not None  # (refusal refuses a split not held: for the type checker)
         current, began = held
-        if fence is not None and fence != current:
-            raise Fenced(
-                split,
-                f"the tenancy of fence {fence} has ended (this worker holds it again, at fence "
-                f"{current}); no load was counted",
-            )
         metered = self._meters.get(split)
         if metered is None or metered.fence != current:
             metered = self._meters[split] = _Metered(current, LoadMeter(began, self._half_life))

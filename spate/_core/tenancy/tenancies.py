@@ -39,6 +39,7 @@ from spate._core.records import (
     decode,
     encode,
 )
+from spate._core.tenancy.fencing import refusal
 from spate._core.view.view import SplitState
 from spate._echo import seconds
 from spate._errors import Fenced, StoreUnavailable
@@ -272,15 +273,7 @@ class Tenancies:
     def tenancy_ended(self, split: str, fence: int | None) -> Fenced | None:
         """Why a call for ``split`` naming tenancy ``fence`` (None: any) must not write, if so."""
         held = self.owned.get(split)
-        if held is None:
-            return Fenced(split, "this worker does not hold it; nothing was written")
-        if fence is not None and held.fence != fence:
-            return Fenced(
-                split,
-                f"the tenancy of fence {fence} has ended (this worker holds it again, at fence "
-                f"{held.fence}); nothing was written",
-            )
-        return None
+        return refusal(split, None if held is None else held.fence, fence, "nothing was written")
 
     def hold_owned(
         self, split: str, what: str, fence: int | None = None
