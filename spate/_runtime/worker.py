@@ -11,6 +11,7 @@ expiry.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import logging
@@ -62,6 +63,45 @@ DEFAULT_LEAVE_DEADLINE = 30.0
 """Seconds a graceful leave may take (hand-back plus waiting for new owners)."""
 
 
+class _Life(enum.Enum):
+    """Where one handle stands: whether its handler run is over, and whether its tenancy is."""
+
+    RUNNING = "running"
+    """The run goes on and the tenancy holds: calls go through to the coordinator."""
+    LOST = "lost"
+    """The tenancy ended while the run went on: every call refuses (the split is lost)."""
+    ENDED = "ended"
+    """The run is over, the tenancy kept (the next run gets a new handle): every call refuses."""
+    ENDED_LOST = "ended and lost"
+    """The run is over and the tenancy ended too."""
+
+
+_Step: TypeAlias = Literal["lost", "refused", "ended"]
+"""What can happen to a handle.
+
+``lost``: the runner learnt the tenancy ended (a Lost event, a loss found on failing, a
+re-gain); ``refused``: a call through the handle met ``Fenced`` (a loss while the run goes on;
+once it is over, the refusal is of the handle, not a loss of the split); ``ended``: the run
+returned, raised or was cancelled.
+"""
+
+_LIFE: dict[tuple[_Life, _Step], _Life] = {
+    (_Life.RUNNING, "lost"): _Life.LOST,
+    (_Life.RUNNING, "refused"): _Life.LOST,
+    (_Life.RUNNING, "ended"): _Life.ENDED,
+    (_Life.LOST, "lost"): _Life.LOST,
+    (_Life.LOST, "refused"): _Life.LOST,
+    (_Life.LOST, "ended"): _Life.ENDED_LOST,
+    (_Life.ENDED, "lost"): _Life.ENDED_LOST,
+    (_Life.ENDED, "refused"): _Life.ENDED,
+    (_Life.ENDED, "ended"): _Life.ENDED,
+    (_Life.ENDED_LOST, "lost"): _Life.ENDED_LOST,
+    (_Life.ENDED_LOST, "refused"): _Life.ENDED_LOST,
+    (_Life.ENDED_LOST, "ended"): _Life.ENDED_LOST,
+}
+"""Every transition of a handle's life (each pair has one: nothing is left to chance)."""
+
+
 @attrs.define(eq=False, kw_only=True)
 class SplitHandle:
     """One split this worker owns, as one run of its handler sees it.
@@ -105,24 +145,39 @@ class SplitHandle:
     split_requested: trio.Event = attrs.field(factory=trio.Event)
     """Set when the leader asks for this split to be split (idle lanes could take part of it);
     after each successful :meth:`split` the handle carries a fresh, unset event."""
-    _lost: bool = attrs.field(default=False, alias="_lost")
-    _completed: bool = attrs.field(default=False, alias="_completed")
-    _ended: bool = attrs.field(default=False, alias="_ended")
-    """The handler run this handle was made for is over: every call refuses."""
-    _advanced: bool = attrs.field(default=False, alias="_advanced")
-    """A commit through this handle moved the watermark (it resets the idle backoff)."""
+    _life: _Life = attrs.field(default=_Life.RUNNING, init=False)
+    """The handle's one state, moved only through :meth:`_step` (see ``_LIFE``)."""
+    _began_at: int | None = attrs.field(default=None, init=False)
+    """The watermark the run began from: a commit past it is progress (watermarks only grow)."""
     _misuse: ConfigError | None = attrs.field(default=None, alias="_misuse")
     """The last bad-argument error a call through this handle raised (see ``_mistake``)."""
+
+    def __attrs_post_init__(self) -> None:
+        self._began_at = self.progress.watermark
 
     @property
     def lost(self) -> bool:
         """True once the split is no longer this worker's; commits will raise Fenced."""
-        return self._lost
+        return self._life in (_Life.LOST, _Life.ENDED_LOST)
 
     @property
     def completed(self) -> bool:
         """True once a ``completed=True`` commit has landed."""
-        return self._completed
+        return self.progress.completed
+
+    @property
+    def _ended(self) -> bool:
+        """The handler run this handle was made for is over: every call refuses."""
+        return self._life in (_Life.ENDED, _Life.ENDED_LOST)
+
+    @property
+    def _advanced(self) -> bool:
+        """A commit through this handle moved the watermark (it resets the idle backoff)."""
+        return self.progress.watermark != self._began_at
+
+    def _step(self, step: _Step) -> None:
+        """Move the handle's life on (the runner's and the handle's own only way to)."""
+        self._life = _LIFE[self._life, step]
 
     @property
     def fence(self) -> int:
@@ -153,7 +208,7 @@ class SplitHandle:
                 "for one handler run: a task that outlives its handler must not write for the "
                 "split any more",
             )
-        if self._lost:
+        if self.lost:
             raise Fenced(self.id, f"it was lost earlier; {what}")
 
     def _mistake(self, message: str) -> ConfigError:
@@ -203,7 +258,7 @@ class SplitHandle:
         try:
             self._coordinator.report_load(self.id, amount, fence=self._fence)
         except Fenced:
-            self._lost = True
+            self._step("lost")
             raise
 
     async def decline_revoke(self) -> None:
@@ -263,8 +318,7 @@ class SplitHandle:
                 except Fenced as fenced:
                     # The retry wrote nothing, but an earlier try may have landed: Fenced
                     # would tell the handler to undo effects the store may hold.
-                    if not self._ended:
-                        self._lost = True
+                    self._step("refused")
                     raise StoreUnavailable(
                         f"committing split {self.id!r}: an earlier try's outcome is unknown "
                         f"(the store could not be reached) and the tenancy ended before a "
@@ -273,14 +327,9 @@ class SplitHandle:
                         "the store holds."
                     ) from fenced
         except Fenced:
-            if not self._ended:
-                self._lost = True
+            self._step("refused")
             raise
-        if progress.watermark != self.progress.watermark:
-            self._advanced = True  # (watermarks only grow: a change is progress)
         self.progress = progress
-        if completed:
-            self._completed = True
 
     async def split(self, primary: bytes, residual: bytes, *, weight: int | None = None) -> str:
         """Split this split's remaining work in two with one fenced write; return the new id.
@@ -309,8 +358,7 @@ class SplitHandle:
         try:
             await _retry_unavailable(attempt)
         except Fenced:
-            if not self._ended:
-                self._lost = True
+            self._step("refused")
             raise
         self.descriptor = primary
         self.split_requested = trio.Event()
@@ -385,7 +433,7 @@ class _Runner:
             elif isinstance(event, Lost):
                 running = self._running.pop(event.split, None)
                 if running is not None:
-                    running.handle._lost = True
+                    running.handle._step("lost")
                     running.scope.cancel()
             elif isinstance(event, RevokeRequested):
                 running = self._running.get(event.split)
@@ -414,7 +462,7 @@ class _Runner:
         previous = self._running.pop(event.split, None)
         if previous is not None:
             # A re-gain always follows a loss; never let two handlers run one split.
-            previous.handle._lost = True
+            previous.handle._step("lost")
             previous.scope.cancel()
         handle = SplitHandle(
             id=event.split,
@@ -488,7 +536,7 @@ class _Runner:
         finally:
             if self.busy is not None:
                 self.busy.handler_ended(task)
-            running.handle._ended = True
+            running.handle._step("ended")
             if self._running.get(split) is running:
                 del self._running[split]
             self._changed.set()
@@ -521,8 +569,8 @@ class _Runner:
         try:
             await self._handler(handle)
         except Exception as exc:
-            if handle._lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
-                handle._lost = True  # the tenancy ended: nothing to settle, no failure
+            if handle.lost or (isinstance(exc, Fenced) and handle.id not in self._coord.owned):
+                handle._step("lost")  # the tenancy ended: nothing to settle, no failure
                 return "over"
             if exc is handle._misuse:
                 # A bad argument of the handler's own call: a bug in the handler, which would
@@ -535,11 +583,11 @@ class _Runner:
                 raise
             # (A Fenced of a handle kept from an earlier run is the handler's bug, not a loss:
             # the split is still held, so it fails like any other error.)
-            handle._ended = True
+            handle._step("ended")
             return await self._failed(running, exc)
         finally:
-            handle._ended = True
-        return "returned" if not handle._lost and not handle._completed else "over"
+            handle._step("ended")
+        return "returned" if not handle.lost and not handle.completed else "over"
 
     async def _failed(self, running: _Running, exc: Exception) -> _RunEnd:
         """The run raised: charge an attempt, and keep the split to retry after a backoff.
@@ -568,7 +616,7 @@ class _Runner:
                 if isinstance(exc, Fenced)
                 else "",
             )
-            handle._lost = True
+            handle._step("lost")
             return "over"
         if delay is None or handle.id not in self._coord.owned or handle.lost:
             logger.warning(
