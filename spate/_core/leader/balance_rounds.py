@@ -65,16 +65,11 @@ from spate._core.balance import (
 from spate._core.balance import plan_balance_round as plan
 from spate._core.balance.loads import split_loads
 from spate._core.host import Host
-from spate._core.placement.split_load import split_load
+from spate._core.placement.split_load import measured_units, split_load, unmeasured_units
 from spate._core.records import PresenceRecord, SplitLoad, Status
 from spate._metrics import SPLIT_LOADS_REPORTED, BalanceReport
 
-__all__ = ["LOAD_UNITS", "LoadBalancer", "balance_config"]
-
-LOAD_UNITS = 10
-"""Placement's integer units per weight unit of load, once loads are reported: a split of the
-job's mean load per unit of weight counts 10, so a light split counts 1 and no load rounds to
-nothing a worker would notice."""
+__all__ = ["LoadBalancer", "balance_config"]
 
 
 def balance_config(config: Config) -> BalanceConfig:
@@ -114,11 +109,14 @@ class LoadBalancer:
         """Member -> when this leader first saw it."""
         self._units: dict[str, int] = {}
         """Split -> its load in placement's units (empty until loads are reported)."""
+        self._config: tuple[Config, BalanceConfig] | None = None
 
     @property
     def config(self) -> BalanceConfig:
-        """The balance knobs of this worker's config."""
-        return balance_config(self.host.config)
+        """The balance knobs of this worker's config (built once for each config it is given)."""
+        if self._config is None or self._config[0] is not self.host.config:
+            self._config = (self.host.config, balance_config(self.host.config))
+        return self._config[1]
 
     # -- leadership ------------------------------------------------------------------------------
 
@@ -169,7 +167,7 @@ class LoadBalancer:
         units = self._units.get(split)
         if units is not None:
             return units
-        return LOAD_UNITS * split_load(weight) if self._units else split_load(weight)
+        return unmeasured_units(weight) if self._units else split_load(weight)
 
     # -- a round -----------------------------------------------------------------------------------
 
@@ -270,15 +268,13 @@ class LoadBalancer:
     def _reweigh(self, splits: list[BalanceSplit], decision: BalanceRound) -> None:
         """Give placement each split's load in its units, scaled by the job's mean per weight."""
         trusted = [s for s in splits if s.trusted]
-        weight = sum(max(1, s.weight) for s in trusted)
+        weight = sum(split_load(s.weight) for s in trusted)
         total = math.fsum(s.load for s in trusted)
         if weight == 0 or total <= 0:
             return
         per_weight = total / weight
         units = {
-            s.id: max(1, round(LOAD_UNITS * s.load / per_weight))
-            if s.trusted
-            else LOAD_UNITS * split_load(s.weight)
+            s.id: measured_units(s.load, per_weight) if s.trusted else unmeasured_units(s.weight)
             for s in splits
         }
         if not self._units:

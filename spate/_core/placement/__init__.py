@@ -4,8 +4,9 @@ Pure: the incrementally kept index the leader solves, over its sticky state and 
 
 - ``vocabulary.py``: placement's vocabulary (``Member``, ``Placement`` with the ``load`` it
   balances, localities) and move helpers
-- ``split_load.py``: the load a split of planned weight puts on a worker (at least 1): what
-  the index balances by, and what a balance round weighs an unmeasured split by
+- ``split_load.py``: the load a split puts on a worker, the one rule for it: its planned
+  weight (at least 1) until loads are reported, then its load in placement's units
+  (``LOAD_UNITS``, measured or not yet measured), which the leader's balance rounds pass
 - ``index.py``: the leader's placement, the only one in production: kept incrementally
   (``PlacementIndex``: the inputs, the order of one solve and the change tracking, as a facade
   over the four parts below), or solved from scratch (``solve_placement``); property tests hold
