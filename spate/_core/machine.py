@@ -394,7 +394,7 @@ class Machine:
 
         Synchronous, no write: the load rides on the next presence renewal.
         """
-        self._presence.loads.report(split, amount, self.now(), fence)
+        self._tenancies.loads.report(split, amount, self.now(), fence)
 
     def fail_flow(self, split: str, reason: str, retry_after: float | None = None) -> Flow[_Err]:
         """The API call :meth:`Coordinator.fail <spate.Coordinator.fail>`: consume an attempt."""

@@ -26,7 +26,6 @@ import attrs
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host
 from spate._core.records import PresenceRecord, SplitLoad, UnreadableRecord, decode, encode
-from spate._core.tenancy.load_reports import LoadReports
 from spate._core.tenancy.tenancies import Tenancies
 from spate._errors import StoreUnavailable
 from spate._store import Conflict, Entry, Keyspace, Won
@@ -60,12 +59,6 @@ class Presence:
         self.ok_at = 0.0
         """When the last presence write that landed was sent (on a per-key store, the session's
         last confirmed renewal: every lease of this worker lives until at least then + TTL)."""
-        self.loads = LoadReports(host.config.load_half_life, self._tenancy)
-        """The loads of the splits this worker holds, summarized on each renewal."""
-
-    def _tenancy(self, split: str) -> tuple[int, float] | None:
-        held = self._tenancies.owned.get(split)
-        return None if held is None else (held.fence, held.last_ok)
 
     @property
     def key(self) -> str:
@@ -91,8 +84,9 @@ class Presence:
             split_requests=config.split_requests,
             carried=self._carried() if leading else (),
         )
-        if self.loads.measuring:
-            summary = self.loads.summary(self.host.now())
+        loads = self._tenancies.loads
+        if loads.measuring:
+            summary = loads.summary(self.host.now())
             record = attrs.evolve(
                 record,
                 loads=summary.loads,

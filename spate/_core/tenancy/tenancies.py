@@ -40,6 +40,7 @@ from spate._core.records import (
     encode,
 )
 from spate._core.tenancy.fencing import refusal
+from spate._core.tenancy.load_reports import LoadReports
 from spate._core.view.view import SplitState
 from spate._echo import seconds
 from spate._errors import Fenced, StoreUnavailable
@@ -82,6 +83,13 @@ class Tenancies:
         """Splits this worker split whose notice has not yet landed in its presence record."""
         self._stray: dict[str, float] = {}
         """Splits whose lease key is this process's while it does not hold them, since when."""
+        self.loads = LoadReports(host.config.load_half_life, self._tenancy)
+        """The load meters of the held tenancies (a meter lives and ends with its tenancy)."""
+
+    def _tenancy(self, split: str) -> tuple[int, float] | None:
+        """The held tenancy of ``split`` as its load meter sees it: (fence, when it began)."""
+        held = self.owned.get(split)
+        return None if held is None else (held.fence, held.last_ok)
 
     # -- ending a tenancy ----------------------------------------------------------------------
 
