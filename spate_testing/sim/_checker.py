@@ -63,7 +63,9 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     (``docs/protocol.md``), so they neither break nor start a cooldown.
 ``balance-budget``
     No balance round moves more than its budget: the loads of its moves (their sum, and the
-    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load.
+    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load,
+    unless the round made one step alone (the planner's rule 8: one split one way between two
+    workers, any lighter ones back, and no other move).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ from spate._core.records import (
 from spate_testing.sim._history import (
     Acked,
     Balanced,
+    BalanceMove,
     Delivered,
     Final,
     FinalSplit,
@@ -779,7 +782,7 @@ class _Checker:
             allowed = event.budget * event.job_load
             # the planner sums in another order: a few ulps of slack, never a split's worth
             slack = 1e-9 * max(1.0, event.job_load)
-            if max(total, event.moved_load) > allowed + slack:
+            if max(total, event.moved_load) > allowed + slack and not _one_step(event.moves):
                 self.flag(
                     "balance-budget",
                     f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "
@@ -805,6 +808,18 @@ class _Checker:
                             f"t={at:.3f}: within its cooldown of {cooldown:g} s",
                         )
                 last[move.split] = (event.at, event.cooldown, event.actor)
+
+
+def _one_step(moves: tuple[BalanceMove, ...]) -> bool:
+    """Whether ``moves`` are one step alone: one split one way, any lighter ones back (rule 8)."""
+    if not moves:
+        return False
+    first = moves[0]
+    pair = ((first.source, first.target), (first.target, first.source))
+    return (
+        all((m.source, m.target) in pair for m in moves)
+        and sum(m.source == first.source for m in moves) == 1
+    )
 
 
 def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:

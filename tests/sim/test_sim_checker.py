@@ -503,10 +503,50 @@ def test_a_round_over_its_budget_is_flagged(reported: float | None) -> None:
     if reported is None:
         b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0), ("b", "w1", "w3", 1.0)))
     else:
-        b.add(attrs.evolve(balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0)), moved_load=reported))
+        b.add(
+            attrs.evolve(
+                balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0), ("b", "w3", "w2", 0.2)),
+                moved_load=reported,
+            )
+        )
     violations = check(b.history)
     assert [v.invariant for v in violations] == ["balance-budget"]
     assert "more than its budget of 0.25" in violations[0].detail
+
+
+@pytest.mark.parametrize(
+    "moves",
+    [
+        [("a", "w1", "w2", 5.0)],  # a move
+        [("a", "w1", "w2", 5.0), ("b", "w2", "w1", 1.0), ("c", "w2", "w1", 0.5)],  # one for two
+    ],
+)
+def test_one_step_past_the_budget_alone_is_not_flagged(
+    moves: list[tuple[str, str, str, float]],
+) -> None:
+    # rule 8: a round that moves nothing else may make one step costing more than its budget
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", *moves))
+    assert check(b.history) == []
+
+
+@pytest.mark.parametrize(
+    "moves",
+    [
+        [("a", "w1", "w2", 5.0), ("b", "w3", "w1", 4.0)],  # a second step past the budget
+        [("a", "w1", "w2", 5.0), ("b", "w1", "w2", 4.0)],  # two splits one way
+        [("a", "w1", "w2", 5.0), ("b", "w3", "w4", 0.1)],  # beside another move
+        [("a", "w1", "w2", 5.0), ("b", "w2", "w1", 1.0), ("c", "w2", "w3", 0.1)],
+    ],
+)
+def test_a_step_past_the_budget_beside_another_move_is_flagged(
+    moves: list[tuple[str, str, str, float]],
+) -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", *moves))
+    assert [v.invariant for v in check(b.history)] == ["balance-budget"]
 
 
 def test_a_round_at_its_budget_is_not_flagged() -> None:

@@ -44,6 +44,16 @@ The rules (issue 35), each with what it prevents:
    there are workers; a split that ignores its requests backs off as any other
    (:mod:`spate._core.leader.split_requests`).
 
+6. **Settled means settled.** Every move lowers a potential (:meth:`_Round._gain`) by
+   ``min_gain`` at least, a split is not moved back to the worker it left while its load holds
+   still, and loads within half a band of the last round that found the fleet within its band
+   move nothing.
+7. **A worker no move within the bands helps is rescued** by a move that may push its receiver
+   over (a two-step shed) or an exchange for one or more lighter splits, judged by the
+   potential alone (:meth:`_Round._rescue`).
+8. **The budget never strands a worker over its band.** A round that moved nothing else may
+   make one step of rule 7 that costs more than its budget, alone.
+
 A worker holding a split heavier than its share has that split's load as its mean, and the
 others share the rest (``_Round._fill``): no placement does better than that split, and without
 it the band would see that worker as over forever.
@@ -658,14 +668,21 @@ class _Round:
         lighter splits, and the one that lowers the potential most is made, again while one
         is worth it. Here a receiver may end above its band and a donor below its mean, and
         the potential, not the churn price, is the judge (a receiver pushed over sheds its
-        small splits the next round: a two-step shed). The round's budget holds (a split
-        heavier than the whole budget never moves by load), and so do the cooldown and the
-        memory of moves.
+        small splits the next round: a two-step shed). The round's budget holds, but for rule
+        8: a round that has moved nothing, and finds no such step within its budget, makes the
+        best one that costs more, alone (without it a worker whose only helpful step outweighs
+        the budget, as one holding two splits heavier than it together, stays over its band
+        for good). The cooldown and the memory of moves hold.
         """
         load = self.load
         out: list[Move] = []
         while budget - moved_load > 0:
             best = self._rescue_option(candidates, budget - moved_load, domain_load, blast_cap)
+            alone = False
+            if best is None and not made and not out:
+                # rule 8: the budget never strands a worker over its band
+                best = self._rescue_option(candidates, math.inf, domain_load, blast_cap)
+                alone = True
             if best is None:
                 break
             d, r, x, split, backs = best
@@ -684,6 +701,8 @@ class _Round:
             load[r] += net
             domain_load[self.domain[d]] -= net
             domain_load[self.domain[r]] += net
+            if alone:
+                break  # the one step past the budget is the round's only one
         return out
 
     def _rescue_option(
