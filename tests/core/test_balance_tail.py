@@ -7,32 +7,18 @@ issue's settings (rounds every 10 s, band 10%).
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from bench.balance import lognormal, placed_job
+from bench.balance import TAIL_CONFIG, placed_job, tail_run
 from spate._core.balance import BalanceConfig, BalanceSplit, BalanceState, plan_balance_round
 
-CONFIG = BalanceConfig(balance_interval=10, load_half_life=5, load_band=0.10)
+CONFIG = TAIL_CONFIG
 
 
-def _run(seed: int, splits: int, workers: int, rounds: int = 60) -> tuple[float, int]:
+def _run(seed: int, splits: int, workers: int) -> tuple[float, int]:
     """(hottest over the bound at the end, moves after the first round within the band)."""
-    rng = random.Random(seed)
-    job = placed_job(lognormal(rng, splits), workers, seed=seed, lanes=2 * splits // workers)
-    state, settled, late = BalanceState(), False, 0
-    for round_ in range(1, rounds + 1):
-        result = plan_balance_round(
-            job.workers, job.splits(), CONFIG, state, round=round_, now=1e6 + 10 * round_
-        )
-        state = result.state
-        settled = settled or result.reason == "within band"
-        if settled:
-            late += len(result.moves)
-        for move in result.moves:
-            job.owner[move.split] = move.target
-    return job.hottest_over_bound(), late
+    run = tail_run(seed, splits, workers)
+    return run.hottest_over_bound, run.moved_after_settling
 
 
 @pytest.mark.parametrize(("splits", "workers"), [(32, 4), (64, 8), (1024, 32)])
