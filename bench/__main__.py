@@ -6,10 +6,11 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 ``bench/bench_nats.py``).
 
 Options: ``--only commit,failover,handover,scale,steady,cluster,fleet,makespan,balance,``
-``balance-move`` picks benchmarks; ``--stores memory,etcd,nats`` picks stores; ``--quick``
-shrinks every count (a smoke run, not figures to quote); ``--markdown FILE`` also writes the
-table there. ``--profile`` prints where the CPU goes instead (``commit``: one commit on the
-memory store; ``balance-move``: one coordinator step of a move; see :mod:`bench.profile`).
+``balance-move,balance-runtime`` picks benchmarks; ``--stores memory,etcd,nats`` picks
+stores; ``--quick`` shrinks every count (a smoke run, not figures to quote); ``--markdown
+FILE`` also writes the table there. ``--profile`` prints where the CPU goes instead
+(``commit``: one commit on the memory store; ``balance-move``: one coordinator step of a
+move; see :mod:`bench.profile`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,18 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from bench import balance, balance_move, cluster, commit, failover, fleet, makespan, scale, steady
+from bench import (
+    balance,
+    balance_move,
+    balance_runtime,
+    cluster,
+    commit,
+    failover,
+    fleet,
+    makespan,
+    scale,
+    steady,
+)
 from bench import profile as profiling
 from bench._harness import Options, Row, print_rows
 from spate import __version__
@@ -38,6 +50,7 @@ SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "makespan": makespan.run,
     "balance": balance.run,
     "balance-move": balance_move.run,
+    "balance-runtime": balance_runtime.run,
 }
 
 

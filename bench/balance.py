@@ -22,6 +22,10 @@ time), applying each round's moves at once. Seeded: the seed draws the loads and
 * **a splittable skewed job**: 8 splits, one 16x the others, on 4 workers, each split asked
   to split halving as the runtime's recipe does (:func:`splittable`): hottest over mean after
   10 rounds at the defaults, against split requests off;
+* **the tail**: 50 seeds each of 32 x 4, 64 x 8 and 1,024 x 32 lognormal(0, 1), the issue's
+  settings (rounds every 10 s, half-life 5 s, band 10%), 60 rounds (:func:`tail_run`): beside
+  the median, the worst seed's hottest over the bound and the share of seeds that moved a
+  split after their first round within the band;
 * **cost**: one round at 100,000 splits x 100 workers, CPU time (median of 3), on a
   count-balanced lognormal job and on one whose every fourth worker carries twice the load.
 
@@ -58,6 +62,10 @@ REPORT_EVERY = 5.0
 SEEDS = 20
 QUICK_SEEDS = 5
 CONFIG = BalanceConfig()
+TAIL_CONFIG = BalanceConfig(balance_interval=10, load_half_life=5, load_band=0.10)
+"""The issue's settings (issue 41): rounds every 10 s, half-life 5 s, band 10%."""
+TAIL_SEEDS = 50
+TAIL_SIZES = ((32, 4), (64, 8), (1024, 32))
 
 
 @attrs.define
@@ -171,6 +179,62 @@ def converge(job: Job, config: BalanceConfig = CONFIG, limit: int = 30) -> Conve
     per = job.worker_loads()
     worst = max((abs(per[w] / targets[w] - 1) for w in targets), default=0.0)
     return Convergence(before, job.hottest_over_bound(), rounds, most, later, worst)
+
+
+@attrs.frozen
+class Tail:
+    """What one seed's rounds did with the issue's settings (:func:`tail_run`)."""
+
+    hottest_over_bound: float
+    """The hottest worker over max(mean, hottest split) after the last round."""
+    moved_after_settling: int
+    """Moves in the rounds from the first one that found the fleet within the band."""
+
+
+def tail_run(seed: int, splits: int, workers: int, rounds: int = 60) -> Tail:
+    """One seed of the tail sweep: today's placement, lognormal(0, 1) loads that hold still.
+
+    Lanes twice the even share; every round's moves applied at once; ``rounds`` rounds of
+    :data:`TAIL_CONFIG` (10 s apart, far past any worker's new-worker window).
+    """
+    rng = random.Random(seed)
+    job = placed_job(lognormal(rng, splits), workers, seed=seed, lanes=2 * splits // workers)
+    state, settled, late = BalanceState(), False, 0
+    for round_ in range(1, rounds + 1):
+        result = plan_balance_round(
+            job.workers, job.splits(), TAIL_CONFIG, state, round=round_, now=1e6 + 10 * round_
+        )
+        state = result.state
+        settled = settled or result.reason == "within band"
+        if settled:
+            late += len(result.moves)
+        for move in result.moves:
+            job.owner[move.split] = move.target
+    return Tail(job.hottest_over_bound(), late)
+
+
+def _tail_rows(seeds: int) -> list[Row]:
+    rows = []
+    for splits, workers in TAIL_SIZES:
+        runs = [tail_run(seed, splits, workers) for seed in range(seeds)]
+        ratios = [r.hottest_over_bound for r in runs]
+        worst = max(ratios)
+        moved = sum(1 for r in runs if r.moved_after_settling)
+        rows.append(
+            Row(
+                bench=f"balance tail: worst seed's hottest / bound; seeds moved once settled, "
+                f"{splits:,} x {workers}",
+                store="—",
+                measured=f"{worst:.3f}; {moved / seeds:.0%}",
+                baseline="—",
+                ratio=None,
+                target="≤ 1.10; 0%",
+                met=worst <= 1.10 and moved == 0,
+                note=f"{seeds} seeds, lognormal(0,1), rounds every 10 s, band 10%, 60 rounds; "
+                f"median {statistics.median(ratios):.3f}",
+            )
+        )
+    return rows
 
 
 def _static_rows(seeds: int) -> list[Row]:
@@ -482,6 +546,7 @@ def run(options: Options) -> list[Row]:
     seeds = QUICK_SEEDS if options.quick else SEEDS
     rows = _static_rows(seeds) + _rotating_rows(seeds) + _capacity_rows(seeds)
     rows += _splitting_rows()
+    rows += _tail_rows(QUICK_SEEDS if options.quick else TAIL_SEEDS)
     rows += _cost_rows(1 if options.quick else 3)
     for row in rows:
         print(row.line(), flush=True)

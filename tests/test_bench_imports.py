@@ -17,6 +17,7 @@ SUITES = [
     "makespan",
     "balance",
     "balance_move",
+    "balance_runtime",
     "bench_etcd",
 ]
 
@@ -39,4 +40,5 @@ def test_every_suite_is_registered() -> None:
         "makespan",
         "balance",
         "balance-move",
+        "balance-runtime",
     }

@@ -63,7 +63,17 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     (``docs/protocol.md``), so they neither break nor start a cooldown.
 ``balance-budget``
     No balance round moves more than its budget: the loads of its moves (their sum, and the
-    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load.
+    round's own ``moved_load``) at most ``budget`` (``max_moved_load``) x the job's load,
+    unless the round made one step alone (the planner's rule 8: one split one way between two
+    workers, any lighter ones back, and no other move).
+``balance-settled``
+    Settled means settled: once a leader's round finds every worker within the band, no later
+    round of that leadership moves a split while the loads hold still, that is while the same
+    workers each carry a load (before the round's moves) within half a band (``load_band / 2``
+    x the mean worker load) of what they carried in the round that settled. A round that
+    judged the fleet otherwise (outside the band, idle, unmeasured) ends the settled spell;
+    one that finds it within the band again with loads that moved on starts a new one. Read
+    from the rounds' ``loads``; a history without them passes.
 """
 
 from __future__ import annotations
@@ -89,6 +99,7 @@ from spate._core.records import (
 from spate_testing.sim._history import (
     Acked,
     Balanced,
+    BalanceMove,
     Delivered,
     Final,
     FinalSplit,
@@ -120,6 +131,7 @@ INVARIANTS = (
     "foreign-delivery",
     "balance-cooldown",
     "balance-budget",
+    "balance-settled",
 )
 """The names of the invariants :func:`check` holds, in the order it checks them."""
 
@@ -779,7 +791,7 @@ class _Checker:
             allowed = event.budget * event.job_load
             # the planner sums in another order: a few ulps of slack, never a split's worth
             slack = 1e-9 * max(1.0, event.job_load)
-            if max(total, event.moved_load) > allowed + slack:
+            if max(total, event.moved_load) > allowed + slack and not _one_step(event.moves):
                 self.flag(
                     "balance-budget",
                     f"{event.actor}'s round {event.round} at t={event.at:.3f} moved "
@@ -806,6 +818,65 @@ class _Checker:
                         )
                 last[move.split] = (event.at, event.cooldown, event.actor)
 
+    def balance_settled(self) -> None:
+        # actor -> (its leadership's last round, the loads of the round that settled it)
+        spell: dict[str, tuple[int, dict[str, float] | None]] = {}
+        for event in self.history.events:
+            if not isinstance(event, Balanced):
+                continue
+            last, settled = spell.get(event.actor, (0, None))
+            if event.round <= last:
+                settled = None  # a new leadership: it remembers nothing of the last one's
+            loads = _loads_before(event)
+            holds = settled is not None and _holds(loads, settled, event.band)
+            if holds and event.moves:
+                assert settled is not None
+                moved = ", ".join(f"{m.split!r} ({m.source} -> {m.target})" for m in event.moves)
+                worst = max(abs(loads[n] - settled[n]) for n in loads)
+                self.flag(
+                    "balance-settled",
+                    f"{event.actor}'s round {event.round} at t={event.at:.3f} moved {moved} "
+                    f"after a round found every worker within the band, with loads still "
+                    f"within half a band of those (at most {worst:.6g} away)",
+                )
+            if event.reason != "within band" or not event.loads:
+                settled = None
+            elif not holds:
+                settled = loads
+            spell[event.actor] = (event.round, settled)
+
+
+def _holds(loads: dict[str, float], settled: dict[str, float], band: float) -> bool:
+    """Whether ``loads`` are the same workers' within half a band of ``settled``'s."""
+    if loads.keys() != settled.keys() or not loads:
+        return False
+    reach = band / 2 * math.fsum(loads.values()) / len(loads)
+    # the planner sums in another order: a few ulps of slack
+    slack = 1e-9 * max(1.0, reach)
+    return all(abs(loads[n] - settled[n]) <= reach + slack for n in loads)
+
+
+def _loads_before(event: Balanced) -> dict[str, float]:
+    """Each worker's load as ``event``'s round found it: its loads with the moves undone."""
+    before = dict(event.loads)
+    for move in event.moves:
+        if move.source in before and move.target in before:
+            before[move.source] += move.load
+            before[move.target] -= move.load
+    return before
+
+
+def _one_step(moves: tuple[BalanceMove, ...]) -> bool:
+    """Whether ``moves`` are one step alone: one split one way, any lighter ones back (rule 8)."""
+    if not moves:
+        return False
+    first = moves[0]
+    pair = ((first.source, first.target), (first.target, first.source))
+    return (
+        all((m.source, m.target) in pair for m in moves)
+        and sum(m.source == first.source for m in moves) == 1
+    )
+
 
 def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     """Every violation of the invariants (:data:`INVARIANTS`) in ``history``; empty if clean.
@@ -826,6 +897,7 @@ def check(history: History, *, skip: Iterable[str] = ()) -> list[Violation]:
     checker.residuals()
     checker.deliveries()
     checker.balance_rounds()
+    checker.balance_settled()
     skipped = set(skip)
     order = {name: i for i, name in enumerate(INVARIANTS)}
     kept = [v for v in checker.violations if v.invariant not in skipped]

@@ -23,7 +23,8 @@ The events:
 - :class:`Action` — something the simulator did (start, kill, freeze, partition, ...).
 - :class:`Leading` — a worker began or stopped leading the job.
 - :class:`Balanced` — the leader ran a balance round (issue 35): its moves, the load they
-  carried, the job's load, and the rules it ran under (the budget and the cooldown).
+  carried, the job's load, each worker's load, and the rules it ran under (the budget, the
+  cooldown and the band).
 - :class:`Delivered` — a watch delivered keys of splits (or another worker's assignment
   record) to a worker: a live event, or the entries of a snapshot.
 - :class:`Final` — the authoritative final listing of the job, and whether the run ended in
@@ -261,7 +262,9 @@ class Balanced:
     move then landed is the store's story), ``moved_load`` the load they carry by the leader's
     account and ``job_load`` the job's. ``budget`` is the config's ``max_moved_load`` (the share
     of the job's load a round may move) and ``cooldown`` the seconds a moved split stays put
-    (``cooldown_rounds`` x ``balance_interval``).
+    (``cooldown_rounds`` x ``balance_interval``). ``loads`` are each live worker's load as
+    the round judged it, after its moves (empty for a round that judged none: idle or
+    unmeasured), and ``band`` the config's ``load_band``.
     """
 
     at: float
@@ -273,6 +276,8 @@ class Balanced:
     job_load: float
     budget: float
     cooldown: float
+    loads: tuple[tuple[str, float], ...] = ()
+    band: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -387,6 +392,7 @@ def event_from_json(data: dict[str, Any]) -> HistoryEvent:
         data["keys"] = tuple(data["keys"])
     if cls is Balanced:
         data["moves"] = tuple(BalanceMove(**m) for m in data["moves"])
+        data["loads"] = tuple((w, x) for w, x in data.get("loads", ()))
     for name, value in list(data.items()):
         if isinstance(value, dict) and set(value) == {"b64"}:
             data[name] = base64.b64decode(value["b64"])

@@ -283,6 +283,7 @@ class RecordingMetrics(MetricsHooks):
         self.clock = clock
         balance = None if config is None else balance_config(config)
         self.budget = 0.0 if balance is None else balance.max_moved_load
+        self.band = 0.0 if balance is None else balance.load_band
         self.cooldown = (
             0.0 if balance is None else balance.cooldown_rounds * balance.balance_interval
         )
@@ -333,6 +334,8 @@ class RecordingMetrics(MetricsHooks):
                 job_load=report.job_load,
                 budget=self.budget,
                 cooldown=self.cooldown,
+                loads=report.worker_loads,
+                band=self.band,
             )
         )
 

@@ -503,10 +503,50 @@ def test_a_round_over_its_budget_is_flagged(reported: float | None) -> None:
     if reported is None:
         b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0), ("b", "w1", "w3", 1.0)))
     else:
-        b.add(attrs.evolve(balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0)), moved_load=reported))
+        b.add(
+            attrs.evolve(
+                balanced(100.0, "w1#1", ("a", "w1", "w2", 2.0), ("b", "w3", "w2", 0.2)),
+                moved_load=reported,
+            )
+        )
     violations = check(b.history)
     assert [v.invariant for v in violations] == ["balance-budget"]
     assert "more than its budget of 0.25" in violations[0].detail
+
+
+@pytest.mark.parametrize(
+    "moves",
+    [
+        [("a", "w1", "w2", 5.0)],  # a move
+        [("a", "w1", "w2", 5.0), ("b", "w2", "w1", 1.0), ("c", "w2", "w1", 0.5)],  # one for two
+    ],
+)
+def test_one_step_past_the_budget_alone_is_not_flagged(
+    moves: list[tuple[str, str, str, float]],
+) -> None:
+    # rule 8: a round that moves nothing else may make one step costing more than its budget
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", *moves))
+    assert check(b.history) == []
+
+
+@pytest.mark.parametrize(
+    "moves",
+    [
+        [("a", "w1", "w2", 5.0), ("b", "w3", "w1", 4.0)],  # a second step past the budget
+        [("a", "w1", "w2", 5.0), ("b", "w1", "w2", 4.0)],  # two splits one way
+        [("a", "w1", "w2", 5.0), ("b", "w3", "w4", 0.1)],  # beside another move
+        [("a", "w1", "w2", 5.0), ("b", "w2", "w1", 1.0), ("c", "w2", "w3", 0.1)],
+    ],
+)
+def test_a_step_past_the_budget_beside_another_move_is_flagged(
+    moves: list[tuple[str, str, str, float]],
+) -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1", *moves))
+    assert [v.invariant for v in check(b.history)] == ["balance-budget"]
 
 
 def test_a_round_at_its_budget_is_not_flagged() -> None:
@@ -514,6 +554,72 @@ def test_a_round_at_its_budget_is_not_flagged() -> None:
     clean_run(b)
     b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 0.1 * 3), ("b", "w1", "w3", 0.1 * 7 / 3)))
     b.add(balanced(101.0, "w1#1", ("c", "w1", "w2", 1.0), job_load=10.0, budget=0.1))
+    assert check(b.history) == []
+
+
+def settled_round(
+    at: float,
+    actor: str,
+    round_: int,
+    loads: dict[str, float],
+    *moves: tuple[str, str, str, float],
+    reason: str = "",
+) -> Balanced:
+    """A round whose workers carry ``loads`` after ``moves`` (band 10%)."""
+    return attrs.evolve(
+        balanced(at, actor, *moves),
+        round=round_,
+        reason=reason or ("moved" if moves else "within band"),
+        loads=tuple(sorted(loads.items())),
+        band=0.10,
+    )
+
+
+# Three workers of mean 2.0: half a band is 0.1 of load.
+SETTLED = {"w1": 2.05, "w2": 1.95, "w3": 2.0}
+
+
+def test_a_move_after_the_fleet_settled_with_loads_holding_still_is_flagged() -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(settled_round(100.0, "w1#1", 5, SETTLED))
+    b.add(settled_round(105.0, "w1#1", 6, {"w1": 2.1, "w2": 1.9, "w3": 2.0}))
+    # loads within 0.08 of the settled round's before the move: the move is flagged
+    b.add(
+        settled_round(110.0, "w1#1", 7, {"w1": 1.98, "w2": 2.02, "w3": 2.0}, ("a", "w1", "w2", 0.1))
+    )
+    violations = check(b.history)
+    assert [v.invariant for v in violations] == ["balance-settled"]
+    assert "'a' (w1 -> w2)" in violations[0].detail
+
+
+def test_a_move_once_loads_moved_on_or_after_another_judgement_is_not_flagged() -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(settled_round(100.0, "w1#1", 5, SETTLED))
+    # w1 went 0.3 up (more than half a band): loads did not hold still
+    b.add(
+        settled_round(105.0, "w1#1", 6, {"w1": 2.1, "w2": 2.0, "w3": 2.0}, ("a", "w1", "w2", 0.25))
+    )
+    b.add(settled_round(110.0, "w1#1", 7, SETTLED))
+    # a worker joined: another fleet
+    b.add(settled_round(115.0, "w1#1", 8, {**SETTLED, "w4": 0.0}, ("b", "w1", "w4", 0.5)))
+    b.add(settled_round(120.0, "w1#1", 9, SETTLED))
+    # a round that judged the fleet otherwise (it went idle) ends the spell
+    b.add(settled_round(125.0, "w1#1", 10, SETTLED, reason="idle"))
+    b.add(settled_round(130.0, "w1#1", 11, SETTLED, ("c", "w1", "w2", 0.05)))
+    # and a new leadership remembers nothing of the last one's settled round
+    b.add(settled_round(135.0, "w1#1", 12, SETTLED))
+    b.add(settled_round(140.0, "w2#1", 1, SETTLED, ("d", "w1", "w2", 0.05)))
+    b.add(settled_round(145.0, "w1#1", 1, SETTLED, ("e", "w1", "w2", 0.05)))
+    assert check(b.history) == []
+
+
+def test_rounds_without_loads_are_not_judged_for_settling() -> None:
+    b = Builder()
+    clean_run(b)
+    b.add(balanced(100.0, "w1#1"))
+    b.add(balanced(110.0, "w1#1", ("a", "w1", "w2", 0.1)))
     assert check(b.history) == []
 
 
@@ -533,6 +639,7 @@ def test_every_invariant_is_exercised_by_a_violating_history() -> None:
         "foreign-delivery",
         "balance-cooldown",
         "balance-budget",
+        "balance-settled",
     }
     assert tested == set(INVARIANTS)
 
@@ -554,6 +661,7 @@ def test_a_history_survives_a_round_trip_through_json_lines() -> None:
     b = Builder()
     clean_run(b)
     b.add(balanced(100.0, "w1#1", ("a", "w1", "w2", 1.5)))
+    b.add(settled_round(110.0, "w1#1", 2, SETTLED))
     again = History.from_jsonl(b.history.to_jsonl())
     assert again.events == b.history.events
     assert again.digest() == b.history.digest()

@@ -44,6 +44,16 @@ The rules (issue 35), each with what it prevents:
    there are workers; a split that ignores its requests backs off as any other
    (:mod:`spate._core.leader.split_requests`).
 
+6. **Settled means settled.** Every move lowers a potential (:meth:`_Round._gain`) by
+   ``min_gain`` at least, a split is not moved back to the worker it left while its load holds
+   still, and loads within half a band of the last round that found the fleet within its band
+   move nothing.
+7. **A worker no move within the bands helps is rescued** by a move that may push its receiver
+   over (a two-step shed) or an exchange for one or more lighter splits, judged by the
+   potential alone (:meth:`_Round._rescue`).
+8. **The budget never strands a worker over its band.** A round that moved nothing else may
+   make one step of rule 7 that costs more than its budget, alone.
+
 A worker holding a split heavier than its share has that split's load as its mean, and the
 others share the rest (``_Round._fill``): no placement does better than that split, and without
 it the band would see that worker as over forever.
@@ -52,7 +62,8 @@ The greedy: the hottest donor first (by load over mean), each time to the coldes
 that can take one of its splits, the largest split that fits every limit above (largest: the
 fewest drains for the load moved). Cost: one pass over the splits to group them by owner and
 sum each worker's load in C loops, then a sort of each donor's movable splits and O(log n) per
-move; never splits x workers (100,000 splits x 100 workers: 20-45 ms, ``bench/balance.py``).
+move; never splits x workers; the cooldown set is built once a round, and the memory of moves
+looks up only the splits it names (``bench/balance.py`` times 100,000 splits x 100 workers).
 
 Pure: no I/O, no clock; the round number and the time are passed in.
 """
@@ -166,6 +177,8 @@ class _Round:
         }
         self.groups: dict[str, list[BalanceSplit]] = {n: [] for n in self.names}
         self.count: dict[str, int] = {}
+        self.trusted: dict[str, list[BalanceSplit]] = {}
+        """Each worker's trusted splits (set by :meth:`_read`)."""
         self.trusted_load: dict[str, float] = {}
         self.untrusted_weight: dict[str, int] = {}
         self.hottest: dict[str, float] = {}
@@ -178,9 +191,11 @@ class _Round:
         self.settled: dict[str, float] = {}
         """The next state's settled loads (rule 6)."""
         self.split_loads: dict[str, float] = {}
-        """Each trusted split's load (for the memory of moves, rule 6)."""
+        """The load of each trusted split the memory of moves names (rule 6)."""
         self.present: set[str] = set()
-        """Every split of a live worker."""
+        """Every split of a live worker the memory of moves names."""
+        self.cooling: set[str] | None = None
+        """The splits within their cooldown (set by the first :meth:`_movable` of the round)."""
 
     # -- reading the splits ------------------------------------------------------------------
 
@@ -197,11 +212,15 @@ class _Round:
             if put is not None:
                 put(s)
         weight_sum = 0
+        left = self.state.left
         for n, group in self.groups.items():
-            trusted = [s for s in group if s.trusted]
+            trusted = self.trusted[n] = [s for s in group if s.trusted]
             loads = [s.load for s in trusted]
-            self.split_loads.update(zip([s.id for s in trusted], loads, strict=True))
-            self.present.update([s.id for s in group])
+            if left:  # only the splits the memory of moves names are looked up again
+                for s in [s for s in group if s.id in left]:
+                    self.present.add(s.id)
+                    if s.trusted:
+                        self.split_loads[s.id] = s.load
             self.count[n] = len(group)
             self.trusted_load[n] = sum(loads)
             self.hottest[n] = max(loads, default=0.0)
@@ -229,19 +248,25 @@ class _Round:
         Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
         their cooldown.
         """
-        moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
-        cooling = {split for split, last in moved.items() if round_ - last < cooldown}
-        group = self.groups[worker]
+        cooling = self.cooling
+        if cooling is None:  # once a round, not once a worker
+            moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
+            cooling = {split for split, last in moved.items() if round_ - last < cooldown}
+            self.cooling = cooling
+        trusted = self.trusted[worker]
         # the common case in C loops: no affinity, not cooling; the rest one by one
-        plain = [
-            (s.load, s.id)
-            for s in group
-            if s.trusted and s.load > 0 and not s.affinity and s.id not in cooling
-        ]
+        if cooling:
+            plain = [
+                (s.load, s.id)
+                for s in trusted
+                if s.load > 0 and not s.affinity and s.id not in cooling
+            ]
+        else:
+            plain = [(s.load, s.id) for s in trusted if s.load > 0 and not s.affinity]
         groups: Candidates = {"": plain}
         locality = self.workers[worker].locality
-        for s in group:
-            if s.affinity and s.trusted and s.load > 0 and s.id not in cooling:
+        for s in trusted:
+            if s.affinity and s.load > 0 and s.id not in cooling:
                 key = s.affinity if affinity_matches(s.affinity, locality) else ""
                 groups.setdefault(key, []).append((s.load, s.id))
         for candidates in groups.values():
@@ -320,16 +345,11 @@ class _Round:
         below 0, so with loads that hold still a fleet makes finitely many moves, and none once
         every worker is within its band (the potential is 0 there).
         """
-        load, eps = self.load, self.config.min_gain
-        before = self._excess(d, load[d]) + self._excess(r, load[r])
-        after = self._excess(d, load[d] - net) + self._excess(r, load[r] + net)
-        count = (
-            self._outside(d, load[d])
-            + self._outside(r, load[r])
-            - self._outside(d, load[d] - net)
-            - self._outside(r, load[r] + net)
-        )
-        return (before - after) / self.mean + eps * count
+        load, eps, slack, excess = self.load, self.config.min_gain, self.slack, self._excess
+        d0, r0 = excess(d, load[d]), excess(r, load[r])
+        d1, r1 = excess(d, load[d] - net), excess(r, load[r] + net)
+        count = (d0 > slack) + (r0 > slack) - (d1 > slack) - (r1 > slack)
+        return (d0 + r0 - (d1 + r1)) / self.mean + eps * count
 
     def _worth(self, d: str, r: str, net: float) -> bool:
         return self._gain(d, r, net) >= self.config.min_gain * (1 - 1e-9)
@@ -658,14 +678,21 @@ class _Round:
         lighter splits, and the one that lowers the potential most is made, again while one
         is worth it. Here a receiver may end above its band and a donor below its mean, and
         the potential, not the churn price, is the judge (a receiver pushed over sheds its
-        small splits the next round: a two-step shed). The round's budget holds (a split
-        heavier than the whole budget never moves by load), and so do the cooldown and the
-        memory of moves.
+        small splits the next round: a two-step shed). The round's budget holds, but for rule
+        8: a round that has moved nothing, and finds no such step within its budget, makes the
+        best one that costs more, alone (without it a worker whose only helpful step outweighs
+        the budget, as one holding two splits heavier than it together, stays over its band
+        for good). The cooldown and the memory of moves hold.
         """
         load = self.load
         out: list[Move] = []
         while budget - moved_load > 0:
             best = self._rescue_option(candidates, budget - moved_load, domain_load, blast_cap)
+            alone = False
+            if best is None and not made and not out:
+                # rule 8: the budget never strands a worker over its band
+                best = self._rescue_option(candidates, math.inf, domain_load, blast_cap)
+                alone = True
             if best is None:
                 break
             d, r, x, split, backs = best
@@ -684,6 +711,8 @@ class _Round:
             load[r] += net
             domain_load[self.domain[d]] -= net
             domain_load[self.domain[r]] += net
+            if alone:
+                break  # the one step past the budget is the round's only one
         return out
 
     def _rescue_option(
