@@ -1,6 +1,6 @@
 """A fleet spread over failure domains, end to end: the loss of a whole domain as ``spate status``
 shows it, and the locality check of open_coordinator. Affinity is specified machine by machine in
-``tests/core/test_failure_domains.py``.
+``tests/core/test_split_affinity.py``.
 """
 
 from __future__ import annotations
