@@ -1,8 +1,8 @@
 """Who reads what, end to end (Trio, the memory store): what each worker's watches are sent.
 
-The rules are specified machine by machine in ``tests/core/test_watch_scopes.py``; here the runtime's
-watch pumps open the machine's watches on a real store client, which counts what it delivers,
-and re-open a watch that broke.
+The rules are specified machine by machine in ``tests/core/test_watch_scopes.py``; here the
+runtime's watch pumps open the machine's watches on a real store client, which counts what it
+delivers, and re-open a watch that broke.
 """
 
 from __future__ import annotations
