@@ -226,12 +226,12 @@ async def backends(names: Iterable[str]) -> AsyncIterator[dict[str, Backend]]:
                 nats = await stack.enter_async_context(nats_server(websocket=False))
                 found[name] = _url_backend("nats", nats.store_url)
             elif name == "etcd-cluster":
-                from spate_testing.servers.etcd_cluster import etcd_cluster
+                from spate_testing.servers.clusters import etcd_cluster
 
                 members = await stack.enter_async_context(etcd_cluster())
                 found[name] = _url_backend(name, members.store_url)
             elif name == "nats-cluster":
-                from spate_testing.servers.nats_cluster import nats_cluster
+                from spate_testing.servers.clusters import nats_cluster
 
                 servers = await stack.enter_async_context(nats_cluster())
                 found[name] = _url_backend(name, servers.store_url)
