@@ -44,7 +44,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the three packages."""
+    """mypy --strict over the three packages and the code that uses them: tests, bench, examples
+    (the files are listed in pyproject.toml)."""
     install_project(session)
     session.install("mypy>=1.10")
     session.run("mypy")

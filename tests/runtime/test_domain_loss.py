@@ -5,13 +5,11 @@ shows it, and the locality check of open_coordinator. Affinity is specified mach
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import trio
 from rich.console import Console
 
-from spate import ConfigError, Plan, PlanContext, open_coordinator
+from spate import ConfigError, Planner, open_coordinator
 from spate._cli.status_table import render_status
 from spate.ops import read_status
 from spate_stores.memory import MemoryServer
@@ -22,9 +20,7 @@ from .harness import JOB, Worker, client, config, cooperative, planner_of, spawn
 LAYOUT = {"zone-a": 3, "zone-b": 2, "zone-c": 1}
 
 
-async def _fleet(
-    nursery: trio.Nursery, server: MemoryServer, planner: Callable[[PlanContext], Plan]
-) -> list[Worker]:
+async def _fleet(nursery: trio.Nursery, server: MemoryServer, planner: Planner) -> list[Worker]:
     return [
         await spawn(
             nursery,

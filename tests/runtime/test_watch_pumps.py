@@ -7,6 +7,7 @@ delivers, and re-open a watch that broke.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -58,7 +59,8 @@ class _CountingWatches(MemoryStore):
         self.listed.append((keyspace, prefix))
         return super().list_pages(keyspace, prefix, page_size=page_size)
 
-    def split_events(self, since: int = 0) -> list[tuple[Keyspace, str, str]]:
+    # builtins.list: inside this class, ``list`` is the method above.
+    def split_events(self, since: int = 0) -> builtins.list[tuple[Keyspace, str, str]]:
         split_keys = (KEYS.split(""), KEYS.lease(""))
         return [d for d in self.delivered[since:] if d[1].startswith(split_keys)]
 

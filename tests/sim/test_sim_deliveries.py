@@ -97,6 +97,7 @@ def test_a_follower_watching_leases_is_caught(monkeypatch: pytest.MonkeyPatch) -
     )
     # (On a session store, where leases are ephemeral keys that live exactly as long as their
     # session: a follower that watched them could at least not misjudge them.)
+    assert FLEET.script is not None
     found = foreign(attrs.evolve(FLEET, sessions=True, script=FLEET.script[:2]))
     assert any("a lease while not leading" in f for f in found), found
     assert not any("progress record" in f for f in found), found
