@@ -1,4 +1,4 @@
-"""Issue 35: the cost of a graceful move of one split by load, in store round trips.
+"""The cost of a graceful move of one split by load, in store round trips (docs/balancing.md).
 
 Two workers share 8 splits, 4 each (started a second apart, so ``a`` leads, and within the
 join window, which places each split once). Each split's handler reports a load fixed by the

@@ -235,8 +235,8 @@ class Instruments:
             description="Summed split weight the leader's placement puts in each failure domain.",
         )
 
-        # The leader's balance rounds (issue 35): counters, and the loads as gauges (bounded:
-        # one series per live worker, and per the heaviest SPLIT_LOADS_REPORTED splits).
+        # The leader's balance rounds (docs/balancing.md): counters, and the loads as gauges
+        # (bounded: one series per live worker, and per the heaviest SPLIT_LOADS_REPORTED splits).
         b = p + "balance."
         self.balance_rounds = counter(
             b + "rounds", "{round}", "Balance rounds the leader ran, by reason (moved, ...)."

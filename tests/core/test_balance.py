@@ -1,4 +1,4 @@
-"""Load-aware balancing's decision core (issue 35): the smoother, and one round's rules.
+"""Load-aware balancing's decision core (docs/balancing.md): the smoother, and one round's rules.
 
 Properties over random fleets (Hypothesis) hold each rule of :mod:`spate._core.balance.planner`
 on every round; examples pin the behaviours the issue names.

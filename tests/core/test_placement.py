@@ -297,7 +297,7 @@ def test_workers_without_a_locality_place_exactly_as_before(fleet: Fleet) -> Non
 
 
 def test_a_zone_heavy_fleet_spreads_the_job_evenly_across_zones() -> None:
-    # The example: 4 workers in zone a, one each in b and c.
+    # docs/placement.md's example: 4 workers in zone a, one each in b and c.
     members = {f"a{i}": Member(100, f"a/h{i}") for i in range(4)}
     members |= {"b0": Member(100, "b/h0"), "c0": Member(100, "c/h0")}
     splits = {f"s{i:02d}": Placement(1, None) for i in range(60)}

@@ -1,4 +1,4 @@
-"""Who reads what (DESIGN §4b): each role's watches, point reads and listings, machine by machine.
+"""Who reads what: each role's watches, point reads and listings, machine by machine.
 
 A follower watches three exact keys and learns its share by point reads; only the leader reads
 the job, and it reads ownership (leases), not progress. These tests pin what each worker is

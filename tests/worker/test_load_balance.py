@@ -1,4 +1,4 @@
-"""Item 2 of issue 35: the leader moves running splits by measured load, end to end."""
+"""The leader moves running splits by measured load (docs/balancing.md), end to end."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ async def test_a_graceful_move_of_one_split_costs_at_most_ten_round_trips(
 async def test_a_splittable_skewed_job_ends_with_its_hottest_worker_near_the_mean(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # Issue 35's figure, end to end at the default balance settings: 8 splits, one 16x the
+    # The balancing page's figure, end to end at the default balance settings: 8 splits, one 16x the
     # others, on 4 workers. A descriptor is the split's load; a handler asked to split halves
     # it (the recipe of docs/splitting.md). Halves of 8 are under twice the mean (11.5) but
     # over any worker's band (6.325): the leader asks them again, and the quarters it leaves
