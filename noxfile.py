@@ -44,7 +44,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the three packages."""
+    """mypy --strict over the three packages and the code that uses them: tests, bench, examples
+    (the files are listed in pyproject.toml)."""
     install_project(session)
     session.install("mypy>=1.10")
     session.run("mypy")
@@ -220,8 +221,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """The benchmark suite (DESIGN §8; not in the default run): prints one table of ratios,
-    then the two adapter benchmarks. Starts its own etcd and nats-server; ~30 minutes.
+    """The benchmark suite (docs/performance.md; not in the default run): prints one table of
+    ratios, then the two adapter benchmarks. Starts its own etcd and nats-server; ~30 minutes.
     Arguments go to `python -m bench` (e.g. `nox -s bench -- --quick --only commit`;
     `-- --only commit --profile` prints where a commit's CPU goes instead)."""
     install_project(session)

@@ -1,1 +1,1 @@
-"""spate's benchmark suite (DESIGN §8): ``python -m bench`` or ``nox -s bench``."""
+"""spate's benchmark suite (docs/performance.md): ``python -m bench`` or ``nox -s bench``."""

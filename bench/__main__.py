@@ -1,4 +1,4 @@
-"""Run the benchmark suite of DESIGN §8 and print one table: ``python -m bench``.
+"""Run the benchmark suite (docs/performance.md) and print one table: ``python -m bench``.
 
 Every benchmark starts the servers it needs (etcd, nats-server) on free loopback ports and
 stops them; every figure is a ratio against a baseline measured side by side in the same run.

@@ -1,7 +1,7 @@
 """What every benchmark of the suite shares: result rows, statistics, stores, real servers.
 
-Figures are ratios taken side by side in one run (DESIGN §8): these machines are shared and
-noisy, so an absolute timing from one run says little about another, while a measurement
+Figures are ratios taken side by side in one run (docs/performance.md): these machines are
+shared and noisy, so an absolute timing from one run says little about another, while a measurement
 interleaved with its baseline, on the same server, in the same process, says a lot.
 """
 
@@ -60,7 +60,7 @@ class Row:
     """One line of the results table: a measurement, its baseline, and their ratio."""
 
     bench: str
-    """Which benchmark (its number in DESIGN §8 and a short name)."""
+    """Which benchmark (its number in the results table and a short name)."""
     store: str
     measured: str
     baseline: str
@@ -226,12 +226,12 @@ async def backends(names: Iterable[str]) -> AsyncIterator[dict[str, Backend]]:
                 nats = await stack.enter_async_context(nats_server(websocket=False))
                 found[name] = _url_backend("nats", nats.store_url)
             elif name == "etcd-cluster":
-                from spate_testing.servers.etcd_cluster import etcd_cluster
+                from spate_testing.servers.clusters import etcd_cluster
 
                 members = await stack.enter_async_context(etcd_cluster())
                 found[name] = _url_backend(name, members.store_url)
             elif name == "nats-cluster":
-                from spate_testing.servers.nats_cluster import nats_cluster
+                from spate_testing.servers.clusters import nats_cluster
 
                 servers = await stack.enter_async_context(nats_cluster())
                 found[name] = _url_backend(name, servers.store_url)

@@ -1,4 +1,4 @@
-"""Load-aware balancing (issue 35): the decision core's figures, in virtual time.
+"""Load-aware balancing (docs/balancing.md): the decision core's figures, in virtual time.
 
 Each scenario starts from today's placement (count-balanced: every split of weight 1, placed
 by the reference model :func:`spate_testing._placement_model.desired_assignment`, the same
@@ -22,7 +22,7 @@ time), applying each round's moves at once. Seeded: the seed draws the loads and
 * **a splittable skewed job**: 8 splits, one 16x the others, on 4 workers, each split asked
   to split halving as the runtime's recipe does (:func:`splittable`): hottest over mean after
   10 rounds at the defaults, against split requests off;
-* **the tail**: 50 seeds each of 32 x 4, 64 x 8 and 1,024 x 32 lognormal(0, 1), the issue's
+* **the tail**: 50 seeds each of 32 x 4, 64 x 8 and 1,024 x 32 lognormal(0, 1), the tail's
   settings (rounds every 10 s, half-life 5 s, band 10%), 60 rounds (:func:`tail_run`): beside
   the median, the worst seed's hottest over the bound and the share of seeds that moved a
   split after their first round within the band;
@@ -63,7 +63,8 @@ SEEDS = 20
 QUICK_SEEDS = 5
 CONFIG = BalanceConfig()
 TAIL_CONFIG = BalanceConfig(balance_interval=10, load_half_life=5, load_band=0.10)
-"""The issue's settings (issue 41): rounds every 10 s, half-life 5 s, band 10%."""
+"""The tail's settings (an operator's fleet, as docs/performance.md says): rounds every 10 s,
+half-life 5 s, band 10%."""
 TAIL_SEEDS = 50
 TAIL_SIZES = ((32, 4), (64, 8), (1024, 32))
 
@@ -183,7 +184,7 @@ def converge(job: Job, config: BalanceConfig = CONFIG, limit: int = 30) -> Conve
 
 @attrs.frozen
 class Tail:
-    """What one seed's rounds did with the issue's settings (:func:`tail_run`)."""
+    """What one seed's rounds did with the tail's settings (:func:`tail_run`)."""
 
     hottest_over_bound: float
     """The hottest worker over max(mean, hottest split) after the last round."""

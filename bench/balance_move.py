@@ -1,4 +1,4 @@
-"""Issue 35: the cost of a graceful move of one split by load, in store round trips.
+"""The cost of a graceful move of one split by load, in store round trips (docs/balancing.md).
 
 Two workers share 8 splits, 4 each (started a second apart, so ``a`` leads, and within the
 join window, which places each split once). Each split's handler reports a load fixed by the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
@@ -47,7 +47,15 @@ from bench._harness import (
     namespace,
     raw_cas_latencies,
 )
-from spate import BalanceReport, Config, MetricsHooks, SplitHandle, StoreError, run_worker
+from spate import (
+    BalanceReport,
+    Config,
+    Handler,
+    MetricsHooks,
+    SplitHandle,
+    StoreError,
+    run_worker,
+)
 from spate.store import Entry, Keyspace, Revision, Session, Store, Write, WriteResult, batched
 from spate_stores.memory import MemoryServer, MemoryStore
 from spate_testing.faults import FaultRates, FaultyStore
@@ -230,7 +238,7 @@ async def move_one(backend: Backend) -> Move:
     load_of: dict[str, float] = {}
     changed = trio.Event()
 
-    def handler(instance: str, load: float) -> object:
+    def handler(instance: str, load: float) -> Handler:
         async def handle(split: SplitHandle) -> None:
             nonlocal changed
             per_second = load_of.setdefault(split.id, load)
@@ -248,6 +256,12 @@ async def move_one(backend: Backend) -> Move:
 
         return handle
 
+    def worker(instance: str, store: Store, load: float) -> Awaitable[object]:
+        return run_worker(
+            store, job=JOB, instance=instance, planner=planner_of(SPLITS),
+            handler=handler(instance, load), config=config, metrics=_Rounds(instance, moved, made),
+        )  # fmt: skip
+
     async with (
         backend.open(ns, LEASE) as a_inner,
         backend.open(ns, LEASE) as b_inner,
@@ -255,12 +269,7 @@ async def move_one(backend: Backend) -> Move:
     ):
         a_store, b_store = TimedStore(a_inner, "a", timed), TimedStore(b_inner, "b", timed)
         for instance, store, load in (("a", a_store, 2.0), ("b", b_store, 1.0)):
-            nursery.start_soon(
-                lambda i=instance, s=store, ld=load: run_worker(
-                    s, job=JOB, instance=i, planner=planner_of(SPLITS),
-                    handler=handler(i, ld), config=config, metrics=_Rounds(i, moved, made),
-                )
-            )  # fmt: skip
+            nursery.start_soon(worker, instance, store, load)
             # ``a`` leads (it is the source, so the target learns its split came free from
             # the leader's nudge: the longer way); ``b`` still joins within the join window.
             await trio.sleep(1.0)

@@ -47,7 +47,10 @@ BAND = 0.10
 
 
 def config(splits: int) -> spate.Config:
-    """The issue's settings; lanes for every split (no lane limit gets in a move's way)."""
+    """The tail's settings (``bench.balance.TAIL_CONFIG``), with lanes for every split.
+
+    No lane limit gets in a move's way.
+    """
     return spate.Config(
         balance_interval=10.0,
         load_half_life=5.0,

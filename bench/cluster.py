@@ -90,8 +90,7 @@ async def _stall_once(backend: Backend, cluster: Any, kind: str, ns: str) -> flo
 
 async def _cluster_rows(kind: str, options: Options) -> list[Row]:
     rows: list[Row] = []
-    from spate_testing.servers.etcd_cluster import etcd_cluster
-    from spate_testing.servers.nats_cluster import nats_cluster
+    from spate_testing.servers.clusters import etcd_cluster, nats_cluster
 
     start: Any = etcd_cluster if kind == "etcd" else nats_cluster
     async with start() as cluster:

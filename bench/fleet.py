@@ -34,7 +34,7 @@ figures are noisy, and they are the fleet's.
   etcd or NATS, also on a real server of each in real time (lease 3 s). This is the one part
   of the suite that runs on etcd and NATS.
 
-Nothing is asserted; the figures are reported beside the issue's targets. Run alone with
+Nothing is asserted; the figures are reported beside their targets. Run alone with
 ``python -m bench --only fleet --stores memory`` (the steady fleet alone on NATS:
 ``--only fleet --stores nats``).
 """
@@ -65,9 +65,9 @@ from spate_stores.memory import MemoryStore
 SIZES = (8, 64, 256, 1_024)
 QUICK_SIZES = (8, 64)
 LANES = 4
-"""Splits per worker (its ``max_in_flight``), as in the issue's measurement."""
+"""Splits per worker (its ``max_in_flight``), the same at every fleet size."""
 ROUNDS = {8: 20, 64: 4, 256: 2, 1_024: 1}
-"""Commits per split at each fleet size (the issue's 20 at 8 workers; fewer above, where
+"""Commits per split at each fleet size (20 at 8 workers; fewer above, where
 there are more splits: at least 640 commits at every size, every held split committing)."""
 QUICK_ROUNDS = 5
 CHANGES = 16

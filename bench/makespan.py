@@ -13,7 +13,7 @@ Per run: the *makespan* (virtual time from the start until every ``run_worker`` 
 verdict), *ownership moves* (every gain of a split after its first), and *items replayed*
 (items processed beyond the job's total). Each scenario runs over several seeds — the seed
 picks the instance names, their process nonces and which splits are the long ones — and
-reports the median and the worst. The scenarios and targets are the issue's:
+reports the median and the worst. The scenarios and their targets:
 
 * **started together** — equal splits of 60 s: 0 moves, 0 replayed, makespan ≤ 1.05x the
   ideal (the longest split, or total work / lanes if that is longer);
@@ -62,7 +62,7 @@ JOB = "makespan"
 
 @attrs.frozen
 class Scenario:
-    """One fleet and job of the issue's tables."""
+    """One fleet and job of the suite's scenarios (the module's docstring)."""
 
     label: str
     workers: int
@@ -73,7 +73,7 @@ class Scenario:
     """Measure against total work / lanes alone (a job that needs splitting to reach it)."""
     target: float = 1.05
     together: bool = True
-    """The issue's targets of a fleet started together: no moves, nothing replayed."""
+    """The targets of a fleet started together: no moves, nothing replayed."""
 
     @property
     def ideal(self) -> float:
@@ -172,7 +172,7 @@ async def _run(scenario: Scenario, seed: int) -> Outcome:
             if split.revoke_requested.is_set():
                 return
             if split.split_requested.is_set() and end - pos >= 2 * COMMIT_EVERY:
-                # The issue's recipe: give the second half of what is left to an idle lane.
+                # The recipe: give the second half of what is left to an idle lane.
                 mid = pos + (end - pos) // 2
                 await split.split(primary=_range(start, mid), residual=_range(mid, end))
                 splits += 1

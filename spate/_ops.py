@@ -373,64 +373,130 @@ async def read_status(
     validate_job(job)
     read_at_ms = now_ms()
     keys = Keys(job)
-    durable = await store.list(Keyspace.DURABLE, keys.prefix)
-    ephemeral = await store.list(Keyspace.EPHEMERAL, keys.prefix)
-    unreadable: list[str] = []
+    durable = _read_durable(keys, await store.list(Keyspace.DURABLE, keys.prefix))
+    ephemeral = _read_ephemeral(keys, await store.list(Keyspace.EPHEMERAL, keys.prefix))
+    leases = ephemeral.live_leases(durable.session_leases)
+    loads, judged = _balance_loads(
+        durable.progress, durable.specs, ephemeral.presence, leases, ephemeral.leader,
+        isolation_tier=isolation_tier, band=load_band,
+    )  # fmt: skip
+    plan = durable.plan
+    return JobStatus(
+        job=job,
+        exists=plan is not None,
+        fingerprint=plan.fingerprint if plan else None,
+        generation=plan.generation if plan else None,
+        finality=plan.finality.value if plan else None,
+        verdict=plan.verdict if plan else None,
+        planned=plan.planned if plan else 0,
+        leader=ephemeral.leader,
+        workers=_worker_statuses(ephemeral, leases, judged),
+        splits=_split_statuses(durable, leases, loads),
+        unreadable=durable.unreadable + ephemeral.unreadable,
+        isolation_tier=isolation_tier,
+        read_at_ms=read_at_ms,
+        load_band=load_band,
+    )
+
+
+@attrs.define
+class _Durable:
+    """What a job's durable keys say: its plan, each split's records, the durable leases."""
+
     plan: PlanRecord | None = None
-    progress: dict[str, tuple[ProgressRecord, int]] = {}
-    specs: dict[str, SpecRecord] = {}
-    by_session: dict[str, LeaseRecord] = {}
-    # Split -> its unreadable records (key -> problem): the split is shown quarantined, as
-    # the leader counts it (held aside).
-    held_aside: dict[str, dict[str, str]] = {}
-    bad_progress: dict[str, int] = {}
-    # Durable leases (stores with per-key TTLs): alive while their owner's session is.
-    for entry in durable:
+    progress: dict[str, tuple[ProgressRecord, int]] = attrs.field(factory=dict)
+    """Split -> its progress record and the record's revision."""
+    specs: dict[str, SpecRecord] = attrs.field(factory=dict)
+    session_leases: dict[str, LeaseRecord] = attrs.field(factory=dict)
+    """Durable leases (stores with per-key TTLs): alive while their owner's session is."""
+    held_aside: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    """Split -> its unreadable records (key -> problem): the split is shown quarantined, as
+    the leader counts it (held aside)."""
+    bad_progress: dict[str, int] = attrs.field(factory=dict)
+    """Split -> the revision of its unreadable progress record."""
+    unreadable: list[str] = attrs.field(factory=list)
+
+
+def _read_durable(keys: Keys, entries: Iterable[Entry]) -> _Durable:
+    found = _Durable()
+    for entry in entries:
         kind = keys.classify(entry.key)
         try:
             if kind == (KeyKind.PLAN, ""):
-                plan = decode(PlanRecord, entry.key, entry.value)
+                found.plan = decode(PlanRecord, entry.key, entry.value)
             elif kind is not None and kind[0] is KeyKind.SPLIT:
                 record = decode(ProgressRecord, entry.key, entry.value, split=kind[1])
-                progress[kind[1]] = (record, entry.revision)
+                found.progress[kind[1]] = (record, entry.revision)
             elif kind is not None and kind[0] is KeyKind.SPEC:
-                specs[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1])
+                found.specs[kind[1]] = decode(SpecRecord, entry.key, entry.value, split=kind[1])
             elif kind is not None and kind[0] is KeyKind.LEASE:
-                by_session[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
+                found.session_leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value)
         except UnreadableRecord as exc:
-            unreadable.append(entry.key)
+            found.unreadable.append(entry.key)
             if kind is not None and kind[0] in (KeyKind.SPLIT, KeyKind.SPEC):
-                held_aside.setdefault(kind[1], {})[entry.key] = exc.problem
+                found.held_aside.setdefault(kind[1], {})[entry.key] = exc.problem
                 if kind[0] is KeyKind.SPLIT:
-                    bad_progress[kind[1]] = entry.revision
+                    found.bad_progress[kind[1]] = entry.revision
+    return found
+
+
+@attrs.define
+class _Ephemeral:
+    """What a job's ephemeral keys say: who leads, who is present, who holds which lease."""
+
     leader: str | None = None
-    presence: dict[str, PresenceRecord] = {}
-    leases: dict[str, str] = {}
-    for entry in ephemeral:
+    presence: dict[str, PresenceRecord] = attrs.field(factory=dict)
+    leases: dict[str, str] = attrs.field(factory=dict)
+    """Split -> the owner of its ephemeral lease key (stores with sessions)."""
+    unreadable: list[str] = attrs.field(factory=list)
+
+    def live_leases(self, session_leases: dict[str, LeaseRecord]) -> dict[str, str]:
+        """Split -> its lease's owner, of the leases alive now.
+
+        The ephemeral leases, and each durable one whose owner's presence record still names
+        the lease's nonce.
+        """
+        leases = dict(self.leases)
+        for split_id, lease in session_leases.items():
+            session = self.presence.get(lease.owner)
+            if session is not None and session.nonce == lease.nonce:
+                leases[split_id] = lease.owner
+        return leases
+
+
+def _read_ephemeral(keys: Keys, entries: Iterable[Entry]) -> _Ephemeral:
+    found = _Ephemeral()
+    for entry in entries:
         kind = keys.classify(entry.key)
         try:
             if kind == (KeyKind.LEADER, ""):
-                leader = decode(LeaderRecord, entry.key, entry.value).owner
+                found.leader = decode(LeaderRecord, entry.key, entry.value).owner
             elif kind is not None and kind[0] is KeyKind.WORKER:
-                presence[kind[1]] = decode(PresenceRecord, entry.key, entry.value)
+                found.presence[kind[1]] = decode(PresenceRecord, entry.key, entry.value)
             elif kind is not None and kind[0] is KeyKind.SPLIT:
-                leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value).owner
+                found.leases[kind[1]] = decode(LeaseRecord, entry.key, entry.value).owner
         except UnreadableRecord:
-            unreadable.append(entry.key)
-    for split_id, lease in by_session.items():
-        session = presence.get(lease.owner)
-        if session is not None and session.nonce == lease.nonce:
-            leases[split_id] = lease.owner
-    loads, judged = _balance_loads(
-        progress, specs, presence, leases, leader, isolation_tier=isolation_tier, band=load_band
-    )
-    splits: dict[str, SplitStatus] = {}
-    for split_id, revision in bad_progress.items():
+            found.unreadable.append(entry.key)
+    return found
+
+
+def _split_statuses(
+    durable: _Durable, leases: dict[str, str], loads: dict[str, float]
+) -> dict[str, SplitStatus]:
+    """Every split of the job by id.
+
+    Each one with records, then each residual named by its parent's record but not seeded yet
+    (the leader writes its records when it reads the parent's): shown, so no work looks
+    missing.
+    """
+    progress = dict(durable.progress)
+    for split_id, revision in durable.bad_progress.items():
         progress[split_id] = (ProgressRecord(id=split_id), revision)
+    splits: dict[str, SplitStatus] = {}
     for split_id, (record, revision) in sorted(progress.items()):
-        spec = specs.get(split_id)
-        problems = held_aside.get(split_id)
-        if problems and (split_id in bad_progress or record.status is Status.RUNNABLE):
+        spec = durable.specs.get(split_id)
+        problems = durable.held_aside.get(split_id)
+        if problems and (split_id in durable.bad_progress or record.status is Status.RUNNABLE):
             # Held aside: no worker runs it until `spate repair` rewrites the record.
             record = attrs.evolve(
                 record, status=Status.QUARANTINED, reason=held_aside_reason(problems)
@@ -455,8 +521,6 @@ async def read_status(
             load=loads.get(split_id),
             retry_at_ms=record.retry_at_ms,
         )
-    # A residual named by its parent's record but not seeded yet (the leader writes its
-    # records when it reads the parent's): shown, so no work looks missing.
     for split_id, (record, _) in sorted(progress.items()):
         for residual in record.residuals:
             if residual.id not in splits:
@@ -466,38 +530,32 @@ async def read_status(
                     weight=residual.weight, revision=0, descriptor=residual.descriptor,
                     parent=split_id, seeded=False,
                 )  # fmt: skip
+    return splits
+
+
+def _worker_statuses(
+    ephemeral: _Ephemeral,
+    leases: dict[str, str],
+    judged: tuple[dict[str, float], dict[str, float]],
+) -> list[WorkerStatus]:
+    """Every present worker, by name: what it holds, and its load and mean as judged."""
     holding: dict[str, int] = {}
     for owner in leases.values():
         holding[owner] = holding.get(owner, 0) + 1
-    workers = [
+    loads, means = judged
+    return [
         WorkerStatus(
             instance,
             p.max_in_flight,
-            instance == leader,
+            instance == ephemeral.leader,
             holding.get(instance, 0),
             p.locality,
             capacity=p.capacity,
-            load=_rounded_load(judged[0].get(instance)),
-            mean=_rounded_load(judged[1].get(instance)),
+            load=_rounded_load(loads.get(instance)),
+            mean=_rounded_load(means.get(instance)),
         )
-        for instance, p in sorted(presence.items())
+        for instance, p in sorted(ephemeral.presence.items())
     ]
-    return JobStatus(
-        job=job,
-        exists=plan is not None,
-        fingerprint=plan.fingerprint if plan else None,
-        generation=plan.generation if plan else None,
-        finality=plan.finality.value if plan else None,
-        verdict=plan.verdict if plan else None,
-        planned=plan.planned if plan else 0,
-        leader=leader,
-        workers=workers,
-        splits=splits,
-        unreadable=unreadable,
-        isolation_tier=isolation_tier,
-        read_at_ms=read_at_ms,
-        load_band=load_band,
-    )
 
 
 class JobNotFound(StoreError):

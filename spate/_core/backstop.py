@@ -1,10 +1,10 @@
 """The reconcile: the backstop for missed watch events, read as each worker's scope allows.
 
-A follower re-reads its own keys (its three exact watches' keys and its assigned-but-unheld
-splits) and never lists the job (DESIGN §4b). The leader lists both keyspaces in pages of
-``Config.list_page_size`` records, folding each page and letting it go, so it holds about a
-page in flight whatever the job's size; keys no page brought are decided only once the last
-page is in (:meth:`~spate._core.view.view.View.end_listing`). One reconcile runs at a time.
+A follower re-reads its own keys (its three exact watches' keys and its assigned-but-unheld splits)
+and never lists the job (docs/protocol.md, "Who reads what"). The leader lists both keyspaces in
+pages of ``Config.list_page_size`` records, folding each page and letting it go, so it holds about a
+page in flight whatever the job's size; keys no page brought are decided only once the last page is
+in (:meth:`~spate._core.view.view.View.end_listing`). One reconcile runs at a time.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Backstop:
         host = self.host
         started = host.now()
         if not host.sees_job:
-            # A follower's backstop reads its own keys again, never the job (DESIGN §4b).
+            # A follower's backstop reads its own keys again, never the job.
             try:
                 for scope in self._scopes.follower:
                     yield from host.reread(scope.keyspace, scope.key)
@@ -69,7 +69,7 @@ class Backstop:
         """The leader's backstop listing of one keyspace, folded page by page.
 
         Each page is folded as it comes and let go, so the listing holds about one page of
-        records whatever the job's size (DESIGN §4b); what no page brought is decided at the
+        records whatever the job's size; what no page brought is decided at the
         end (:meth:`View.end_listing`). The set of keys seen is the one thing kept across
         pages: a key each, where the view already holds a record each.
         """

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
@@ -66,6 +66,94 @@ SECONDS_BUCKETS = (
 
 _Attrs = dict[str, str]
 
+InstrumentKind = Literal["counter", "histogram", "up_down_counter", "gauge"]
+"""A counter or a histogram (recorded as outcomes happen), or an up-down counter or a gauge
+(observable: read when the SDK collects)."""
+
+
+class _Row(NamedTuple):
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+
+
+_C, _S = "spate.coordination.", "spate.placement."
+
+# Every instrument spate creates, in the order it creates them. A counter's or histogram's
+# attribute on Instruments is its name after "spate.coordination." with dots as underscores
+# (spate.coordination.write.duration is ``write_duration``); an observable one's reader in
+# ``Instruments._readers`` is keyed the same way (after "spate.", for the placement gauges).
+# Histograms are in seconds, with SECONDS_BUCKETS as their boundaries.
+_INSTRUMENTS: tuple[_Row, ...] = (
+    _Row(_C + "writes", "counter", "{write}", "Guarded store writes, by operation and outcome."),
+    _Row(_C + "write.duration", "histogram", "s",
+         "Duration of guarded store writes, by operation and outcome."),
+    _Row(_C + "acquisitions", "counter", "{split}", "Splits gained (claim CAS won), by reason."),
+    _Row(_C + "losses", "counter", "{split}", "Splits lost involuntarily, by reason."),
+    _Row(_C + "releases", "counter", "{split}", "Voluntary hand-backs that landed."),
+    _Row(_C + "failures", "counter", "{split}", "Splits reported failed by a handler."),
+    _Row(_C + "quarantines", "counter", "{split}",
+         "Splits seen becoming quarantined (every worker counts)."),
+    _Row(_C + "revocations", "counter", "{revocation}",
+         "Revocations by outcome: requested = drained + forced + cancelled + in flight."),
+    _Row(_C + "drain.duration", "histogram", "s",
+         "Revocation request to cooperative release (drained only)."),
+    _Row(_C + "assignment.latency", "histogram", "s",
+         "A split named in this worker's assignment until its claim won."),
+    _Row(_C + "reconcile.duration", "histogram", "s", "One reconcile listing of both keyspaces."),
+    _Row(_C + "planned", "counter", "{split}",
+         "Progress records this worker created while leading."),
+    _Row(_C + "replans", "counter", "{run}", "Planner runs while leading, by outcome."),
+    _Row(_C + "replan.duration", "histogram", "s", "One planner run, by outcome."),
+    # Levels: up-down counters where the fleet's sum means something, gauges where every
+    # worker reports the whole job (adding them up would multiply them).
+    _Row(_C + "splits.owned", "up_down_counter", "{split}", "Splits this worker holds."),
+    _Row(_C + "splits.draining", "up_down_counter", "{split}",
+         "Drains in progress (including cancelled revocations' drains)."),
+    _Row(_C + "leader", "up_down_counter", "{worker}", "1 while this worker leads."),
+    _Row(_C + "idle", "up_down_counter", "{worker}", "1 while this worker holds nothing."),
+    _Row(_C + "splits.completed", "gauge", "{split}",
+         "Completed splits in this worker's view of the job."),
+    _Row(_C + "splits.quarantined", "gauge", "{split}",
+         "Quarantined splits in this worker's view of the job (alert when > 0)."),
+    _Row(_C + "workers.live", "gauge", "{worker}",
+         "Workers with a live presence key, as this worker sees them (itself included)."),
+    _Row(_C + "splits.retry_waiting", "up_down_counter", "{split}",
+         "Held splits whose handler raised, waiting out the failure backoff."),
+    # The leader's placement across failure domains (one worker reports them).
+    _Row(_S + "blast_radius", "gauge", "1",
+         "Largest share (0-1) of the placed weight one failure domain holds "
+         "(reported by the leader)."),
+    _Row(_S + "domain.splits", "gauge", "{split}",
+         "Splits the leader's placement puts in each failure domain."),
+    _Row(_S + "domain.weight", "gauge", "1",
+         "Summed split weight the leader's placement puts in each failure domain."),
+    # The leader's balance rounds (docs/balancing.md): counters, and the loads as gauges
+    # (bounded: one series per live worker, and per the heaviest SPLIT_LOADS_REPORTED splits).
+    _Row(_C + "balance.rounds", "counter", "{round}",
+         "Balance rounds the leader ran, by reason (moved, ...)."),
+    _Row(_C + "balance.moves", "counter", "{split}",
+         "Running splits a balance round moved (graceful moves)."),
+    _Row(_C + "balance.worker.load", "gauge", "1",
+         "Each live worker's load (units of work a second) after the last "
+         "balance round (reported by the leader)."),
+    _Row(_C + "balance.split.load", "gauge", "1",
+         "The heaviest splits' loads (units a second; at most 20 series), as the "
+         "leader's last balance round saw them."),
+    _Row(_C + "balance.imbalance", "gauge", "1",
+         "The hottest worker's load over its mean after the last balance round "
+         "(1.0 is even)."),
+)  # fmt: skip
+
+
+def _key(name: str) -> str:
+    """An instrument's attribute (or reader) name, as ``_INSTRUMENTS`` says."""
+    return name.removeprefix(_C).removeprefix("spate.").replace(".", "_")
+
+
+_Reader = Callable[[CallbackOptions], Iterable[Observation]]
+
 
 class Instruments:
     """spate's instruments on one meter (the global meter provider's unless given).
@@ -75,6 +163,23 @@ class Instruments:
     levels of the coordinators using it would silently go unreported.
     """
 
+    writes: metrics.Counter
+    write_duration: metrics.Histogram
+    acquisitions: metrics.Counter
+    losses: metrics.Counter
+    releases: metrics.Counter
+    failures: metrics.Counter
+    quarantines: metrics.Counter
+    revocations: metrics.Counter
+    drain_duration: metrics.Histogram
+    assignment_latency: metrics.Histogram
+    reconcile_duration: metrics.Histogram
+    planned: metrics.Counter
+    replans: metrics.Counter
+    replan_duration: metrics.Histogram
+    balance_rounds: metrics.Counter
+    balance_moves: metrics.Counter
+
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         meter: Meter = (
             meter_provider.get_meter("spate", __version__)
@@ -83,128 +188,48 @@ class Instruments:
         )
         self._live: weakref.WeakSet[OTelMetrics] = weakref.WeakSet()
         self._lock = threading.Lock()  # the SDK collects on its reader's thread
+        readers = self._readers()
+        for row in _INSTRUMENTS:
+            key = _key(row.name)
+            if row.kind == "counter":
+                counter = meter.create_counter(row.name, unit=row.unit, description=row.description)
+                setattr(self, key, counter)
+            elif row.kind == "histogram":
+                histogram = meter.create_histogram(
+                    row.name,
+                    unit=row.unit,
+                    description=row.description,
+                    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+                )
+                setattr(self, key, histogram)
+            elif row.kind == "up_down_counter":
+                meter.create_observable_up_down_counter(
+                    row.name, callbacks=[readers[key]], unit=row.unit, description=row.description
+                )
+            else:
+                meter.create_observable_gauge(
+                    row.name, callbacks=[readers[key]], unit=row.unit, description=row.description
+                )
 
-        def counter(name: str, unit: str, description: str) -> metrics.Counter:
-            return meter.create_counter(name, unit=unit, description=description)
+    def _readers(self) -> dict[str, _Reader]:
+        """What each observable instrument reports when the SDK collects, by its key."""
 
-        def histogram(name: str, description: str) -> metrics.Histogram:
-            return meter.create_histogram(
-                name,
-                unit="s",
-                description=description,
-                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
-            )
-
-        p = "spate.coordination."
-        self.writes = counter(
-            p + "writes", "{write}", "Guarded store writes, by operation and outcome."
-        )
-        self.write_duration = histogram(
-            p + "write.duration", "Duration of guarded store writes, by operation and outcome."
-        )
-        self.acquisitions = counter(
-            p + "acquisitions", "{split}", "Splits gained (claim CAS won), by reason."
-        )
-        self.losses = counter(p + "losses", "{split}", "Splits lost involuntarily, by reason.")
-        self.releases = counter(p + "releases", "{split}", "Voluntary hand-backs that landed.")
-        self.failures = counter(p + "failures", "{split}", "Splits reported failed by a handler.")
-        self.quarantines = counter(
-            p + "quarantines", "{split}", "Splits seen becoming quarantined (every worker counts)."
-        )
-        self.revocations = counter(
-            p + "revocations",
-            "{revocation}",
-            "Revocations by outcome: requested = drained + forced + cancelled + in flight.",
-        )
-        self.drain_duration = histogram(
-            p + "drain.duration", "Revocation request to cooperative release (drained only)."
-        )
-        self.assignment_latency = histogram(
-            p + "assignment.latency",
-            "A split named in this worker's assignment until its claim won.",
-        )
-        self.reconcile_duration = histogram(
-            p + "reconcile.duration", "One reconcile listing of both keyspaces."
-        )
-        self.planned = counter(
-            p + "planned", "{split}", "Progress records this worker created while leading."
-        )
-        self.replans = counter(p + "replans", "{run}", "Planner runs while leading, by outcome.")
-        self.replan_duration = histogram(p + "replan.duration", "One planner run, by outcome.")
-
-        def level(
-            name: str, unit: str, description: str, read: Callable[[Gauges], int], additive: bool
-        ) -> None:
+        def level(read: Callable[[Gauges], int]) -> _Reader:
             def observe(options: CallbackOptions) -> Iterable[Observation]:
                 return [Observation(read(levels), attrs) for levels, attrs in self._levels()]
 
-            create = (
-                meter.create_observable_up_down_counter
-                if additive
-                else meter.create_observable_gauge
-            )
-            create(name, callbacks=[observe], unit=unit, description=description)
-
-        level(p + "splits.owned", "{split}", "Splits this worker holds.", lambda g: g.owned, True)
-        level(
-            p + "splits.draining",
-            "{split}",
-            "Drains in progress (including cancelled revocations' drains).",
-            lambda g: g.draining,
-            True,
-        )
-        level(p + "leader", "{worker}", "1 while this worker leads.", lambda g: int(g.leader), True)
-        level(
-            p + "idle",
-            "{worker}",
-            "1 while this worker holds nothing.",
-            lambda g: int(g.idle),
-            True,
-        )
-        level(
-            p + "splits.completed",
-            "{split}",
-            "Completed splits in this worker's view of the job.",
-            lambda g: g.completed,
-            False,
-        )
-        level(
-            p + "splits.quarantined",
-            "{split}",
-            "Quarantined splits in this worker's view of the job (alert when > 0).",
-            lambda g: g.quarantined,
-            False,
-        )
-        level(
-            p + "workers.live",
-            "{worker}",
-            "Workers with a live presence key, as this worker sees them (itself included).",
-            lambda g: g.live_workers,
-            False,
-        )
+            return observe
 
         def retry_waiting(options: CallbackOptions) -> Iterable[Observation]:
-            with self._lock:
-                live = list(self._live)
-            return [Observation(h.waiting, h.attributes) for h in live]
+            return [Observation(h.waiting, h.attributes) for h in self._live_hooks()]
 
-        meter.create_observable_up_down_counter(
-            p + "splits.retry_waiting",
-            callbacks=[retry_waiting],
-            unit="{split}",
-            description="Held splits whose handler raised, waiting out the failure backoff.",
-        )
-
-        # The leader's placement across failure domains: gauges (one worker reports them).
         def placements() -> list[tuple[PlacementReport, _Attrs]]:
-            with self._lock:
-                live = list(self._live)
-            return [(h.report, h.attributes) for h in live if h.report is not None]
+            return [(h.report, h.attributes) for h in self._live_hooks() if h.report is not None]
 
         def blast_radius(options: CallbackOptions) -> Iterable[Observation]:
             return [Observation(report.blast_radius, attrs) for report, attrs in placements()]
 
-        def per_domain(read: Callable[[DomainShare], int]) -> Callable[..., Iterable[Observation]]:
+        def per_domain(read: Callable[[DomainShare], int]) -> _Reader:
             def observe(options: CallbackOptions) -> Iterable[Observation]:
                 return [
                     Observation(read(share), {**attrs, "spate.domain": share.domain})
@@ -214,40 +239,8 @@ class Instruments:
 
             return observe
 
-        q = "spate.placement."
-        meter.create_observable_gauge(
-            q + "blast_radius",
-            callbacks=[blast_radius],
-            unit="1",
-            description="Largest share (0-1) of the placed weight one failure domain holds "
-            "(reported by the leader).",
-        )
-        meter.create_observable_gauge(
-            q + "domain.splits",
-            callbacks=[per_domain(lambda s: s.splits)],
-            unit="{split}",
-            description="Splits the leader's placement puts in each failure domain.",
-        )
-        meter.create_observable_gauge(
-            q + "domain.weight",
-            callbacks=[per_domain(lambda s: s.weight)],
-            unit="1",
-            description="Summed split weight the leader's placement puts in each failure domain.",
-        )
-
-        # The leader's balance rounds (issue 35): counters, and the loads as gauges (bounded:
-        # one series per live worker, and per the heaviest SPLIT_LOADS_REPORTED splits).
-        b = p + "balance."
-        self.balance_rounds = counter(
-            b + "rounds", "{round}", "Balance rounds the leader ran, by reason (moved, ...)."
-        )
-        self.balance_moves = counter(
-            b + "moves", "{split}", "Running splits a balance round moved (graceful moves)."
-        )
-
         def balances() -> list[tuple[BalanceReport, _Attrs]]:
-            with self._lock:
-                live = list(self._live)
+            live = self._live_hooks()
             return [(h.balance_report, h.attributes) for h in live if h.balance_report]
 
         def worker_loads(options: CallbackOptions) -> Iterable[Observation]:
@@ -267,21 +260,26 @@ class Instruments:
         def imbalance(options: CallbackOptions) -> Iterable[Observation]:
             return [Observation(r.imbalance_after, attrs) for r, attrs in balances()]
 
-        meter.create_observable_gauge(
-            b + "worker.load", callbacks=[worker_loads], unit="1",
-            description="Each live worker's load (units of work a second) after the last "
-            "balance round (reported by the leader).",
-        )  # fmt: skip
-        meter.create_observable_gauge(
-            b + "split.load", callbacks=[split_loads], unit="1",
-            description="The heaviest splits' loads (units a second; at most 20 series), as the "
-            "leader's last balance round saw them.",
-        )  # fmt: skip
-        meter.create_observable_gauge(
-            b + "imbalance", callbacks=[imbalance], unit="1",
-            description="The hottest worker's load over its mean after the last balance round "
-            "(1.0 is even).",
-        )  # fmt: skip
+        return {
+            "splits_owned": level(lambda g: g.owned),
+            "splits_draining": level(lambda g: g.draining),
+            "leader": level(lambda g: int(g.leader)),
+            "idle": level(lambda g: int(g.idle)),
+            "splits_completed": level(lambda g: g.completed),
+            "splits_quarantined": level(lambda g: g.quarantined),
+            "workers_live": level(lambda g: g.live_workers),
+            "splits_retry_waiting": retry_waiting,
+            "placement_blast_radius": blast_radius,
+            "placement_domain_splits": per_domain(lambda s: s.splits),
+            "placement_domain_weight": per_domain(lambda s: s.weight),
+            "balance_worker_load": worker_loads,
+            "balance_split_load": split_loads,
+            "balance_imbalance": imbalance,
+        }
+
+    def _live_hooks(self) -> list[OTelMetrics]:
+        with self._lock:
+            return list(self._live)
 
     def hooks(self, job: str, instance: str) -> OTelMetrics:
         """The metrics hooks of one coordinator (``job``, ``instance``) on these instruments."""

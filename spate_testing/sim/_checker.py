@@ -38,20 +38,20 @@ clean). Each invariant has a stable name (:data:`INVARIANTS`):
     of the splits that exist tile the item space: an item in no split is lost, one in two is
     counted twice. (Replay after a takeover is allowed: only committed work is judged.)
 ``residual-origin``
-    A residual runs if and only if its parent's split write won (DESIGN §4c): every split that
-    was seeded or gained is planned or named by a won write of its parent's progress record
-    (which landed first), its spec holds the descriptor and parent that write named, a record
-    never drops a residual it named, every named residual is seeded by the end of a final
+    A residual runs if and only if its parent's split write won (``docs/protocol.md``, Splitting):
+    every split that was seeded or gained is planned or named by a won write of its parent's
+    progress record (which landed first), its spec holds the descriptor and parent that write named,
+    a record never drops a residual it named, every named residual is seeded by the end of a final
     plan, a split call acknowledged with a residual id landed (by that worker, naming that
     residual), and a split call that raised Fenced landed nothing.
 ``foreign-delivery``
     No worker is delivered anything about a split it neither holds nor claims, the leader's
-    ownership events aside (DESIGN §4b): no watch delivers a progress record or a spec to
-    anyone (nobody watches them), a lease only to a worker that leads at that moment
-    (:class:`~spate_testing.sim._history.Leading`), and another instance's assignment record
-    to no follower. Read from :class:`~spate_testing.sim._history.Delivered` events (live
-    events and snapshot entries; point reads and listings are not deliveries), which the
-    machine engine's store model records; a history without them passes.
+    ownership events aside (``docs/protocol.md``, Who reads what): no watch delivers a progress
+    record or a spec to anyone (nobody watches them), a lease only to a worker that leads at that
+    moment (:class:`~spate_testing.sim._history.Leading`), and another instance's assignment record
+    to no follower. Read from :class:`~spate_testing.sim._history.Delivered` events (live events and
+    snapshot entries; point reads and listings are not deliveries), which the machine engine's store
+    model records; a history without them passes.
 ``balance-cooldown``
     No balance round moves a split within its cooldown of its previous balance move, whoever
     made either (a new leader after a failover included): read from the rounds
@@ -469,7 +469,7 @@ class _Checker:
                     f"flight ({counts})",
                 )
 
-    # -- splitting (DESIGN §4c) ---------------------------------------------------------------
+    # -- splitting (docs/protocol.md, Splitting) -----------------------------------------------
 
     def _range_of(self, split: str, record: ProgressRecord) -> tuple[int, int] | None:
         """The items of ``split`` as ``record`` says: its descriptor, else its spec's."""

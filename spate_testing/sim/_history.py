@@ -22,9 +22,9 @@ The events:
 - :class:`Revocations` — a worker's revocation counters, from its metrics hooks.
 - :class:`Action` — something the simulator did (start, kill, freeze, partition, ...).
 - :class:`Leading` — a worker began or stopped leading the job.
-- :class:`Balanced` — the leader ran a balance round (issue 35): its moves, the load they
-  carried, the job's load, each worker's load, and the rules it ran under (the budget, the
-  cooldown and the band).
+- :class:`Balanced` — the leader ran a balance round (see ``docs/balancing.md``): its moves,
+  the load they carried, the job's load, each worker's load, and the rules it ran under (the
+  budget, the cooldown and the band).
 - :class:`Delivered` — a watch delivered keys of splits (or another worker's assignment
   record) to a worker: a live event, or the entries of a snapshot.
 - :class:`Final` — the authoritative final listing of the job, and whether the run ended in

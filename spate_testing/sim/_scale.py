@@ -1,4 +1,4 @@
-"""The fleet-scale run: a thousand workers on one job of 100,000 splits, counted (DESIGN §4b).
+"""The fleet-scale run: a thousand workers on one job of 100,000 splits, counted (who reads what).
 
 ``python -m spate_testing.sim --scale`` (``--workers``, ``--splits``, ``--max-in-flight`` to
 resize it) runs one fleet on the machine engine, without faults, and prints what the store

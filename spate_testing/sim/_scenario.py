@@ -14,7 +14,7 @@ split landed, a zombie that splits, a split whose reply is lost, a leader failov
 request stands). Those draws come from a generator of their own, so every other seed's
 scenario is what it was.
 
-A quarter of the seeds report *loads* (issue 35: the leader's balance rounds move splits by
+A quarter of the seeds report *loads* (docs/balancing.md: the leader's balance rounds move splits by
 them), from a generator of their own too; half of those run splits long enough for their
 loads to be trusted and moved, under a longer, sparser chaos whose fleet grows back.
 
@@ -198,7 +198,7 @@ def _draw_workload(rng: random.Random, seed: int) -> Workload:
 
 
 LOAD_SHARE = 0.25
-"""The share of seeds whose handlers report loads (issue 35): the leader balances by them."""
+"""The share of seeds whose handlers report loads: the leader balances by them."""
 
 
 STRETCHED_SHARE = 0.5

@@ -12,14 +12,14 @@ runs of one seed plan and do the same work.
 Plans come in two shapes: *bounded* (every split at once, final) and *open* (batches over
 several planner runs, the last one final), which exercises replanning.
 
-A *splittable* workload (DESIGN §4c) plans the same steps as ranges of one job-wide item space
-instead: split ``i``'s descriptor is ``b"start:end"``, its watermark the position of the next
+A *splittable* workload (docs/splitting.md) plans the same steps as ranges of one job-wide item
+space instead: split ``i``'s descriptor is ``b"start:end"``, its watermark the position of the next
 item, and at a commit point the handler splits what is left when the leader asks
 (``split_requested``), and sometimes unasked: it keeps ``start:mid`` and a new split takes
 ``mid:end``, ``mid`` past the committed position. The split points, like everything else, are
-functions of the seed, the split and its position. Poison is then a property of an item (the
-middle one of a planned poison split), so whichever split holds that item fails at it; a
-residual of a stubborn split is stubborn too.
+functions of the seed, the split and its position. Poison is then a property of an item (the middle
+one of a planned poison split), so whichever split holds that item fails at it; a residual of a
+stubborn split is stubborn too.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class PoisonedSplit(Exception):
 
 
 def root_of(split: str) -> str:
-    """The planned split a split descends from (a residual's id extends its root's, §4c)."""
+    """The planned split a split descends from (a residual's id extends its root's)."""
     return split.partition(".r")[0]
 
 

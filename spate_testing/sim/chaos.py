@@ -121,13 +121,13 @@ class ChaosResult:
 @contextlib.contextmanager
 def _server(kind: str, cluster: bool = False) -> Iterator[Any]:
     if cluster and kind == "etcd":
-        from spate_testing.servers.etcd_cluster import etcd_cluster_sync
+        from spate_testing.servers.clusters import etcd_cluster_sync
 
         with etcd_cluster_sync() as members:
             yield members
         return
     if cluster:
-        from spate_testing.servers.nats_cluster import nats_cluster_sync
+        from spate_testing.servers.clusters import nats_cluster_sync
 
         with nats_cluster_sync() as servers:
             yield servers

@@ -1,4 +1,4 @@
-"""The command line's rough edges (issue 33, item 11): help, the worker, logs, missing rich."""
+"""The command line's rough edges: help, the worker, logs, missing rich."""
 
 from __future__ import annotations
 

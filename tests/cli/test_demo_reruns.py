@@ -1,4 +1,4 @@
-"""`spate demo` run twice on one store namespace computes each result anew (issue 33, item 5).
+"""`spate demo` run twice on one store namespace computes each result anew.
 
 An earlier run's job, finished or left behind, used to lend the next run its records: the
 check "matched" data nobody computed, in no time, with nothing folded.

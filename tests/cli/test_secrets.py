@@ -1,4 +1,4 @@
-"""No output of spate names a password or token (issue 33, item 2).
+"""No output of spate names a password or token.
 
 Every subcommand of ``spate`` runs with a store URL that carries a secret, against a real etcd
 with authentication on and real nats-servers with user/password and token auth: with the

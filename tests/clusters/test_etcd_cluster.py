@@ -16,7 +16,7 @@ from spate_stores.etcd import EtcdStore
 from spate_stores.etcd._config import KeyLayout
 from spate_stores.etcd._watch import open_watch_stream
 from spate_stores.etcd._wire import EventKind, parse_watch_message, prefix_end
-from spate_testing.servers.etcd_cluster import etcd_cluster
+from spate_testing.servers.clusters import etcd_cluster
 from spate_testing.sim._cluster_fleet import JOB, lost, run_fleet
 
 pytestmark = [pytest.mark.etcd, pytest.mark.cluster]

@@ -15,7 +15,7 @@ from spate.store import Entry, Keyspace, Put, SnapshotDone, Store, WatchEvent
 from spate_stores import open_store
 from spate_stores.nats import NatsStore
 from spate_stores.nats._keys import bucket_name
-from spate_testing.servers.nats_cluster import nats_cluster
+from spate_testing.servers.clusters import nats_cluster
 from spate_testing.sim._cluster_fleet import lost, run_fleet
 
 pytestmark = [pytest.mark.nats, pytest.mark.cluster]

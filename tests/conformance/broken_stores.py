@@ -533,7 +533,7 @@ class KeyspacesShared(Wrapper):
 class SessionOutlivesCoordinator(Wrapper):
     """Entries written under a session live as long as the store client, not the session.
 
-    The bug this issue's etcd adapter had: every ephemeral key hung on the client's one lease,
+    The bug spate's etcd adapter once had: every ephemeral key hung on the client's one lease,
     so a coordinator that stopped inside a long-lived application left its leader key and
     leases alive until the process exited. Modelled here by a client that keeps renewing what
     its sessions wrote, whether or not they ended.

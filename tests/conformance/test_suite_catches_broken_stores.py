@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from broken_stores import BROKEN
+
+from tests.conformance.broken_stores import BROKEN
 
 pytest_plugins = ["pytester"]
 

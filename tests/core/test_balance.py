@@ -1,4 +1,4 @@
-"""Load-aware balancing's decision core (issue 35): the smoother, and one round's rules.
+"""Load-aware balancing's decision core (docs/balancing.md): the smoother, and one round's rules.
 
 Properties over random fleets (Hypothesis) hold each rule of :mod:`spate._core.balance.planner`
 on every round; examples pin the behaviours the issue names.
@@ -57,7 +57,7 @@ def test_a_steady_load_reads_as_itself_whenever_it_is_read(half_life: float) -> 
     # started together, enough to carry a steady worker across its band, and the leader moved
     # splits chasing it. Spread over the span it covers, a report reads the same at any time.
     meter = LoadMeter(started_at=0.3, half_life=half_life)
-    readings = []
+    readings: list[float] = []
     for t in range(1, 301):
         meter.report(3.0, at=t + 0.3)
         readings.extend(meter.rate(t + 0.3 + phase) for phase in (0.0, 0.25, 0.5, 0.99))
@@ -578,8 +578,8 @@ def _check(
             assert result.loads[w] <= target[w] * (1 + band) + EPS
         if w in given:  # never below its mean; at most ~60% of its excess (the last may pass)
             assert result.loads[w] >= target[w] - EPS
-            shed, excess = given[w], before[w] - target[w]
-            assert sum(shed[:-1]) < config.excess_share * excess + EPS
+            shed, over = given[w], before[w] - target[w]
+            assert sum(shed[:-1]) < config.excess_share * over + EPS
     # the blast radius never rises
     domains = any(w.locality for w in workers)
 

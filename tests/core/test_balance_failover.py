@@ -1,4 +1,4 @@
-"""A new leader honours its predecessor's balance cooldowns (issue 35).
+"""A new leader honours its predecessor's balance cooldowns (docs/balancing.md).
 
 The rounds' state (which split moved in which round) lives in the leader's memory, so a new
 leader starts with none: without the rule, a split the old leader just moved could move again

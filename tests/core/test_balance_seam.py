@@ -160,7 +160,7 @@ def test_a_moved_split_is_held_a_drain_window_and_its_end_owes_what_it_held_back
     policy.membership_changed(2.0)  # a second join, inside s1's window
     index = _Index(held_back=True)
     assert _decide(policy, 2.0, index)
-    assert index.held == {"s1"}  # the other splits still serve the new member
+    assert index.held == frozenset({"s1"})  # the other splits still serve the new member
     policy.wake_for_holds(2.0)
     assert not policy.wake(3.9)
     assert policy.wake(4.0)  # the window ends: look again

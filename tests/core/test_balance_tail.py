@@ -2,7 +2,7 @@
 
 Sweeps of seeds through the decision core alone (pure, virtual time): the placement each
 starts from is today's count-balanced one (``bench/balance.py``), loads lognormal(0, 1), the
-issue's settings (rounds every 10 s, band 10%).
+tail's settings (rounds every 10 s, band 10%).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from spate._core.leader.phase import (
 )
 from spate.store import Keyspace
 
-from .world import KEYS, LEASE, Held, Worker, World, config
+from .world import KEYS, LEASE, Held, Worker, World, config, leading_now, phase_now
 
 P, E = LeaderPhase, LeaderEvent
 EPHEMERAL, DURABLE = Keyspace.EPHEMERAL, Keyspace.DURABLE
@@ -64,10 +64,10 @@ def _a_follower_whose_leader_died(**cfg: float) -> tuple[World, Worker, Held]:
     """A world where ``b`` follows ``a``, ``a`` dies, and ``b``'s create of the key is held."""
     world = World()
     a = world.start("a", cfg=config(**cfg))
-    world.run_until(lambda: a.phase is P.LEADING, within=3 * LEASE)
+    world.run_until(lambda: phase_now(a) is P.LEADING, within=3 * LEASE)
     b = world.start("b", cfg=config(**cfg))
     world.run_for(1.0)
-    assert b.phase is P.FOLLOWER
+    assert phase_now(b) is P.FOLLOWER
     create = b.hold_next("create", EPHEMERAL, KEYS.leader)
     a.kill()
     world.run_until(lambda: create.arrived, within=3 * LEASE)
@@ -77,17 +77,17 @@ def _a_follower_whose_leader_died(**cfg: float) -> tuple[World, Worker, Held]:
 def test_a_follower_that_sees_no_leader_key_elects_itself() -> None:
     """FOLLOWER --ELECT--> ELECTING, then ELECTING --WON--> FENCING."""
     world, a, create = _a_follower_whose_leader_died()
-    assert a.phase is P.ELECTING
-    assert not a.leading
+    assert phase_now(a) is P.ELECTING
+    assert not leading_now(a)
     bump = a.hold_next("update", DURABLE, KEYS.plan)
     create.release()
     world.settle()
-    assert a.phase is P.FENCING
-    assert a.leading  # it holds the key, and writes nothing a leader writes until fenced
+    assert phase_now(a) is P.FENCING
+    assert leading_now(a)  # it holds the key, and writes nothing a leader writes until fenced
     assert bump.arrived
     bump.release()
     world.settle()
-    assert a.phase in (P.GATHERING, P.LEADING)
+    assert phase_now(a) in (P.GATHERING, P.LEADING)
 
 
 def test_a_lost_election_returns_to_follower() -> None:
@@ -96,7 +96,7 @@ def test_a_lost_election_returns_to_follower() -> None:
     a.partition()
     create.release()
     world.settle()
-    assert a.phase is P.FOLLOWER
+    assert phase_now(a) is P.FOLLOWER
 
 
 def test_the_fence_landing_begins_gathering_and_the_join_window_ending_begins_leading() -> None:
@@ -104,11 +104,11 @@ def test_the_fence_landing_begins_gathering_and_the_join_window_ending_begins_le
     GATHERING --GATHERED--> LEADING once the join window of a new job has passed."""
     world = World()
     a = world.start("a", cfg=config(membership_debounce=2.0))
-    world.run_until(lambda: a.leading, within=LEASE)
+    world.run_until(lambda: leading_now(a), within=LEASE)
     world.settle()
-    assert a.phase is P.GATHERING
+    assert phase_now(a) is P.GATHERING
     fenced_at = world.now
-    world.run_until(lambda: a.phase is P.LEADING, within=LEASE)
+    world.run_until(lambda: phase_now(a) is P.LEADING, within=LEASE)
     assert world.now >= fenced_at + 2.0
     world.run_until(lambda: bool(a.owned), within=1.0)  # the first assignment went out
 
@@ -117,12 +117,12 @@ def test_a_job_that_has_assignments_already_is_gathered_at_once() -> None:
     """GATHERING --GATHERED--> LEADING with no wait when assignment records exist."""
     world = World()
     a = world.start("a", cfg=config(membership_debounce=2.0))
-    world.run_until(lambda: a.phase is P.LEADING and bool(a.owned), within=3 * LEASE)
+    world.run_until(lambda: phase_now(a) is P.LEADING and bool(a.owned), within=3 * LEASE)
     a.step_down(resign=True)
-    assert a.phase is P.FOLLOWER
-    world.run_until(lambda: a.leading, within=LEASE)
+    assert phase_now(a) is P.FOLLOWER
+    world.run_until(lambda: leading_now(a), within=LEASE)
     world.settle()
-    world.run_until(lambda: a.phase is P.LEADING, within=1.0)
+    world.run_until(lambda: phase_now(a) is P.LEADING, within=1.0)
 
 
 def test_a_deposition_while_fencing_leaves_it_deposed_until_its_election_returns() -> None:
@@ -133,30 +133,30 @@ def test_a_deposition_while_fencing_leaves_it_deposed_until_its_election_returns
     create.release()
     world.settle()
     assert bump.arrived
-    assert a.phase is P.FENCING
+    assert phase_now(a) is P.FENCING
     a.step_down(resign=False)
-    assert a.phase is P.DEPOSED
-    assert not a.leading
+    assert phase_now(a) is P.DEPOSED
+    assert not leading_now(a)
     a.heartbeat()  # its own key is not given back while its election runs
     assert not [op for _, op, _ in a.writes if op == "resign"]
     bump.release()
     world.settle()
-    assert a.phase is P.FOLLOWER
+    assert phase_now(a) is P.FOLLOWER
 
 
 def test_a_deposition_while_deposed_or_electing_changes_nothing() -> None:
     """ELECTING --DEMOTED--> ELECTING and DEPOSED --DEMOTED--> DEPOSED."""
     world, a, create = _a_follower_whose_leader_died()
     a.step_down(resign=True)
-    assert a.phase is P.ELECTING
+    assert phase_now(a) is P.ELECTING
     bump = a.hold_next("update", DURABLE, KEYS.plan)
     create.release()
     world.settle()
     assert bump.arrived
-    assert a.phase is P.FENCING
+    assert phase_now(a) is P.FENCING
     a.step_down(resign=False)
     a.step_down(resign=False)
-    assert a.phase is P.DEPOSED
+    assert phase_now(a) is P.DEPOSED
     bump.release()
     world.settle()
 
@@ -166,15 +166,15 @@ def test_a_leader_or_a_gathering_leader_that_steps_down_is_a_follower() -> None:
     FOLLOWER --DEMOTED--> FOLLOWER."""
     world = World()
     a = world.start("a")
-    world.run_until(lambda: a.phase is P.LEADING, within=LEASE)
+    world.run_until(lambda: phase_now(a) is P.LEADING, within=LEASE)
     a.step_down(resign=True)
-    assert a.phase is P.FOLLOWER
+    assert phase_now(a) is P.FOLLOWER
     a.step_down(resign=True)
-    assert a.phase is P.FOLLOWER
+    assert phase_now(a) is P.FOLLOWER
 
     world = World()
     b = world.start("b", cfg=config(membership_debounce=2.0))
-    world.run_until(lambda: b.phase is P.GATHERING, within=LEASE)
+    world.run_until(lambda: phase_now(b) is P.GATHERING, within=LEASE)
     b.step_down(resign=True)
-    assert b.phase is P.FOLLOWER
-    world.run_until(lambda: b.phase is P.GATHERING, within=LEASE)  # elected again
+    assert phase_now(b) is P.FOLLOWER
+    world.run_until(lambda: phase_now(b) is P.GATHERING, within=LEASE)  # elected again

@@ -27,11 +27,14 @@ DEFAULT_CAP = 4
 LOCALITIES = ["", "a", "a/r1", "a/r2", "b", "b/r1", "c/r1/h1", "c/r2"]
 AFFINITIES = ["", "", "", "a", "b", "a/r1", "c", "zz"]
 
+# A drawn fleet: members, splits, the reserved splits, the seed and the isolation tier.
+Fleet = tuple[dict[str, Member], dict[str, Placement], frozenset[str], int, int]
+
 
 @st.composite
 def fleets(
     draw: st.DrawFn, *, unit: bool = False, affinity: bool = True, big_caps: bool = False
-) -> tuple[dict[str, Member], dict[str, Placement], frozenset[str], int, int]:
+) -> Fleet:
     n_members = draw(st.integers(1, 7))
     names = [f"m{i}" for i in range(n_members)]
     members = {
@@ -116,7 +119,7 @@ def _domain_loads(
 
 @settings(max_examples=300, deadline=None)
 @given(fleets())
-def test_caps_respected_and_every_split_placed_once_or_queued(fleet: tuple) -> None:
+def test_caps_respected_and_every_split_placed_once_or_queued(fleet: Fleet) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier)
     assert set(out) == set(members)
@@ -133,7 +136,7 @@ def test_caps_respected_and_every_split_placed_once_or_queued(fleet: tuple) -> N
 
 @settings(max_examples=300, deadline=None)
 @given(fleets(unit=True, affinity=False))
-def test_largest_domain_share_is_the_minimum_capacities_allow(fleet: tuple) -> None:
+def test_largest_domain_share_is_the_minimum_capacities_allow(fleet: Fleet) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier)
     load, _, cap = _domain_loads(out, members, splits, tier)
@@ -146,7 +149,7 @@ def test_largest_domain_share_is_the_minimum_capacities_allow(fleet: tuple) -> N
 @settings(max_examples=300, deadline=None)
 @given(fleets(affinity=False))
 def test_balanced_within_a_split_across_domains_and_within_the_band_inside_each(
-    fleet: tuple,
+    fleet: Fleet,
 ) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier)
@@ -169,10 +172,10 @@ def test_balanced_within_a_split_across_domains_and_within_the_band_inside_each(
     for group in groups.values():
         loads = {m: sum(splits[s].weight for s in out[m]) for m in group}
         open_ = [m for m in group if len(out[m]) < _cap(members[m])]
-        held = [splits[s].weight for m in group for s in out[m]]
-        if not open_ or not held:
+        weights = [splits[s].weight for m in group for s in out[m]]
+        if not open_ or not weights:
             continue
-        band = Band(sum(loads.values()), len(group), min(held))
+        band = Band(sum(loads.values()), len(group), min(weights))
         target = min(open_, key=lambda m: loads[m])
         for a in group:
             if out[a] and (band.under(loads[target]) or band.over(loads[a])):
@@ -182,7 +185,7 @@ def test_balanced_within_a_split_across_domains_and_within_the_band_inside_each(
 
 @settings(max_examples=300, deadline=None)
 @given(fleets())
-def test_affinity_is_honoured_whenever_a_matching_worker_has_room(fleet: tuple) -> None:
+def test_affinity_is_honoured_whenever_a_matching_worker_has_room(fleet: Fleet) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier)
     holder = {s: m for m, held in out.items() for s in held}
@@ -204,7 +207,7 @@ def test_affinity_is_honoured_whenever_a_matching_worker_has_room(fleet: tuple) 
 
 @settings(max_examples=300, deadline=None)
 @given(fleets())
-def test_sticky_fixpoint_deterministic_and_identical_on_every_leader(fleet: tuple) -> None:
+def test_sticky_fixpoint_deterministic_and_identical_on_every_leader(fleet: Fleet) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier)
     # Another leader builds its maps in another order: same answer.
@@ -219,7 +222,7 @@ def test_sticky_fixpoint_deterministic_and_identical_on_every_leader(fleet: tupl
 @settings(max_examples=300, deadline=None)
 @given(fleets(affinity=False))
 def test_without_a_rebalance_a_running_split_moves_only_off_an_owner_over_its_budget(
-    fleet: tuple,
+    fleet: Fleet,
 ) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier, rebalance=False)
@@ -246,7 +249,7 @@ def test_without_a_rebalance_a_running_split_moves_only_off_an_owner_over_its_bu
 @settings(max_examples=300, deadline=None)
 @given(fleets(affinity=False), st.data())
 def test_a_rebalance_never_moves_a_held_split_off_an_owner_within_its_budget(
-    fleet: tuple, data: st.DataObject
+    fleet: Fleet, data: st.DataObject
 ) -> None:
     members, splits, reserved, seed, tier = fleet
     held = frozenset(data.draw(st.sets(st.sampled_from(sorted(splits) or ["none"]))))
@@ -265,7 +268,7 @@ def test_a_rebalance_never_moves_a_held_split_off_an_owner_within_its_budget(
 
 @settings(max_examples=200, deadline=None)
 @given(fleets(unit=True, affinity=False, big_caps=True))
-def test_a_lost_domain_moves_only_its_own_splits(fleet: tuple) -> None:
+def test_a_lost_domain_moves_only_its_own_splits(fleet: Fleet) -> None:
     members, splits, reserved, seed, tier = fleet
     out = _run(members, splits, reserved, seed, tier)
     owner = {s: m for m, held in out.items() for s in held}
@@ -283,7 +286,7 @@ def test_a_lost_domain_moves_only_its_own_splits(fleet: tuple) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(fleets())
-def test_workers_without_a_locality_place_exactly_as_before(fleet: tuple) -> None:
+def test_workers_without_a_locality_place_exactly_as_before(fleet: Fleet) -> None:
     members, splits, reserved, seed, tier = fleet
     blind = {m: Member(v.cap) for m, v in members.items()}
     expected = desired_assignment(
@@ -294,7 +297,7 @@ def test_workers_without_a_locality_place_exactly_as_before(fleet: tuple) -> Non
 
 
 def test_a_zone_heavy_fleet_spreads_the_job_evenly_across_zones() -> None:
-    # The example: 4 workers in zone a, one each in b and c.
+    # docs/placement.md's example: 4 workers in zone a, one each in b and c.
     members = {f"a{i}": Member(100, f"a/h{i}") for i in range(4)}
     members |= {"b0": Member(100, "b/h0"), "c0": Member(100, "c/h0")}
     splits = {f"s{i:02d}": Placement(1, None) for i in range(60)}

@@ -166,7 +166,7 @@ def test_a_plan_record_whose_verdict_contradicts_itself_is_refused(
     )
 
 
-# -- the failure reason (issue 33) ---------------------------------------------------------------
+# -- the failure reason ---------------------------------------------------------------------------
 
 
 def test_a_progress_record_without_a_reason_reads_with_none_and_is_written_without_one() -> None:
@@ -181,7 +181,7 @@ def test_a_failure_reason_round_trips_through_either_encoder() -> None:
     assert decode(ProgressRecord, "k", data, split="s") == record
 
 
-# -- issue 35: the load summary on a presence record -------------------------------------------
+# -- the load summary on a presence record (load-aware balancing) ---------------------------------
 
 
 def test_a_presence_record_with_loads_round_trips_and_an_old_one_reads_without() -> None:

@@ -115,7 +115,7 @@ def test_any_spec_reads_as_the_converter_reads_it(
 @pytest.mark.parametrize(
     "record",
     [
-        ProgressRecord(id="s", attempts=True),  # type: ignore[arg-type]
+        ProgressRecord(id="s", attempts=True),  # a bool: an int to mypy, not to the codec
         ProgressRecord(id="s", state=bytearray(b"x")),  # type: ignore[arg-type]
         SpecRecord(id="s", weight=2.0),  # type: ignore[arg-type]
     ],

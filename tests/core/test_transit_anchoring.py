@@ -4,7 +4,8 @@ A split is in transit from the moment this leader's records name a new member fo
 that member claims it. Placed from its owner instead, it is placed afresh on every solve while
 the moves land one by one: it swaps between members, a claim racing a swap takes it back to a
 member it left, and a domain overfilled that way is evened out by moving a split that was never
-in transit (the flakes once seen in ``test_failure_domains`` and ``test_debounce``).
+in transit (the flakes once seen in the failure-domain tests, now ``test_split_affinity`` and
+``tests/runtime/test_domain_loss.py``, and in ``test_debounce``).
 """
 
 from __future__ import annotations

@@ -101,6 +101,8 @@ __all__ = [
     "complete_on_gain",
     "config",
     "cooperative",
+    "leading_now",
+    "phase_now",
     "planner_of",
 ]
 
@@ -246,10 +248,10 @@ class _Link(Link):
         self, op: Op, reply: Callable[[outcome.Outcome[Any]], None]
     ) -> Callable[[outcome.Outcome[Any]], None]:
         def counted(result: outcome.Outcome[Any]) -> None:
-            if isinstance(result, outcome.Error):
-                how = "error"
-            else:
+            if isinstance(result, outcome.Value):
                 how = "won" if isinstance(result.value, Won) else "lost"
+            else:
+                how = "error"
             self.writes.append((self._clock.now(), op.operation, how))
             reply(result)
 
@@ -850,3 +852,15 @@ def complete_on_gain(worker: Worker, event: Event) -> None:
     """A handler that completes every gained split at once."""
     if isinstance(event, Gained):
         worker.commit(event.split, Progress(100, completed=True))
+
+
+# Read through a call: a test asserts a worker's phase (or that it leads), steps the world, and
+# asserts the next; mypy would keep the first assert's narrowing of the property across the step.
+def phase_now(worker: Worker) -> LeaderPhase:
+    """The worker's leader phase as it is now."""
+    return worker.phase
+
+
+def leading_now(worker: Worker) -> bool:
+    """Whether the worker leads now."""
+    return worker.leading

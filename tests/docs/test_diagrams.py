@@ -21,7 +21,7 @@ DOCS = ROOT / "docs"
 DIAGRAMS = DOCS / "diagrams"
 SVG = "{http://www.w3.org/2000/svg}"
 
-# The pictures issue 33 asks for, and the page each is shown on.
+# The pictures the docs promise, and the page each is shown on.
 SHOWN_ON = {
     "split-lifecycle.svg": ["tutorial.md", "glossary.md"],
     "job-keys.svg": ["protocol.md"],

@@ -1,4 +1,4 @@
-"""The site's navigation keeps users' pages apart from contributors' (issue 34, docs by reader)."""
+"""The site's navigation keeps users' pages apart from contributors' (docs by reader)."""
 
 from __future__ import annotations
 

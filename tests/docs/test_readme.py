@@ -15,7 +15,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _example() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     (example,) = [b for b in blocks if "run_worker" in b]
     assert example.rstrip().endswith("trio.run(main)")
     return example.rstrip().removesuffix("trio.run(main)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -113,7 +115,7 @@ class _Unbatched:
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:  # whatever the store has, but its batches
         if name in ("write_many", "max_batch"):
             raise AttributeError(name)
         return getattr(self._store, name)

@@ -29,7 +29,7 @@ from spate.ops import (
     requeue_all,
     require_job,
 )
-from spate.store import Keyspace, Store
+from spate.store import Keyspace, Revision, Session, Store, WriteResult
 from spate_stores.memory import MemoryStore
 
 JOB = "job-1"
@@ -179,14 +179,21 @@ async def test_requeue_retries_when_a_concurrent_write_moves_the_record() -> Non
     real_update = store.update
     raced = False
 
-    async def racing_update(keyspace, key, value, expected):  # type: ignore[no-untyped-def]
+    async def racing_update(
+        keyspace: Keyspace,
+        key: str,
+        value: bytes,
+        expected: Revision,
+        *,
+        session: Session | None = None,
+    ) -> WriteResult:
         nonlocal raced
         if not raced:
             raced = True
             entry = await store.get(keyspace, key)
             assert entry is not None
             await real_update(keyspace, key, entry.value, entry.revision)  # someone else writes
-        return await real_update(keyspace, key, value, expected)
+        return await real_update(keyspace, key, value, expected, session=session)
 
     store.update = racing_update  # type: ignore[method-assign]
     assert await requeue(store, JOB, ["b"]) == ["b"]

@@ -25,7 +25,13 @@ from spate import (
 from spate._core.records import ProgressRecord, decode
 from spate.store import Delete, Keyspace, Put, Revision, SnapshotDone, Store, WriteResult
 from spate_stores.memory import MemoryServer, MemoryStore
-from tests.common import JOB, KEYS, EventLog, config, planner_of
+
+# The common helpers, offered here too: a scenario test imports its whole harness from one place.
+from tests.common import JOB as JOB
+from tests.common import KEYS as KEYS
+from tests.common import EventLog as EventLog
+from tests.common import config as config
+from tests.common import planner_of as planner_of
 
 TTL = 9.0
 E = TypeVar("E", bound=Event)

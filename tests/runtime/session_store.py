@@ -41,6 +41,10 @@ class FakeSession:
     beating: bool = True
     keys: set[str] = attrs.field(factory=set)
 
+    def alive(self) -> bool:
+        """Neither ended by its holder nor lost (a call, so each loop reads it afresh)."""
+        return not self.ended and not self.lost
+
 
 class SessionMemoryStore:
     """Session semantics over a MemoryStore; ``attach`` a nursery for the keepalives."""
@@ -83,7 +87,7 @@ class SessionMemoryStore:
             await self._drop(session)
 
     async def _keep_alive(self, session: FakeSession) -> None:
-        while not session.ended and not session.lost:
+        while session.alive():
             await trio.sleep(self.ttl / 3)
             if session.ended:
                 return

@@ -12,8 +12,9 @@ import trio.testing
 
 from spate import StoreUnavailable
 from spate import _fenced as fenced
+from spate._core.flow_engine import BATCH_CONCURRENCY
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
-from spate._runtime.driver import BATCH_CONCURRENCY, Driver
+from spate._runtime.driver import Driver
 from spate.store import Delete, Entry, Keyspace, Put, Won
 from spate_stores.memory import MemoryServer
 

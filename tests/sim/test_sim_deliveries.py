@@ -1,5 +1,8 @@
-"""The foreign-delivery invariant on whole runs: a correct fleet is delivered only what its
-roles watch (DESIGN §4b), and a fleet whose workers watch too much is caught."""
+"""The foreign-delivery invariant on whole runs.
+
+A correct fleet is delivered only what its roles watch (docs/protocol.md, Who reads what), and
+a fleet whose workers watch too much is caught.
+"""
 
 from __future__ import annotations
 
@@ -76,7 +79,7 @@ def widened(extra: Callable[[Machine], tuple[WatchScope, ...]]) -> property:
 def test_a_fleet_watching_the_whole_durable_prefix_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Every worker watches the job's durable keyspace, as every worker did before §4b.
+    # Every worker watches the job's durable keyspace, as every worker once did.
     monkeypatch.setattr(
         Machine,
         "watches",
@@ -97,6 +100,7 @@ def test_a_follower_watching_leases_is_caught(monkeypatch: pytest.MonkeyPatch) -
     )
     # (On a session store, where leases are ephemeral keys that live exactly as long as their
     # session: a follower that watched them could at least not misjudge them.)
+    assert FLEET.script is not None
     found = foreign(attrs.evolve(FLEET, sessions=True, script=FLEET.script[:2]))
     assert any("a lease while not leading" in f for f in found), found
     assert not any("progress record" in f for f in found), found

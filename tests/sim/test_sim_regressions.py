@@ -693,7 +693,7 @@ def test_a_claim_lease_read_back_through_an_outage_longer_than_its_window_is_giv
     assert result.ok, result.violations
 
 
-# -- splitting (DESIGN §4c): found by the splittable workload's range-partition checks ----------
+# -- splitting (docs/protocol.md, Splitting): found by the splittable workload's range checks --
 
 
 def _one_split_held(world: World) -> Worker:

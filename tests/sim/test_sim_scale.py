@@ -1,4 +1,4 @@
-"""The fleet-scale run, small: it finishes, and its counts say who reads what (DESIGN §4b)."""
+"""The fleet-scale run, small: it finishes, and its counts say who reads what (docs/protocol.md)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ JOB = "j"
 @functools.cache
 def splittable_seeds(count: int) -> tuple[int, ...]:
     """The first ``count`` seeds whose scenario splits (and is short enough to be quick)."""
-    found = []
+    found: list[int] = []
     seed = 0
     while len(found) < count:
         scenario = Scenario.from_seed(seed)

@@ -1,4 +1,5 @@
-"""Issue 33's operator checks, one body for the etcd and NATS suites (each names its store).
+"""The operator's checks (docs/operations.md), one body for the etcd and NATS suites (each
+names its store).
 
 ``url(ttl)`` gives the suite's store URL for one fresh namespace (``ttl=None``: no ``ttl``
 parameter); ``untouched()`` answers, on the store's own terms, that nothing was written to

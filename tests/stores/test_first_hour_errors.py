@@ -1,4 +1,4 @@
-"""The store errors of a user's first hour (issue 33, item 11), against real servers.
+"""The store errors of a user's first hour, against real servers.
 
 A TLS URL against a plain server says the server does not speak TLS; a NATS server without
 JetStream says to start it with -js; a bad ``?ttl=`` names the parameter; a bad name is

@@ -1,4 +1,4 @@
-"""A read that fails never says "the operation may or may not have been applied" (issue 33).
+"""A read that fails never says "the operation may or may not have been applied".
 
 An operator running a read-only command (``spate status``) was told its read "may or may not
 have been applied", as if it could have changed something.

@@ -12,7 +12,9 @@ from spate_stores.etcd import EtcdStore
 from spate_stores.memory import MemoryStore
 from spate_stores.nats import NatsStore
 
-ADAPTERS = [
+Adapter = type[MemoryStore] | type[EtcdStore] | type[NatsStore]
+
+ADAPTERS: list[tuple[Adapter, str]] = [
     (MemoryStore, "memory://ns-url?ttl=7"),
     (EtcdStore, "etcd://127.0.0.1:2379/ns-url?ttl=7"),
     (NatsStore, "nats://127.0.0.1:4222/ns-url?ttl=7"),
@@ -38,7 +40,7 @@ def ttl_given(store: object) -> float | None:
 
 
 @pytest.mark.parametrize(("cls", "url"), ADAPTERS, ids=lambda v: getattr(v, "__name__", ""))
-def test_from_url_takes_the_url_and_the_same_optional_overrides(cls: type, url: str) -> None:
+def test_from_url_takes_the_url_and_the_same_optional_overrides(cls: Adapter, url: str) -> None:
     parameters = inspect.signature(cls.from_url).parameters
     assert list(parameters)[:3] == ["url", "namespace", "ttl"]
     assert parameters["namespace"].kind is inspect.Parameter.KEYWORD_ONLY
@@ -51,6 +53,6 @@ def test_from_url_takes_the_url_and_the_same_optional_overrides(cls: type, url: 
 
 
 @pytest.mark.parametrize(("cls", "url"), ADAPTERS, ids=lambda v: getattr(v, "__name__", ""))
-def test_a_bad_override_is_a_config_error(cls: type, url: str) -> None:
+def test_a_bad_override_is_a_config_error(cls: Adapter, url: str) -> None:
     with pytest.raises(ConfigError):
         cls.from_url(url, ttl=-1.0)

@@ -16,7 +16,7 @@ DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "spate-dashboard.js
 LABELS = {"spate_job", "spate_instance", "spate_operation", "spate_outcome", "spate_reason"}
 LABELS |= {"spate_domain", "le"}
 BLAST_RADIUS = "spate_placement_blast_radius"
-"""The placement panel's series, documented before the leader exports it (issue 13)."""
+"""The placement panel's series: the leader's placement report, as the blast-radius gauge."""
 
 
 def queries(node: Any) -> Iterator[str]:
@@ -52,10 +52,7 @@ def label_names(expr: str) -> set[str]:
 
 
 def allowed_names() -> frozenset[str]:
-    exported = exported_names()
-    if any(n.startswith("spate_placement_") for n in exported):
-        return exported  # placement metrics exist: the panel must name one exactly
-    return exported | {BLAST_RADIUS}
+    return exported_names()
 
 
 def unknown_names(dashboard: Any) -> list[str]:

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from spate_testing.blackhole import BlackholeProxy
-from spate_testing.servers.etcd_cluster import EtcdCluster
-from spate_testing.servers.nats_cluster import NatsCluster
+from spate_testing.servers.clusters import EtcdCluster, NatsCluster
 
 COMMON_CLUSTER = {"cleanup", "kill", "leader", "member", "pause", "restart", "stop", "store_url"}
 SURFACES = {

@@ -92,7 +92,7 @@ async def cancelled_around_the_store_hands_back(
                     )  # fmt: skip
 
             async def leaving(cancel: trio.CancelScope) -> None:
-                with cancel:  # the shape: the scope encloses the store
+                with cancel:  # the scope encloses the store, so cancelling it closes the store too
                     async with open_store(url) as store:
                         await spate.run_worker(
                             store, job="leave", instance="a", planner=plan,

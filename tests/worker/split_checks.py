@@ -8,7 +8,7 @@ leader's seeding of residuals and its requests, on the store's own CAS and watch
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import attrs
 import pytest
@@ -49,7 +49,7 @@ def _bounds(descriptor: bytes) -> tuple[int, int]:
     return int(start), int(end)
 
 
-def _planner(lengths: list[int]) -> object:
+def _planner(lengths: list[int]) -> Callable[[PlanContext], Plan]:
     specs, start = [], 0
     for n, items in enumerate(lengths):
         specs.append(SplitSpec(f"s{n}", _range(start, start + items)))
@@ -104,7 +104,7 @@ async def a_straggler_is_split_and_every_item_done_once(url: str) -> None:
                     store,
                     job=JOB,
                     instance=name,
-                    planner=_planner(lengths),  # type: ignore[arg-type]
+                    planner=_planner(lengths),
                     handler=handler,
                     config=_config(),
                 )
@@ -137,7 +137,7 @@ async def a_stale_owner_s_split_is_fenced_and_writes_nothing(url: str) -> None:
 
         async def worker() -> None:
             await run_worker(
-                store, job=JOB, instance="w", planner=_planner([100]),  # type: ignore[arg-type]
+                store, job=JOB, instance="w", planner=_planner([100]),
                 handler=handler, config=_config(),
             )  # fmt: skip
 
@@ -179,7 +179,7 @@ async def a_successor_resumes_the_primary_and_the_residual_runs(url: str) -> Non
         cfg = attrs.evolve(_config(), max_in_flight=4)
         with trio.fail_after(60):
             async with open_coordinator(
-                store, job=JOB, instance="a", planner=_planner([100]),  # type: ignore[arg-type]
+                store, job=JOB, instance="a", planner=_planner([100]),
                 config=cfg,
             ) as a:  # fmt: skip
                 a_events = a.events()
@@ -194,7 +194,7 @@ async def a_successor_resumes_the_primary_and_the_residual_runs(url: str) -> Non
                 assert residual.descriptor == _range(60, 100)
                 await a.release(["s0"])
                 async with open_coordinator(
-                    store, job=JOB, instance="b", planner=_planner([100]),  # type: ignore[arg-type]
+                    store, job=JOB, instance="b", planner=_planner([100]),
                     config=cfg,
                 ) as b:  # fmt: skip
                     await a.depart()

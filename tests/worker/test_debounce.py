@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import trio
 import trio.testing
 
@@ -94,19 +96,20 @@ async def test_assignments_do_not_flip_flop_while_moves_are_in_flight(
                         if not moves or moves[-1] != member:
                             moves.append(member)
 
+    def worker(name: str) -> Awaitable[object]:
+        return spate.run_worker(
+            client(server),
+            job=JOB,
+            instance=name,
+            planner=planner(12),
+            handler=handle,
+            config=config(membership_debounce=3.0),
+        )
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch_assignments)
         for name in ("a", "b", "c", "d"):
-            nursery.start_soon(
-                lambda name=name: spate.run_worker(
-                    client(server),
-                    job=JOB,
-                    instance=name,
-                    planner=planner(12),
-                    handler=handle,
-                    config=config(membership_debounce=3.0),
-                )
-            )
+            nursery.start_soon(worker, name)
             await trio.sleep(11 if name == "a" else 0.7)
         await trio.sleep(20)
         nursery.cancel_scope.cancel()
@@ -125,25 +128,26 @@ async def test_debounce_never_delays_handing_out_unowned_splits(
     server = MemoryServer()
     holders: dict[str, str] = {}
 
-    def handler(name: str):  # type: ignore[no-untyped-def]
+    def handler(name: str) -> spate.Handler:
         async def handle(split: spate.SplitHandle) -> None:
             holders[split.id] = name
             await split.revoke_requested.wait()
 
         return handle
 
+    def worker(name: str) -> Awaitable[object]:
+        return spate.run_worker(
+            client(server),
+            job=JOB,
+            instance=name,
+            planner=planner(12),
+            handler=handler(name),
+            config=config(membership_debounce=60.0, max_in_flight=4),
+        )
+
     async with trio.open_nursery() as nursery:
         for name in ("a", "b"):
-            nursery.start_soon(
-                lambda name=name: spate.run_worker(
-                    client(server),
-                    job=JOB,
-                    instance=name,
-                    planner=planner(12),
-                    handler=handler(name),
-                    config=config(membership_debounce=60.0, max_in_flight=4),
-                )
-            )
+            nursery.start_soon(worker, name)
             await trio.sleep(65 if name == "a" else 5)
         await wait_until(lambda: sum(1 for h in holders.values() if h == "b") == 4, within=5)
         nursery.cancel_scope.cancel()

@@ -111,13 +111,13 @@ class Outcomes(spate.MetricsHooks):
         self.lost_reasons: list[str] = []
         self.revocations: list[str] = []
 
-    def acquired(self, reason: str) -> None:  # type: ignore[override]
+    def acquired(self, reason: str) -> None:
         self.acquired_reasons.append(reason)
 
-    def lost(self, reason: str) -> None:  # type: ignore[override]
+    def lost(self, reason: str) -> None:
         self.lost_reasons.append(reason)
 
-    def revocation(self, outcome: str) -> None:  # type: ignore[override]
+    def revocation(self, outcome: str) -> None:
         self.revocations.append(outcome)
 
 
@@ -126,7 +126,7 @@ class Counting(spate.MetricsHooks):
         self.acquired_reasons: list[str] = []
         self.levels: spate.Gauges | None = None
 
-    def acquired(self, reason: str) -> None:  # type: ignore[override]
+    def acquired(self, reason: str) -> None:
         self.acquired_reasons.append(reason)
 
     def gauges(self, levels: spate.Gauges) -> None:

@@ -1,4 +1,4 @@
-"""What a handler's end means, and what a handle is good for (issue 33, items 1, 3 and 4).
+"""What a handler's end means, and what a handle is good for.
 
 - A handle is good for one handler run of one tenancy: a call through it after that run ended
   raises Fenced and writes nothing, whoever holds the split now (this worker included); the

@@ -1,8 +1,9 @@
-"""Item 2 of issue 35: the leader moves running splits by measured load, end to end."""
+"""The leader moves running splits by measured load (docs/balancing.md), end to end."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable
 from typing import Any
 
 import trio
@@ -25,7 +26,7 @@ class Fleet:
         self.load_of = load_of if load_of is not None else {}
         self.rounds = Rounds()
 
-    def handler(self, instance: str, heavy: float) -> Any:
+    def handler(self, instance: str, heavy: float) -> spate.Handler:
         async def handle(split: spate.SplitHandle) -> None:
             # A split's load is fixed the first time it runs: heavy on the first worker.
             load = self.load_of.setdefault(split.id, heavy)
@@ -166,14 +167,15 @@ async def test_no_load_reported_nothing_moves(autojump_clock: trio.testing.MockC
         fleet.gains.setdefault(split.id, []).append((trio.current_time(), "?"))
         await split.revoke_requested.wait()
 
+    def worker(instance: str) -> Awaitable[object]:
+        return spate.run_worker(
+            client(fleet.server), job=JOB, instance=instance, planner=planner(8), handler=quiet,
+            config=config(max_in_flight=8),
+        )  # fmt: skip
+
     async with trio.open_nursery() as nursery:
         for instance in ("a", "b"):
-            nursery.start_soon(
-                lambda i=instance: spate.run_worker(
-                    client(fleet.server), job=JOB, instance=i, planner=planner(8), handler=quiet,
-                    config=config(max_in_flight=8),
-                )
-            )  # fmt: skip
+            nursery.start_soon(worker, instance)
         await trio.sleep(30)
         gains = {s: len(g) for s, g in fleet.gains.items()}
         await trio.sleep(600)
@@ -196,7 +198,7 @@ async def test_a_graceful_move_of_one_split_costs_at_most_ten_round_trips(
 async def test_a_splittable_skewed_job_ends_with_its_hottest_worker_near_the_mean(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # Issue 35's figure, end to end at the default balance settings: 8 splits, one 16x the
+    # The balancing page's figure, end to end at the default balance settings: 8 splits, one 16x the
     # others, on 4 workers. A descriptor is the split's load; a handler asked to split halves
     # it (the recipe of docs/splitting.md). Halves of 8 are under twice the mean (11.5) but
     # over any worker's band (6.325): the leader asks them again, and the quarters it leaves
@@ -212,7 +214,7 @@ async def test_a_splittable_skewed_job_ends_with_its_hottest_worker_near_the_mea
             final=True,
         )
 
-    def handler(instance: str) -> Any:
+    def handler(instance: str) -> spate.Handler:
         async def handle(split: spate.SplitHandle) -> None:
             load = float(split.descriptor)
             holder[split.id] = instance
@@ -234,6 +236,13 @@ async def test_a_splittable_skewed_job_ends_with_its_hottest_worker_near_the_mea
 
     server = MemoryServer()
     rounds = Rounds()
+
+    def worker(instance: str, cfg: spate.Config) -> Awaitable[object]:
+        return spate.run_worker(
+            client(server), job=JOB, instance=instance, planner=plan, handler=handler(instance),
+            config=cfg, metrics=rounds,
+        )  # fmt: skip
+
     async with trio.open_nursery() as nursery:
         for instance in "abcd":
             # Idle lanes' requests (the end of a bounded job's rule) would cut every split
@@ -242,12 +251,7 @@ async def test_a_splittable_skewed_job_ends_with_its_hottest_worker_near_the_mea
                 max_in_flight=8, membership_debounce=2.0, split_requests=True,
                 split_request_delay=1e9,
             )  # fmt: skip
-            nursery.start_soon(
-                lambda i=instance, c=cfg: spate.run_worker(
-                    client(server), job=JOB, instance=i, planner=plan, handler=handler(i),
-                    config=c, metrics=rounds,
-                )
-            )  # fmt: skip
+            nursery.start_soon(worker, instance, cfg)
         await trio.sleep(30)
         assert len(holder) == 8
         await trio.sleep(15 * 60)

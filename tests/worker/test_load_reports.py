@@ -1,4 +1,4 @@
-"""Item 1 of issue 35: the load signal (report_load, measure_load) and where it goes."""
+"""The load signal (report_load, measure_load; docs/balancing.md) and where it goes."""
 
 from __future__ import annotations
 

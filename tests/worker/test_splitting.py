@@ -1,4 +1,4 @@
-"""Splitting a running split (DESIGN §4c), end to end on the memory store under the mock clock.
+"""Splitting a running split, end to end on the memory store under the mock clock.
 
 Each rule of ``docs/splitting.md`` has a test here that fails when the rule breaks: the one
 fenced write, the residual running exactly once, the primary resumed by a successor, the

@@ -1,4 +1,4 @@
-"""Load-aware balancing: which running splits move, by measured load (issue 35).
+"""Load-aware balancing: which running splits move, by measured load (docs/balancing.md).
 
 - :mod:`.meter` — a split's smoothed load (:class:`LoadMeter`) and when it is trusted.
 - :mod:`.model` — the round's inputs and outputs, and the config with its defaults' reasons.

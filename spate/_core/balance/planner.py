@@ -1,6 +1,6 @@
 """One balance round: which running splits move, given their measured loads.
 
-The rules (issue 35), each with what it prevents:
+The rules (``docs/balancing.md``), each with what it prevents:
 
 1. **Trust before acting.** A split counts by its smoothed load once that load is *trusted*
    (:mod:`.meter`); until then it counts as the job's mean load per unit of weight, and it is

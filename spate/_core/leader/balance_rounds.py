@@ -1,4 +1,4 @@
-"""The leader's balance rounds: running splits move by measured load (issue 35).
+"""The leader's balance rounds: running splits move by measured load (docs/balancing.md).
 
 Every ``Config.balance_interval`` of the leader's clock, while it leads and only once some
 member's presence record carries a load summary (:mod:`spate._core.tenancy.load_reports`), the

@@ -1,4 +1,6 @@
-"""How the leader learns a split's progress without watching commits (DESIGN §4b).
+"""How the leader learns a split's progress without watching commits.
+
+See "Who reads what" in docs/protocol.md.
 
 The leader watches the ephemeral keyspace (presence, leases, the leader key) and, of the
 durable one, only the plan record and its own assignment record: a plain commit of any worker

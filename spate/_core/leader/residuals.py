@@ -1,4 +1,4 @@
-"""The leader seeds the residuals it finds named in progress records (DESIGN §4c).
+"""The leader seeds the residuals it finds named in progress records (docs/splitting.md).
 
 A residual exists from the moment its parent's progress record names it (the owner's fenced
 split, :mod:`spate._core.tenancy.splitting`); its own records do not exist yet. Only the leader

@@ -1,4 +1,4 @@
-"""The leader's requests that running splits split (DESIGN §4c).
+"""The leader's requests that running splits split (docs/splitting.md).
 
 At the end of a bounded job lanes go idle while a few long splits run on; only the owner of a
 split can split it (its handler alone knows its position), so the leader asks. The rules, each

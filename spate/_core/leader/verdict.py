@@ -19,7 +19,7 @@ records for its verdict, not ``W * N``. The rules, each with the race it prevent
 - **The verdict latches**: no worker gives a plan record that carries a verdict another one,
   and each worker reports it once. Only the operator's requeue clears it (it reopens the job,
   see :func:`spate.ops.requeue`), and its write makes a verdict being judged meanwhile lose.
-- **Every residual is work** (DESIGN §4c): a listing in which a record names a residual that
+- **Every residual is work** (docs/splitting.md): a listing in which a record names a residual that
   has no record of its own yet decides nothing; the residual is seeded and run first.
 - **A new leader finishes the job**: one that takes over a final plan with no verdict (its
   predecessor died between the listing and the write) judges it as its predecessor would have.

@@ -1,9 +1,9 @@
 """A follower's point reads: how it learns the records of a split it is assigned.
 
-A follower watches no progress record, spec or lease (DESIGN §4b). It reads a split it is
-assigned when its assignment record names it (or says it came free), and the session a lease
-names when it must prove that session gone before a takeover. Any worker reads a key
-again (:func:`reread`) when a guarded write of its own found the key moved unseen.
+A follower watches no progress record, spec or lease (docs/protocol.md, "Who reads what"). It reads
+a split it is assigned when its assignment record names it (or says it came free), and the session a
+lease names when it must prove that session gone before a takeover. Any worker reads a key again
+(:func:`reread`) when a guarded write of its own found the key moved unseen.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def read_split(
 ) -> Flow[None]:
     """Point reads of one split's records: its progress record, spec and lease, at once.
 
-    A follower watches none of them (DESIGN §4b): this is how it learns a split it is
+    A follower watches none of them: this is how it learns a split it is
     assigned, and how it learns again once it was told the split came free (then it is on
     the critical path of a hand-over, so the reads go side by side: one round trip, not
     three). The progress record is folded first: a lease or spec folded before it would

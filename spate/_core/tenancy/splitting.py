@@ -1,4 +1,4 @@
-"""Splitting a running split (DESIGN §4c): the owner's one fenced write, and residual ids.
+"""Splitting a running split (docs/splitting.md): the owner's one fenced write, and residual ids.
 
 A split's owner, in its handler (which alone knows its position), splits the split's
 remaining work into a primary it keeps and a residual that becomes a new split. The rules,

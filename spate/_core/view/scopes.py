@@ -1,4 +1,4 @@
-"""Who reads what: the keys each role watches (DESIGN §4b).
+"""Who reads what: the keys each role watches (docs/protocol.md, "Who reads what").
 
 A follower watches three exact keys: the plan record (generation, finality, the published
 verdict), its own assignment record, and the leader key. Everything else it learns by point

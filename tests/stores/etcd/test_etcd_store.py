@@ -34,7 +34,9 @@ TTL = 2
 
 def store(server: EtcdServer, namespace: str, **params: str) -> EtcdStore:
     ttl = params.pop("ttl", str(TTL))
-    return EtcdStore.from_url(server.store_url(namespace, ttl=float(ttl), **params))
+    return EtcdStore.from_url(
+        server.store_url(namespace, ttl=float(ttl), credentials=True, **params)
+    )
 
 
 async def next_event(events: object, within: float = 10.0) -> WatchEvent:

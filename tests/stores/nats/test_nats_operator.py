@@ -1,4 +1,4 @@
-"""Issue 33's operator checks on real NATS JetStream KV (bodies in tests/stores/operator_checks)."""
+"""The operator's checks on real NATS JetStream KV (bodies in tests/stores/operator_checks)."""
 
 from __future__ import annotations
 

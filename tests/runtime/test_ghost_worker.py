@@ -4,7 +4,7 @@ A fake presence writer rewrites the presence record of a worker that does not ex
 third of a lease, for as long as the test runs. The leader gives it a share of the job; it
 never claims, so once the claim deadline passes the leader places its splits on the real
 workers, which own every split again (the machine-level rules:
-``tests/core/test_claim_deadline.py``).
+``tests/core/test_claim_deadline_sets_aside.py``).
 """
 
 from __future__ import annotations

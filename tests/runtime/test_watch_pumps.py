@@ -1,12 +1,13 @@
 """Who reads what, end to end (Trio, the memory store): what each worker's watches are sent.
 
-The rules are specified machine by machine in ``tests/core/test_reading.py``; here the runtime's
-watch pumps open the machine's watches on a real store client, which counts what it delivers,
-and re-open a watch that broke.
+The rules are specified machine by machine in ``tests/core/test_watch_scopes.py``; here the
+runtime's watch pumps open the machine's watches on a real store client, which counts what it
+delivers, and re-open a watch that broke.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -58,7 +59,8 @@ class _CountingWatches(MemoryStore):
         self.listed.append((keyspace, prefix))
         return super().list_pages(keyspace, prefix, page_size=page_size)
 
-    def split_events(self, since: int = 0) -> list[tuple[Keyspace, str, str]]:
+    # builtins.list: inside this class, ``list`` is the method above.
+    def split_events(self, since: int = 0) -> builtins.list[tuple[Keyspace, str, str]]:
         split_keys = (KEYS.split(""), KEYS.lease(""))
         return [d for d in self.delivered[since:] if d[1].startswith(split_keys)]
 

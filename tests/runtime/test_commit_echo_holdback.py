@@ -1,6 +1,7 @@
 """Claims end to end: what only the Trio runtime does around a commit (its hold-back of echoes).
 
-The claim rules themselves are specified machine by machine in ``tests/core/test_claims.py``.
+The claim rules themselves are specified machine by machine in
+``tests/core/test_claim_lifecycle.py``.
 """
 
 from __future__ import annotations

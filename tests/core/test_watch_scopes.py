@@ -1,4 +1,4 @@
-"""Who reads what (DESIGN §4b): each role's watches, point reads and listings, machine by machine.
+"""Who reads what: each role's watches, point reads and listings, machine by machine.
 
 A follower watches three exact keys and learns its share by point reads; only the leader reads
 the job, and it reads ownership (leases), not progress. These tests pin what each worker is
@@ -6,6 +6,8 @@ sent and what it asks the store for, not how it keeps what it learned.
 """
 
 from __future__ import annotations
+
+import functools
 
 import attrs
 
@@ -175,7 +177,9 @@ def test_a_follower_whose_claim_was_refused_reads_the_split_again_when_its_retry
 
     b = world.start("b", planner=planner_of(4), on_event=cooperative, wait=False)
     for split in ("s00", "s01", "s02", "s03"):
-        b.before_next("create", LEASES, lease_of(split), lambda s=split: another_claims_first(s))
+        b.before_next(
+            "create", LEASES, lease_of(split), functools.partial(another_claims_first, split)
+        )
     world.run_until(lambda: bool(refused))
     world.run_for(0.1)
     mark = len(b.reads)
@@ -195,7 +199,11 @@ def test_a_follower_waiting_on_a_draining_owner_claims_when_the_leader_nudges_it
     def slow_drain(worker: Worker, event: Event) -> None:
         if isinstance(event, RevokeRequested):
             split = event.split
-            worker.later(2.0, lambda: worker.release([split]))
+
+            def release() -> None:
+                worker.release([split])
+
+            worker.later(2.0, release)
 
     a = world.start("a", planner=planner_of(4), cfg=cfg, on_event=slow_drain)
     world.run_until(lambda: a.leading and len(a.owned) == 4)
@@ -226,7 +234,11 @@ def test_a_follower_waiting_on_a_draining_follower_claims_when_the_leader_nudges
     def slow_drain(worker: Worker, event: Event) -> None:
         if isinstance(event, RevokeRequested):
             split = event.split
-            worker.later(2.0, lambda: worker.release([split]))
+
+            def release() -> None:
+                worker.release([split])
+
+            worker.later(2.0, release)
 
     a = world.start("a", planner=planner_of(6), cfg=config(max_in_flight=1, **_quiet()))
     world.run_until(lambda: a.leading and len(a.owned) == 1)

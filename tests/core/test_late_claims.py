@@ -62,9 +62,9 @@ def test_a_claim_whose_lease_lands_after_another_claim_never_lowers_the_epoch() 
 
 @pytest.mark.parametrize("sessions", [False, True], ids=["per-key", "session"])
 def test_nothing_is_renewed_per_split_the_session_alone_keeps_every_lease(sessions: bool) -> None:
-    # DESIGN §4b: renewals are O(workers). On a per-key store the heartbeat renews the
-    # presence record (the session every lease names) and, on the leader, the leader key; on a
-    # session store the session's keepalive keeps both. No split's lease is ever rewritten.
+    # Renewals are O(workers) (docs/protocol.md, "Heartbeat"). On a per-key store the heartbeat
+    # renews the presence record (the session every lease names) and, on the leader, the leader key;
+    # on a session store the session's keepalive keeps both. No split's lease is ever rewritten.
     world = World(sessions=sessions)
     a = world.start("a", planner=planner_of(8), cfg=config(max_in_flight=8))
     world.run_until(lambda: len(a.owned) == 8)

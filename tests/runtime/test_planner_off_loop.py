@@ -1,7 +1,7 @@
 """Leadership end to end: the planner runs off the loop, and a PlanError leaves open_coordinator.
 
 Election, the generation fence and planning are specified machine by machine in
-``tests/core/test_leadership.py``.
+``tests/core/test_election_and_fence.py``.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def test_a_departure_deletes_its_presence_once_its_hand_backs_landed_beside_its_
     world.run_until(lambda: len(a.owned) == 4)
     for kind in ("create", "update", "delete"):
         for keyspace in Keyspace:
-            a.slow_writes(kind, keyspace, "", LATENCY)  # type: ignore[arg-type]
+            a.slow_writes(kind, keyspace, "", LATENCY)
     mark = len(world.store_writes())
     world.wait(a.depart())
     started = {(kind, key): t for t, kind, key in a.slow_started}

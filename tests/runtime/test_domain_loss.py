@@ -1,17 +1,15 @@
 """A fleet spread over failure domains, end to end: the loss of a whole domain as ``spate status``
 shows it, and the locality check of open_coordinator. Affinity is specified machine by machine in
-``tests/core/test_failure_domains.py``.
+``tests/core/test_split_affinity.py``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import pytest
 import trio
 from rich.console import Console
 
-from spate import ConfigError, Plan, PlanContext, open_coordinator
+from spate import ConfigError, Planner, open_coordinator
 from spate._cli.status_table import render_status
 from spate.ops import read_status
 from spate_stores.memory import MemoryServer
@@ -22,9 +20,7 @@ from .harness import JOB, Worker, client, config, cooperative, planner_of, spawn
 LAYOUT = {"zone-a": 3, "zone-b": 2, "zone-c": 1}
 
 
-async def _fleet(
-    nursery: trio.Nursery, server: MemoryServer, planner: Callable[[PlanContext], Plan]
-) -> list[Worker]:
+async def _fleet(nursery: trio.Nursery, server: MemoryServer, planner: Planner) -> list[Worker]:
     return [
         await spawn(
             nursery,

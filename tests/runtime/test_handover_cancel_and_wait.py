@@ -1,6 +1,7 @@
 """Hand-over end to end: a departure cancelled half-way, and waiting for new owners (Trio).
 
-The hand-over's round trips are specified machine by machine in ``tests/core/test_handover.py``.
+The hand-over's round trips are specified machine by machine in
+``tests/core/test_handover_round_trips.py``.
 """
 
 from __future__ import annotations

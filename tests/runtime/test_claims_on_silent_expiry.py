@@ -1,6 +1,6 @@
 """Claim races end to end: the runtime's reconcile cadence on a store with silent expiry.
 
-The races of a late claim are specified machine by machine in ``tests/core/test_claim_races.py``.
+The races of a late claim are specified machine by machine in ``tests/core/test_late_claims.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ::
 
-    from spate_testing.servers.nats_cluster import nats_cluster
+    from spate_testing.servers.clusters import nats_cluster
 
     async def test_survives_stream_leader_loss() -> None:
         async with nats_cluster() as cluster:

@@ -2,7 +2,7 @@
 
 ::
 
-    from spate_testing.servers.etcd_cluster import etcd_cluster
+    from spate_testing.servers.clusters import etcd_cluster
 
     async def test_survives_leader_loss() -> None:
         async with etcd_cluster() as cluster:
