@@ -176,3 +176,12 @@ def test_the_testing_extra_installs_everything_spate_testing_imports() -> None:
         if not {d.lower().replace("_", "-") for d in providers.get(module, [module])} & installed
     }
     assert not missing, f"spate_testing imports what the testing extra does not install: {missing}"
+
+
+def test_the_wheel_ships_the_three_packages_and_nothing_else() -> None:
+    # Hatchling guesses the files of a wheel from the distribution's name (trio_spate), which
+    # names no directory here: without this list `pip install .` fails before it installs.
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    wheel = build["targets"]["wheel"]
+    assert wheel == {"packages": ["spate", "spate_stores", "spate_testing"]}
+    assert all((ROOT / package / "__init__.py").is_file() for package in wheel["packages"])
