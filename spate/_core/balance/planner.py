@@ -179,6 +179,10 @@ class _Round:
         self.count: dict[str, int] = {}
         self.trusted: dict[str, list[BalanceSplit]] = {}
         """Each worker's trusted splits (set by :meth:`_read`)."""
+        self.loads: dict[str, list[float]] = {}
+        """The loads of each worker's trusted splits, in the same order (set by :meth:`_read`)."""
+        self.few: dict[str, list[tuple[float, str, str]] | None] = {}
+        """A worker's lightest movable splits while its whole list is not built (:meth:`_few`)."""
         self.trusted_load: dict[str, float] = {}
         self.untrusted_weight: dict[str, int] = {}
         self.hottest: dict[str, float] = {}
@@ -215,7 +219,7 @@ class _Round:
         left = self.state.left
         for n, group in self.groups.items():
             trusted = self.trusted[n] = [s for s in group if s.trusted]
-            loads = [s.load for s in trusted]
+            loads = self.loads[n] = [s.load for s in trusted]
             if left:  # only the splits the memory of moves names are looked up again
                 for s in [s for s in group if s.id in left]:
                     self.present.add(s.id)
@@ -242,17 +246,22 @@ class _Round:
         per_weight = trusted_total / trusted_weight
         return {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
 
+    def _cooling(self) -> set[str]:
+        """The splits within their cooldown, worked out once a round, not once a worker."""
+        cooling = self.cooling
+        if cooling is None:
+            moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
+            cooling = {split for split, last in moved.items() if round_ - last < cooldown}
+            self.cooling = cooling
+        return cooling
+
     def _movable(self, worker: str) -> Candidates:
         """The splits of a donor that may move, by affinity key, each group sorted by load.
 
         Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
         their cooldown.
         """
-        cooling = self.cooling
-        if cooling is None:  # once a round, not once a worker
-            moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
-            cooling = {split for split, last in moved.items() if round_ - last < cooldown}
-            self.cooling = cooling
+        cooling = self._cooling()
         trusted = self.trusted[worker]
         # the common case in C loops: no affinity, not cooling; the rest one by one
         if cooling:
@@ -629,12 +638,17 @@ class _Round:
         could never be balanced, nor a worker holding three 4s next to workers holding 1s
         with 2.75 of room each (no 4 fits; a 4 for a 1 does).
         """
-        if r not in candidates:
-            candidates[r] = self._movable(r)
+        back_keys = prefixes(self.workers[d].locality)
+        backs = self._few(r) if r not in candidates else None
+        if backs is None:
+            if r not in candidates:
+                candidates[r] = self._movable(r)
+            backs = lightest(candidates[r], back_keys, EXCHANGE_CHOICES)
         price = self.config.churn_price
         give_keys = prefixes(self.workers[r].locality)
+        cut = self._cut(d, r)
         best: tuple[float, tuple[float, str, str, int], tuple[float, str, str]] | None = None
-        for back in lightest(candidates[r], prefixes(self.workers[d].locality), EXCHANGE_CHOICES):
+        for back in backs:
             y = back[0]
             room = min(limit, budget - 2 * y)
             if room <= 0:
@@ -644,6 +658,8 @@ class _Round:
                 continue
             x = found[0]
             net = x - y
+            if net <= cut:
+                continue  # not worth it, without working out the potential
             value = net + min(net, 2 * shortfall - net) - price * (x + y)
             if (
                 net > 0
@@ -658,9 +674,51 @@ class _Round:
             return None
         _, (x, given, key, i), (y, returned, back_key) = best
         candidates[d][key].pop(i)
+        if r not in candidates:
+            candidates[r] = self._movable(r)
         group = candidates[r][back_key]
         group.pop(bisect.bisect_left(group, (y, returned)))
         return Move(given, d, r, x, exchange=returned), Move(returned, r, d, y, exchange=given)
+
+    def _few(self, r: str) -> list[tuple[float, str, str]] | None:
+        """``r``'s lightest movable splits as :func:`lightest` lists them, before its whole list.
+
+        For a worker whose every trusted split is movable and has no affinity (one group, "");
+        None for any other, whose list :meth:`_movable` builds. Most receivers an exchange is
+        tried on give nothing back: listing and sorting all their splits, kept for the round,
+        cost more than the rest of the round (the skewed case of ``bench/balance.py``).
+        """
+        if r in self.few:
+            return self.few[r]
+        trusted = self.trusted[r]
+        ids = [s.id for s in trusted]
+        loads = self.loads[r]
+        few = None
+        if (
+            not any([s.affinity for s in trusted])
+            and min(loads, default=1.0) > 0
+            and self._cooling().isdisjoint(ids)
+        ):
+            lightest_few = heapq.nsmallest(EXCHANGE_CHOICES, zip(loads, ids, strict=True))
+            few = [(y, split, "") for y, split in lightest_few]
+        self.few[r] = few
+        return few
+
+    def _cut(self, d: str, r: str) -> float:
+        """A net load at or below which no move from ``d`` to ``r`` is worth it (-inf if none).
+
+        While ``d`` stays over its band and ``r`` under its, a net lowers the potential by
+        twice itself and brings no worker in: below ``min_gain`` for a net of at most a quarter
+        of it, with margins far wider than any rounding in :meth:`_gain` (so the rule says
+        exactly what :meth:`_worth` says, at a fraction of its cost).
+        """
+        load, hi, lo, mean = self.load, self.hi, self.lo, self.mean
+        over, under = load[d] - hi[d], lo[r] - load[r]
+        if over <= 0 or under <= 0:
+            return -math.inf
+        scale = 1e-12 * max(load[d], load[r], hi[d], lo[d], hi[r], lo[r])
+        floor = 1e-6 * mean + scale
+        return min(self.config.min_gain * mean / 4 - scale, over - floor, under - floor)
 
     def _rescue(
         self,
