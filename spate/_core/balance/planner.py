@@ -183,6 +183,8 @@ class _Round:
         """The loads of each worker's trusted splits, in the same order (set by :meth:`_read`)."""
         self.few: dict[str, list[tuple[float, str, str]] | None] = {}
         """A worker's lightest movable splits while its whole list is not built (:meth:`_few`)."""
+        self.plain: dict[str, list[str] | None] = {}
+        """Memo of :meth:`_plain`."""
         self.trusted_load: dict[str, float] = {}
         self.untrusted_weight: dict[str, int] = {}
         self.hottest: dict[str, float] = {}
@@ -261,6 +263,9 @@ class _Round:
         Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
         their cooldown.
         """
+        ids = self._plain(worker)
+        if ids is not None:
+            return {"": sorted(zip(self.loads[worker], ids, strict=True))}
         cooling = self._cooling()
         trusted = self.trusted[worker]
         # the common case in C loops: no affinity, not cooling; the rest one by one
@@ -690,27 +695,39 @@ class _Round:
         """
         if r in self.few:
             return self.few[r]
-        trusted = self.trusted[r]
-        ids = [s.id for s in trusted]
-        loads = self.loads[r]
+        ids = self._plain(r)
         few = None
-        if (
-            not any([s.affinity for s in trusted])
-            and min(loads, default=1.0) > 0
-            and self._cooling().isdisjoint(ids)
-        ):
-            lightest_few = heapq.nsmallest(EXCHANGE_CHOICES, zip(loads, ids, strict=True))
+        if ids is not None:
+            lightest_few = heapq.nsmallest(EXCHANGE_CHOICES, zip(self.loads[r], ids, strict=True))
             few = [(y, split, "") for y, split in lightest_few]
         self.few[r] = few
         return few
+
+    def _plain(self, worker: str) -> list[str] | None:
+        """The ids of ``worker``'s trusted splits if all may move and none has an affinity.
+
+        The common case, whose list :meth:`_movable` builds without a loop in Python; None
+        for any other.
+        """
+        if worker in self.plain:
+            return self.plain[worker]
+        trusted = self.trusted[worker]
+        ids = [s.id for s in trusted]
+        plain = (
+            not any([s.affinity for s in trusted])
+            and min(self.loads[worker], default=1.0) > 0
+            and self._cooling().isdisjoint(ids)
+        )
+        self.plain[worker] = ids if plain else None
+        return self.plain[worker]
 
     def _cut(self, d: str, r: str) -> float:
         """A net load at or below which no move from ``d`` to ``r`` is worth it (-inf if none).
 
         While ``d`` stays over its band and ``r`` under its, a net lowers the potential by
-        twice itself and brings no worker in: below ``min_gain`` for a net of at most a quarter
-        of it, with margins far wider than any rounding in :meth:`_gain` (so the rule says
-        exactly what :meth:`_worth` says, at a fraction of its cost).
+        twice itself and brings no worker in: below ``min_gain`` for a net under half of it,
+        with margins far wider than any rounding in :meth:`_gain` (so the rule says exactly
+        what :meth:`_worth` says, at a fraction of its cost).
         """
         load, hi, lo, mean = self.load, self.hi, self.lo, self.mean
         over, under = load[d] - hi[d], lo[r] - load[r]
@@ -718,7 +735,8 @@ class _Round:
             return -math.inf
         scale = 1e-12 * max(load[d], load[r], hi[d], lo[d], hi[r], lo[r])
         floor = 1e-6 * mean + scale
-        return min(self.config.min_gain * mean / 4 - scale, over - floor, under - floor)
+        worth = self.config.min_gain * mean / 2 * (1 - 1e-6) - scale
+        return min(worth, over - floor, under - floor)
 
     def _rescue(
         self,
