@@ -724,19 +724,24 @@ class _Round:
     def _cut(self, d: str, r: str) -> float:
         """A net load at or below which no move from ``d`` to ``r`` is worth it (-inf if none).
 
-        While ``d`` stays over its band and ``r`` under its, a net lowers the potential by
-        twice itself and brings no worker in: below ``min_gain`` for a net under half of it,
-        with margins far wider than any rounding in :meth:`_gain` (so the rule says exactly
-        what :meth:`_worth` says, at a fraction of its cost).
+        While ``d`` stays over its band, a net lowers its excess by itself and brings it no
+        nearer in; ``r`` inside its band gains nothing, and under it gains at most the net
+        too and stays out. So a net under ``min_gain`` (``r`` inside) or half of it (``r``
+        under) is never worth it, with margins far wider than any rounding in :meth:`_gain`:
+        the rule says exactly what :meth:`_worth` says, at a fraction of its cost.
         """
         load, hi, lo, mean = self.load, self.hi, self.lo, self.mean
         over, under = load[d] - hi[d], lo[r] - load[r]
-        if over <= 0 or under <= 0:
+        if over <= 0:
             return -math.inf
         scale = 1e-12 * max(load[d], load[r], hi[d], lo[d], hi[r], lo[r])
         floor = 1e-6 * mean + scale
-        worth = self.config.min_gain * mean / 2 * (1 - 1e-6) - scale
-        return min(worth, over - floor, under - floor)
+        worth = self.config.min_gain * mean * (1 - 1e-6) - scale
+        if under > 0:
+            return min(worth / 2, over - floor, under - floor)
+        if self._excess(r, load[r]) == 0:
+            return min(worth, over - floor)
+        return -math.inf
 
     def _rescue(
         self,
