@@ -76,7 +76,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from spate._core.balance.candidates import Candidates, find, lightest, prefixes
+from spate._core.balance.candidates import Candidates, bound, find, lightest, prefixes
 from spate._core.balance.model import (
     BalanceConfig,
     BalanceRound,
@@ -183,7 +183,7 @@ class _Round:
         """The loads of each worker's trusted splits, in the same order (set by :meth:`_read`)."""
         self.few: dict[str, list[tuple[float, str, str]] | None] = {}
         """A worker's lightest movable splits while its whole list is not built (:meth:`_few`)."""
-        self.plain: dict[str, list[str] | None] = {}
+        self.plain: dict[str, bool] = {}
         """Memo of :meth:`_plain`."""
         self.trusted_load: dict[str, float] = {}
         self.untrusted_weight: dict[str, int] = {}
@@ -263,8 +263,8 @@ class _Round:
         Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
         their cooldown.
         """
-        ids = self._plain(worker)
-        if ids is not None:
+        if self._plain(worker):
+            ids = [s.id for s in self.trusted[worker]]
             return {"": sorted(zip(self.loads[worker], ids, strict=True))}
         cooling = self._cooling()
         trusted = self.trusted[worker]
@@ -652,6 +652,10 @@ class _Round:
         price = self.config.churn_price
         give_keys = prefixes(self.workers[r].locality)
         cut = self._cut(d, r)
+        if backs and bound(candidates[d], give_keys, backs[-1][0] + allowance) <= cut:
+            # each pair nets less than the split d gives, and that is at most the bound (r's
+            # splits are the lighter the earlier, and find's choice grows with them)
+            return None
         best: tuple[float, tuple[float, str, str, int], tuple[float, str, str]] | None = None
         for back in backs:
             y = back[0]
@@ -695,31 +699,33 @@ class _Round:
         """
         if r in self.few:
             return self.few[r]
-        ids = self._plain(r)
         few = None
-        if ids is not None:
-            lightest_few = heapq.nsmallest(EXCHANGE_CHOICES, zip(self.loads[r], ids, strict=True))
-            few = [(y, split, "") for y, split in lightest_few]
+        if self._plain(r):
+            loads, trusted = self.loads[r], self.trusted[r]
+            # the loads alone are sorted (floats, in C) for the lightest few's bound, and only
+            # the splits within it are paired with their ids
+            ordered = sorted(loads)
+            top = ordered[min(EXCHANGE_CHOICES, len(ordered)) - 1] if ordered else 0.0
+            within = sorted([(y, trusted[i].id) for i, y in enumerate(loads) if y <= top])
+            few = [(y, split, "") for y, split in within[:EXCHANGE_CHOICES]]
         self.few[r] = few
         return few
 
-    def _plain(self, worker: str) -> list[str] | None:
-        """The ids of ``worker``'s trusted splits if all may move and none has an affinity.
+    def _plain(self, worker: str) -> bool:
+        """Whether every trusted split of ``worker`` may move and none has an affinity.
 
-        The common case, whose list :meth:`_movable` builds without a loop in Python; None
-        for any other.
+        The common case, whose list :meth:`_movable` builds without a loop in Python.
         """
-        if worker in self.plain:
-            return self.plain[worker]
-        trusted = self.trusted[worker]
-        ids = [s.id for s in trusted]
-        plain = (
-            not any([s.affinity for s in trusted])
-            and min(self.loads[worker], default=1.0) > 0
-            and self._cooling().isdisjoint(ids)
-        )
-        self.plain[worker] = ids if plain else None
-        return self.plain[worker]
+        plain = self.plain.get(worker)
+        if plain is None:
+            trusted = self.trusted[worker]
+            cooling = self._cooling()
+            plain = self.plain[worker] = (
+                not any([s.affinity for s in trusted])
+                and min(self.loads[worker], default=1.0) > 0
+                and (not cooling or cooling.isdisjoint([s.id for s in trusted]))
+            )
+        return plain
 
     def _cut(self, d: str, r: str) -> float:
         """A net load at or below which no move from ``d`` to ``r`` is worth it (-inf if none).
