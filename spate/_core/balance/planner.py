@@ -811,6 +811,7 @@ class _Round:
     ) -> tuple[str, str, float, str, list[tuple[float, str]]] | None:
         """The best move or exchange of rule 7 costing at most ``room``: (d, r, x, split, backs)."""
         load, target, eps = self.load, self.target, self.config.min_gain
+        left = self.state.left
         donors = sorted(
             (n for n in self.names if load[n] > self.hi[n] + self.slack),
             key=lambda n: (-(load[n] - self.hi[n]) / target[n], n),
@@ -832,29 +833,27 @@ class _Round:
                 if r not in candidates:
                     candidates[r] = self._movable(r)
                 back_keys = prefixes(self.workers[d].locality)
-                offered = sorted(
-                    (
-                        (y, back)
-                        for key in back_keys
-                        for y, back in candidates[r].get(key, ())
-                        if not self._back(back, y, d)
-                    ),
-                    reverse=True,
+                offered = sorted(  # ascending: those lighter than x are a prefix
+                    (y, back)
+                    for key in back_keys
+                    for y, back in candidates[r].get(key, ())
+                    if not left or not self._back(back, y, d)
                 )
                 free = self.count[r] < self.workers[r].lanes
                 for x, split, key in heavy:
                     if key not in keys or self._back(split, x, r):
                         continue
                     options: list[list[tuple[float, str]]] = [[]] if free else []
-                    lighter = [o for o in offered if o[0] < x]
-                    options.extend([o] for o in lighter[-EXCHANGE_CHOICES:])
+                    # the splits lighter than x, heaviest first, by slices of the prefix
+                    below = bisect.bisect_left(offered, (x, ""))
+                    options.extend([o] for o in offered[: min(below, EXCHANGE_CHOICES)][::-1])
                     # one for many: the receiver's heaviest lighter splits, while they fit the
                     # net that brings the donor into its band and keeps the receiver in its
                     most = x - (load[d] - self.hi[d])
                     least_back = x - max(0.0, self.hi[r] - load[r])
                     group: list[tuple[float, str]] = []
                     total = 0.0
-                    for y, back in lighter[: 4 * EXCHANGE_CHOICES]:
+                    for y, back in offered[max(0, below - 4 * EXCHANGE_CHOICES) : below][::-1]:
                         if total + y <= most:
                             group.append((y, back))
                             total += y
