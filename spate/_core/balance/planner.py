@@ -62,8 +62,11 @@ The greedy: the hottest donor first (by load over mean), each time to the coldes
 that can take one of its splits, the largest split that fits every limit above (largest: the
 fewest drains for the load moved). Cost: one pass over the splits to group them by owner and
 sum each worker's load in C loops, then a sort of each donor's movable splits and O(log n) per
-move; never splits x workers; the cooldown set is built once a round, and the memory of moves
-looks up only the splits it names (``bench/balance.py`` times 100,000 splits x 100 workers).
+move; a receiver an exchange is tried on has only its lightest few listed until one of them
+moves, and a pair that cannot net enough to be worth it is rejected before the potential is
+worked out (``_Round._cut``); never splits x workers; the cooldown set is built once a round,
+and the memory of moves looks up only the splits it names (``bench/balance.py`` times 100,000
+splits x 100 workers).
 
 Pure: no I/O, no clock; the round number and the time are passed in.
 """
