@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from typing import TypeAlias
 
-__all__ = ["Candidates", "find", "lightest", "prefixes", "take"]
+__all__ = ["Candidates", "bound", "find", "lightest", "prefixes", "take"]
 
 Candidates: TypeAlias = dict[str, list[tuple[float, str]]]
 """Affinity key ("" for none) -> that group's splits as sorted (load, id)."""
@@ -57,6 +58,22 @@ def find(
     if best is None:
         return None
     return (*best, *where)
+
+
+def bound(groups: Candidates, keys: tuple[str, ...], load: float) -> float:
+    """At least the load of any split :func:`find` finds with an allowance of at most ``load``.
+
+    The lightest load above ``load`` among ``groups[keys]`` (``load`` when there is none):
+    :func:`find` gives one within ``load``, or else the lightest above its allowance.
+    """
+    above = math.inf
+    for key in keys:
+        group = groups.get(key)
+        if group:
+            i = bisect.bisect_right(group, (load, _TOP))
+            if i < len(group) and group[i][0] < above:
+                above = group[i][0]
+    return load if above == math.inf else max(load, above)
 
 
 def take(

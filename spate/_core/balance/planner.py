@@ -62,8 +62,11 @@ The greedy: the hottest donor first (by load over mean), each time to the coldes
 that can take one of its splits, the largest split that fits every limit above (largest: the
 fewest drains for the load moved). Cost: one pass over the splits to group them by owner and
 sum each worker's load in C loops, then a sort of each donor's movable splits and O(log n) per
-move; never splits x workers; the cooldown set is built once a round, and the memory of moves
-looks up only the splits it names (``bench/balance.py`` times 100,000 splits x 100 workers).
+move; a receiver an exchange is tried on has only its lightest few listed until one of them
+moves, and a pair that cannot net enough to be worth it is rejected before the potential is
+worked out (``_Round._cut``); never splits x workers; the cooldown set is built once a round,
+and the memory of moves looks up only the splits it names (``bench/balance.py`` times 100,000
+splits x 100 workers).
 
 Pure: no I/O, no clock; the round number and the time are passed in.
 """
@@ -76,7 +79,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from spate._core.balance.candidates import Candidates, find, lightest, prefixes
+from spate._core.balance.candidates import Candidates, bound, find, lightest, prefixes
 from spate._core.balance.model import (
     BalanceConfig,
     BalanceRound,
@@ -179,6 +182,12 @@ class _Round:
         self.count: dict[str, int] = {}
         self.trusted: dict[str, list[BalanceSplit]] = {}
         """Each worker's trusted splits (set by :meth:`_read`)."""
+        self.loads: dict[str, list[float]] = {}
+        """The loads of each worker's trusted splits, in the same order (set by :meth:`_read`)."""
+        self.few: dict[str, list[tuple[float, str, str]] | None] = {}
+        """A worker's lightest movable splits while its whole list is not built (:meth:`_few`)."""
+        self.plain: dict[str, bool] = {}
+        """Memo of :meth:`_plain`."""
         self.trusted_load: dict[str, float] = {}
         self.untrusted_weight: dict[str, int] = {}
         self.hottest: dict[str, float] = {}
@@ -215,7 +224,7 @@ class _Round:
         left = self.state.left
         for n, group in self.groups.items():
             trusted = self.trusted[n] = [s for s in group if s.trusted]
-            loads = [s.load for s in trusted]
+            loads = self.loads[n] = [s.load for s in trusted]
             if left:  # only the splits the memory of moves names are looked up again
                 for s in [s for s in group if s.id in left]:
                     self.present.add(s.id)
@@ -242,17 +251,25 @@ class _Round:
         per_weight = trusted_total / trusted_weight
         return {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
 
+    def _cooling(self) -> set[str]:
+        """The splits within their cooldown, worked out once a round, not once a worker."""
+        cooling = self.cooling
+        if cooling is None:
+            moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
+            cooling = {split for split, last in moved.items() if round_ - last < cooldown}
+            self.cooling = cooling
+        return cooling
+
     def _movable(self, worker: str) -> Candidates:
         """The splits of a donor that may move, by affinity key, each group sorted by load.
 
         Trusted (a guess is never moved), of a load above 0 (moving it buys nothing), out of
         their cooldown.
         """
-        cooling = self.cooling
-        if cooling is None:  # once a round, not once a worker
-            moved, round_, cooldown = self.state.moved, self.round, self.config.cooldown_rounds
-            cooling = {split for split, last in moved.items() if round_ - last < cooldown}
-            self.cooling = cooling
+        if self._plain(worker):
+            ids = [s.id for s in self.trusted[worker]]
+            return {"": sorted(zip(self.loads[worker], ids, strict=True))}
+        cooling = self._cooling()
         trusted = self.trusted[worker]
         # the common case in C loops: no affinity, not cooling; the rest one by one
         if cooling:
@@ -629,12 +646,21 @@ class _Round:
         could never be balanced, nor a worker holding three 4s next to workers holding 1s
         with 2.75 of room each (no 4 fits; a 4 for a 1 does).
         """
-        if r not in candidates:
-            candidates[r] = self._movable(r)
+        back_keys = prefixes(self.workers[d].locality)
+        backs = self._few(r) if r not in candidates else None
+        if backs is None:
+            if r not in candidates:
+                candidates[r] = self._movable(r)
+            backs = lightest(candidates[r], back_keys, EXCHANGE_CHOICES)
         price = self.config.churn_price
         give_keys = prefixes(self.workers[r].locality)
+        cut = self._cut(d, r)
+        if backs and bound(candidates[d], give_keys, backs[-1][0] + allowance) <= cut:
+            # each pair nets less than the split d gives, and that is at most the bound (r's
+            # splits are the lighter the earlier, and find's choice grows with them)
+            return None
         best: tuple[float, tuple[float, str, str, int], tuple[float, str, str]] | None = None
-        for back in lightest(candidates[r], prefixes(self.workers[d].locality), EXCHANGE_CHOICES):
+        for back in backs:
             y = back[0]
             room = min(limit, budget - 2 * y)
             if room <= 0:
@@ -644,6 +670,8 @@ class _Round:
                 continue
             x = found[0]
             net = x - y
+            if net <= cut:
+                continue  # not worth it, without working out the potential
             value = net + min(net, 2 * shortfall - net) - price * (x + y)
             if (
                 net > 0
@@ -658,9 +686,71 @@ class _Round:
             return None
         _, (x, given, key, i), (y, returned, back_key) = best
         candidates[d][key].pop(i)
+        if r not in candidates:
+            candidates[r] = self._movable(r)
         group = candidates[r][back_key]
         group.pop(bisect.bisect_left(group, (y, returned)))
         return Move(given, d, r, x, exchange=returned), Move(returned, r, d, y, exchange=given)
+
+    def _few(self, r: str) -> list[tuple[float, str, str]] | None:
+        """``r``'s lightest movable splits as :func:`lightest` lists them, before its whole list.
+
+        For a worker whose every trusted split is movable and has no affinity (one group, "");
+        None for any other, whose list :meth:`_movable` builds. Most receivers an exchange is
+        tried on give nothing back: listing and sorting all their splits, kept for the round,
+        cost more than the rest of the round (the skewed case of ``bench/balance.py``).
+        """
+        if r in self.few:
+            return self.few[r]
+        few = None
+        if self._plain(r):
+            loads, trusted = self.loads[r], self.trusted[r]
+            # the loads alone are sorted (floats, in C) for the lightest few's bound, and only
+            # the splits within it are paired with their ids
+            ordered = sorted(loads)
+            top = ordered[min(EXCHANGE_CHOICES, len(ordered)) - 1] if ordered else 0.0
+            within = sorted([(y, trusted[i].id) for i, y in enumerate(loads) if y <= top])
+            few = [(y, split, "") for y, split in within[:EXCHANGE_CHOICES]]
+        self.few[r] = few
+        return few
+
+    def _plain(self, worker: str) -> bool:
+        """Whether every trusted split of ``worker`` may move and none has an affinity.
+
+        The common case, whose list :meth:`_movable` builds without a loop in Python.
+        """
+        plain = self.plain.get(worker)
+        if plain is None:
+            trusted = self.trusted[worker]
+            cooling = self._cooling()
+            plain = self.plain[worker] = (
+                not any([s.affinity for s in trusted])
+                and min(self.loads[worker], default=1.0) > 0
+                and (not cooling or cooling.isdisjoint([s.id for s in trusted]))
+            )
+        return plain
+
+    def _cut(self, d: str, r: str) -> float:
+        """A net load at or below which no move from ``d`` to ``r`` is worth it (-inf if none).
+
+        While ``d`` stays over its band, a net lowers its excess by itself and brings it no
+        nearer in; ``r`` inside its band gains nothing, and under it gains at most the net
+        too and stays out. So a net under ``min_gain`` (``r`` inside) or half of it (``r``
+        under) is never worth it, with margins far wider than any rounding in :meth:`_gain`:
+        the rule says exactly what :meth:`_worth` says, at a fraction of its cost.
+        """
+        load, hi, lo, mean = self.load, self.hi, self.lo, self.mean
+        over, under = load[d] - hi[d], lo[r] - load[r]
+        if over <= 0:
+            return -math.inf
+        scale = 1e-12 * max(load[d], load[r], hi[d], lo[d], hi[r], lo[r])
+        floor = 1e-6 * mean + scale
+        worth = self.config.min_gain * mean * (1 - 1e-6) - scale
+        if under > 0:
+            return min(worth / 2, over - floor, under - floor)
+        if self._excess(r, load[r]) == 0:
+            return min(worth, over - floor)
+        return -math.inf
 
     def _rescue(
         self,
@@ -724,6 +814,7 @@ class _Round:
     ) -> tuple[str, str, float, str, list[tuple[float, str]]] | None:
         """The best move or exchange of rule 7 costing at most ``room``: (d, r, x, split, backs)."""
         load, target, eps = self.load, self.target, self.config.min_gain
+        left = self.state.left
         donors = sorted(
             (n for n in self.names if load[n] > self.hi[n] + self.slack),
             key=lambda n: (-(load[n] - self.hi[n]) / target[n], n),
@@ -745,29 +836,27 @@ class _Round:
                 if r not in candidates:
                     candidates[r] = self._movable(r)
                 back_keys = prefixes(self.workers[d].locality)
-                offered = sorted(
-                    (
-                        (y, back)
-                        for key in back_keys
-                        for y, back in candidates[r].get(key, ())
-                        if not self._back(back, y, d)
-                    ),
-                    reverse=True,
+                offered = sorted(  # ascending: those lighter than x are a prefix
+                    (y, back)
+                    for key in back_keys
+                    for y, back in candidates[r].get(key, ())
+                    if not left or not self._back(back, y, d)
                 )
                 free = self.count[r] < self.workers[r].lanes
                 for x, split, key in heavy:
                     if key not in keys or self._back(split, x, r):
                         continue
                     options: list[list[tuple[float, str]]] = [[]] if free else []
-                    lighter = [o for o in offered if o[0] < x]
-                    options.extend([o] for o in lighter[-EXCHANGE_CHOICES:])
+                    # the splits lighter than x, heaviest first, by slices of the prefix
+                    below = bisect.bisect_left(offered, (x, ""))
+                    options.extend([o] for o in offered[: min(below, EXCHANGE_CHOICES)][::-1])
                     # one for many: the receiver's heaviest lighter splits, while they fit the
                     # net that brings the donor into its band and keeps the receiver in its
                     most = x - (load[d] - self.hi[d])
                     least_back = x - max(0.0, self.hi[r] - load[r])
                     group: list[tuple[float, str]] = []
                     total = 0.0
-                    for y, back in lighter[: 4 * EXCHANGE_CHOICES]:
+                    for y, back in offered[max(0, below - 4 * EXCHANGE_CHOICES) : below][::-1]:
                         if total + y <= most:
                             group.append((y, back))
                             total += y
