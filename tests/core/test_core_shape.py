@@ -28,7 +28,7 @@ def _classes() -> dict[str, int]:
     return sizes
 
 
-OVER = {"balance/planner._Round": 720}
+OVER = {"balance/planner._Round": 715}
 """The one class over the limit, found when the rule first covered balance/ (one balance round,
 its rules 1-8 as methods): pinned at a ceiling so it cannot grow while it waits to be cut."""
 

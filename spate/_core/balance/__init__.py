@@ -4,6 +4,9 @@
 - :mod:`.model` — the round's inputs and outputs, and the config with its defaults' reasons.
 - :mod:`.planner` — :func:`plan_balance_round`, the rules and the greedy that applies them;
   :func:`judge_loads`, each worker's load and mean as a round judges them (``spate status``).
+- :mod:`.means` — each worker's mean (rule 2): a share per domain by capacity, around splits
+  too heavy to share.
+- :mod:`.requests` — which hot splits a round asks to split (rule 5), and the memory of pieces.
 - :mod:`.candidates` — a donor's movable splits by affinity, and the searches in them.
 
 Pure: no Trio, no I/O, no clock of its own.
@@ -36,7 +39,7 @@ from spate._core.balance.model import (
     BalanceWorker,
     Move,
 )
-from spate._core.balance.planner import judge_loads, plan_balance_round, weight_units
+from spate._core.balance.planner import judge_loads, plan_balance_round
 
 __all__ = [
     "MIN_TRUST_WINDOW",
@@ -51,5 +54,4 @@ __all__ = [
     "judge_loads",
     "plan_balance_round",
     "trust_window",
-    "weight_units",
 ]

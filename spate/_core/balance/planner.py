@@ -80,6 +80,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from spate._core.balance.candidates import Candidates, bound, find, lightest, prefixes
+from spate._core.balance.means import worker_means
 from spate._core.balance.model import (
     BalanceConfig,
     BalanceRound,
@@ -88,6 +89,7 @@ from spate._core.balance.model import (
     BalanceWorker,
     Move,
 )
+from spate._core.balance.requests import split_requests
 from spate._core.placement.vocabulary import affinity_matches, domain_of
 from spate._errors import ConfigError
 
@@ -96,7 +98,6 @@ __all__ = [
     "PEAK_HALF_LIFE_ROUNDS",
     "judge_loads",
     "plan_balance_round",
-    "weight_units",
 ]
 
 EXCHANGE_CHOICES = 8
@@ -109,11 +110,6 @@ RESCUE_RECEIVERS = 6
 """...on this many of the coldest workers (bounded: a round's cost stays O(log n) a move)."""
 PEAK_HALF_LIFE_ROUNDS = 60
 """Rounds over which the remembered peak load halves (an hour at the default interval)."""
-
-
-def weight_units(weight: int) -> int:
-    """The weight a split counts for: ``max(1, weight)``, as placement counts it."""
-    return weight if weight > 1 else 1
 
 
 def plan_balance_round(
@@ -149,7 +145,7 @@ def judge_loads(
     total = sum(load.values())
     if total <= 0:
         return {}, {}
-    return load, judged._targets(total)
+    return load, judged._means(total)
 
 
 class _Round:
@@ -192,11 +188,11 @@ class _Round:
         self.untrusted_weight: dict[str, int] = {}
         self.hottest: dict[str, float] = {}
         self.roomiest = 0.0
-        """The largest worker's share of the job by capacity (set by :meth:`_targets`)."""
+        """The largest worker's share of the job by capacity (set by :meth:`_means`)."""
         self.splitting: dict[str, int] | None = None
-        """The next state's memory of pieces (None until :meth:`_split_requests` ran)."""
+        """The next state's memory of pieces (None until :func:`.requests.split_requests` ran)."""
         self.heavy: set[str] = set()
-        """Workers whose mean is their own heavy split (set by :meth:`_fill`)."""
+        """Workers whose mean is their own heavy split (set by :meth:`_means`)."""
         self.settled: dict[str, float] = {}
         """The next state's settled loads (rule 6)."""
         self.split_loads: dict[str, float] = {}
@@ -304,12 +300,21 @@ class _Round:
         if total <= 0 or total < config.idle_share * peak:
             return self._idle("idle", total, peak)
         self.load = load
-        self.target = self._targets(total)
+        self.target = self._means(total)
         self.mean = total / len(self.names)
         self._bounds()
         ratio = {n: load[n] / self.target[n] for n in self.names}
         before = max(ratio.values())
-        requests = self._split_requests(total)
+        requests, self.splitting = split_requests(
+            config,
+            self.round,
+            self.state.splitting,
+            self.names,
+            self.hottest,
+            self.groups,
+            total,
+            self.roomiest,
+        )
         settled = self.state.settled
         if settled.keys() == load.keys() and all(
             abs(load[n] - settled[n]) <= config.load_band / 2 * self.mean for n in self.names
@@ -380,106 +385,11 @@ class _Round:
             and abs(load - left[1]) <= self.config.load_band / 2 * max(load, left[1])
         )
 
-    def _targets(self, total: float) -> dict[str, float]:
-        """Each worker's mean: an equal share per domain, by capacity inside it."""
-        capacity: dict[str, float] = {}
-        for n in self.names:
-            d = self.domain[n]
-            capacity[d] = capacity.get(d, 0.0) + self.workers[n].capacity
-        share = total / len(capacity)
-        members: dict[str, list[str]] = {}
-        for n in self.names:
-            members.setdefault(self.domain[n], []).append(n)
-        target: dict[str, float] = {}
-        for names in members.values():
-            target.update(self._fill(names, share))
-        # the largest share by capacity, before _fill sets heavy splits' holders aside
-        self.roomiest = max(
-            share * self.workers[n].capacity / capacity[self.domain[n]] for n in self.names
-        )
-        return target
-
-    def _fill(self, names: list[str], share: float) -> dict[str, float]:
-        """Water-fill ``share`` over ``names`` by capacity, around splits too heavy to share.
-
-        A worker whose heaviest split outweighs its capacity share has that split's load as
-        its mean (no placement does better: the bound is the larger of the mean and the
-        heaviest split), and the rest of the load is shared among the others. Without it the
-        band would see such a worker as over forever, and its neighbours as under.
-        """
-        workers = self.workers
-        order = sorted(names, key=lambda n: (-self.hottest[n] / workers[n].capacity, n))
-        rest, capacity = share, sum(workers[n].capacity for n in names)
-        target: dict[str, float] = {}
-        for n in order:
-            if rest <= 0 or self.hottest[n] * capacity <= rest * workers[n].capacity:
-                break
-            target[n] = self.hottest[n]
-            self.heavy.add(n)
-            rest -= self.hottest[n]
-            capacity -= workers[n].capacity
-        for n in names:
-            if n not in target:
-                # a domain whose heavy splits outweigh its share: the rest have no load to
-                # share, and a mean of (almost) 0 makes whatever they hold an excess
-                target[n] = max(rest, share * 1e-9) * workers[n].capacity / capacity
-        return target
-
-    def _split_requests(self, total: float) -> tuple[str, ...]:
-        """Rule 5: the hot splits, and the pieces of those asked before still too heavy.
-
-        Sets :attr:`splitting` (the next state's). Costs O(1) per worker unless a split is hot
-        or pieces are remembered; then one pass over the splits to find the residuals.
-        """
-        config, round_ = self.config, self.round
-        high = config.split_factor * total / len(self.names)
-        # the most any worker's band holds: a heavier piece keeps its holder over the band
-        low = min(high, (1 + config.load_band) * self.roomiest)
-        remembered = {
-            split: last
-            for split, last in self.state.splitting.items()
-            if round_ - last <= config.cooldown_rounds
-        }
-        hot = [
-            s
-            for n in self.names
-            if self.hottest[n] > high
-            for s in self.groups[n]
-            if s.trusted and s.load > high
-        ]
-        self.splitting = remembered
-        if not remembered and not hot:
-            return ()
-        pieces = set(remembered)
-        pieces.update(s.id for s in hot)
-        children: dict[str, list[str]] = {}
-        stale: set[str] = set()
-        for group in self.groups.values():
-            for s in group:
-                if s.parent:
-                    children.setdefault(s.parent, []).append(s.id)
-                    if not s.trusted:
-                        stale.add(s.parent)
-        stack = list(pieces)
-        while stack:  # the residuals of pieces are pieces, however deep
-            for child in children.get(stack.pop(), ()):
-                if child not in pieces:
-                    pieces.add(child)
-                    stack.append(child)
-        asked: list[tuple[float, str]] = []
-        for n in self.names:
-            for s in self.groups[n]:
-                if s.id not in pieces:
-                    continue
-                if not s.trusted or s.id in stale:
-                    # not yet measured, or split since its load was: the smoothed load still
-                    # counts the work a residual took (the residual is measured within a
-                    # round or two), and asking on it would cut a piece already small enough
-                    remembered[s.id] = round_
-                elif s.load > low:
-                    remembered[s.id] = round_
-                    asked.append((s.load, s.id))
-        return tuple(split for _, split in sorted(asked, key=lambda t: (-t[0], t[1])))
+    def _means(self, total: float) -> dict[str, float]:
+        """Each worker's mean (rule 2), and what it sets: the roomiest share, the heavy."""
+        means = worker_means(self.names, self.domain, self.workers, self.hottest, total)
+        self.roomiest, self.heavy = means.roomiest, means.heavy
+        return means.target
 
     def _moves(self, total: float) -> tuple[Move, ...]:
         config, load, target = self.config, self.load, self.target
