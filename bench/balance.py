@@ -52,6 +52,7 @@ from spate._core.balance import (
     BalanceWorker,
     plan_balance_round,
 )
+from spate._core.placement.split_load import measured_units, split_load, unmeasured_units
 from spate._core.placement.vocabulary import Placement
 from spate_testing._placement_model import desired_assignment
 
@@ -454,9 +455,12 @@ def splittable(config: BalanceConfig = CONFIG, rounds: int = 10, *, asks: bool =
             meters[move.split] = config.meter(now)
             carried[move.split] = move.load
         trusted = [s for s in splits if s.trusted]
-        per_weight = sum(s.load for s in trusted) / max(1, sum(s.weight for s in trusted))
+        # (the leader's own unit rule: placement weighs by what its balance rounds pass it)
+        per_weight = sum(s.load for s in trusted) / max(
+            1, sum(split_load(s.weight) for s in trusted)
+        )
         units = {
-            s.id: max(1, round(10 * s.load / per_weight)) if s.trusted else 10 * s.weight
+            s.id: measured_units(s.load, per_weight) if s.trusted else unmeasured_units(s.weight)
             for s in splits
         }
         asked = result.split_requests if asks else ()

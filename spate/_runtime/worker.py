@@ -201,6 +201,8 @@ class SplitHandle:
 
     def _refuse_if_over(self, what: str) -> None:
         """Raise Fenced if this handle's run or tenancy is over (nothing is written then)."""
+        if self._life is _Life.RUNNING:  # (every commit asks: one comparison on the hot path)
+            return
         if self._ended:
             raise Fenced(
                 self.id,
