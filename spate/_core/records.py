@@ -75,7 +75,7 @@ __all__ = [
     "SplitRequest",
     "Status",
     "UnreadableRecord",
-    "Verdict",
+    "VerdictRecord",
     "bounded_reason",
     "canonical_progress",
     "canonical_spec",
@@ -145,7 +145,7 @@ def now_ms() -> int:
 
 
 @attrs.frozen(kw_only=True)
-class Verdict:
+class VerdictRecord:
     """How a bounded job ended, as its leader published it (see :mod:`spate._core.leader.verdict`).
 
     ``all_complete`` is true when every split completed (then ``quarantined`` is 0); otherwise
@@ -190,7 +190,7 @@ class PlanRecord:
     planned: int = 0
     cursor: bytes | None = None
     updated_at_ms: int = 0
-    verdict: Verdict | None = None
+    verdict: VerdictRecord | None = None
     incarnation_ms: int = 0
 
 
