@@ -36,7 +36,7 @@ figures are noisy, and they are the fleet's.
 
 Nothing is asserted; the figures are reported beside their targets. Run alone with
 ``python -m bench --only fleet --stores memory`` (the steady fleet alone on NATS:
-``--only fleet --stores nats``).
+``--only fleet --stores nats``; the large job alone: :func:`takeover_alone`).
 """
 
 from __future__ import annotations
@@ -1069,4 +1069,19 @@ def _steady_row(steady: _Steady) -> Row:
             f"{allowed + slack:.2f}); splits lost {steady.lost}; reads over "
             f"the window: {reads}"
         ),
+    )
+
+
+def takeover_alone(splits: int = LARGE_JOB) -> str:
+    """The large job alone, and the line the takeover row quotes (its CPU, the records read).
+
+    ``python -c "from bench.fleet import takeover_alone; print(takeover_alone())"`` from the
+    repository root: the whole large job runs (the late joiner and the backstop too, about
+    15 s of wall time), without the fleet sizes around it.
+    """
+    large = _run_large(splits)
+    return (
+        f"a new leader taking over a {large.splits:,}-split job: "
+        f"{fmt_seconds(large.takeover_cpu)} CPU, {sum(large.takeover.values()):,} records read "
+        f"(the store's listing {fmt_seconds(large.listing_cpu)} of it)"
     )

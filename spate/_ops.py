@@ -29,7 +29,7 @@ from spate._core.records import (
     SpecRecord,
     Status,
     UnreadableRecord,
-    Verdict,
+    VerdictRecord,
     decode,
     encode,
     now_ms,
@@ -164,7 +164,7 @@ class JobStatus:
     """Wall-clock milliseconds when the store was read (the reference of split ages)."""
     load_band: float = 0.10
     """The band the loads are judged by (the fleet's ``Config.load_band``)."""
-    verdict: Verdict | None = None
+    verdict: VerdictRecord | None = None
     """How the job ended, once its leader published a verdict (None while it runs)."""
 
     def outcome(self) -> str | None:

@@ -13,7 +13,7 @@ from spate._core.records import (
     ProgressRecord,
     SpecRecord,
     UnreadableRecord,
-    Verdict,
+    VerdictRecord,
     decode,
     encode,
 )
@@ -134,7 +134,7 @@ def test_a_plan_record_of_the_previous_layout_reads_with_no_verdict() -> None:
 def test_a_published_verdict_round_trips_and_a_mistyped_one_is_unreadable() -> None:
     plan = attrs.evolve(
         decode(PlanRecord, "k", OLD_PLAN),
-        verdict=Verdict(all_complete=False, completed=1, quarantined=1),
+        verdict=VerdictRecord(all_complete=False, completed=1, quarantined=1),
     )
     data = encode(plan)
     assert json.loads(data)["verdict"] == {"all_complete": False, "completed": 1, "quarantined": 1}
@@ -161,7 +161,7 @@ def test_a_plan_record_whose_verdict_contradicts_itself_is_refused(
         decode(PlanRecord, "job.plan", json.dumps(raw).encode())
     consistent = {"all_complete": False, "completed": 3, "quarantined": 1}
     raw["verdict"] = consistent
-    assert decode(PlanRecord, "job.plan", json.dumps(raw).encode()).verdict == Verdict(
+    assert decode(PlanRecord, "job.plan", json.dumps(raw).encode()).verdict == VerdictRecord(
         all_complete=False, completed=3, quarantined=1
     )
 

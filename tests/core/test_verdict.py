@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from spate import AllComplete, Gained, Progress, Stalled
-from spate._core.records import PlanRecord, Verdict, decode, encode
+from spate._core.records import PlanRecord, VerdictRecord, decode, encode
 from spate.store import Keyspace
 
 from .world import KEYS, LEASE, Worker, World, complete_on_gain, config, planner_of
@@ -62,7 +62,7 @@ def test_a_follower_returns_the_leaders_verdict_without_listing() -> None:
     assert b.listings(KEYS.split_prefix) == 0
     assert c.listings(KEYS.split_prefix) == 0
     plan, _ = plan_record(world)
-    assert plan.verdict == Verdict(all_complete=False, completed=5, quarantined=1)
+    assert plan.verdict == VerdictRecord(all_complete=False, completed=5, quarantined=1)
 
 
 def test_a_worker_that_joins_after_the_verdict_returns_it_without_listing() -> None:
@@ -107,7 +107,7 @@ def test_a_deposed_leaders_verdict_loses_against_its_successors_generation() -> 
     ]
     plan, _ = plan_record(world)
     assert plan.generation == deposed_at.generation + 2
-    assert plan.verdict == Verdict(all_complete=True, completed=2, quarantined=0)
+    assert plan.verdict == VerdictRecord(all_complete=True, completed=2, quarantined=0)
 
 
 def test_a_verdict_judged_from_a_listing_older_than_the_plan_record_is_not_published() -> None:
@@ -152,4 +152,4 @@ def test_a_new_leader_publishes_the_verdict_its_dead_predecessor_did_not() -> No
     assert ("verdict-publish", "won") in verdict_writes(b)
     plan, _ = plan_record(world)
     assert plan.generation > generation
-    assert plan.verdict == Verdict(all_complete=True, completed=4, quarantined=0)
+    assert plan.verdict == VerdictRecord(all_complete=True, completed=4, quarantined=0)

@@ -18,7 +18,7 @@ from spate._core.records import (
     PlanRecord,
     PresenceRecord,
     Status,
-    Verdict,
+    VerdictRecord,
     decode,
     encode,
 )
@@ -443,7 +443,9 @@ def test_a_requeue_that_reopens_the_job_makes_the_leader_list_it_again() -> None
     plan_entry = world.get(DURABLE, KEYS.plan)
     assert plan_entry is not None
     plan = decode(PlanRecord, plan_entry.key, plan_entry.value)
-    stalled = attrs.evolve(plan, verdict=Verdict(all_complete=False, completed=0, quarantined=1))
+    stalled = attrs.evolve(
+        plan, verdict=VerdictRecord(all_complete=False, completed=0, quarantined=1)
+    )
     world.write("update", DURABLE, KEYS.plan, encode(stalled), plan_entry.revision)
     with_verdict = world.get(DURABLE, KEYS.plan)
     assert with_verdict is not None

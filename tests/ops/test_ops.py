@@ -16,7 +16,7 @@ from spate._core.records import (
     ProgressRecord,
     SpecRecord,
     Status,
-    Verdict,
+    VerdictRecord,
     decode,
     encode,
 )
@@ -122,7 +122,7 @@ async def test_requeue_clears_the_published_verdict_so_a_worker_started_now_fini
     await seed_job(store)
     entry = await store.get(Keyspace.DURABLE, KEYS.plan)
     assert entry is not None
-    stalled = Verdict(all_complete=False, completed=1, quarantined=1)
+    stalled = VerdictRecord(all_complete=False, completed=1, quarantined=1)
     plan = attrs.evolve(decode(PlanRecord, entry.key, entry.value), verdict=stalled)
     await store.update(Keyspace.DURABLE, KEYS.plan, encode(plan), entry.revision)
     assert await requeue(store, JOB, ["b"]) == ["b"]
@@ -478,7 +478,7 @@ async def test_status_shows_a_finished_jobs_verdict() -> None:
     entry = await store.get(Keyspace.DURABLE, KEYS.plan)
     assert entry is not None
     plan = decode(PlanRecord, entry.key, entry.value)
-    verdict = Verdict(all_complete=False, completed=2, quarantined=1)
+    verdict = VerdictRecord(all_complete=False, completed=2, quarantined=1)
     await store.update(
         Keyspace.DURABLE, KEYS.plan, encode(attrs.evolve(plan, verdict=verdict)), entry.revision
     )

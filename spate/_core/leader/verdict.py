@@ -35,7 +35,7 @@ import attrs
 from spate._core.flows import Flow, Hold, Op
 from spate._core.host import Host, Lead
 from spate._core.leader.residuals import unseeded
-from spate._core.records import Finality, Verdict, encode
+from spate._core.records import Finality, VerdictRecord, encode
 from spate._errors import StoreUnavailable
 from spate._events import AllComplete, Stalled
 from spate._store import Entry, Keyspace, Won
@@ -147,7 +147,7 @@ class VerdictJudge:
         finally:
             self._judging = False
 
-    def _decide(self, entries: list[Entry]) -> Verdict | None:
+    def _decide(self, entries: list[Entry]) -> VerdictRecord | None:
         """The verdict of an authoritative listing, or None when it cannot decide one yet."""
         host = self.host
         for entry in entries:
@@ -167,7 +167,7 @@ class VerdictJudge:
             # leader seeds it (it found it when it read the record, or in its sweep of the
             # view once it held the whole job); judged again after.
             return None
-        return Verdict(
+        return VerdictRecord(
             all_complete=tallies.quarantined == 0,
             completed=tallies.completed,
             quarantined=tallies.quarantined,

@@ -41,14 +41,14 @@ class ListingFold:
         *,
         apply_put: Callable[[Keyspace, Entry], Notices],
         apply_delete: Callable[[Keyspace, str, int | None], Notices],
-        fold_progress: Callable[[str, str, ProgressRecord, int], Notices],
+        fold_first_progress: Callable[[str, str, ProgressRecord, int], Any],
         fold_spec: Callable[[str, str, SpecRecord, int], Notices],
     ) -> None:
         self._keys = keys
         self._revisions = revisions
         self._apply_put = apply_put
         self._apply_delete = apply_delete
-        self._fold_progress = fold_progress
+        self._fold_first_progress = fold_first_progress
         self._fold_spec = fold_spec
 
     def apply_listing(
@@ -107,14 +107,19 @@ class ListingFold:
         covers: Callable[[str], bool] | None,
         prefix: str | None,
     ) -> Notices:
+        # Asked of every key folded in the keyspace (a new leader's lease-prefix snapshot comes
+        # after its listing: 200,000 keys), so the tests of the folded revisions and the
+        # prefix, which nearly every key fails, run in one comprehension, over the keys as
+        # they stood before the first deletion is applied.
+        candidates = [
+            key
+            for key, known in self._revisions.known[keyspace].items()
+            if key not in present
+            and known[1] <= since
+            and (prefix is None or key.startswith(prefix))
+        ]
         notices: Notices = []
-        for key, known in list(self._revisions.known[keyspace].items()):
-            if key in present or known[1] > since:
-                continue
-            # (A new leader's lease-prefix snapshot comes after its listing, so this asks of
-            # every key of the job: the prefix is tested in place, without a call per key.)
-            if prefix is not None and not key.startswith(prefix):
-                continue
+        for key in candidates:
             if covers is not None and not covers(key):
                 continue
             found = self._keys.classify(key)
@@ -127,14 +132,17 @@ class ListingFold:
 
     def _puts(self, keyspace: Keyspace, listed: list[Entry]) -> Notices:
         notices: Notices = []
-        known_now = self._revisions.known[keyspace]
+        append, extend = notices.append, notices.extend
+        apply_put = self._apply_put
+        known_get = self._revisions.known[keyspace].get
         durable = keyspace is Keyspace.DURABLE
         tombs_durable = self._revisions.tombs_durable
         split_prefix, spec_prefix = self._keys.split_prefix, self._keys.spec_prefix
         split_at, spec_at = len(split_prefix), len(spec_prefix)
+        fold_first_progress, fold_spec = self._fold_first_progress, self._fold_spec
         for entry in listed:
             key = entry.key
-            folded = known_now.get(key)
+            folded = known_get(key)
             if folded is not None:
                 if entry.revision <= folded[0]:
                     continue  # folded already (a backstop's common case): nothing to classify
@@ -142,21 +150,22 @@ class ListingFold:
                 # A key never folded, with no deletion to weigh it against: not stale. A new
                 # leader's listing is two of these a split, spec and progress record, so those
                 # two are read here by their prefix, not through apply_put's classification
-                # by parts and stale checks (what apply_put would do with them, at less cost).
+                # by parts and stale checks (what apply_put would do with them, at less cost),
+                # and a progress record is folded as a split's first (its one notice).
                 # (decode() tries the canonical form first too; asked here directly.)
                 if key.startswith(split_prefix) and len(key) > split_at:
                     name = key[split_at:]
                     record = canonical_progress(entry.value, name)
                     if record is not None:
-                        notices.extend(self._fold_progress(name, key, record, entry.revision))
+                        append(fold_first_progress(name, key, record, entry.revision))
                         continue
                 elif key.startswith(spec_prefix) and len(key) > spec_at:
                     name = key[spec_at:]
                     spec = canonical_spec(entry.value, name)
                     if spec is not None:
-                        notices.extend(self._fold_spec(name, key, spec, entry.revision))
+                        extend(fold_spec(name, key, spec, entry.revision))
                         continue
                 # Not in the canonical form: apply_put decodes it in full (and holds its
                 # split aside if it cannot be read).
-            notices.extend(self._apply_put(keyspace, entry))
+            extend(apply_put(keyspace, entry))
         return notices

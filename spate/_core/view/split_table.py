@@ -209,6 +209,32 @@ class SplitTable:
                     self._readable.pop(split, None)
         return self._fold(split, record, revision)
 
+    def fold_first_progress(
+        self, split: str, key: str, record: ProgressRecord, revision: int
+    ) -> Notice:
+        """:meth:`fold_progress` of a split never folded, and its one notice (a listing's).
+
+        A new leader's listing brings the progress record of every split of the job, nearly
+        all of them never folded: this is :meth:`fold_progress` and the first branch of
+        :meth:`_fold` in one call, for a split with nothing held aside. Anything else (a split
+        already known, a record of the job unreadable) takes :meth:`fold_progress`.
+        """
+        # (The caller checked that the write is not stale.)
+        splits = self.splits
+        if self.unreadable or split in splits:
+            (notice,) = self.fold_progress(split, key, record, revision)
+            return notice
+        self._revisions.remember_durable(key, revision)
+        pending = self._pending_leases.pop(split, None) if self._pending_leases else None
+        spec = self._pending_specs.pop(split, None) if self._pending_specs else None
+        state = splits[split] = SplitState(record, revision, spec)
+        if pending is not None:
+            self._set_lease(split, state, pending[0], pending[1])
+        self._counts.count(record.status, +1)
+        self._changes.split_moved(split)
+        self._counts.check_near_quarantine(split, record)
+        return ProgressChanged(split, None, record, revision)
+
     def hold_aside(
         self, split: str, key: str, problem: str, revision: int, *, spec: bool
     ) -> list[Notice]:
