@@ -56,8 +56,8 @@ from typing import ClassVar, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from spate._echo import echo
 from spate._errors import StoreError
+from spate._quote import quote
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -106,7 +106,7 @@ def validate_key(key: str) -> str:
     """
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key) or len(key) > MAX_KEY_LENGTH:
         raise StoreError(
-            f"invalid store key {echo(key)}: keys are 1-{MAX_KEY_LENGTH} characters of "
+            f"invalid store key {quote(key)}: keys are 1-{MAX_KEY_LENGTH} characters of "
             "[A-Za-z0-9._-]. Use split ids and job names that follow the documented rules."
         )
     return key

@@ -24,8 +24,8 @@ import trio
 from spate import _fenced as fenced
 from spate._core.flow_engine import BATCH_CONCURRENCY, LIST_TIMEOUT_FACTOR, FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op, Page
-from spate._echo import seconds
 from spate._errors import StoreError, StoreUnavailable
+from spate._quote import seconds
 from spate._runtime.group_commit import GroupCommit, grouping
 from spate._runtime.listings import Listings
 from spate._store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched

@@ -37,8 +37,8 @@ import trio
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 
-from spate._echo import seconds
 from spate._errors import StoreError, StoreUnavailable
+from spate._quote import seconds
 from spate._store import (
     BatchedWrites,
     Create,

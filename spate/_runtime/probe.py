@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from spate._echo import seconds
 from spate._errors import FatalCoordinationError, StoreError, StoreUnavailable
+from spate._quote import seconds
 from spate._store import (
     Conflict,
     Create,

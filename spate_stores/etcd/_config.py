@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from spate import ConfigError
-from spate._echo import echo, shorten
+from spate._quote import quote, shorten
 from spate.store import MAX_KEY_LENGTH, Keyspace
 from spate_stores import _namespace
 from spate_stores.etcd import _errors as errors
@@ -71,7 +71,7 @@ def _check_namespace(namespace: str) -> str:
         not _NAMESPACE_RE.fullmatch(namespace) or len(namespace) > _MAX_NAMESPACE_LENGTH
     ):
         raise ConfigError(
-            f"invalid etcd namespace {echo(namespace)}: use up to {_MAX_NAMESPACE_LENGTH} "
+            f"invalid etcd namespace {quote(namespace)}: use up to {_MAX_NAMESPACE_LENGTH} "
             "characters of [A-Za-z0-9._-], optionally in '/'-separated segments"
         )
     return namespace
@@ -217,15 +217,15 @@ class EtcdConfig:
         for name, values in parse_qs(parts.query, keep_blank_values=True).items():
             if name not in _PARAMS:
                 raise ConfigError(
-                    f"unknown etcd URL parameter {echo(name)}; known: {', '.join(sorted(_PARAMS))}"
+                    f"unknown etcd URL parameter {quote(name)}; known: {', '.join(sorted(_PARAMS))}"
                 )
             query[name] = values[-1]
         path_namespace = unquote(parts.path).strip("/")
         namespace = query.get("namespace", path_namespace)
         if path_namespace and namespace != path_namespace:
             raise ConfigError(
-                f"the URL path names namespace {echo(path_namespace)} but namespace= says "
-                f"{echo(namespace)}; give one"
+                f"the URL path names namespace {quote(path_namespace)} but namespace= says "
+                f"{quote(namespace)}; give one"
             )
         ttl = _number(query, "ttl", None, float, "a number of seconds")
         timeout = _number(query, "timeout", DEFAULT_TIMEOUT, float, "a number of seconds")

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from spate import ConfigError, SpateError, StoreError, StoreUnavailable, ValueTooLarge
-from spate._echo import seconds
+from spate._quote import seconds
 from spate.store import SessionLost
 from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from spate import StoreError, StoreUnavailable
-from spate._echo import seconds
+from spate._quote import seconds
 from spate_stores.etcd import _errors as errors
 from spate_stores.etcd._gateway import Gateway, ReplyError
 from spate_stores.etcd._wire import (
