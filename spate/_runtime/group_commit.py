@@ -95,7 +95,7 @@ class GroupCommit:
         self.grouped = 0
         """Writes sent in those groups."""
 
-    # -- the writes fenced.write performs -----------------------------------------------------
+    # -- the writes write_spans.write performs -----------------------------------------------------
 
     async def create(
         self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None
