@@ -21,7 +21,7 @@ Keyspaces
 Revisions
     Every entry carries a :data:`Revision`, an ``int > 0`` that strictly increases each time
     that key is written (a recreated key gets a larger revision than its previous life).
-    Revisions compare within one keyspace of one store; they are the only fence the protocol
+    Revisions compare within one keyspace of one store; they are the only guard the protocol
     uses, so compare-and-swap must be exact.
 
 Sessions
