@@ -52,7 +52,7 @@ DEFAULT_MAX_REQUEST_BYTES = 1536 * 1024
 MIN_TTL = 2
 """etcd grants no lease shorter than about 1.5 s (it silently rounds up to 2 s)."""
 MAX_TTL = 9_000_000_000
-"""etcd's ``MaxLeaseTTL``: a longer lease is refused ("too large lease TTL")."""
+"""etcd's ``MaxLeaseTTL``: a longer etcd lease is refused ("too large lease TTL")."""
 DEFAULT_PORT = 2379
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
@@ -62,7 +62,7 @@ _PARAMS = {"namespace", "ttl", "ca", "cert", "key", "timeout", "max_request_byte
 _T = TypeVar("_T")
 _N = TypeVar("_N")
 TXN_OVERHEAD = 512
-"""Room for the txn around a value: the key twice (compare and put), the lease, and the
+"""Room for the txn around a value: the key twice (compare and put), the etcd lease, and the
 protobuf framing, so a value of max_value_size always fits the server's request limit."""
 
 
