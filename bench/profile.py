@@ -82,7 +82,7 @@ _BUCKETS: Sequence[tuple[str, Callable[[str, str], bool]]] = (
     (
         "span + metrics: spate's fenced write",
         lambda f, n: (
-            f.endswith(("spate/_fenced.py", "spate/_metrics.py")) or "/spate/telemetry/" in f
+            f.endswith(("spate/_write_spans.py", "spate/_metrics.py")) or "/spate/telemetry/" in f
         ),
     ),
     (

@@ -12,8 +12,8 @@ import math
 
 import attrs
 
-from spate._echo import number, seconds
 from spate._errors import ConfigError
+from spate._quote import number, seconds
 
 __all__ = ["Config"]
 

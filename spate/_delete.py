@@ -25,10 +25,10 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from spate._core.records import KeyKind, Keys, LeaderRecord, UnreadableRecord, decode
-from spate._echo import seconds
 from spate._errors import StoreError
 from spate._ops import JobNotFound, list_jobs
 from spate._plan import validate_job
+from spate._quote import seconds
 from spate._store import Entry, Keyspace, Remove, Store, Won, batched, max_batch_of
 
 __all__ = ["DeleteRefused", "DeleteReport", "ResetRefused", "delete_job", "reset_ttl"]

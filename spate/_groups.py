@@ -19,7 +19,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def meaningful_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     """The one real error in ``group``, or None when there is none or several.
 
-    Cancelled leaves are dropped (they are the echo of a nursery cancelling its other tasks),
+    Cancelled leaves are dropped (a nursery cancelling its other tasks leaves them behind),
     and one stop error that reached several waiting tasks (the same object, or a copy with
     the same message) counts once.
     """

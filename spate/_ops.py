@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._core.balance import BalanceConfig, BalanceSplit, BalanceWorker, judge_loads
 from spate._core.balance.loads import split_loads
 from spate._core.placement.report import PlacementReport, placement_report
@@ -636,7 +636,7 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
     if not ids:
         raise ConfigError("name at least one split to requeue")
     keys = Keys(job)
-    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    scope = write_spans.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
     done: list[str] = []
     refused: list[str] = []
     for split in ids:
@@ -666,7 +666,7 @@ async def requeue(store: Store, job: str, splits: Iterable[str]) -> list[str]:
                 epoch=record.epoch + 1,
                 written_at_ms=now_ms(),
             )
-            result = await fenced.write(
+            result = await write_spans.write(
                 store,
                 scope,
                 "requeue",
@@ -720,7 +720,7 @@ async def requeue_all(store: Store, job: str) -> list[str]:
     return await requeue(store, job, quarantined)
 
 
-async def _reopen(store: Store, scope: fenced.Scope, keys: Keys) -> None:
+async def _reopen(store: Store, scope: write_spans.Scope, keys: Keys) -> None:
     """Clear the verdict of a final plan after a requeue, so a worker started now finishes it.
 
     The leader publishes the verdict in the plan record and every worker, however late it
@@ -737,7 +737,7 @@ async def _reopen(store: Store, scope: fenced.Scope, keys: Keys) -> None:
         if plan.finality is not Finality.FINAL:
             return  # an open plan has no verdict, and none is being judged
         reopened = attrs.evolve(plan, verdict=None, updated_at_ms=now_ms())
-        result = await fenced.write(
+        result = await write_spans.write(
             store,
             scope,
             "requeue",
@@ -878,12 +878,12 @@ async def repair(store: Store, job: str, repairs: Iterable[Repair]) -> list[str]
     """
     validate_job(job)
     keys = Keys(job)
-    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    scope = write_spans.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
     done: list[str] = []
     refused: list[str] = []
     for each in repairs:
         record = ProgressRecord(id=each.split, epoch=each.epoch, written_at_ms=now_ms())
-        result = await fenced.write(
+        result = await write_spans.write(
             store,
             scope,
             "repair",
@@ -1020,8 +1020,8 @@ async def repair_plan(store: Store, job: str, plan_repair: PlanRepair) -> None:
     """
     validate_job(job)
     keys = Keys(job)
-    scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
-    result = await fenced.write(
+    scope = write_spans.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+    result = await write_spans.write(
         store,
         scope,
         "repair",
@@ -1053,8 +1053,8 @@ async def remove_unreadable_leader(store: Store, job: str) -> bool:
     try:
         decode(LeaderRecord, keys.leader, entry.value)
     except UnreadableRecord:
-        scope = fenced.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
-        result = await fenced.write(
+        scope = write_spans.Scope(job=job, instance=OPERATOR, system=store.capabilities.system)
+        result = await write_spans.write(
             store,
             scope,
             "repair",

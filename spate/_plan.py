@@ -20,8 +20,8 @@ from typing import TypeAlias
 import attrs
 
 from spate._core.placement.vocabulary import validate_locality
-from spate._echo import echo
 from spate._errors import ConfigError, PlanError
+from spate._quote import quote
 
 __all__ = [
     "MAX_INSTANCE_LENGTH",
@@ -63,7 +63,7 @@ def validate_split_id(split_id: object) -> str:
         or not _SPLIT_ID_RE.fullmatch(split_id)
     ):
         raise PlanError(
-            f"invalid split id {echo(split_id)}: split ids are 1-{MAX_SPLIT_ID_LENGTH} characters "
+            f"invalid split id {quote(split_id)}: split ids are 1-{MAX_SPLIT_ID_LENGTH} characters "
             "of [A-Za-z0-9._-] starting with a letter or digit. Derive ids deterministically "
             "from the work (for example 'range-0042'), so replanning finds the same ids."
         )
@@ -78,7 +78,7 @@ def validate_job(job: object) -> str:
     """
     if not isinstance(job, str) or len(job) > MAX_JOB_LENGTH or not _JOB_RE.fullmatch(job):
         raise ConfigError(
-            f"invalid job name {echo(job)}: job names are 1-{MAX_JOB_LENGTH} characters of "
+            f"invalid job name {quote(job)}: job names are 1-{MAX_JOB_LENGTH} characters of "
             "[A-Za-z0-9_-] starting with a letter or digit (no dots), for example 'backfill-42'."
         )
     return job
@@ -96,7 +96,7 @@ def validate_instance(instance: object) -> str:
         or not _INSTANCE_RE.fullmatch(instance)
     ):
         raise ConfigError(
-            f"invalid instance id {echo(instance)}: instance ids are 1-{MAX_INSTANCE_LENGTH} "
+            f"invalid instance id {quote(instance)}: instance ids are 1-{MAX_INSTANCE_LENGTH} "
             "characters of [A-Za-z0-9._-] starting with a letter or digit, unique per live "
             "worker (the pod or host name is a good choice)."
         )
@@ -223,13 +223,13 @@ def validate_plan(plan: object, *, max_descriptor: int | None = None) -> Plan:
         _check_locality(None, None, spec.locality)  # type: ignore[arg-type]
         if spec.id in seen:
             raise PlanError(
-                f"the plan lists split id {echo(spec.id)} twice; ids must be unique within a plan "
+                f"the plan lists split id {quote(spec.id)} twice; ids must be unique within a plan "
                 "(derive them from the work so each piece of work has exactly one id)."
             )
         seen.add(spec.id)
         if max_descriptor is not None and len(spec.descriptor) > max_descriptor:
             raise PlanError(
-                f"split {echo(spec.id)} has a {len(spec.descriptor)}-byte descriptor, over the "
+                f"split {quote(spec.id)} has a {len(spec.descriptor)}-byte descriptor, over the "
                 f"{max_descriptor} bytes this store can hold in one record; put the data "
                 "elsewhere and keep a pointer (a path, a key range) in the descriptor."
             )

@@ -21,7 +21,7 @@ Keyspaces
 Revisions
     Every entry carries a :data:`Revision`, an ``int > 0`` that strictly increases each time
     that key is written (a recreated key gets a larger revision than its previous life).
-    Revisions compare within one keyspace of one store; they are the only fence the protocol
+    Revisions compare within one keyspace of one store; they are the only guard the protocol
     uses, so compare-and-swap must be exact.
 
 Sessions
@@ -56,8 +56,8 @@ from typing import ClassVar, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from spate._echo import echo
 from spate._errors import StoreError
+from spate._quote import quote
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -106,7 +106,7 @@ def validate_key(key: str) -> str:
     """
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key) or len(key) > MAX_KEY_LENGTH:
         raise StoreError(
-            f"invalid store key {echo(key)}: keys are 1-{MAX_KEY_LENGTH} characters of "
+            f"invalid store key {quote(key)}: keys are 1-{MAX_KEY_LENGTH} characters of "
             "[A-Za-z0-9._-]. Use split ids and job names that follow the documented rules."
         )
     return key

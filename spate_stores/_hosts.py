@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from spate import ConfigError
-from spate._echo import echo
+from spate._quote import quote
 
 __all__ = ["parse_host_list"]
 
@@ -17,25 +17,25 @@ def _parse_one(item: str, default_port: int, kind: str) -> tuple[str, int]:
         host, sep, rest = item[1:].partition("]")
         if not sep or not host or ":" not in host:
             raise ConfigError(
-                f"malformed {kind} URL: endpoint {echo(item)}: write [v6-address]:port"
+                f"malformed {kind} URL: endpoint {quote(item)}: write [v6-address]:port"
             )
         host = f"[{host}]"
         if rest and not rest.startswith(":"):
             raise ConfigError(
-                f"malformed {kind} URL: endpoint {echo(item)}: expected ':port' after ']'"
+                f"malformed {kind} URL: endpoint {quote(item)}: expected ':port' after ']'"
             )
         port_text = rest[1:] if rest else ""
     else:
         host, _, port_text = item.partition(":")
         if not _HOST_RE.fullmatch(host):
             raise ConfigError(
-                f"malformed {kind} URL: endpoint {echo(item)}: expected host[:port] (names or "
+                f"malformed {kind} URL: endpoint {quote(item)}: expected host[:port] (names or "
                 "addresses; separate endpoints with commas)"
             )
     if not port_text:
         return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError(f"malformed {kind} URL: endpoint {echo(item)}: the port must be 1-65535")
+        raise ConfigError(f"malformed {kind} URL: endpoint {quote(item)}: the port must be 1-65535")
     return host, int(port_text)
 
 
@@ -52,11 +52,11 @@ def parse_host_list(hosts: str, default_port: int, kind: str) -> tuple[tuple[str
     for item in hosts.split(","):
         if not item:
             raise ConfigError(
-                f"the {kind} endpoint list {echo(hosts)} has an empty entry; separate endpoints "
+                f"the {kind} endpoint list {quote(hosts)} has an empty entry; separate endpoints "
                 "with single commas"
             )
         endpoint = _parse_one(item, default_port, kind)
         if endpoint in parsed:
-            raise ConfigError(f"the {kind} endpoint list {echo(hosts)} names {echo(item)} twice")
+            raise ConfigError(f"the {kind} endpoint list {quote(hosts)} names {quote(item)} twice")
         parsed.append(endpoint)
     return tuple(parsed)

@@ -10,7 +10,7 @@ so no namespace is ever made with a TTL its leases cannot have.
 from __future__ import annotations
 
 from spate import ConfigError, StoreError
-from spate._echo import number, seconds
+from spate._quote import number, seconds
 
 __all__ = ["read_only_refusal", "ttl_mismatch", "ttl_out_of_range"]
 

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from spate import ConfigError, StoreError, StoreUnavailable, ValueTooLarge
-from spate._echo import shorten
+from spate._quote import shorten
 from spate.store import (
     Capabilities,
     Conflict,

@@ -23,7 +23,7 @@ def test_each_part_of_a_commit_has_its_bucket() -> None:
     )
     assert profile.bucket_of((TRIO_RUN, 1, "__enter__")) == "cancel scopes"
     assert profile.bucket_of((TRIO_RUN, 1, "unrolled_run")) == "Trio: scheduling, checkpoints"
-    assert profile.bucket_of(("/x/spate/_fenced.py", 1, "write")) == (
+    assert profile.bucket_of(("/x/spate/_write_spans.py", 1, "write")) == (
         "span + metrics: spate's fenced write"
     )
     assert profile.bucket_of(("/x/opentelemetry/sdk/trace/__init__.py", 1, "start_span")) == (

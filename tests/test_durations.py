@@ -1,6 +1,6 @@
 """Durations in messages are written by one helper: ``1.67 s``, never ``1.6666666666666667 s``.
 
-:func:`spate._echo.seconds` writes a duration for a reader, :func:`spate._echo.number` a
+:func:`spate._quote.seconds` writes a duration for a reader, :func:`spate._quote.number` a
 number for the reader to type back (exact, and never ``1e+12``, whose ``+`` a URL's query
 reads as a space). A scan of the sources keeps every f-string duration going through them.
 """
@@ -14,7 +14,7 @@ import pytest
 
 import spate
 from spate._core.flows import Op
-from spate._echo import number, seconds
+from spate._quote import number, seconds
 from spate._runtime.driver import _timed_out
 from spate.store import Keyspace
 
@@ -60,7 +60,7 @@ def test_a_config_refusal_writes_its_durations_for_a_reader() -> None:
 # An f-string field followed by " s" (a duration) that is not seconds(...). The demo's own
 # narration formats its figures on purpose (columns, one decimal), so it is left out.
 _RAW_DURATION = re.compile(r"\{(?!seconds\()[^{}]*\} s\b")
-_NARRATION = ("spate/_cli/demo/", "spate/_echo.py")
+_NARRATION = ("spate/_cli/demo/", "spate/_quote.py")
 
 
 def test_every_duration_in_a_message_goes_through_seconds() -> None:
@@ -72,4 +72,4 @@ def test_every_duration_in_a_message_goes_through_seconds() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if _RAW_DURATION.search(line)
     ]
-    assert raw == [], "write these durations with spate._echo.seconds: " + "; ".join(raw)
+    assert raw == [], "write these durations with spate._quote.seconds: " + "; ".join(raw)

@@ -31,10 +31,10 @@ from typing import Any
 
 import trio
 
-from spate._echo import seconds
 from spate._errors import ConfigError, SpateError
 from spate._groups import single_error
 from spate._install import install_hint
+from spate._quote import seconds
 from spate._version import __version__
 
 __all__ = ["build_parser", "main"]

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 ReleaseOutcome = Literal["released", "fenced", "failed", "missing"]
-"""How one hand-back ended: landed, a peer had it already, the write failed, not held."""
+"""How one hand-back ended: landed, another worker had it already, the write failed, not held."""
 
 
 class SessionFacts(Protocol):

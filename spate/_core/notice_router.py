@@ -119,7 +119,7 @@ class NoticeRouter:
             if notice.nonce not in (None, host.nonce) and notice.revision > host.presence_rev:
                 raise host.duplicate_instance(f"presence key {host.keys.worker(host.instance)!r}")
             return
-        self._leader.on_arrival(notice.instance, notice.new, host.now())
+        self._leader.on_presence_changed(notice.instance, notice.new, host.now())
         presence = host.view.presence.get(notice.instance)
         if presence is not None and presence.parents and self._leader.leading:
             # A follower split these: their records name residuals for this leader to seed.

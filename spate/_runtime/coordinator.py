@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import trio
 
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._config import Config
 from spate._core.membership.startup import Retry, StartupStep
 from spate._core.placement.vocabulary import validate_locality
@@ -457,7 +457,7 @@ async def _open_session(runtime: Runtime, step: StartupStep) -> None:
 
 async def _probe(runtime: Runtime, step: StartupStep) -> None:
     machine = runtime.machine
-    with fenced.span(runtime.scope, "probe"):
+    with write_spans.span(runtime.scope, "probe"):
         # Each try writes keys of its own (a lost reply may have left the last try's behind).
         runtime.probes += 1
         await probe_store(

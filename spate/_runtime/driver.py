@@ -21,11 +21,11 @@ import attrs
 import outcome
 import trio
 
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._core.flow_engine import BATCH_CONCURRENCY, LIST_TIMEOUT_FACTOR, FlowEngine, FlowRun, Key
 from spate._core.flows import Batch, Flow, Fork, Hold, Op, Page
-from spate._echo import seconds
 from spate._errors import StoreError, StoreUnavailable
+from spate._quote import seconds
 from spate._runtime.group_commit import GroupCommit, grouping
 from spate._runtime.listings import Listings
 from spate._store import Delete, Entry, Keyspace, Put, Store, WriteResult, batched
@@ -56,7 +56,7 @@ class Driver(FlowEngine[_Running]):
     def __init__(
         self,
         store: Store,
-        scope: fenced.Scope,
+        scope: write_spans.Scope,
         *,
         nursery: trio.Nursery,
         post: Callable[[Callable[[], None]], None],
@@ -64,7 +64,7 @@ class Driver(FlowEngine[_Running]):
         redeliver: Callable[[Keyspace, Put | Delete], None] = lambda keyspace, event: None,
     ) -> None:
         self._store = store
-        self._writer: fenced.Writer = store
+        self._writer: write_spans.Writer = store
         self.group: GroupCommit | None = None
         """The group commit in front of a store that takes compare-and-swaps in groups."""
         if grouping(store):
@@ -309,7 +309,7 @@ class Driver(FlowEngine[_Running]):
             return self._store.list(op.keyspace, op.key)
         if op.method == "list-page":
             return self.listings.page(op)
-        return fenced.write(
+        return write_spans.write(
             self._writer,
             self._scope,
             op.operation or op.method,
@@ -338,7 +338,7 @@ class Driver(FlowEngine[_Running]):
         results: list[Any] = [None] * len(ops)
         landed = batch.landed
         # Decided once for the batch (looking it up costs more than a memory-store write).
-        traced = fenced.tracing()
+        traced = write_spans.tracing()
         context = running.context
         timeout = self._timeout
         slack = timeout / 100

@@ -37,8 +37,8 @@ import trio
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 
-from spate._echo import seconds
 from spate._errors import StoreError, StoreUnavailable
+from spate._quote import seconds
 from spate._store import (
     BatchedWrites,
     Create,
@@ -95,7 +95,7 @@ class GroupCommit:
         self.grouped = 0
         """Writes sent in those groups."""
 
-    # -- the writes fenced.write performs -----------------------------------------------------
+    # -- the writes write_spans.write performs -----------------------------------------------------
 
     async def create(
         self, keyspace: Keyspace, key: str, value: bytes, *, session: Session | None = None

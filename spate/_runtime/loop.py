@@ -28,7 +28,7 @@ import attrs
 import outcome
 import trio
 
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._config import Config
 from spate._core.flows import Flow
 from spate._core.machine import Machine
@@ -98,7 +98,7 @@ class Runtime:
             session=self.session,
             effects=self,
         )
-        self.scope = fenced.Scope(
+        self.scope = write_spans.Scope(
             job, instance, store.capabilities.system, metrics, session=lambda: self.session.current
         )
         self.ready = trio.Event()

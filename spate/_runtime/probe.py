@@ -1,15 +1,15 @@
 """The startup probe: refuse a store whose compare-and-swap is broken before trusting it.
 
-Every fence in the protocol is a revision CAS, so a store that lets a duplicate create win,
-or a stale update land, would silently allow two owners. The coordinator runs
+Every guard in the protocol is a compare-and-swap on a revision, so a store that lets a
+duplicate create win, or a stale update land, would silently allow two owners. The coordinator runs
 :func:`probe_store` before it joins a job; the conformance suite runs it too.
 
 It checks every path the coordinator writes by: the single calls (``create``, ``update``,
 ``delete``) and, on a store that sends writes together (:class:`~spate.store.BatchedWrites`),
 ``write_many``, which the group commit uses for commits, claims and hand-backs as soon as two
-writes queue at once. Both in both keyspaces: a store whose single update fences but whose
-batched one lets a stale swap land would pass a probe of single calls only, and then let two
-owners commit.
+writes queue at once. Both in both keyspaces: a store whose single update refuses a stale revision
+but whose batched one lets a stale swap land would pass a probe of single calls only, and then
+let two owners commit.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from spate._echo import seconds
 from spate._errors import FatalCoordinationError, StoreError, StoreUnavailable
+from spate._quote import seconds
 from spate._store import (
     Conflict,
     Create,
@@ -119,10 +119,10 @@ async def probe_store(
                 raise refuse("a delete guarded by a stale revision won")
             entry = await store.get(keyspace, key)
             if entry is None or entry.value != b"probe-3" or entry.revision != second.revision:
-                # Not a verdict on the fences: a read may be served by a replica that lags (a
-                # NATS cluster's direct gets), and the protocol decides on CAS outcomes, never
-                # on a read. Inconclusive, so tried again; a store whose reads stay wrong is
-                # refused when the startup runs out of attempts.
+                # Not a verdict on the compare-and-swap: a read may be served by a replica that
+                # lags (a NATS cluster's direct gets), and the protocol decides on CAS outcomes,
+                # never on a read. Inconclusive, so tried again; a store whose reads stay wrong
+                # is refused when the startup runs out of attempts.
                 raise StoreUnavailable(
                     f"the startup probe's read of {key!r} in the {keyspace.value} keyspace did "
                     "not return its last won write (a replica that lags, or a store that loses "
@@ -171,8 +171,8 @@ async def _probe_batched(
 
     ``key`` exists at revision ``current`` (``stale`` is an earlier one); ``other`` does not
     exist yet. Each group pairs a write that must win with one that must lose, since the
-    group commit sends writes of different splits together and each must be fenced on its
-    own. Returns the revision ``other`` is left at; ``key`` is left deleted.
+    group commit sends writes of different splits together and each must land or lose on its
+    own revision. Returns the revision ``other`` is left at; ``key`` is left deleted.
     """
     grouped = batched(store)
     named = session if keyspace is Keyspace.EPHEMERAL else None

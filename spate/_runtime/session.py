@@ -2,7 +2,7 @@
 
 This is the one place the protocol meets :meth:`spate.store.Store.session`. The rest of the
 core sees three things: :attr:`SessionSlot.current` (which
-:func:`spate._fenced.write` names on
+:func:`spate._write_spans.write` names on
 every ephemeral create and update), :attr:`SessionSlot.keeps_keys` (on a session store the
 session's keepalive keeps every lease key alive, so nothing is renewed per split), and
 :meth:`SessionSlot.starved` (the self-fence: on a session store a key written under the

@@ -1,7 +1,7 @@
 """Observability: spans on every fenced write, metrics for every outcome, OTLP export.
 
 spate depends on the OpenTelemetry API only. Every guarded store write the protocol makes
-runs inside a ``spate.<operation>`` span (:mod:`spate._fenced`), and every outcome the
+runs inside a ``spate.<operation>`` span (:mod:`spate._write_spans`), and every outcome the
 coordinator counts goes to a :class:`~spate.MetricsHooks`; :class:`OTelMetrics`
 records them on OpenTelemetry instruments. Until an SDK is installed all of it is the API's
 no-op, so an application that does not export telemetry pays next to nothing.

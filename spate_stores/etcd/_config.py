@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from spate import ConfigError
-from spate._echo import echo, shorten
+from spate._quote import quote, shorten
 from spate.store import MAX_KEY_LENGTH, Keyspace
 from spate_stores import _namespace
 from spate_stores.etcd import _errors as errors
@@ -52,7 +52,7 @@ DEFAULT_MAX_REQUEST_BYTES = 1536 * 1024
 MIN_TTL = 2
 """etcd grants no lease shorter than about 1.5 s (it silently rounds up to 2 s)."""
 MAX_TTL = 9_000_000_000
-"""etcd's ``MaxLeaseTTL``: a longer lease is refused ("too large lease TTL")."""
+"""etcd's ``MaxLeaseTTL``: a longer etcd lease is refused ("too large lease TTL")."""
 DEFAULT_PORT = 2379
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
@@ -62,7 +62,7 @@ _PARAMS = {"namespace", "ttl", "ca", "cert", "key", "timeout", "max_request_byte
 _T = TypeVar("_T")
 _N = TypeVar("_N")
 TXN_OVERHEAD = 512
-"""Room for the txn around a value: the key twice (compare and put), the lease, and the
+"""Room for the txn around a value: the key twice (compare and put), the etcd lease, and the
 protobuf framing, so a value of max_value_size always fits the server's request limit."""
 
 
@@ -71,7 +71,7 @@ def _check_namespace(namespace: str) -> str:
         not _NAMESPACE_RE.fullmatch(namespace) or len(namespace) > _MAX_NAMESPACE_LENGTH
     ):
         raise ConfigError(
-            f"invalid etcd namespace {echo(namespace)}: use up to {_MAX_NAMESPACE_LENGTH} "
+            f"invalid etcd namespace {quote(namespace)}: use up to {_MAX_NAMESPACE_LENGTH} "
             "characters of [A-Za-z0-9._-], optionally in '/'-separated segments"
         )
     return namespace
@@ -217,15 +217,15 @@ class EtcdConfig:
         for name, values in parse_qs(parts.query, keep_blank_values=True).items():
             if name not in _PARAMS:
                 raise ConfigError(
-                    f"unknown etcd URL parameter {echo(name)}; known: {', '.join(sorted(_PARAMS))}"
+                    f"unknown etcd URL parameter {quote(name)}; known: {', '.join(sorted(_PARAMS))}"
                 )
             query[name] = values[-1]
         path_namespace = unquote(parts.path).strip("/")
         namespace = query.get("namespace", path_namespace)
         if path_namespace and namespace != path_namespace:
             raise ConfigError(
-                f"the URL path names namespace {echo(path_namespace)} but namespace= says "
-                f"{echo(namespace)}; give one"
+                f"the URL path names namespace {quote(path_namespace)} but namespace= says "
+                f"{quote(namespace)}; give one"
             )
         ttl = _number(query, "ttl", None, float, "a number of seconds")
         timeout = _number(query, "timeout", DEFAULT_TIMEOUT, float, "a number of seconds")

@@ -1,7 +1,7 @@
 """Every translation of an etcd failure into spate's errors, in one place.
 
 Transport failures, gateway error replies, broken or silent streams, refused watches, lost
-leases and a namespace whose records do not fit: each has one function here, and the rest of
+etcd leases and a namespace whose records do not fit: each has one function here, and the rest of
 the adapter raises what these return instead of wording errors itself (mistakes in the caller's
 use of the API, like a closed store or a value that is not bytes, stay where they are checked).
 
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from spate import ConfigError, SpateError, StoreError, StoreUnavailable, ValueTooLarge
-from spate._echo import seconds
+from spate._quote import seconds
 from spate.store import SessionLost
 from spate_stores import _namespace
 from spate_stores.etcd._wire import ErrorKind, GatewayError
@@ -29,11 +29,11 @@ from spate_stores.etcd._wire import ErrorKind, GatewayError
 __all__ = [
     "compacted_during_listing",
     "compacted_during_paged_listing",
+    "etcd_lease_ttl_mismatch",
+    "etcd_lease_unusable",
     "gateway_error",
     "keepalive_timeout",
     "keepalive_unreadable",
-    "lease_ttl_mismatch",
-    "lease_unusable",
     "no_member_accepted_stream",
     "no_member_served",
     "not_http",
@@ -378,11 +378,11 @@ def ttl_record_unstable(namespace: str) -> StoreUnavailable:
     return StoreUnavailable(f"the TTL record of etcd namespace {namespace!r} kept changing; retry")
 
 
-# -- leases --------------------------------------------------------------------------------
+# -- etcd leases -------------------------------------------------------------------------------
 
 
 def session_lost(endpoint: str, ttl: int) -> SessionLost:
-    """A session whose lease is gone (no keepalive confirmed for a TTL, or dropped by etcd)."""
+    """A session whose etcd lease is gone (no keepalive confirmed for a TTL, or dropped by etcd)."""
     return SessionLost(
         f"the etcd session lease on {endpoint} is lost (no keepalive "
         f"confirmed for {seconds(ttl)}, or etcd dropped it); its keys are gone and "
@@ -390,13 +390,13 @@ def session_lost(endpoint: str, ttl: int) -> SessionLost:
     )
 
 
-def lease_unusable(endpoint: str, reply: object) -> StoreError:
-    """A lease grant without an id or a TTL."""
+def etcd_lease_unusable(endpoint: str, reply: object) -> StoreError:
+    """An etcd lease grant without an id or a TTL."""
     return StoreError(f"etcd at {endpoint} granted no usable lease: {reply}")
 
 
-def lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
-    """A lease granted with another TTL than asked (the server's limits)."""
+def etcd_lease_ttl_mismatch(endpoint: str, granted: int, wanted: int) -> StoreError:
+    """An etcd lease granted with another TTL than asked (the server's limits)."""
     return StoreError(
         f"etcd at {endpoint} granted a {seconds(granted)} lease for a requested "
         f"{seconds(wanted)} (its lease TTL limits); open the namespace with a ttl etcd "

@@ -44,7 +44,7 @@ Json = dict[str, Any]
 
 
 class ReplyError(Exception):
-    """An error reply the caller handles itself (lease not found, compacted revision)."""
+    """An error reply the caller handles itself (etcd lease not found, compacted revision)."""
 
     def __init__(self, error: GatewayError) -> None:
         super().__init__(error.message)
@@ -52,7 +52,7 @@ class ReplyError(Exception):
 
 
 # Kinds a caller recovers from; every other error reply becomes a store error here.
-_PASSED_THROUGH = {ErrorKind.LEASE_NOT_FOUND, ErrorKind.COMPACTED}
+_PASSED_THROUGH = {ErrorKind.ETCD_LEASE_NOT_FOUND, ErrorKind.COMPACTED}
 # Calls that change nothing (or nothing a second time) when resent to another member.
 _RANGE = "/v3/kv/range"
 _RESENDABLE = {_RANGE, "/v3/auth/authenticate", "/v3/lease/revoke"}
@@ -161,7 +161,7 @@ class Gateway:
     async def call(self, path: str, body: Json, *, doing: str) -> Json:
         """POST ``body`` to ``path`` and return the reply.
 
-        Raises StoreUnavailable / StoreError (mapped), or :class:`ReplyError` for a lease
+        Raises StoreUnavailable / StoreError (mapped), or :class:`ReplyError` for an etcd lease
         that is gone or a compacted revision (the caller recovers from those). Each call is a
         client span (``txn``, ``range``...) beneath the spate span that made it.
         """

@@ -44,7 +44,7 @@ from spate_stores.etcd._config import (
     KeyLayout,
 )
 from spate_stores.etcd._gateway import Gateway, ReplyError
-from spate_stores.etcd._session import LeaseSession
+from spate_stores.etcd._session import EtcdLeaseSession
 from spate_stores.etcd._watch import WatchIterator, open_watch_stream
 from spate_stores.etcd._wire import (
     ErrorKind,
@@ -52,11 +52,11 @@ from spate_stores.etcd._wire import (
     delete_range,
     deleted_count,
     each_succeeded,
+    etcd_lease_grant,
+    etcd_lease_id,
+    etcd_lease_revoke,
+    etcd_lease_ttl,
     header_revision,
-    lease_grant,
-    lease_id,
-    lease_revoke,
-    lease_ttl,
     parse_kvs,
     prefix_end,
     range_request,
@@ -75,7 +75,7 @@ log = logging.getLogger("spate.stores.etcd")
 EXPIRY_SLACK = 1.0
 """Seconds past the TTL within which a dead session's keys are gone and their Delete sent.
 
-etcd checks for expired leases every 500 ms and deletes their keys in one raft proposal.
+etcd checks for expired etcd leases every 500 ms and deletes their keys in one raft proposal.
 """
 _PAGE = 500
 MAX_BATCH = 64
@@ -100,16 +100,16 @@ class EtcdStore:
     Open it with ``spate_stores.open_store("etcd://host:2379/my-job?ttl=10")`` or
     ``EtcdStore(EtcdConfig(...))`` / :meth:`from_url`, then enter it (``async with``). It
     owns one pooled httpx client for unary calls, a background task keeping its session
-    lease alive, and one stream per open watch.
+    etcd lease alive, and one stream per open watch.
 
     Ephemeral keys have *session* semantics: each :meth:`session` is one etcd lease, kept
     alive over its own WebSocket; a key lives while the session that last wrote it lives and
-    is gone within the TTL after it stops (at once when it ends: the lease is revoked), even
-    while this client stays open. Writes that name no session use the client's default lease,
-    which lives as long as the client. Revisions are etcd mod_revisions.
+    is gone within the TTL after it stops (at once when it ends: the etcd lease is revoked),
+    even while this client stays open. Writes that name no session use the client's default
+    etcd lease, which lives as long as the client. Revisions are etcd mod_revisions.
 
     With ``read_only=True`` the store writes nothing at all: entering records no TTL and
-    grants no lease (the namespace's TTL is adopted if it has one, whatever the URL says),
+    grants no etcd lease (the namespace's TTL is adopted if it has one, whatever the URL says),
     and every write or session is refused with StoreError. Operator tools that only look
     open it so.
     """
@@ -120,9 +120,9 @@ class EtcdStore:
         self._layout = KeyLayout(config.namespace)
         self._gateway = Gateway(config)
         self._ttl = int(config.ephemeral_ttl or DEFAULT_EPHEMERAL_TTL)
-        self._session: LeaseSession | None = None
+        self._session: EtcdLeaseSession | None = None
         # A recorded TTL etcd cannot grant (written by an older spate): the store still opens
-        # so that `spate reset-ttl` can clear it, but refuses every lease with this.
+        # so that `spate reset-ttl` can clear it, but refuses every etcd lease with this.
         self._ungrantable: StoreError | None = None
         self._recorded: float | None = None
         self._capabilities = Capabilities(
@@ -193,18 +193,18 @@ class EtcdStore:
 
     @property
     def lease_id(self) -> int | None:
-        """The client's default lease (for writes naming no session; None before the first)."""
-        return self._session.lease_id if self._session else None
+        """The client's default etcd lease's id (writes naming no session; None before one)."""
+        return self._session.etcd_lease_id if self._session else None
 
     @property
     def lease_losses(self) -> int:
-        """How many session leases this client lost while open (each replaced on demand)."""
+        """How many etcd leases this client's session lost while open (each replaced)."""
         return self._session.losses if self._session else 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def __aenter__(self) -> EtcdStore:
-        """Connect, sign in, check the namespace's TTL, start the lease keepalive."""
+        """Connect, sign in, check the namespace's TTL, start the etcd lease keepalive."""
         if self._stack is not None or self._closed:
             raise StoreError(f"{self!r} was already opened; make a new store object")
         stack = contextlib.AsyncExitStack()
@@ -216,7 +216,7 @@ class EtcdStore:
                 self._stack = stack
                 return self
             await self._bind_ttl()
-            self._session = LeaseSession(self._gateway, self._ttl, replace_lost=True)
+            self._session = EtcdLeaseSession(self._gateway, self._ttl, replace_lost=True)
             stack.push_async_callback(self._session.close)
             # The keepalive and watch pumps serve the store until it closes, not only until
             # the code around it is cancelled: a graceful leave still needs its watches.
@@ -230,7 +230,7 @@ class EtcdStore:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        """Stop the keepalive, revoke the session lease (its keys go now), close."""
+        """Stop the keepalive, revoke the session etcd lease (its keys go now), close."""
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -295,20 +295,23 @@ class EtcdStore:
         raise errors.ttl_record_unstable(self._config.namespace)
 
     async def _check_grantable(self, ttl: int) -> None:
-        """Grant (and revoke) one lease of ``ttl`` before a new namespace records it.
+        """Grant (and revoke) one etcd lease of ``ttl`` before a new namespace records it.
 
         etcd rounds a TTL below its minimum up without a word, and that minimum grows with the
         server's election timeout (1.5 election timeouts, whole seconds: 2 s by default, 8 s
         with --election-timeout=5000): a namespace recorded with a TTL the server will not
-        grant as asked could open but never lease. Raises ConfigError, writing nothing.
+        grant as asked could open but never write an ephemeral key. Raises ConfigError,
+        writing nothing.
         """
         doing = "checking that etcd grants the namespace's TTL"
-        reply = await self._gateway.call("/v3/lease/grant", lease_grant(ttl), doing=doing)
-        lease, granted = lease_id(reply), lease_ttl(reply)
-        if lease:
+        reply = await self._gateway.call("/v3/lease/grant", etcd_lease_grant(ttl), doing=doing)
+        etcd_lease, granted = etcd_lease_id(reply), etcd_lease_ttl(reply)
+        if etcd_lease:
             with trio.CancelScope(shield=True), trio.move_on_after(self._config.timeout):
                 try:
-                    await self._gateway.call("/v3/lease/revoke", lease_revoke(lease), doing=doing)
+                    await self._gateway.call(
+                        "/v3/lease/revoke", etcd_lease_revoke(etcd_lease), doing=doing
+                    )
                 except (StoreError, StoreUnavailable, ReplyError):
                     pass  # it holds no key and nothing keeps it alive: it expires on its own
         if granted != ttl:
@@ -434,19 +437,19 @@ class EtcdStore:
         return errors.refused(self._config.endpoint, doing, exc.error.message)
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[LeaseSession]:
+    async def session(self) -> AsyncIterator[EtcdLeaseSession]:
         """One etcd lease for one coordinator: granted now, kept alive, revoked at the end.
 
         Its keepalive runs on its own WebSocket and stops the moment the block ends; the
-        lease is then revoked (within the client's timeout; failing that it expires within
-        the TTL). Raises StoreUnavailable when etcd cannot grant a lease.
+        etcd lease is then revoked (within the client's timeout; failing that it expires
+        within the TTL). Raises StoreUnavailable when etcd cannot grant an etcd lease.
         """
         self._check_open(Keyspace.EPHEMERAL)
         self._check_writable("opening a session")
         if self._ungrantable is not None:
             raise self._ungrantable
         assert self._nursery is not None
-        session = LeaseSession(self._gateway, self._ttl)
+        session = EtcdLeaseSession(self._gateway, self._ttl)
         keepalive = trio.CancelScope()
 
         async def keep_alive() -> None:
@@ -461,13 +464,13 @@ class EtcdStore:
             keepalive.cancel()
             await session.close()
 
-    def _lease_session(self, session: Session | None) -> LeaseSession:
+    def _etcd_lease_session(self, session: Session | None) -> EtcdLeaseSession:
         if self._ungrantable is not None:
             raise self._ungrantable
         if session is None:
             assert self._session is not None
             return self._session
-        if not isinstance(session, LeaseSession) or session.gateway is not self._gateway:
+        if not isinstance(session, EtcdLeaseSession) or session.gateway is not self._gateway:
             raise StoreError(
                 f"{self!r} cannot use the session {session!r}: pass a session this client "
                 "opened (store.session())"
@@ -475,28 +478,28 @@ class EtcdStore:
         return session
 
     async def _put_txn(
-        self, lease_session: LeaseSession | None, build: _TxnBuilder, doing: str
+        self, etcd_session: EtcdLeaseSession | None, build: _TxnBuilder, doing: str
     ) -> dict[str, Any]:
-        """Send the txn ``build`` makes for the session's lease (0 and no session: durable)."""
-        if lease_session is None:
+        """Send the txn ``build`` makes for the session's etcd lease (no session: durable, 0)."""
+        if etcd_session is None:
             return await self._call_txn(build(0), doing)
         for attempt in range(2):
-            lease = await lease_session.lease()
+            etcd_lease = await etcd_session.etcd_lease()
             try:
-                return await self._call_txn(build(lease), doing)
+                return await self._call_txn(build(etcd_lease), doing)
             except ReplyError as exc:
-                if exc.error.kind is not ErrorKind.LEASE_NOT_FOUND or attempt == 1:
+                if exc.error.kind is not ErrorKind.ETCD_LEASE_NOT_FOUND or attempt == 1:
                     raise self._unexpected(exc, doing) from None
-                # Refused for its lease, so not applied: safe to retry on a new lease
+                # Refused for its etcd lease, so not applied: safe to retry on a new one
                 # (the default session grants one; a coordinator's raises SessionLost).
-                lease_session.invalidate(lease, "etcd refused a write naming it")
+                etcd_session.invalidate(etcd_lease, "etcd refused a write naming it")
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    async def _leased_write(
+    async def _txn_write(
         self, keyspace: Keyspace, build: _TxnBuilder, doing: str, session: Session | None
     ) -> WriteResult:
-        lease_session = None if keyspace is Keyspace.DURABLE else self._lease_session(session)
-        reply = await self._put_txn(lease_session, build, doing)
+        etcd_session = None if keyspace is Keyspace.DURABLE else self._etcd_lease_session(session)
+        reply = await self._put_txn(etcd_session, build, doing)
         if txn_succeeded(reply):
             return Won(header_revision(reply))
         return Conflict()
@@ -564,9 +567,9 @@ class EtcdStore:
         self._check_open(keyspace)
         self._check_writable(f"creating {key!r}")
         raw = self._layout.key(keyspace, key)
-        return await self._leased_write(
+        return await self._txn_write(
             keyspace,
-            lambda lease: txn_create(raw, data, lease=lease),
+            lambda etcd_lease: txn_create(raw, data, etcd_lease=etcd_lease),
             f"creating {key!r}",
             session,
         )
@@ -589,9 +592,9 @@ class EtcdStore:
             # No key is at such a revision (and etcd's MOD == 0 would match a missing key).
             return Conflict()
         raw = self._layout.key(keyspace, key)
-        return await self._leased_write(
+        return await self._txn_write(
             keyspace,
-            lambda lease: txn_put_if(raw, data, expected, lease=lease),
+            lambda etcd_lease: txn_put_if(raw, data, expected, etcd_lease=etcd_lease),
             f"updating {key!r}",
             session,
         )
@@ -606,15 +609,15 @@ class EtcdStore:
     ) -> Sequence[WriteResult | StoreError]:
         """Conditional writes in one txn of nested txns, each landing or losing on its own.
 
-        They land at one revision; the ephemeral ones on ``session``'s lease. More than
+        They land at one revision; the ephemeral ones on ``session``'s etcd lease. More than
         ``max_batch`` writes, or writes whose values together exceed the server's request
         limit, go in several txns, sent at once.
         """
         self._check_open(Keyspace.DURABLE)
         self._check_writable(f"writing {len(writes)} keys")
         check_writes(writes)
-        lease_session = (
-            self._lease_session(session)
+        etcd_session = (
+            self._etcd_lease_session(session)
             if any(write.keyspace is Keyspace.EPHEMERAL for write in writes)
             else None
         )
@@ -639,7 +642,9 @@ class EtcdStore:
         async def send(chunk: list[tuple[int, _TxnBuilder]]) -> None:
             doing = f"writing {len(chunk)} keys together"
             reply = await self._put_txn(
-                lease_session, lambda lease: txn_each([build(lease) for _, build in chunk]), doing
+                etcd_session,
+                lambda etcd_lease: txn_each([build(etcd_lease) for _, build in chunk]),
+                doing,
             )
             held = each_succeeded(reply, len(chunk))
             if held is None:
@@ -660,29 +665,35 @@ class EtcdStore:
         return results
 
     def _prepare(self, write: Write) -> tuple[_TxnBuilder, int] | None:
-        """One write of a group as a nested txn (given the lease) and its size, or None.
+        """One write of a group as a nested txn (given the etcd lease) and its size, or None.
 
         None: it can only lose (a revision <= 0). StoreError: refused on its own.
         """
         validate_key(write.key)
         self._check_open(write.keyspace)
         raw = self._layout.key(write.keyspace, write.key)
-        leased = write.keyspace is Keyspace.EPHEMERAL
+        ephemeral = write.keyspace is Keyspace.EPHEMERAL
         if isinstance(write, Remove):
             if write.expected is None:
-                return (lambda lease: txn_delete_existing(raw)), 2 * len(raw) + TXN_OVERHEAD
+                return (lambda etcd_lease: txn_delete_existing(raw)), 2 * len(raw) + TXN_OVERHEAD
             if not isinstance(write.expected, int) or write.expected <= 0:
                 return None
             expected = write.expected
-            return (lambda lease: txn_delete(raw, expected)), 2 * len(raw) + TXN_OVERHEAD
+            return (lambda etcd_lease: txn_delete(raw, expected)), 2 * len(raw) + TXN_OVERHEAD
         data = self._value(write.key, write.value)
         cost = len(data) + 2 * len(raw) + TXN_OVERHEAD
         if isinstance(write, Create):
-            return (lambda lease: txn_create(raw, data, lease=lease if leased else 0)), cost
+            return (
+                lambda etcd_lease: txn_create(raw, data, etcd_lease=etcd_lease if ephemeral else 0)
+            ), cost
         if not isinstance(write.expected, int) or write.expected <= 0:
             return None
         revision = write.expected
-        return (lambda lease: txn_put_if(raw, data, revision, lease=lease if leased else 0)), cost
+        return (
+            lambda etcd_lease: txn_put_if(
+                raw, data, revision, etcd_lease=etcd_lease if ephemeral else 0
+            )
+        ), cost
 
     async def delete(
         self, keyspace: Keyspace, key: str, expected: Revision | None = None

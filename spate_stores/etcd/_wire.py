@@ -2,9 +2,9 @@
 
 Every request body the adapter sends is built here, from one schema, because the gateway
 silently ignores unknown fields (a typo such as ``valu`` stores an empty value, ``ttl``
-instead of ``TTL`` grants the minimum lease). Every reply is read here too, with protobuf-JSON
+instead of ``TTL`` grants the minimum etcd lease). Every reply is read here too, with protobuf-JSON
 defaults applied: the gateway omits fields holding their default value (``succeeded`` of a
-lost txn, ``kvs`` of an empty range, the ``TTL`` of a dead lease, an event's ``PUT`` type).
+lost txn, ``kvs`` of an empty range, the ``TTL`` of a dead etcd lease, an event's ``PUT`` type).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ __all__ = [
     "delete_range",
     "deleted_count",
     "each_succeeded",
+    "etcd_lease_grant",
+    "etcd_lease_id",
+    "etcd_lease_keepalive",
+    "etcd_lease_revoke",
+    "etcd_lease_ttl",
     "header_revision",
-    "lease_grant",
-    "lease_id",
-    "lease_keepalive",
-    "lease_revoke",
-    "lease_ttl",
     "parse_kvs",
     "parse_stream_result",
     "parse_watch_message",
@@ -107,24 +107,24 @@ def range_request(
     return body
 
 
-def _put(key: bytes, value: bytes, lease: int) -> Json:
+def _put(key: bytes, value: bytes, etcd_lease: int) -> Json:
     put: Json = {"key": b64(key), "value": b64(value)}
-    if lease:
-        put["lease"] = str(lease)
+    if etcd_lease:
+        put["lease"] = str(etcd_lease)
     return {"request_put": put}
 
 
-def txn_create(key: bytes, value: bytes, *, lease: int = 0) -> Json:
+def txn_create(key: bytes, value: bytes, *, etcd_lease: int = 0) -> Json:
     """A ``/v3/kv/txn`` body: put ``key`` only if it does not exist (create_revision == 0)."""
     return {
         "compare": [
             {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
         ],
-        "success": [_put(key, value, lease)],
+        "success": [_put(key, value, etcd_lease)],
     }
 
 
-def txn_put_if(key: bytes, value: bytes, expected: int, *, lease: int = 0) -> Json:
+def txn_put_if(key: bytes, value: bytes, expected: int, *, etcd_lease: int = 0) -> Json:
     """A ``/v3/kv/txn`` body: put ``key`` only if its mod_revision is ``expected``.
 
     ``expected`` must be > 0: ``MOD == 0`` holds for a missing key, which would turn a CAS
@@ -136,7 +136,7 @@ def txn_put_if(key: bytes, value: bytes, expected: int, *, lease: int = 0) -> Js
         "compare": [
             {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(expected)}
         ],
-        "success": [_put(key, value, lease)],
+        "success": [_put(key, value, etcd_lease)],
     }
 
 
@@ -167,19 +167,19 @@ def delete_range(key: bytes) -> Json:
     return {"key": b64(key)}
 
 
-def lease_grant(ttl: int) -> Json:
+def etcd_lease_grant(ttl: int) -> Json:
     """A ``/v3/lease/grant`` body (note the upper-case ``TTL``)."""
     return {"TTL": str(ttl)}
 
 
-def lease_keepalive(lease: int) -> Json:
+def etcd_lease_keepalive(etcd_lease: int) -> Json:
     """A keepalive request (one WebSocket message, or a one-shot POST body)."""
-    return {"ID": str(lease)}
+    return {"ID": str(etcd_lease)}
 
 
-def lease_revoke(lease: int) -> Json:
+def etcd_lease_revoke(etcd_lease: int) -> Json:
     """A ``/v3/lease/revoke`` body."""
-    return {"ID": str(lease)}
+    return {"ID": str(etcd_lease)}
 
 
 def watch_create(key: bytes, range_end: bytes | None, start_revision: int) -> Json:
@@ -209,7 +209,7 @@ class Kv:
     key: bytes
     value: bytes
     mod_revision: int
-    lease: int = 0
+    etcd_lease: int = 0
 
 
 def txn_each(txns: Sequence[Json]) -> Json:
@@ -245,7 +245,7 @@ def _kv(raw: Mapping[str, Any]) -> Kv:
         key=unb64(raw.get("key", "")),
         value=unb64(raw.get("value", "")),
         mod_revision=_int(raw.get("mod_revision")),
-        lease=_int(raw.get("lease")),
+        etcd_lease=_int(raw.get("lease")),
     )
 
 
@@ -264,13 +264,13 @@ def deleted_count(reply: Mapping[str, Any]) -> int:
     return _int(reply.get("deleted"))
 
 
-def lease_id(reply: Mapping[str, Any]) -> int:
-    """The ``ID`` of a lease grant reply."""
+def etcd_lease_id(reply: Mapping[str, Any]) -> int:
+    """The ``ID`` of an etcd lease grant reply."""
     return _int(reply.get("ID"))
 
 
-def lease_ttl(reply: Mapping[str, Any]) -> int:
-    """The ``TTL`` of a grant or keepalive reply; 0 (absent) means the lease is gone."""
+def etcd_lease_ttl(reply: Mapping[str, Any]) -> int:
+    """The ``TTL`` of a grant or keepalive reply; 0 (absent) means the etcd lease is gone."""
     return _int(reply.get("TTL"))
 
 
@@ -335,7 +335,7 @@ def parse_watch_message(text: str | bytes) -> WatchMessage:
 
 
 def parse_stream_result(text: str | bytes) -> Json:
-    """The ``result`` object of one stream line (lease keepalive); ValueError if absent."""
+    """The ``result`` object of one stream line (etcd lease keepalive); ValueError if absent."""
     data = json.loads(text)
     if isinstance(data, dict) and isinstance(data.get("result"), dict):
         result: Json = data["result"]
@@ -367,8 +367,8 @@ class ErrorKind(enum.Enum):
     """The user lacks a permission on the keys."""
     TOO_LARGE = "too-large"
     """The request exceeds the server's request size limit."""
-    LEASE_NOT_FOUND = "lease-not-found"
-    """The lease a write referred to has expired or was revoked."""
+    ETCD_LEASE_NOT_FOUND = "lease-not-found"
+    """The etcd lease a write referred to has expired or was revoked."""
     COMPACTED = "compacted"
     """A read at a revision older than the compaction point."""
     CERT_COMMON_NAME = "cert-common-name"
@@ -430,7 +430,7 @@ def classify_error(status: int, body: bytes) -> GatewayError:
     if code == 7 or "permission denied" in lowered:
         return make(ErrorKind.PERMISSION_DENIED)
     if "lease not found" in lowered:
-        return make(ErrorKind.LEASE_NOT_FOUND)
+        return make(ErrorKind.ETCD_LEASE_NOT_FOUND)
     if "compacted" in lowered:
         return make(ErrorKind.COMPACTED)
     if code in _UNAVAILABLE_CODES or code == 8 or status >= 500:

@@ -7,7 +7,7 @@ StoreUnavailable naming the endpoint.
 
 With several members, a socket opens on the first member (from the current one on) that
 accepts it, and a stream that breaks or goes unanswered moves the client past its member,
-so the next stream (a re-watch, the lease keepalive's next connection) goes elsewhere.
+so the next stream (a re-watch, the etcd lease keepalive's next connection) goes elsewhere.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from spate import StoreError
-from spate._echo import seconds
+from spate._quote import seconds
 from spate._version import __version__
 from spate_stores._first_words import first_words
 from spate_stores._service_nursery import open_service_nursery

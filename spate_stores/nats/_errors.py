@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spate import StoreError, StoreUnavailable, ValueTooLarge
-from spate._echo import seconds
+from spate._quote import seconds
 from spate_stores import _namespace
 from spate_stores.nats._protocol import ProtocolError
 from spate_stores.nats._servers import ServerPool

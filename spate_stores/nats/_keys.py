@@ -16,7 +16,7 @@ subject suffix, readable as-is in ``nats kv`` output.
 from __future__ import annotations
 
 from spate import StoreError
-from spate._echo import echo
+from spate._quote import quote
 from spate.store import Keyspace
 
 __all__ = [
@@ -50,7 +50,7 @@ def bucket_name(namespace: str, keyspace: Keyspace) -> str:
         name += "_" + _escape_namespace(namespace)
     if len(name) > MAX_BUCKET_NAME:
         raise StoreError(
-            f"namespace {echo(namespace)} is too long for a NATS bucket name (the bucket would be "
+            f"namespace {quote(namespace)} is too long for a NATS bucket name (the bucket would be "
             f"{len(name)} characters, over {MAX_BUCKET_NAME}); use a shorter namespace."
         )
     return name

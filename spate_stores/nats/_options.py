@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from spate import ConfigError, StoreError
-from spate._echo import shorten
+from spate._quote import shorten
 from spate_stores import _namespace
 from spate_stores._hosts import parse_host_list
 from spate_stores._redact import looks_like_secret, redact_url

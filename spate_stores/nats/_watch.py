@@ -35,7 +35,7 @@ from typing import Any
 import trio
 
 from spate import StoreError, StoreUnavailable
-from spate._echo import seconds
+from spate._quote import seconds
 from spate.store import Delete, Entry, Put, SnapshotDone, WatchEvent
 from spate_stores.nats import _errors as errors
 from spate_stores.nats._bucket import Bucket

@@ -1,6 +1,6 @@
 """Conformance: create-if-absent, compare-and-swap, guarded delete, revisions, the probe.
 
-Every fence in the protocol is one of these conditional writes, so each rule gets its own
+Every guard in the protocol is one of these conditional writes, so each rule gets its own
 test, in both keyspaces.
 """
 
@@ -150,7 +150,7 @@ class CasConformance:
         """Every write of a key, across deletion and re-creation, gets a larger revision.
 
         A store that restarts a key's counter on re-creation (etcd's ``version``, say) would
-        let a zombie holding the old life's revision fence the new one.
+        let a zombie holding the old life's revision write over the new one.
         """
         key = unique_prefix() + "k"
         async with store_factory(NAMESPACE) as store:

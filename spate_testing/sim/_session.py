@@ -3,7 +3,7 @@
 On a SESSION store (etcd), the coordinator opens one session at startup; every ephemeral write
 names its lease; a keepalive every third of the TTL keeps it, and with it every key written
 under it, alive. :class:`SimSession` models what :class:`spate._runtime.session.SessionSlot`
-and the etcd adapter's :class:`~spate_stores.etcd._session.LeaseSession` do: the same
+and the etcd adapter's :class:`~spate_stores.etcd._session.EtcdLeaseSession` do: the same
 :class:`~spate._core.host.SessionFacts` for the machine (``generation``, ``keeps_keys``,
 ``starved``), the keepalive with its backoff, the clock's verdict that a lease no keepalive
 confirmed for a whole TTL is gone, and a lost session replaced by a new one (a new

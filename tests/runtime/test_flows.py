@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from spate import StoreUnavailable
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._core.flow_engine import BATCH_CONCURRENCY
 from spate._core.flows import Batch, Flow, Fork, Hold, Op
 from spate._runtime.driver import Driver
@@ -27,7 +27,7 @@ def _driver(store: HookStore, nursery: trio.Nursery) -> Driver:
     def post(fn: Callable[[], None]) -> None:
         fn()  # no loop here: resume at once, in the I/O task that finished
 
-    scope = fenced.Scope("job", "w", store.capabilities.system)
+    scope = write_spans.Scope("job", "w", store.capabilities.system)
     return Driver(store, scope, nursery=nursery, post=post, op_timeout=1.0)
 
 
@@ -260,7 +260,7 @@ async def test_watch_events_of_a_key_an_api_call_writes_wait_until_it_lets_go(
 
     store.after = slow_reply
     async with trio.open_nursery() as nursery:
-        scope = fenced.Scope("job", "w", store.capabilities.system)
+        scope = write_spans.Scope("job", "w", store.capabilities.system)
         driver = Driver(
             store, scope, nursery=nursery, post=lambda fn: fn(), op_timeout=1.0,
             redeliver=lambda keyspace, event: redelivered.append((keyspace, event)),

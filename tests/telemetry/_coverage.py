@@ -6,7 +6,7 @@ finished spans: it must have happened directly inside a ``spate.<operation>`` sp
 the same key and keyspace, carries the job, instance, store system and an outcome, the
 expected revision it was conditioned on, the new revision when it won, and the split and
 epoch when it wrote a split's record or lease. A write made around
-:func:`spate._fenced.write`
+:func:`spate._write_spans.write`
 shows up as a write with no spate span (or inside someone else's).
 """
 

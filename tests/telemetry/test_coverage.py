@@ -29,7 +29,7 @@ from spate import (
     Stalled,
     run_worker,
 )
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._core.records import Keys
 from spate.ops import requeue
 from spate.store import Keyspace, Store, Won, WriteResult
@@ -222,10 +222,10 @@ async def test_every_write_of_a_troubled_fleet_is_inside_its_spate_span(
 async def test_a_write_around_fenced_write_is_caught(spans: Spans) -> None:
     noted: list[Noted] = []
     keys = Keys(JOB)
-    scope = fenced.Scope(JOB, "w1", "memory")
+    scope = write_spans.Scope(JOB, "w1", "memory")
     async with MemoryStore() as inner:
         store = RecordingStore(inner, noted, "w1")
-        await fenced.write(
+        await write_spans.write(
             store,
             scope,
             "seed-split",
@@ -237,7 +237,7 @@ async def test_a_write_around_fenced_write_is_caught(spans: Spans) -> None:
             epoch=0,
         )
         assert uncovered(noted, spans.all()) == []
-        # A write site that forgot fenced.write:
+        # A write site that forgot write_spans.write:
         await store.create(Keyspace.EPHEMERAL, keys.worker("w1"), b"")
         problems = uncovered(noted, spans.all())
         assert problems == [f"create ephemeral:{keys.worker('w1')} (store w1): no span was current"]
@@ -248,16 +248,16 @@ async def test_a_write_inside_a_foreign_or_wrong_span_is_caught(spans: Spans) ->
 
     noted: list[Noted] = []
     keys = Keys(JOB)
-    scope = fenced.Scope(JOB, "w1", "memory")
+    scope = write_spans.Scope(JOB, "w1", "memory")
     async with MemoryStore() as inner:
         store = RecordingStore(inner, noted, "w1")
         with trace.get_tracer("app").start_as_current_span("handler"):
             # Inside the user's span, but around spate's door.
             await store.create(Keyspace.DURABLE, keys.split("a"), b"")
-        with fenced.span(scope, "commit"):
+        with write_spans.span(scope, "commit"):
             # Inside a spate span that is not the write's own (no key, no outcome).
             await store.create(Keyspace.DURABLE, keys.split("b"), b"")
-        with fenced.span(scope, "probe"):
+        with write_spans.span(scope, "probe"):
             await store.create(Keyspace.DURABLE, keys.split("c"), b"")
     problems = uncovered(noted, spans.all())
     a = [p for p in problems if "split.a" in p]
@@ -279,10 +279,10 @@ async def test_a_write_inside_a_foreign_or_wrong_span_is_caught(spans: Spans) ->
 async def test_a_write_missing_its_attributes_is_caught(spans: Spans) -> None:
     noted: list[Noted] = []
     keys = Keys(JOB)
-    scope = fenced.Scope(JOB, "w1", "memory")
+    scope = write_spans.Scope(JOB, "w1", "memory")
     async with MemoryStore() as inner:
         store = RecordingStore(inner, noted, "w1")
-        won = await fenced.write(
+        won = await write_spans.write(
             store, scope, "claim", "create", Keyspace.DURABLE, keys.split("a"), b""
         )
         assert isinstance(won, Won)
@@ -296,10 +296,10 @@ async def test_a_write_missing_its_attributes_is_caught(spans: Spans) -> None:
 async def test_the_fleet_check_fails_when_a_write_site_bypasses_fenced_write(
     spans: Spans, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write = fenced.write
+    real_write = write_spans.write
 
     async def renewals_bypass(
-        store: Store, scope: fenced.Scope, operation: str, kind: str, *args: Any, **kw: Any
+        store: Store, scope: write_spans.Scope, operation: str, kind: str, *args: Any, **kw: Any
     ) -> WriteResult:
         if operation == "presence-renew":
             # What a write site that called the store directly would do.
@@ -307,7 +307,7 @@ async def test_the_fleet_check_fails_when_a_write_site_bypasses_fenced_write(
             return await store.update(keyspace, key, value, kw["expected"])
         return await real_write(store, scope, operation, kind, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fenced, "write", renewals_bypass)
+    monkeypatch.setattr(write_spans, "write", renewals_bypass)
     noted: list[Noted] = []
     await run_fleet(noted, Seen())
     problems = uncovered(noted, spans.all())

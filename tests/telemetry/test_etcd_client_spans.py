@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry.trace import SpanKind
 
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate.store import Conflict, Keyspace, Won
 from spate_stores import open_store
 from spate_testing.servers.etcd import etcd_server
@@ -21,10 +21,10 @@ async def test_gateway_calls_are_client_spans_without_secrets(spans: Spans) -> N
         password = etcd.password
         assert password
         async with open_store(url) as store:
-            scope = fenced.Scope("j", "w", store.capabilities.system)
+            scope = write_spans.Scope("j", "w", store.capabilities.system)
             key = "j.split.a"
             spans.clear()  # opening the store made its own calls (namespace, lease)
-            won = await fenced.write(
+            won = await write_spans.write(
                 store,
                 scope,
                 "claim",
@@ -35,7 +35,7 @@ async def test_gateway_calls_are_client_spans_without_secrets(spans: Spans) -> N
                 split="a",
                 epoch=1,
             )
-            lost = await fenced.write(
+            lost = await write_spans.write(
                 store,
                 scope,
                 "claim",

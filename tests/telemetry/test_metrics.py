@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import HistogramDataPoint
 
 from spate import Gauges
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate.store import Keyspace
 from spate.telemetry import SECONDS_BUCKETS, OTelMetrics, instruments, metrics_for
 from spate_stores.memory import MemoryStore
@@ -179,12 +179,12 @@ def test_revocation_identity_on_the_counter(meters: Meters) -> None:
 
 async def test_fenced_writes_feed_the_write_counter(meters: Meters) -> None:
     hooks = meters.instruments.hooks("j", "w")
-    scope = fenced.Scope("j", "w", "memory", hooks)
+    scope = write_spans.Scope("j", "w", "memory", hooks)
     async with MemoryStore() as store:
-        await fenced.write(
+        await write_spans.write(
             store, scope, "announce", "create", Keyspace.EPHEMERAL, "j.worker.w", b""
         )
-        await fenced.write(
+        await write_spans.write(
             store, scope, "announce", "create", Keyspace.EPHEMERAL, "j.worker.w", b""
         )
     assert meters.value("spate.coordination.writes", {"spate.outcome": "won"}) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry.trace import SpanKind
 
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate.store import Conflict, Keyspace, Won
 from spate_stores import open_store
 from spate_testing.servers.nats import nats_server
@@ -20,14 +20,14 @@ async def test_jetstream_requests_are_client_spans_without_secrets(spans: Spans)
         nats_server(user="spate", password="pw-0xfeed", websocket=False) as nats,
         open_store(nats.store_url("telemetry", ttl=5)) as store,
     ):
-        scope = fenced.Scope("j", "w", store.capabilities.system)
+        scope = write_spans.Scope("j", "w", store.capabilities.system)
         key = "j.split.a"
         spans.clear()  # opening the store made its own requests (bucket set-up)
-        won = await fenced.write(
+        won = await write_spans.write(
                 store, scope, "claim", "create", Keyspace.DURABLE, key, b"value-0xbeef",
                 split="a", epoch=1,
             )  # fmt: skip
-        lost = await fenced.write(
+        lost = await write_spans.write(
                 store, scope, "claim", "create", Keyspace.DURABLE, key, b"value-0xbeef",
                 split="a", epoch=1,
             )  # fmt: skip

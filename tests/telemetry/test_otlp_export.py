@@ -23,25 +23,26 @@ EXPORTER = textwrap.dedent(
     """
     import sys, trio
     from spate import telemetry
-    from spate import _fenced as fenced
+    from spate import _write_spans as write_spans
     from spate.store import Keyspace
     from spate_stores.memory import MemoryStore
 
     async def main() -> None:
         endpoint = sys.argv[1] if len(sys.argv) > 1 else None
         t = telemetry.configure(service_name="spate-e2e", endpoint=endpoint, export_interval=3600)
-        scope = fenced.Scope("job-e2e", "w-1", "memory", telemetry.metrics_for("job-e2e", "w-1"))
+        metrics = telemetry.metrics_for("job-e2e", "w-1")
+        scope = write_spans.Scope("job-e2e", "w-1", "memory", metrics)
         key = "job-e2e.split.s-7"
         async with MemoryStore() as store:
-            claim = await fenced.write(
+            claim = await write_spans.write(
                 store, scope, "claim", "create", Keyspace.DURABLE, key, b"x", split="s-7", epoch=1
             )
-            await fenced.write(
+            await write_spans.write(
                 store, scope, "commit", "update", Keyspace.DURABLE, key, b"y",
                 expected=claim.revision, split="s-7", epoch=1,
             )
             # A zombie's late commit: built on the revision before the last one.
-            await fenced.write(
+            await write_spans.write(
                 store, scope, "commit", "update", Keyspace.DURABLE, key, b"z",
                 expected=claim.revision, split="s-7", epoch=1,
             )

@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from spate import StoreUnavailable
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate.store import Keyspace, Won
 from spate_stores._tracing import client_span, server_endpoint
 from spate_stores.memory import MemoryStore
@@ -34,8 +34,8 @@ class TracedStore:
 
 async def test_client_span_nests_under_the_fenced_write(spans: Spans) -> None:
     async with MemoryStore() as inner:
-        scope = fenced.Scope("j", "w", "etcd")
-        result = await fenced.write(
+        scope = write_spans.Scope("j", "w", "etcd")
+        result = await write_spans.write(
             TracedStore(inner),  # type: ignore[arg-type]
             scope,
             "announce",

@@ -180,9 +180,9 @@ class Leadership:
         self.inputs.claims.gone(instance)
         self.policy.membership_changed(now)
 
-    def on_arrival(self, instance: str, new: bool, now: float) -> None:
+    def on_presence_changed(self, instance: str, new: bool, now: float) -> None:
         """A peer's presence was written: a returning instance closes its own grace window."""
-        self.inputs.on_arrival(instance)
+        self.inputs.on_presence_changed(instance)
         if new:
             self.policy.membership_changed(now)
 

@@ -70,7 +70,7 @@ class PlacementInputs:
         """A peer's presence vanished: open its grace window."""
         self.departed.setdefault(instance, now)
 
-    def on_arrival(self, instance: str) -> None:
+    def on_presence_changed(self, instance: str) -> None:
         """A peer's presence was written: a returning instance closes its own grace window."""
         self.departed.pop(instance, None)
 

@@ -13,7 +13,7 @@
   leader's balance rounds; one that measures nothing writes exactly what it wrote before.
   The leader also carries the loads it keeps across its balance moves
   (:attr:`PresenceRecord.carried`), so ``spate status`` counts a moved split as it does.
-- **Delete** on departure, so peers rebalance now, not after a TTL.
+- **Delete** on departure, so the other workers rebalance now, not after a TTL.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class Presence:
             entry = yield Op("get", EPHEMERAL, key)
             if entry is None:
                 if host.view.session_leases and self.rev:
-                    # The session expired: every lease it kept expired with it, and a peer may
+                    # The session expired: its leases expired with it, and other workers may
                     # be taking them over already. End those tenancies before a new presence
                     # record could make their leases look alive again.
                     self._tenancies.session_ended()
@@ -177,7 +177,7 @@ class Presence:
             logger.debug("presence renewal failed (%s); the next heartbeat retries", exc)
 
     def delete_flow(self) -> Flow[None]:
-        """Drop this worker's presence key (departure): peers rebalance now, not after a TTL."""
+        """Drop this worker's presence key (departure): the rest rebalance now, not after a TTL."""
         key = self.key
         yield Hold(EPHEMERAL, key)
         try:

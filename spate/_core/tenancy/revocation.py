@@ -32,9 +32,9 @@ import attrs
 
 from spate._core.flows import Flow
 from spate._core.host import Holdings, Host
-from spate._echo import seconds
 from spate._events import Lost, RevokeRequested
 from spate._metrics import RevocationOutcome
+from spate._quote import seconds
 
 __all__ = ["DrainTable", "Revocations", "Revoking"]
 

@@ -42,10 +42,10 @@ from spate._core.records import (
 from spate._core.tenancy.fencing import refusal
 from spate._core.tenancy.load_reports import LoadReports
 from spate._core.view.view import SplitState
-from spate._echo import seconds
 from spate._errors import Fenced, StoreUnavailable
 from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
+from spate._quote import seconds
 from spate._store import Entry, Keyspace, Won
 
 __all__ = ["Owned", "Tenancies", "committed"]

@@ -71,6 +71,7 @@ class PresenceChanged:
     nonce: str | None
     revision: int
     new: bool
+    """True for a join (the view knew no presence of this worker), False for a rewrite."""
 
 
 @attrs.frozen

@@ -19,11 +19,11 @@ from spate_stores.etcd._wire import (
     classify_error,
     delete_range,
     deleted_count,
+    etcd_lease_grant,
+    etcd_lease_id,
+    etcd_lease_keepalive,
+    etcd_lease_ttl,
     header_revision,
-    lease_grant,
-    lease_id,
-    lease_keepalive,
-    lease_ttl,
     parse_kvs,
     parse_stream_result,
     parse_watch_message,
@@ -60,7 +60,7 @@ def test_create_compares_create_revision_with_zero() -> None:
 
 
 def test_an_ephemeral_put_names_its_lease() -> None:
-    body = txn_create(b"k", b"v", lease=7587870000000000000)
+    body = txn_create(b"k", b"v", etcd_lease=7587870000000000000)
     assert body["success"][0]["request_put"]["lease"] == "7587870000000000000"
 
 
@@ -85,8 +85,8 @@ def test_guarded_delete_is_a_txn_with_a_delete_range() -> None:
 
 
 def test_lease_fields_are_upper_case() -> None:
-    assert lease_grant(5) == {"TTL": "5"}
-    assert lease_keepalive(42) == {"ID": "42"}
+    assert etcd_lease_grant(5) == {"TTL": "5"}
+    assert etcd_lease_keepalive(42) == {"ID": "42"}
 
 
 def test_a_paged_range_pins_its_revision() -> None:
@@ -118,7 +118,7 @@ def test_omitted_fields_read_as_protobuf_defaults() -> None:
     assert parse_kvs(empty) == ([], False)
     assert txn_succeeded(empty) is False
     assert deleted_count(empty) == 0
-    assert lease_ttl({"header": HEADER, "ID": "5"}) == 0
+    assert etcd_lease_ttl({"header": HEADER, "ID": "5"}) == 0
     assert header_revision(empty) == 14
     kvs, more = parse_kvs(
         {"header": HEADER, "kvs": [{"key": "aw==", "mod_revision": "3"}], "more": True}
@@ -129,8 +129,8 @@ def test_omitted_fields_read_as_protobuf_defaults() -> None:
 
 def test_grant_reply_fields() -> None:
     reply = {"header": HEADER, "ID": "2324035696679963693", "TTL": "5"}
-    assert lease_id(reply) == 2324035696679963693
-    assert lease_ttl(reply) == 5
+    assert etcd_lease_id(reply) == 2324035696679963693
+    assert etcd_lease_ttl(reply) == 5
 
 
 def test_watch_messages_decode_with_defaults() -> None:
@@ -200,7 +200,7 @@ def _body(message: str, code: int) -> bytes:
         (400, _body("etcdserver: user name is empty", 3), ErrorKind.AUTH_REQUIRED),
         (412, _body("etcdserver: authentication is not enabled", 9), ErrorKind.AUTH_NOT_ENABLED),
         (403, _body("etcdserver: permission denied", 7), ErrorKind.PERMISSION_DENIED),
-        (404, _body("etcdserver: requested lease not found", 5), ErrorKind.LEASE_NOT_FOUND),
+        (404, _body("etcdserver: requested lease not found", 5), ErrorKind.ETCD_LEASE_NOT_FOUND),
         (400, _body("etcdserver: mvcc: required revision has been compacted", 11),
          ErrorKind.COMPACTED),
         (503, _body("etcdserver: leader changed", 14), ErrorKind.UNAVAILABLE),

@@ -13,7 +13,7 @@ import trio.testing
 from opentelemetry.trace import StatusCode
 
 from spate import MetricsHooks, StoreUnavailable
-from spate import _fenced as fenced
+from spate import _write_spans as write_spans
 from spate._core.records import Keys, ProgressRecord, Status, encode
 from spate._metrics import WriteOutcome
 from spate._ops import OPERATOR
@@ -36,15 +36,17 @@ class Recorder(MetricsHooks):
         self.writes.append((operation, outcome, duration))
 
 
-def scope(metrics: MetricsHooks | None = None) -> fenced.Scope:
-    return fenced.Scope(JOB, "w-1", "memory", metrics if metrics is not None else MetricsHooks())
+def scope(metrics: MetricsHooks | None = None) -> write_spans.Scope:
+    return write_spans.Scope(
+        JOB, "w-1", "memory", metrics if metrics is not None else MetricsHooks()
+    )
 
 
 async def test_won_create_carries_every_attribute(spans: Spans) -> None:
     recorder = Recorder()
     async with MemoryStore() as store:
         key = KEYS.split("s-1")
-        result = await fenced.write(
+        result = await write_spans.write(
             store,
             scope(recorder),
             "seed",
@@ -78,7 +80,7 @@ async def test_update_records_expected_and_new_revision(spans: Spans) -> None:
         key = KEYS.split("s-1")
         first = await store.create(Keyspace.DURABLE, key, b"v0")
         assert isinstance(first, Won)
-        result = await fenced.write(
+        result = await write_spans.write(
             store,
             scope(),
             "commit",
@@ -106,7 +108,7 @@ async def test_lost_cas_is_an_error_status_with_an_event(spans: Spans) -> None:
         assert isinstance(first, Won)
         await store.update(Keyspace.DURABLE, key, b"moved", first.revision)
         # A zombie's commit built on the revision it last saw.
-        result = await fenced.write(
+        result = await write_spans.write(
             store,
             scope(recorder),
             "commit",
@@ -131,14 +133,18 @@ async def test_lost_cas_is_an_error_status_with_an_event(spans: Spans) -> None:
 async def test_lost_create_and_guarded_delete(spans: Spans) -> None:
     async with MemoryStore() as store:
         key = KEYS.leader
-        won = await fenced.write(store, scope(), "elect", "create", Keyspace.EPHEMERAL, key, b"a")
-        lost = await fenced.write(store, scope(), "elect", "create", Keyspace.EPHEMERAL, key, b"b")
+        won = await write_spans.write(
+            store, scope(), "elect", "create", Keyspace.EPHEMERAL, key, b"a"
+        )
+        lost = await write_spans.write(
+            store, scope(), "elect", "create", Keyspace.EPHEMERAL, key, b"b"
+        )
         assert isinstance(won, Won)
         assert isinstance(lost, Conflict)
-        stale = await fenced.write(
+        stale = await write_spans.write(
             store, scope(), "resign", "delete", Keyspace.EPHEMERAL, key, expected=won.revision + 99
         )
-        gone = await fenced.write(
+        gone = await write_spans.write(
             store, scope(), "resign", "delete", Keyspace.EPHEMERAL, key, expected=won.revision
         )
     assert isinstance(stale, Conflict)
@@ -156,7 +162,7 @@ async def test_store_error_is_recorded_and_propagates(spans: Spans) -> None:
         store = FaultyStore(inner)
         store.partition()
         with pytest.raises(StoreUnavailable):
-            await fenced.write(
+            await write_spans.write(
                 store,
                 scope(recorder),
                 "renew",
@@ -188,7 +194,7 @@ async def test_cancelled_write_is_an_error_of_unknown_outcome(
     recorder = Recorder()
     async with Hangs() as store:
         with trio.move_on_after(1):
-            await fenced.write(
+            await write_spans.write(
                 store, scope(recorder), "claim", "create", Keyspace.EPHEMERAL, "job-t.split.a", b""
             )
     span = spans.one("spate.claim")
@@ -207,7 +213,7 @@ async def test_write_duration_is_measured_on_the_trio_clock(
         from spate_testing.faults import FaultRates
 
         store = FaultyStore(inner, rates=FaultRates(latency=0.25))
-        await fenced.write(
+        await write_spans.write(
             store, scope(recorder), "announce", "create", Keyspace.EPHEMERAL, "job-t.w", b""
         )
     [(_, _, duration)] = recorder.writes
@@ -276,7 +282,7 @@ def test_a_provider_installed_after_writes_began_is_seen_by_the_next_write() -> 
     script = (
         "from opentelemetry import trace\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"
-        "from spate._fenced import tracing\n"
+        "from spate._write_spans import tracing\n"
         "assert tracing() is False\n"
         "assert tracing() is False  # now from the global\n"
         "trace.set_tracer_provider(TracerProvider())\n"

@@ -1,8 +1,8 @@
 """How an error message quotes what it refuses, and how it writes a number of seconds.
 
 A job name, split id or namespace that fails validation may be anything, a megabyte of it
-included; a message that echoed it whole would bury its own explanation. :func:`echo` quotes
-at most :data:`ECHO_LIMIT` characters of it and says how long it was.
+included; a message that printed it whole would bury its own explanation. :func:`quote` quotes
+at most :data:`QUOTE_LIMIT` characters of it and says how long it was.
 
 A duration in a message is written by :func:`seconds` (``1.67 s``, never
 ``1.6666666666666667 s``; ``1000000000000 s``, never ``1e+12 s``), and a number the message
@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ECHO_LIMIT", "echo", "number", "seconds", "shorten"]
+__all__ = ["QUOTE_LIMIT", "number", "quote", "seconds", "shorten"]
 
-ECHO_LIMIT = 100
+QUOTE_LIMIT = 100
 """The most characters of a refused value an error message quotes."""
 
 
-def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
     """``text`` itself when short, else its first ``limit`` characters and ``…``."""
     return text if len(text) <= limit else f"{text[:limit]}…"
 
 
-def echo(value: object, limit: int = ECHO_LIMIT) -> str:
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     """``repr(value)`` for a message, cut to ``limit`` characters and saying its length.
 
-    ``echo("x" * 5000)`` is ``'xxx…xxx'… (5000 characters)`` with 100 of them shown.
+    ``quote("x" * 5000)`` is ``'xxx…xxx'… (5000 characters)`` with 100 of them shown.
     """
     if isinstance(value, str):
         if len(value) <= limit:
