@@ -55,23 +55,35 @@ class _Capture(SimpleSpanProcessor):
             super().on_end(span)
 
 
-_exporter: InMemorySpanExporter | None = None
-_switch = _Recording()
+_CAPTURE = "_spate_tests_capture"
+"""The attribute of the global provider that holds the process's one capture."""
 
 
-def _global_exporter() -> InMemorySpanExporter:
-    global _exporter
-    if _exporter is None:
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, trace.ProxyTracerProvider):
-            provider = TracerProvider(sampler=_switch)
-            trace.set_tracer_provider(provider)
-        if not isinstance(provider, TracerProvider):
-            pytest.skip(f"a non-SDK global tracer provider is installed: {provider!r}")
+def _capture() -> tuple[InMemorySpanExporter, _Recording]:
+    """The process's one span capture (its exporter and its switch), kept on the provider.
+
+    Not in module globals: pytest loads this file as ``telemetry.conftest`` while tests in
+    other folders import ``tests.telemetry.conftest`` for its fixture, so the module can run
+    twice in one process. Two module-level captures meant the provider's sampler was the
+    first's switch, which the second's fixture never turned on: its tests saw no spans
+    whenever one of those other tests ran first.
+    """
+    provider = trace.get_tracer_provider()
+    switch: _Recording | None = None
+    if isinstance(provider, trace.ProxyTracerProvider):
+        switch = _Recording()
+        provider = TracerProvider(sampler=switch)
+        trace.set_tracer_provider(provider)
+    if not isinstance(provider, TracerProvider):
+        pytest.skip(f"a non-SDK global tracer provider is installed: {provider!r}")
+    found: tuple[InMemorySpanExporter, _Recording] | None = getattr(provider, _CAPTURE, None)
+    if found is None:
+        switch = switch or _Recording()
         exporter = InMemorySpanExporter()
-        provider.add_span_processor(_Capture(exporter, _switch))
-        _exporter = exporter
-    return _exporter
+        provider.add_span_processor(_Capture(exporter, switch))
+        found = (exporter, switch)
+        setattr(provider, _CAPTURE, found)
+    return found
 
 
 class Spans:
@@ -98,13 +110,13 @@ class Spans:
 @pytest.fixture
 def spans() -> Iterator[Spans]:
     """Spans finished during the test (global SDK provider, in-memory exporter)."""
-    exporter = _global_exporter()
+    exporter, switch = _capture()
     exporter.clear()
-    _switch.on = True
+    switch.on = True
     try:
         yield Spans(exporter)
     finally:
-        _switch.on = False
+        switch.on = False
         exporter.clear()
 
 
