@@ -58,7 +58,7 @@ from spate._core.records import (
 from spate._core.tenancy.claim_retries import REFUSED, ClaimRetries, Refused
 from spate._core.tenancy.point_reads import read_session, read_split
 from spate._core.tenancy.quarantine import quarantine_flow
-from spate._core.tenancy.tenancies import Owned, Tenancies
+from spate._core.tenancy.tenancies import Tenancies, Tenancy
 from spate._core.view.view import (
     AssignmentChanged,
     AssignmentGone,
@@ -122,7 +122,7 @@ class Claims:
     # -- the holdings, as the revocations see them ---------------------------------------------
 
     @property
-    def owned(self) -> dict[str, Owned]:
+    def owned(self) -> dict[str, Tenancy]:
         """The splits this worker holds."""
         return self.tenancies.owned
 
@@ -500,8 +500,8 @@ class Claims:
         host = self.host
         plan = host.view.plan
         fence = fence_of(0 if plan is None else plan.incarnation_ms, record.epoch)
-        self.owned[split] = Owned(
-            record.epoch, lease_rev, host.now(), host.session.generation, fence=fence
+        self.owned[split] = Tenancy(
+            record.epoch, lease_rev, host.now(), host.session.session, fence=fence
         )
         host.fold(host.view.put_progress(split, record, revision))
         host.metrics.acquired(ACQUIRE_REASONS[kind])

@@ -48,7 +48,7 @@ from spate._events import Lost, Progress
 from spate._metrics import LossReason, RevocationOutcome
 from spate._store import Entry, Keyspace, Won
 
-__all__ = ["Owned", "Tenancies", "committed"]
+__all__ = ["Tenancies", "Tenancy", "committed"]
 
 logger = logging.getLogger("spate.tenancy")
 
@@ -56,8 +56,8 @@ DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 
 @attrs.define(eq=False)
-class Owned:
-    """A split this worker holds: the epoch of its tenancy and its lease's state."""
+class Tenancy:
+    """One tenancy of a split this worker holds: its epoch, its lease's state, its fence."""
 
     epoch: int
     lease_rev: int
@@ -76,7 +76,7 @@ class Tenancies:
         self.host = host
         self.drains = drains
         """The revocations' table of drains: told of commits and of ends."""
-        self.owned: dict[str, Owned] = {}
+        self.owned: dict[str, Tenancy] = {}
         self.busy: set[str] = set()
         """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
         self.split_since: set[str] = set()
@@ -220,7 +220,7 @@ class Tenancies:
         else:
             yield from host.reread(keyspace, key)  # so a later give-back is guarded rightly
 
-    def _drop_lease_of(self, split: str, held: Owned) -> Flow[None]:
+    def _drop_lease_of(self, split: str, held: Tenancy) -> Flow[None]:
         # Busy until the lease is gone: our own lingering lease must not read as a
         # restarted predecessor's (a reclaim, which would consume an attempt).
         self.busy.add(split)
@@ -285,7 +285,7 @@ class Tenancies:
 
     def hold_owned(
         self, split: str, what: str, fence: int | None = None
-    ) -> Flow[tuple[Owned, SplitState] | Fenced]:
+    ) -> Flow[tuple[Tenancy, SplitState] | Fenced]:
         """The opening of an owner's write of ``split``'s record (a commit, a split).
 
         Holds the record's key, then answers the tenancy and the split's state, or the
@@ -400,7 +400,7 @@ class Tenancies:
         try:
             handed = yield Fork(tuple(self._hand_back(split) for split in splits))
             # An exception out of a hand-back is fatal (it ends the coordinator).
-            results: list[tuple[ReleaseOutcome, Owned | None]] = [o.unwrap() for o in handed]
+            results: list[tuple[ReleaseOutcome, Tenancy | None]] = [o.unwrap() for o in handed]
             outcomes = [outcome for outcome, _ in results]
             drops = tuple(
                 self._drop_lease_of(split, lease)
@@ -418,7 +418,7 @@ class Tenancies:
             end.unwrap()
         return outcomes
 
-    def _hand_back(self, split: str) -> Flow[tuple[ReleaseOutcome, Owned | None]]:
+    def _hand_back(self, split: str) -> Flow[tuple[ReleaseOutcome, Tenancy | None]]:
         """Clear ``split``'s owner (no attempt consumed): the first half of a release.
 
         Returns the outcome and, when its lease is to be dropped, the tenancy whose lease it
@@ -432,7 +432,7 @@ class Tenancies:
         if held is None or state is None:
             return "missing", None
         self.busy.add(split)
-        lease: Owned | None = None
+        lease: Tenancy | None = None
         try:
             record = attrs.evolve(
                 state.progress, owner=None, owner_nonce="", written_at_ms=self.host.wall_ms()
