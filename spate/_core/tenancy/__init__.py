@@ -7,7 +7,8 @@ machine's wiring.
 
 - ``phase.py``: each split's phase on this worker and the table of its transitions
   (``SplitPhases``): the one writer of the splits held, of those a flow is on, and of the
-  claims in flight, which the rest reads as indexes
+  claims in flight, which the rest reads as indexes; and its drain (``DrainPhases``), the one
+  writer of the revocations open and forced
 - ``claims.py``: what to claim and the claim itself (``Claims._claim_steps`` and its named
   sub-flows: the release race, the lease, the record CAS, adopting a late commit); ``Claims``
   holds the ``Tenancies`` a claim adds to, and builds its ``ClaimRetries`` over them

@@ -41,15 +41,37 @@ The events, and where they come from:
 - ``ENDED``: the tenancy ended: a completing commit, a hand-back, a fail, a loss, an
   abandonment.
 
+A split being given back to the leader has a second value, its *drain* (:class:`DrainPhase`,
+moved by :data:`DRAIN_TRANSITIONS` in :class:`DrainPhases`, which the revocations' table
+holds): it runs beside the phase above rather than inside it, since a forced release goes
+from HELD through HANDING_BACK and BUSY to FREE, and a revocation the tenancy ended under is
+settled only at the revocations' next step.
+
+=========== ================================================================================
+drain        what the revocations are doing with the split
+=========== ================================================================================
+NONE         nothing (the drain of every split not in the table)
+REVOKING     its handler was asked to drain it and hand it back (``RevokeRequested``), by
+             the live deadline of the request
+CANCELLED    the leader named it here again while it drained: a watchdog bounded by silence
+             (no commit for a whole ``drain_deadline``), counted already
+FORCING      taken back without waiting: its release is in flight (its tail replays)
+=========== ================================================================================
+
+The drain's events (:mod:`spate._core.tenancy.revocation`): ``REQUEST`` (a held split missing
+from the assignment; a cancelled one asked back keeps its clock), ``CANCEL`` (assigned here
+again), ``SETTLE`` (the tenancy ended, or the revocation outlived it: counted once),
+``KEEP`` (a cancelled drain whose source declines to stop: the good ending, the split never
+stopped being read), ``FORCE`` (the deadline passed, or the source declined) and ``FORCED``
+(the forced release returned).
+
 Not phases, and kept where they are: what runs beside the lifecycle rather than in it. A
 split held back after a failed write (``ClaimRetries.retry_at``) is set from inside its claim
 flow, so it overlaps CLAIMING; a lease write of unknown outcome (``_unsure_leases``) and a
 stray lease key (``Tenancies._stray``) are facts of a key, which outlive the tenancy they came
 from; ``Claims.awaiting`` (when an assignment named the split: a latency metric),
 ``Claims._to_read`` (a follower's reads to do) and ``Tenancies.split_since`` (a split whose
-notice the presence renewal has not carried yet) are queues; the revocations'
-``revoking``/``forcing`` overlap HELD, BUSY and FREE (a forced release runs from the held
-split to its freed lease, and a revocation the tenancy outlived is settled at the next step).
+notice the presence renewal has not carried yet) are queues.
 """
 
 from __future__ import annotations
@@ -61,8 +83,13 @@ from typing import Generic, TypeVar
 __all__ = [
     "BUSY_PHASES",
     "CLAIM_PHASES",
+    "DRAINING",
+    "DRAIN_TRANSITIONS",
     "HELD_PHASES",
     "TRANSITIONS",
+    "DrainEvent",
+    "DrainPhase",
+    "DrainPhases",
     "SplitEvent",
     "SplitPhase",
     "SplitPhases",
@@ -204,6 +231,114 @@ class SplitPhases(Generic[T]):
         assert set(self._owned) == {s for s, p in phases.items() if p in HELD_PHASES}
         assert self._busy == {s for s, p in phases.items() if p in BUSY_PHASES}
         assert self._claiming == {s for s, p in phases.items() if p in CLAIM_PHASES}
+
+
+class DrainPhase(enum.Enum):
+    """Where the revocation of a split stands on this worker (see the module text)."""
+
+    NONE = "none"
+    REVOKING = "revoking"
+    CANCELLED = "cancelled"
+    FORCING = "forcing"
+
+
+class DrainEvent(enum.Enum):
+    """What moves a split's drain (see the module text)."""
+
+    REQUEST = "request"
+    CANCEL = "cancel"
+    SETTLE = "settle"
+    KEEP = "keep"
+    FORCE = "force"
+    FORCED = "forced"
+
+
+D, DE = DrainPhase, DrainEvent
+
+DRAIN_TRANSITIONS: dict[tuple[DrainPhase, DrainEvent], DrainPhase] = {
+    (D.NONE, DE.REQUEST): D.REVOKING,
+    # Asked back again: the drain never stopped, so its clock does not restart.
+    (D.CANCELLED, DE.REQUEST): D.REVOKING,
+    (D.REVOKING, DE.CANCEL): D.CANCELLED,
+    (D.REVOKING, DE.SETTLE): D.NONE,
+    (D.CANCELLED, DE.SETTLE): D.NONE,
+    (D.CANCELLED, DE.KEEP): D.NONE,
+    (D.REVOKING, DE.FORCE): D.FORCING,
+    # A cancelled drain that committed nothing for a whole deadline.
+    (D.CANCELLED, DE.FORCE): D.FORCING,
+    (D.FORCING, DE.FORCED): D.NONE,
+}
+"""Every legal move of a drain: (drain, event) -> the next drain."""
+
+DRAINING = frozenset({D.REVOKING, D.CANCELLED})
+"""The drains of a split whose revocation is still open (a :attr:`DrainPhases.revoking` entry)."""
+
+del D, DE
+
+
+class DrainPhases(Generic[T]):
+    """Each split's drain, moved only by the rows of :data:`DRAIN_TRANSITIONS`.
+
+    ``T`` is the record of an open revocation (its clocks:
+    :class:`~spate._core.tenancy.revocation.Revoking`). The indexes :attr:`revoking` and
+    :attr:`forcing` are read through this; only :meth:`move` writes them.
+    """
+
+    def __init__(self) -> None:
+        self._drains: dict[str, DrainPhase] = {}
+        """Every split whose drain is not NONE, and its drain."""
+        self._revoking: dict[str, T] = {}
+        """The open revocations, in the order they were first requested, and their clocks."""
+        self._forcing: set[str] = set()
+
+    @property
+    def revoking(self) -> Mapping[str, T]:
+        """The open revocations (revoking or cancelled) and their clocks."""
+        return self._revoking
+
+    @property
+    def forcing(self) -> Set[str]:
+        """The splits whose forced release is in flight."""
+        return self._forcing
+
+    def drain_of(self, split: str) -> DrainPhase:
+        """``split``'s drain on this worker."""
+        return self._drains.get(split, DrainPhase.NONE)
+
+    def move(self, split: str, event: DrainEvent, entry: T | None = None) -> DrainPhase:
+        """Move ``split``'s drain by ``event``, keep the indexes in step, return the new drain.
+
+        ``entry``: the clocks of the revocation a ``REQUEST`` opens (only then). Raises
+        :class:`RuntimeError` (a defect in spate) when the table has no row for ``split``'s
+        drain and ``event``.
+        """
+        before = self._drains.get(split, DrainPhase.NONE)
+        try:
+            after = DRAIN_TRANSITIONS[before, event]
+        except KeyError:
+            raise RuntimeError(
+                f"the drain of split {split!r} cannot take event {event.value!r} in phase "
+                f"{before.value!r}; this is a bug in spate: please report it with the log above"
+            ) from None
+        if after is DrainPhase.NONE:
+            del self._drains[split]
+        else:
+            self._drains[split] = after
+        if after in DRAINING:
+            if before not in DRAINING:
+                assert entry is not None, "a revocation opens with its clocks"
+                self._revoking[split] = entry
+        elif before in DRAINING:
+            del self._revoking[split]
+        _mark(self._forcing, split, after is DrainPhase.FORCING)
+        return after
+
+    def check(self) -> None:
+        """Raise AssertionError unless every index says what the drains say (for the tests)."""
+        drains = self._drains
+        assert DrainPhase.NONE not in drains.values()
+        assert set(self._revoking) == {s for s, d in drains.items() if d in DRAINING}
+        assert self._forcing == {s for s, d in drains.items() if d is DrainPhase.FORCING}
 
 
 def _mark(index: set[str], split: str, on: bool) -> None:
