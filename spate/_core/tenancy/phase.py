@@ -1,4 +1,4 @@
-"""A split's phase on this worker: one value per split, and the table of its transitions.
+"""A split's phase on this worker (and its drain): one value each, and the table of its moves.
 
 As the leader's (:mod:`spate._core.leader.phase`, in the manner of h11's ``_state.py``): every
 way the phase can change is a row of :data:`TRANSITIONS`, and :meth:`SplitPhases.move`
