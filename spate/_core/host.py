@@ -47,8 +47,8 @@ class SessionFacts(Protocol):
     """What the claims need to know of the store session their leases live under."""
 
     @property
-    def generation(self) -> int:
-        """Bumped whenever a new session replaces the previous one."""
+    def session(self) -> int:
+        """The store session's number: bumped whenever a new session replaces the previous one."""
         ...
 
     @property
@@ -56,8 +56,8 @@ class SessionFacts(Protocol):
         """Whether the session's keepalive keeps every lease key alive (nothing to renew)."""
         ...
 
-    def starved(self, generation: int, now: float, lease: float) -> bool:
-        """Whether keys written under session ``generation`` may have expired by ``now``."""
+    def starved(self, session: int, now: float, lease: float) -> bool:
+        """Whether keys written under session number ``session`` may have expired by ``now``."""
         ...
 
 

@@ -40,8 +40,9 @@ class SessionSlot:
         self._replacing = False
         self.current: Session | None = None
         """The session ephemeral writes name (None before startup opened one)."""
-        self.generation = 0
-        """Counts sessions opened; a lease key written under an older one is gone."""
+        self.session = 0
+        """The current session's number (counts sessions opened): a lease key written under
+        an older one is gone."""
         self.keeps_keys = store.capabilities.ephemeral is EphemeralSemantics.SESSION
         """Whether the session (not per-key renewals) keeps ephemeral keys alive."""
 
@@ -50,7 +51,7 @@ class SessionSlot:
         stack = AsyncExitStack()
         session = await stack.enter_async_context(self._store.session())
         self._stack, self.current = stack, session
-        self.generation += 1
+        self.session += 1
 
     async def _open_replacement(self) -> AsyncExitStack | None:
         """Open a new session and make it current; return the old one's stack to close."""
@@ -82,16 +83,16 @@ class SessionSlot:
                 self._op_timeout,
             )
 
-    def starved(self, generation: int, now: float, lease: float) -> bool:
-        """Whether a key written under session ``generation`` may have expired by ``now``.
+    def starved(self, session: int, now: float, lease: float) -> bool:
+        """Whether a key written under session number ``session`` may have expired by ``now``.
 
         Only meaningful where :attr:`keeps_keys`: the key lives until at least the session's
         last confirmed keepalive plus the lease, and dies with a lost or replaced session.
         """
-        session = self.current
-        if session is None or generation != self.generation or session.lost:
+        current = self.current
+        if current is None or session != self.session or current.lost:
             return True
-        confirmed = session.last_confirmed
+        confirmed = current.last_confirmed
         return confirmed is not None and now - confirmed >= lease
 
     def next_deadline(self, lease: float) -> float | None:

@@ -4,14 +4,14 @@ On a SESSION store (etcd), the coordinator opens one session at startup; every e
 names its lease; a keepalive every third of the TTL keeps it, and with it every key written
 under it, alive. :class:`SimSession` models what :class:`spate._runtime.session.SessionSlot`
 and the etcd adapter's :class:`~spate_stores.etcd._session.EtcdLeaseSession` do: the same
-:class:`~spate._core.host.SessionFacts` for the machine (``generation``, ``keeps_keys``,
+:class:`~spate._core.host.SessionFacts` for the machine (``session``, ``keeps_keys``,
 ``starved``), the keepalive with its backoff, the clock's verdict that a lease no keepalive
 confirmed for a whole TTL is gone, and a lost session replaced by a new one (a new
-generation) at the next heartbeat. Its requests go through the worker's
+session number) at the next heartbeat. Its requests go through the worker's
 :class:`~spate_testing.sim._model.Link`, so partitions, freezes and injected unavailability
 reach them too.
 
-On a PER_KEY store (memory, NATS) it is a light handle: generation 1, nothing kept alive by
+On a PER_KEY store (memory, NATS) it is a light handle: session 1, nothing kept alive by
 it, never lost.
 """
 
@@ -53,7 +53,7 @@ class SimSession:
         self._clock = clock
         self._later = later
         self._guard = guard
-        self.generation = 0 if keeps_keys else 1
+        self.session = 0 if keeps_keys else 1
         self.lease: int | None = None
         self._lost = False
         self._confirmed_at = 0.0
@@ -75,9 +75,9 @@ class SimSession:
             self._lost = True
         return self._lost
 
-    def starved(self, generation: int, now: float, lease: float) -> bool:
-        """Whether keys written under session ``generation`` may have expired by ``now``."""
-        if self.lease is None or generation != self.generation or self.lost:
+    def starved(self, session: int, now: float, lease: float) -> bool:
+        """Whether keys written under session number ``session`` may have expired by ``now``."""
+        if self.lease is None or session != self.session or self.lost:
             return True
         return now - self._confirmed_at >= lease
 
@@ -107,7 +107,7 @@ class SimSession:
                 self.lease = result.unwrap()
                 self._confirmed_at = sent
                 self._lost = False
-                self.generation += 1
+                self.session += 1
                 self._keep_alive(Backoff.of(self._keepalive_backoff))
                 if old is not None:
                     # The old lease is dead or dying: revoke it, best effort.

@@ -5,6 +5,10 @@ revocations (giving a split back), quarantine, and the point reads a follower cl
 Nothing here imports :mod:`spate._core.leader`: the two meet only in the records and in the
 machine's wiring.
 
+- ``phase.py``: each split's phase on this worker and the table of its transitions
+  (``SplitPhases``): the one writer of the splits held, of those a flow is on, and of the
+  claims in flight, which the rest reads as indexes; and its drain (``DrainPhases``), the one
+  writer of the revocations open and forced
 - ``claims.py``: what to claim and the claim itself (``Claims._claim_steps`` and its named
   sub-flows: the release race, the lease, the record CAS, adopting a late commit); ``Claims``
   holds the ``Tenancies`` a claim adds to, and builds its ``ClaimRetries`` over them
@@ -13,8 +17,9 @@ machine's wiring.
   beat (``UNSURE_LEASE_FOR``) (``ClaimRetries``)
 - ``fencing.py``: the fence check every owner's write and load report shares (``refusal``):
   the split held here, and the tenancy a call names the one held now
-- ``tenancies.py``: a held split: the self-fence on the session, stray leases, fail, release and
-  hand-back (``Tenancies``); ``hold_owned``, the opening every owner's write shares
+- ``tenancies.py``: a held split (its record: ``Tenancy``): the self-fence on the session,
+  stray leases, fail, release and hand-back (``Tenancies``); ``hold_owned``, the opening every
+  owner's write shares
 - ``commits.py``: the owner's commit: one fenced CAS, and what a lost one reads back (adopted
   when it holds this write, ``Fenced`` only when it holds another, unknown when the read fails)
 - ``splitting.py``: the owner's split of a held split: one fenced write naming the residual

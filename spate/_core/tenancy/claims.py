@@ -32,6 +32,7 @@ The rules, each with the race it prevents:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Set
 from typing import Literal
 
 import attrs
@@ -56,9 +57,10 @@ from spate._core.records import (
     fence_of,
 )
 from spate._core.tenancy.claim_retries import REFUSED, ClaimRetries, Refused
+from spate._core.tenancy.phase import SplitEvent
 from spate._core.tenancy.point_reads import read_session, read_split
 from spate._core.tenancy.quarantine import quarantine_flow
-from spate._core.tenancy.tenancies import Owned, Tenancies
+from spate._core.tenancy.tenancies import Tenancies, Tenancy
 from spate._core.view.view import (
     AssignmentChanged,
     AssignmentGone,
@@ -99,7 +101,6 @@ class Claims:
         self.host = host
         self.tenancies = tenancies
         """The splits held here and the flows that keep or end them (a claim adds to them)."""
-        self.claiming = 0
         self.assigned: frozenset[str] = frozenset()
         self.assignment_seen = False
         self.assign_generation = 0
@@ -122,14 +123,19 @@ class Claims:
     # -- the holdings, as the revocations see them ---------------------------------------------
 
     @property
-    def owned(self) -> dict[str, Owned]:
+    def owned(self) -> Mapping[str, Tenancy]:
         """The splits this worker holds."""
         return self.tenancies.owned
 
     @property
-    def busy(self) -> set[str]:
-        """Splits with a claim, quarantine, release or fail in flight."""
+    def busy(self) -> Set[str]:
+        """Splits with a claim, quarantine, release or lease drop in flight."""
         return self.tenancies.busy
+
+    @property
+    def claiming(self) -> int:
+        """How many claims are in flight (each takes a lane until it returns)."""
+        return self.tenancies.phases.claiming
 
     def release_flow(self, split: str) -> Flow[ReleaseOutcome]:
         """Hand ``split`` back cleanly (see :meth:`Tenancies.release_flow`)."""
@@ -196,8 +202,11 @@ class Claims:
                     self._begin(candidate.split, quarantine)
             elif candidate.split in self.assigned and slots > 0:
                 slots -= 1
-                self.claiming += 1
-                self._begin(candidate.split, self._claim(candidate.split, candidate.kind))
+                self._begin(
+                    candidate.split,
+                    self._claim(candidate.split, candidate.kind),
+                    SplitEvent.CLAIM,
+                )
         self._slots_left = slots
 
     def next_deadline(self) -> float:
@@ -220,11 +229,12 @@ class Claims:
                     split, read_split(self.host, split, self.owned, self.retries.retry_later)
                 )
 
-    def _begin(self, split: str, flow: Flow[None]) -> None:
-        self.busy.add(split)
+    def _begin(self, split: str, flow: Flow[None], event: SplitEvent = SplitEvent.FLOW) -> None:
+        phases = self.tenancies.phases
+        phases.move(split, event)
 
         def done(result: outcome.Outcome[None]) -> None:
-            self.busy.discard(split)
+            phases.move(split, SplitEvent.FLOW_ENDED)
             self._dirty.add(split)
             result.unwrap()
 
@@ -339,7 +349,7 @@ class Claims:
         try:
             yield from self._claim_steps(split, kind)
         finally:
-            self.claiming -= 1
+            self.tenancies.phases.move(split, SplitEvent.CLAIM_RETURNED)
 
     def _claim_steps(self, split: str, kind: ClaimKind) -> Flow[None]:
         """The two-key claim: lease first, then the progress-record CAS (one retry at most)."""
@@ -500,8 +510,10 @@ class Claims:
         host = self.host
         plan = host.view.plan
         fence = fence_of(0 if plan is None else plan.incarnation_ms, record.epoch)
-        self.owned[split] = Owned(
-            record.epoch, lease_rev, host.now(), host.session.generation, fence=fence
+        self.tenancies.phases.move(
+            split,
+            SplitEvent.WON,
+            Tenancy(record.epoch, lease_rev, host.now(), host.session.session, fence=fence),
         )
         host.fold(host.view.put_progress(split, record, revision))
         host.metrics.acquired(ACQUIRE_REASONS[kind])

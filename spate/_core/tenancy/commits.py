@@ -101,7 +101,7 @@ def commit_flow(
     tenancies.drains.note_progress(split)
     host.fold(host.view.put_progress(split, record, result.revision))
     if progress.completed and tenancies.owned.get(split) is held:
-        tenancies.owned.pop(split)
+        tenancies.phases.end(split)
         # Finishing mid-revocation is the cooperative outcome: nothing replays.
         tenancies._ended(split, "drained")
         yield from tenancies._drop_lease_of(split, held)

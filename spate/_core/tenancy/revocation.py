@@ -21,17 +21,23 @@ no attempt — being revoked is not evidence of poison.
 
 Outcomes keep ``requested = drained + forced + cancelled + in flight``: each request settles
 exactly once, and the drain that outlives a cancellation settles silently.
+
+Where each split's revocation stands (revoking, cancelled, forcing) is its drain phase, moved
+only by the rows of :data:`~spate._core.tenancy.phase.DRAIN_TRANSITIONS`; the open
+revocations and the forced releases are indexes of it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Set
 
 import attrs
 
 from spate._core.flows import Flow
 from spate._core.host import Holdings, Host
+from spate._core.tenancy.phase import DrainEvent, DrainPhase, DrainPhases
 from spate._events import Lost, RevokeRequested
 from spate._metrics import RevocationOutcome
 from spate._quote import seconds
@@ -43,13 +49,12 @@ logger = logging.getLogger("spate.revocation")
 
 @attrs.define
 class Revoking:
-    """One split draining away."""
+    """The clocks of one split draining away (whether it is cancelled is its drain phase)."""
 
     started: float
     """When the revocation was requested: the live deadline's anchor."""
     last_progress: float
     """When a commit last landed (a cancelled entry's silence watchdog)."""
-    cancelled: bool = False
 
 
 class DrainTable:
@@ -61,7 +66,17 @@ class DrainTable:
 
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.revoking: dict[str, Revoking] = {}
+        self.phases: DrainPhases[Revoking] = DrainPhases()
+        """Each split's drain (:mod:`.phase`): the one writer of ``revoking`` and ``forcing``."""
+
+    @property
+    def revoking(self) -> Mapping[str, Revoking]:
+        """The open revocations (draining or cancelled), in the order they were requested."""
+        return self.phases.revoking
+
+    def cancelled(self, split: str) -> bool:
+        """Whether ``split``'s revocation was cancelled (it stays as a silence watchdog)."""
+        return self.phases.drain_of(split) is DrainPhase.CANCELLED
 
     def note_progress(self, split: str) -> None:
         """A commit landed: the only liveness signal a draining split gives."""
@@ -72,12 +87,23 @@ class DrainTable:
 
     def settle(self, split: str, outcome: RevocationOutcome) -> None:
         """Retire a revocation under ``outcome``, exactly once (no-op if not revoking)."""
-        entry = self.revoking.pop(split, None)
-        if entry is None or entry.cancelled:
+        entry = self.revoking.get(split)
+        if entry is None:
+            return
+        cancelled = self.cancelled(split)
+        self.phases.move(split, DrainEvent.SETTLE)
+        if cancelled:
             return  # a cancelled revocation already counted its outcome
         self.host.metrics.revocation(outcome)
         if outcome == "drained":
             self.host.metrics.drain_duration(self.host.now() - entry.started)
+
+    def force(self, split: str) -> None:
+        """Take ``split``'s open revocation over into a forced release (counted "forced")."""
+        cancelled = self.cancelled(split)
+        self.phases.move(split, DrainEvent.FORCE)
+        if not cancelled:
+            self.host.metrics.revocation("forced")
 
 
 class Revocations:
@@ -87,34 +113,42 @@ class Revocations:
         self.host = host
         self.holdings = holdings
         self._drains = drains
+        self._phases = drains.phases
         self.revoking = drains.revoking
-        self.forcing: set[str] = set()
+        """The open revocations (an index of the drains)."""
+
+    @property
+    def forcing(self) -> Set[str]:
+        """The splits whose forced release is in flight (an index of the drains)."""
+        return self._phases.forcing
 
     def step(self, now: float) -> None:
         """Cancel, request and force revocations as the assignment and the clock say."""
         claims = self.holdings
+        drains = self._drains
         for split, entry in self.revoking.items():
-            if not entry.cancelled and split in claims.assigned and split in claims.owned:
+            if not drains.cancelled(split) and split in claims.assigned and split in claims.owned:
                 logger.debug("split %s: revocation cancelled, the leader assigned it back", split)
-                entry.cancelled = True
+                self._phases.move(split, DrainEvent.CANCEL)
                 entry.last_progress = now
                 self.host.metrics.revocation("cancelled")
         # An orphan left `owned` by a route that did not settle it: still a revocation that
-        # ended, and it must be counted or the in-flight arithmetic drifts.
-        for split in [s for s in self.revoking if s not in claims.owned and s not in self.forcing]:
-            self._drains.settle(split, "forced")
+        # ended, and it must be counted or the in-flight arithmetic drifts. (A split being
+        # forced has no open revocation: its drain is FORCING.)
+        for split in [s for s in self.revoking if s not in claims.owned]:
+            drains.settle(split, "forced")
         if claims.assignment_seen:
             for split in sorted(claims.owned):
                 if split in claims.assigned or split in claims.busy or split in self.forcing:
                     continue
-                current = self.revoking.get(split)
-                if current is None or current.cancelled:
+                if split not in self.revoking or drains.cancelled(split):
                     self._request(split, now)
         deadline = self.host.config.drain_deadline
         for split, entry in list(self.revoking.items()):
-            anchor = entry.last_progress if entry.cancelled else entry.started
-            if now - anchor >= deadline and split not in self.forcing:
-                if entry.cancelled:
+            cancelled = drains.cancelled(split)
+            anchor = entry.last_progress if cancelled else entry.started
+            if now - anchor >= deadline:
+                if cancelled:
                     logger.warning(
                         "split %s: a cancelled revocation's drain committed nothing for %s; "
                         "releasing it to be re-claimed (its uncommitted tail replays)",
@@ -133,34 +167,29 @@ class Revocations:
     def next_deadline(self) -> float:
         """When the earliest drain deadline passes."""
         deadline = self.host.config.drain_deadline
+        cancelled = self._drains.cancelled
         return min(
             (
-                (e.last_progress if e.cancelled else e.started) + deadline
+                (e.last_progress if cancelled(s) else e.started) + deadline
                 for s, e in self.revoking.items()
-                if s not in self.forcing
             ),
             default=math.inf,
         )
 
     def _request(self, split: str, now: float) -> None:
-        entry = self.revoking.get(split)
-        if entry is not None:
-            # Re-revoking a drain that was cancelled: the drain never stopped, so its clock
-            # does not restart — if it already outlived a deadline it is forced now.
-            entry.cancelled = False
-        else:
-            self.revoking[split] = Revoking(started=now, last_progress=now)
+        # Re-revoking a drain that was cancelled keeps its entry: the drain never stopped, so
+        # its clock does not restart — if it already outlived a deadline it is forced now.
+        self._phases.move(split, DrainEvent.REQUEST, Revoking(started=now, last_progress=now))
         self.host.metrics.revocation("requested")
         self.host.emit(RevokeRequested(split))
 
     def decline(self, split: str) -> None:
         """The source cannot stop ``split`` at a safe boundary."""
-        entry = self.revoking.get(split)
-        if entry is None or split in self.forcing:
-            return  # never requested, or already settled
-        if entry.cancelled:
+        if split not in self.revoking:
+            return  # never requested, or already settled (or being forced)
+        if self._drains.cancelled(split):
             # The leader wants it here and it never stopped being read: the good ending.
-            del self.revoking[split]
+            self._phases.move(split, DrainEvent.KEEP)
             return
         self.force(split)
 
@@ -168,15 +197,14 @@ class Revocations:
         """Take ``split`` back without waiting for its drain (its tail replays)."""
         if split in self.forcing:
             return
-        self.forcing.add(split)
-        self._drains.settle(split, "forced")
+        self._drains.force(split)
         self.host.start(self._force_flow(split))
 
     def _force_flow(self, split: str) -> Flow[None]:
         try:
             result = yield from self.holdings.release_flow(split)
         finally:
-            self.forcing.discard(split)
+            self._phases.move(split, DrainEvent.FORCED)
         if result in ("released", "failed"):
             # A fenced release already reported its loss; a missing one was not ours.
             self.host.metrics.lost("revoked")

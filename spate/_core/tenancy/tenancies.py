@@ -24,7 +24,7 @@ each with the race it prevents:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Set
 
 import attrs
 
@@ -41,6 +41,7 @@ from spate._core.records import (
 )
 from spate._core.tenancy.fencing import refusal
 from spate._core.tenancy.load_reports import LoadReports
+from spate._core.tenancy.phase import SplitEvent, SplitPhases
 from spate._core.view.view import SplitState
 from spate._errors import Fenced, StoreUnavailable
 from spate._events import Lost, Progress
@@ -48,7 +49,7 @@ from spate._metrics import LossReason, RevocationOutcome
 from spate._quote import seconds
 from spate._store import Entry, Keyspace, Won
 
-__all__ = ["Owned", "Tenancies", "committed"]
+__all__ = ["Tenancies", "Tenancy", "committed"]
 
 logger = logging.getLogger("spate.tenancy")
 
@@ -56,8 +57,8 @@ DURABLE, EPHEMERAL = Keyspace.DURABLE, Keyspace.EPHEMERAL
 
 
 @attrs.define(eq=False)
-class Owned:
-    """A split this worker holds: the epoch of its tenancy and its lease's state."""
+class Tenancy:
+    """One tenancy of a split this worker holds: its epoch, its lease's state, its fence."""
 
     epoch: int
     lease_rev: int
@@ -76,15 +77,24 @@ class Tenancies:
         self.host = host
         self.drains = drains
         """The revocations' table of drains: told of commits and of ends."""
-        self.owned: dict[str, Owned] = {}
-        self.busy: set[str] = set()
-        """Splits with a claim, quarantine, release or fail in flight (no second one starts)."""
+        self.phases: SplitPhases[Tenancy] = SplitPhases()
+        """Each split's phase here (:mod:`.phase`): the one writer of ``owned`` and ``busy``."""
         self.split_since: set[str] = set()
         """Splits this worker split whose notice has not yet landed in its presence record."""
         self._stray: dict[str, float] = {}
         """Splits whose lease key is this process's while it does not hold them, since when."""
         self.loads = LoadReports(host.config.load_half_life, self._tenancy)
         """The load meters of the held tenancies (a meter lives and ends with its tenancy)."""
+
+    @property
+    def owned(self) -> Mapping[str, Tenancy]:
+        """The splits this worker holds, and their tenancies (an index of the phases)."""
+        return self.phases.owned
+
+    @property
+    def busy(self) -> Set[str]:
+        """Splits a flow is on (no second one starts): an index of the phases."""
+        return self.phases.busy
 
     def _tenancy(self, split: str) -> tuple[int, float] | None:
         """The held tenancy of ``split`` as its load meter sees it: (fence, when it began)."""
@@ -95,7 +105,7 @@ class Tenancies:
 
     def abandon(self, split: str) -> None:
         """Stop holding ``split`` without writing (its hand-back could not be written)."""
-        if self.owned.pop(split, None) is not None:
+        if self.phases.end(split) is not None:
             self._ended(split, "forced")
 
     def _ended(self, split: str, outcome: RevocationOutcome) -> None:
@@ -113,7 +123,7 @@ class Tenancies:
 
     def drop(self, split: str, reason: LossReason) -> None:
         """Stop holding ``split`` involuntarily and tell the user (Lost)."""
-        if self.owned.pop(split, None) is None:
+        if self.phases.end(split) is None:
             return
         # A split lost mid-drain ends its revocation the expensive way.
         self._ended(split, "forced")
@@ -220,17 +230,17 @@ class Tenancies:
         else:
             yield from host.reread(keyspace, key)  # so a later give-back is guarded rightly
 
-    def _drop_lease_of(self, split: str, held: Owned) -> Flow[None]:
+    def _drop_lease_of(self, split: str, held: Tenancy) -> Flow[None]:
         # Busy until the lease is gone: our own lingering lease must not read as a
         # restarted predecessor's (a reclaim, which would consume an attempt).
-        self.busy.add(split)
+        self.phases.move(split, SplitEvent.FLOW)
         try:
             # Hold first: a renewal in flight moves the revision this delete is guarded by.
             view = self.host.view
             yield Hold(view.lease_keyspace, view.lease_key(split))
             yield from self._drop_lease(split, held.lease_rev, held.epoch)
         finally:
-            self.busy.discard(split)
+            self.phases.move(split, SplitEvent.FLOW_ENDED)
 
     def _give_back_strays(self, now: float) -> None:
         """Delete lease keys of this process for splits it does not hold.
@@ -285,7 +295,7 @@ class Tenancies:
 
     def hold_owned(
         self, split: str, what: str, fence: int | None = None
-    ) -> Flow[tuple[Owned, SplitState] | Fenced]:
+    ) -> Flow[tuple[Tenancy, SplitState] | Fenced]:
         """The opening of an owner's write of ``split``'s record (a commit, a split).
 
         Holds the record's key, then answers the tenancy and the split's state, or the
@@ -371,7 +381,7 @@ class Tenancies:
             return None
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
         # quarantine cannot read as a peer's fence.
-        self.owned.pop(split, None)
+        self.phases.end(split)
         self._ended(split, "forced")
         host.fold(host.view.put_progress(split, record, result.revision))
         yield from self._drop_lease_of(split, held)
@@ -400,7 +410,7 @@ class Tenancies:
         try:
             handed = yield Fork(tuple(self._hand_back(split) for split in splits))
             # An exception out of a hand-back is fatal (it ends the coordinator).
-            results: list[tuple[ReleaseOutcome, Owned | None]] = [o.unwrap() for o in handed]
+            results: list[tuple[ReleaseOutcome, Tenancy | None]] = [o.unwrap() for o in handed]
             outcomes = [outcome for outcome, _ in results]
             drops = tuple(
                 self._drop_lease_of(split, lease)
@@ -413,12 +423,13 @@ class Tenancies:
             # A hand-back whose lease drop never ran (the departure was abandoned half-way)
             # must not leave its split busy: the stray lease of a busy split is never given
             # back, and on a session store this process would keep it alive for ever.
-            self.busy.difference_update(splits)
+            for split in splits:
+                self.phases.move(split, SplitEvent.FLOW_ENDED)
         for end in ends:
             end.unwrap()
         return outcomes
 
-    def _hand_back(self, split: str) -> Flow[tuple[ReleaseOutcome, Owned | None]]:
+    def _hand_back(self, split: str) -> Flow[tuple[ReleaseOutcome, Tenancy | None]]:
         """Clear ``split``'s owner (no attempt consumed): the first half of a release.
 
         Returns the outcome and, when its lease is to be dropped, the tenancy whose lease it
@@ -431,8 +442,8 @@ class Tenancies:
         state = host.view.splits.get(split)
         if held is None or state is None:
             return "missing", None
-        self.busy.add(split)
-        lease: Owned | None = None
+        self.phases.move(split, SplitEvent.FLOW)
+        lease: Tenancy | None = None
         try:
             record = attrs.evolve(
                 state.progress, owner=None, owner_nonce="", written_at_ms=self.host.wall_ms()
@@ -453,7 +464,7 @@ class Tenancies:
             if not isinstance(result, Won):
                 self.drop(split, "fenced")
                 return "fenced", None
-            self.owned.pop(split, None)
+            self.phases.end(split)
             host.fold(host.view.put_progress(split, record, result.revision))
             # The tail is committed and the owner cleared: the next owner replays nothing.
             self._ended(split, "drained")
@@ -461,7 +472,7 @@ class Tenancies:
             return "released", lease
         finally:
             if lease is None:
-                self.busy.discard(split)
+                self.phases.move(split, SplitEvent.FLOW_ENDED)
 
 
 def committed(record: ProgressRecord, progress: Progress, written_at_ms: int) -> ProgressRecord:
