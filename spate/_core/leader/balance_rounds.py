@@ -73,14 +73,12 @@ __all__ = ["LoadBalancer", "balance_config"]
 
 
 def balance_config(config: Config) -> BalanceConfig:
-    """The balance knobs of a worker's ``config`` (what its rounds run with, when it leads)."""
-    return BalanceConfig(
-        balance_interval=config.balance_interval,
-        load_half_life=config.load_half_life,
-        load_band=config.load_band,
-        max_moved_load=config.max_moved_load,
-        isolation_tier=config.isolation_tier,
-    )
+    """The balance knobs of a worker's ``config`` (what its rounds run with, when it leads).
+
+    ``Config`` built them once, when it checked them: the fields it shares with
+    :class:`BalanceConfig` are copied by their shared names (``spate._config.BALANCE_KNOBS``).
+    """
+    return config._balance
 
 
 class LoadBalancer:
@@ -109,14 +107,11 @@ class LoadBalancer:
         """Member -> when this leader first saw it."""
         self._units: dict[str, int] = {}
         """Split -> its load in placement's units (empty until loads are reported)."""
-        self._config: tuple[Config, BalanceConfig] | None = None
 
     @property
     def config(self) -> BalanceConfig:
-        """The balance knobs of this worker's config (built once for each config it is given)."""
-        if self._config is None or self._config[0] is not self.host.config:
-            self._config = (self.host.config, balance_config(self.host.config))
-        return self._config[1]
+        """The balance knobs of this worker's config (built once, with the config)."""
+        return balance_config(self.host.config)
 
     # -- leadership ------------------------------------------------------------------------------
 
