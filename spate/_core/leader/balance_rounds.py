@@ -1,8 +1,8 @@
 """The leader's balance rounds: running splits move by measured load (docs/balancing.md).
 
 Every ``Config.balance_interval`` of the leader's clock, while it leads and only once some
-member's presence record carries a load summary (:mod:`spate._core.tenancy.load_reports`), the
-leader builds the inputs of :func:`~spate._core.balance.plan_balance_round` from the members'
+worker's presence record carries a load summary (:mod:`spate._core.tenancy.load_reports`), the
+leader builds the inputs of :func:`~spate._core.balance.plan_balance_round` from the workers'
 summaries and the running splits, and hands back what the decision asks of the rest of the
 leader (a :class:`RoundOutcome`, which :class:`~spate._core.leader.leadership.Leadership`
 applies):
@@ -46,7 +46,7 @@ applies):
   RebalancePolicy.hold_for`, are also the old leader's alone: a membership change right
   after a failover may move a just-moved split, as any placement change may.)
 
-A job whose members report nothing is untouched: no round runs, no input changes, placement
+A job whose workers report nothing is untouched: no round runs, no input changes, placement
 weighs by weight exactly as before.
 """
 
@@ -115,7 +115,7 @@ class LoadBalancer:
         """The last round's decision (``spate status`` and the metrics read it)."""
         self._next_at: float | None = None
         self._moving: dict[str, str] = {}
-        """Split -> the member a round moved it to, until that member holds it (or leaves)."""
+        """Split -> the worker a round moved it to, until that worker holds it (or leaves)."""
         self._carried: dict[str, float] = {}
         """Split -> its last trusted load, kept across a move (see the module text)."""
         self._joined: dict[str, float] = {}
@@ -161,7 +161,7 @@ class LoadBalancer:
     # -- what placement reads ----------------------------------------------------------------------
 
     def target_of(self, split: str) -> str | None:
-        """The member a round moved ``split`` to, while that move has not landed."""
+        """The worker a round moved ``split`` to, while that move has not landed."""
         target = self._moving.get(split)
         if target is None:
             return None
