@@ -8,10 +8,12 @@ checked by :meth:`Config.resolve` when a coordinator opens.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
 
+from spate._core.balance.model import BalanceConfig
 from spate._errors import ConfigError
 from spate._quote import number, seconds
 
@@ -19,6 +21,20 @@ __all__ = ["Config"]
 
 DEFAULT_OP_TIMEOUT = 10.0
 """Ceiling of the derived per-operation timeout, in seconds."""
+
+
+_BALANCE = BalanceConfig()
+"""The balance knobs' defaults: :class:`BalanceConfig` is their one home (and their one
+validation); ``Config``'s balance fields take their defaults from it."""
+
+BALANCE_KNOBS = (
+    "balance_interval",
+    "load_half_life",
+    "load_band",
+    "max_moved_load",
+    "isolation_tier",
+)
+"""The fields ``Config`` shares with :class:`BalanceConfig`, by the same names."""
 
 
 def _number(value: object, name: str, what: str = "a finite number of seconds") -> float:
@@ -139,16 +155,16 @@ class Config:
     drain_deadline: float = 10.0
     membership_debounce: float = 2.0
     planner_thread: bool | None = None
-    isolation_tier: int = 0
+    isolation_tier: int = _BALANCE.isolation_tier
     split_requests: bool = True
     split_request_delay: float = 1.0
     list_page_size: int = 1000
     measure_load: bool = False
     capacity: float = 1.0
-    balance_interval: float = 60.0
-    load_band: float = 0.10
-    load_half_life: float = 60.0
-    max_moved_load: float = 0.10
+    balance_interval: float = _BALANCE.balance_interval
+    load_band: float = _BALANCE.load_band
+    load_half_life: float = _BALANCE.load_half_life
+    max_moved_load: float = _BALANCE.max_moved_load
     claim_deadline: float | None = None
     # A handler's failures (run_worker): the wait between attempts, holding the split.
     failure_backoff: float = 1.0
@@ -170,11 +186,6 @@ class Config:
         for name in ("max_in_flight", "max_attempts", "startup_max_attempts", "list_page_size"):
             if _count(getattr(self, name), name) < 1:
                 raise ConfigError(f"Config.{name} must be at least 1, not {getattr(self, name)!r}")
-        if _count(self.isolation_tier, "isolation_tier") < 0:
-            raise ConfigError(
-                f"Config.isolation_tier must be zero or more (0 is the coarsest tier of a "
-                f"locality), not {self.isolation_tier!r}"
-            )
         if not isinstance(self.split_requests, bool):
             raise ConfigError(
                 f"Config.split_requests must be True or False, not {self.split_requests!r}"
@@ -219,21 +230,17 @@ class Config:
                 f"Config.capacity must be a positive number (1.0 is a default worker, 2.0 takes "
                 f"twice its load), not {self.capacity!r}"
             )
-        if _number(self.balance_interval, "balance_interval") < 0:
-            raise ConfigError(
-                f"Config.balance_interval must be zero or positive (0 turns load balancing "
-                f"off), not {self.balance_interval!r}"
-            )
-        if _number(self.load_half_life, "load_half_life") <= 0:
-            raise ConfigError(
-                f"Config.load_half_life must be positive, not {self.load_half_life!r}"
-            )
-        for name in ("load_band", "max_moved_load"):
-            value = getattr(self, name)
-            if not 0 < _number(value, name, "a finite number") <= 1:
-                raise ConfigError(
-                    f"Config.{name} must be a share in (0, 1] (0.10 is 10%), not {value!r}"
-                )
+        try:
+            self._balance  # noqa: B018 (built once here, so a bad knob fails at construction)
+        except ConfigError as error:
+            # BalanceConfig validates the knobs it shares, naming each by its field: the
+            # user's spelling is Config's
+            raise ConfigError(f"Config.{error}") from None
+
+    @functools.cached_property
+    def _balance(self) -> BalanceConfig:
+        """The balance knobs, as the leader's rounds read them (built and checked once)."""
+        return BalanceConfig(**{name: getattr(self, name) for name in BALANCE_KNOBS})
 
     def _check_timings(self, lease: float) -> None:
         timeout = (

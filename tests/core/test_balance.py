@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spate import ConfigError
+from spate import Config, ConfigError
+from spate._config import BALANCE_KNOBS
 from spate._core.balance import (
     BalanceConfig,
     BalanceRound,
@@ -25,6 +26,7 @@ from spate._core.balance import (
     plan_balance_round,
     trust_window,
 )
+from spate._core.leader.balance_rounds import balance_config
 from spate._core.placement.vocabulary import affinity_matches, domain_of
 
 CONFIG = BalanceConfig()
@@ -726,3 +728,28 @@ def test_a_receiver_with_no_room_for_a_split_takes_it_in_exchange_for_a_lighter_
         ("w0", "w1", 4.0),
         ("w1", "w0", 1.0),
     ]
+
+
+def test_config_and_balance_config_share_each_knob_and_its_default() -> None:
+    # One home for each balance knob: a Config field shared with BalanceConfig takes its
+    # default from it, and the rounds run with exactly the user's values.
+    shared = {f.name for f in attrs.fields(BalanceConfig)} & {f.name for f in attrs.fields(Config)}
+    assert shared == set(BALANCE_KNOBS)
+    defaults, config = BalanceConfig(), Config()
+    for name in BALANCE_KNOBS:
+        assert getattr(config, name) == getattr(defaults, name), name
+    assert balance_config(config) == defaults
+    tuned = Config(balance_interval=5, load_half_life=7, load_band=0.2, max_moved_load=0.3)
+    assert balance_config(tuned) == BalanceConfig(5, 7, 0.2, 0.3)
+    assert balance_config(tuned) is balance_config(tuned)  # built once, with the config
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("balance_interval", -1), ("load_half_life", "60"), ("load_band", 0), ("isolation_tier", -1)],
+)
+def test_a_bad_balance_knob_of_config_names_it_as_config_spells_it(
+    field: str, value: object
+) -> None:
+    with pytest.raises(ConfigError, match=rf"^Config\.{field} must be "):
+        Config(**{field: value})  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ interval in.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 from spate._config import Config
 from spate._core.balance import BalanceConfig
@@ -63,20 +63,16 @@ class World:
         }
 
     def leader(self) -> LoadBalancer:
-        return LoadBalancer(cast(Host, self.host), lambda split, until: None, _ignore)
+        return LoadBalancer(cast(Host, self.host))
 
     def run(self, leader: LoadBalancer, until: float) -> list[tuple[float, str]]:
         """Step ``leader`` at each deadline up to ``until``; the (time, split) of its moves."""
         moves: list[tuple[float, str]] = []
         while (at := leader.next_deadline()) is not None and at <= until:
-            decision = leader.step(at)
-            if decision is not None:
-                moves.extend((at, m.split) for m in decision.moves)
+            outcome = leader.step(at)
+            if outcome is not None:
+                moves.extend((at, m.split) for m in outcome.decision.moves)
         return moves
-
-
-def _ignore(*_: Any) -> None:
-    pass
 
 
 # x is the one trusted split: whoever holds it holds three untrusted splits besides, and so is

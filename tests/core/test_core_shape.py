@@ -28,9 +28,12 @@ def _classes() -> dict[str, int]:
     return sizes
 
 
-OVER = {"balance/planner._Round": 715}
-"""The one class over the limit, found when the rule first covered balance/ (one balance round,
-its rules 1-8 as methods): pinned at a ceiling so it cannot grow while it waits to be cut."""
+OVER: dict[str, int] = {}
+"""Classes over the limit, each pinned at a ceiling so it cannot grow while it waits to be cut.
+
+None now: the last, ``balance/planner._Round`` (715 lines when the rule first covered
+balance/), was cut into parts of its own (``balance/reading``, ``band_moves``, ``exchange``,
+``rescue``); the round itself is about 120 lines."""
 
 
 def test_no_class_of_the_core_grows_past_about_450_lines() -> None:

@@ -8,6 +8,11 @@
   too heavy to share.
 - :mod:`.requests` — which hot splits a round asks to split (rule 5), and the memory of pieces.
 - :mod:`.candidates` — a donor's movable splits by affinity, and the searches in them.
+- :mod:`.reading` — the fleet as one round reads it: each worker's load, mean and band, the
+  potential every move lowers, the splits a donor may give.
+- :mod:`.band_moves` — the round's greedy (rules 3 and 4): hottest donor to coldest receiver.
+- :mod:`.exchange` — rule 4's exchanges: a donor's split for a lighter one of the receiver's.
+- :mod:`.rescue` — rules 7 and 8: a worker no move within the bands helps is rescued.
 
 Pure: no Trio, no I/O, no clock of its own.
 

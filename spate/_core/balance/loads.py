@@ -45,7 +45,7 @@ def split_loads(
 ) -> dict[str, tuple[float | None, bool]]:
     """Each running split's (load, carried): its owner's trusted load, else the carried one.
 
-    ``held`` maps each live owner to the running splits it holds, ``presence`` each member to
+    ``held`` maps each live owner to the running splits it holds, ``presence`` each worker to
     its presence record, ``carried`` a moved split to the load carried across its move. A load
     of None is untrusted; ``carried`` says the load is the one carried (the owner's own is not
     trusted yet, and the leader drops it once it is).

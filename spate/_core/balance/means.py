@@ -42,12 +42,12 @@ def worker_means(
         d = domain[n]
         capacity[d] = capacity.get(d, 0.0) + workers[n].capacity
     share = total / len(capacity)
-    members: dict[str, list[str]] = {}
+    in_domain: dict[str, list[str]] = {}
     for n in names:
-        members.setdefault(domain[n], []).append(n)
+        in_domain.setdefault(domain[n], []).append(n)
     target: dict[str, float] = {}
     heavy: set[str] = set()
-    for group in members.values():
+    for group in in_domain.values():
         target.update(_fill(group, share, workers, hottest, heavy))
     # the largest share by capacity, before _fill sets heavy splits' holders aside
     roomiest = max(share * workers[n].capacity / capacity[domain[n]] for n in names)

@@ -61,9 +61,47 @@ def _fraction(name: str, value: float, *, upper: float = 1.0) -> None:
         raise ConfigError(f"{name} must be a number in (0, {upper}], not {value!r}")
 
 
+def _number(value: object, name: str, what: str = "a finite number of seconds") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be {what}, not {value!r}")
+    return float(value)
+
+
+def _check_knobs(config: BalanceConfig) -> None:
+    """The one validation of the knobs ``spate.Config`` shares with :class:`BalanceConfig`.
+
+    Its messages are the user's: ``Config`` prefixes them with ``Config.`` and re-raises, so
+    they name the field as the user spelled it.
+    """
+    if _number(config.balance_interval, "balance_interval") < 0:
+        raise ConfigError(
+            f"balance_interval must be zero or positive (0 turns load balancing off), not "
+            f"{config.balance_interval!r}"
+        )
+    if _number(config.load_half_life, "load_half_life") <= 0:
+        raise ConfigError(f"load_half_life must be positive, not {config.load_half_life!r}")
+    for name in ("load_band", "max_moved_load"):
+        value = getattr(config, name)
+        if not 0 < _number(value, name, "a finite number") <= 1:
+            raise ConfigError(f"{name} must be a share in (0, 1] (0.10 is 10%), not {value!r}")
+    tier = config.isolation_tier
+    if isinstance(tier, bool) or not isinstance(tier, int):
+        raise ConfigError(f"isolation_tier must be an int, not {tier!r}")
+    if tier < 0:
+        raise ConfigError(
+            f"isolation_tier must be zero or more (0 is the coarsest tier of a locality), not "
+            f"{tier!r}"
+        )
+
+
 @attrs.frozen
 class BalanceConfig:
-    """The knobs of load balancing (see the module text for why each default)."""
+    """The knobs of load balancing (see the module text for why each default).
+
+    The home of the knobs ``spate.Config`` shares (``balance_interval``, ``load_half_life``,
+    ``load_band``, ``max_moved_load``, ``isolation_tier``): ``Config`` takes their defaults
+    from here and validates them by building one of these.
+    """
 
     balance_interval: float = 60.0
     """Seconds between balance rounds (0 turns load balancing off)."""
@@ -91,17 +129,7 @@ class BalanceConfig:
     """A move must lower the potential by this share of the mean worker load (:mod:`.planner`)."""
 
     def __attrs_post_init__(self) -> None:
-        if not (math.isfinite(self.balance_interval) and self.balance_interval >= 0):
-            raise ConfigError(
-                f"balance_interval must be seconds between balance rounds, at least 0 (0 turns "
-                f"load balancing off), not {self.balance_interval!r}"
-            )
-        if not (math.isfinite(self.load_half_life) and self.load_half_life > 0):
-            raise ConfigError(
-                f"load_half_life must be a positive number of seconds, not {self.load_half_life!r}"
-            )
-        _fraction("load_band", self.load_band)
-        _fraction("max_moved_load", self.max_moved_load)
+        _check_knobs(self)
         _fraction("excess_share", self.excess_share)
         _fraction("idle_share", self.idle_share)
         _fraction("min_gain", self.min_gain)
@@ -119,10 +147,6 @@ class BalanceConfig:
         if not (math.isfinite(self.new_worker_window) and self.new_worker_window >= 0):
             raise ConfigError(
                 f"new_worker_window must be seconds, at least 0, not {self.new_worker_window!r}"
-            )
-        if not (isinstance(self.isolation_tier, int) and self.isolation_tier >= 0):
-            raise ConfigError(
-                f"isolation_tier must be an int at least 0, not {self.isolation_tier!r}"
             )
 
     @property

@@ -1,9 +1,11 @@
 """The leader's balance rounds: running splits move by measured load (docs/balancing.md).
 
 Every ``Config.balance_interval`` of the leader's clock, while it leads and only once some
-member's presence record carries a load summary (:mod:`spate._core.tenancy.load_reports`), the
-leader builds the inputs of :func:`~spate._core.balance.plan_balance_round` from the members'
-summaries and the running splits, and applies its decision:
+worker's presence record carries a load summary (:mod:`spate._core.tenancy.load_reports`), the
+leader builds the inputs of :func:`~spate._core.balance.plan_balance_round` from the workers'
+summaries and the running splits, and hands back what the decision asks of the rest of the
+leader (a :class:`RoundOutcome`, which :class:`~spate._core.leader.leadership.Leadership`
+applies):
 
 - **A move is a placement change**: the split is anchored on its target in the placement
   index (:meth:`LoadBalancer.target_of`, read by
@@ -44,7 +46,7 @@ summaries and the running splits, and applies its decision:
   RebalancePolicy.hold_for`, are also the old leader's alone: a membership change right
   after a failover may move a just-moved split, as any placement change may.)
 
-A job whose members report nothing is untouched: no round runs, no input changes, placement
+A job whose workers report nothing is untouched: no round runs, no input changes, placement
 weighs by weight exactly as before.
 """
 
@@ -52,7 +54,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Set
+
+import attrs
 
 from spate._config import Config
 from spate._core.balance import (
@@ -69,54 +73,60 @@ from spate._core.placement.split_load import measured_units, split_load, unmeasu
 from spate._core.records import PresenceRecord, SplitLoad, Status
 from spate._metrics import SPLIT_LOADS_REPORTED, BalanceReport
 
-__all__ = ["LoadBalancer", "balance_config"]
+__all__ = ["LoadBalancer", "RoundOutcome", "balance_config"]
 
 
 def balance_config(config: Config) -> BalanceConfig:
-    """The balance knobs of a worker's ``config`` (what its rounds run with, when it leads)."""
-    return BalanceConfig(
-        balance_interval=config.balance_interval,
-        load_half_life=config.load_half_life,
-        load_band=config.load_band,
-        max_moved_load=config.max_moved_load,
-        isolation_tier=config.isolation_tier,
-    )
+    """The balance knobs of a worker's ``config`` (what its rounds run with, when it leads).
+
+    ``Config`` built them once, when it checked them: the fields it shares with
+    :class:`BalanceConfig` are copied by their shared names (``spate._config.BALANCE_KNOBS``).
+    """
+    return config._balance
+
+
+@attrs.frozen
+class RoundOutcome:
+    """What one round asks of the rest of the leader: its caller applies it, in this order.
+
+    For each move, in the round's order: hold it (the rebalance policy) until ``held_until``,
+    and tell placement its input moved; then ask the hot splits to split; then tell placement
+    the splits whose load units changed.
+    """
+
+    decision: BalanceRound
+    """The round's decision (its moves are the placement changes)."""
+    held_until: float
+    """When the moved splits' holds end (a cooldown from the round)."""
+    asks: tuple[str, ...]
+    """The running splits to ask to split (none when ``Config.split_requests`` is off)."""
+    reweighed: Set[str]
+    """The splits whose load in placement's units changed (:meth:`LoadBalancer.load_units`)."""
 
 
 class LoadBalancer:
     """The leader's balance rounds and the moves they made (see the module text)."""
 
-    def __init__(
-        self,
-        host: Host,
-        hold: Callable[[str, float], None],
-        ask_split: Callable[[Iterable[str], float], None],
-    ) -> None:
-        """``hold(split, until)`` keeps a moved split in place; ``ask_split`` asks hot ones."""
+    def __init__(self, host: Host) -> None:
         self.host = host
-        self._hold = hold
-        self._ask_split = ask_split
         self.state = BalanceState()
         self.round = 0
         self.last: BalanceRound | None = None
         """The last round's decision (``spate status`` and the metrics read it)."""
         self._next_at: float | None = None
         self._moving: dict[str, str] = {}
-        """Split -> the member a round moved it to, until that member holds it (or leaves)."""
+        """Split -> the worker a round moved it to, until that worker holds it (or leaves)."""
         self._carried: dict[str, float] = {}
         """Split -> its last trusted load, kept across a move (see the module text)."""
         self._joined: dict[str, float] = {}
         """Member -> when this leader first saw it."""
         self._units: dict[str, int] = {}
         """Split -> its load in placement's units (empty until loads are reported)."""
-        self._config: tuple[Config, BalanceConfig] | None = None
 
     @property
     def config(self) -> BalanceConfig:
-        """The balance knobs of this worker's config (built once for each config it is given)."""
-        if self._config is None or self._config[0] is not self.host.config:
-            self._config = (self.host.config, balance_config(self.host.config))
-        return self._config[1]
+        """The balance knobs of this worker's config (built once, with the config)."""
+        return balance_config(self.host.config)
 
     # -- leadership ------------------------------------------------------------------------------
 
@@ -151,7 +161,7 @@ class LoadBalancer:
     # -- what placement reads ----------------------------------------------------------------------
 
     def target_of(self, split: str) -> str | None:
-        """The member a round moved ``split`` to, while that move has not landed."""
+        """The worker a round moved ``split`` to, while that move has not landed."""
         target = self._moving.get(split)
         if target is None:
             return None
@@ -171,8 +181,8 @@ class LoadBalancer:
 
     # -- a round -----------------------------------------------------------------------------------
 
-    def step(self, now: float) -> BalanceRound | None:
-        """Run a round if one is due and some load was reported; return its decision."""
+    def step(self, now: float) -> RoundOutcome | None:
+        """Run a round if one is due and some load was reported; return what it asks."""
         if self._next_at is None or now < self._next_at:
             return None
         self._next_at = now + self.host.config.balance_interval
@@ -188,18 +198,14 @@ class LoadBalancer:
         decision = plan(workers, splits, self.config, self.state, round=self.round, now=now)
         self.state = decision.state
         self.last = decision
-        changes = self.host.placement_changes
         cooldown = self.config.cooldown_rounds * self.host.config.balance_interval
         for move in decision.moves:
             self._moving[move.split] = move.target
             self._carried[move.split] = move.load
-            self._hold(move.split, now + cooldown)
-            changes.split_moved(move.split)
-        if decision.split_requests and self.host.config.split_requests:
-            self._ask_split(decision.split_requests, now)
-        self._reweigh(splits, decision)
+        asks = decision.split_requests if self.host.config.split_requests else ()
+        reweighed = self._reweigh(splits)
         self.host.metrics.balance(_report(decision, splits))
-        return decision
+        return RoundOutcome(decision, now + cooldown, tuple(asks), reweighed)
 
     def _workers(self) -> list[BalanceWorker]:
         view, cap = self.host.view, self.host.config.max_in_flight
@@ -265,13 +271,16 @@ class LoadBalancer:
             out.append(SplitLoad(split=split, rate=load))
         return tuple(out)
 
-    def _reweigh(self, splits: list[BalanceSplit], decision: BalanceRound) -> None:
-        """Give placement each split's load in its units, scaled by the job's mean per weight."""
+    def _reweigh(self, splits: list[BalanceSplit]) -> Set[str]:
+        """Give placement each split's load in its units, scaled by the job's mean per weight.
+
+        Returns the splits whose units changed (placement's inputs that moved).
+        """
         trusted = [s for s in splits if s.trusted]
         weight = sum(split_load(s.weight) for s in trusted)
         total = math.fsum(s.load for s in trusted)
         if weight == 0 or total <= 0:
-            return
+            return frozenset()
         per_weight = total / weight
         units = {
             s.id: measured_units(s.load, per_weight) if s.trusted else unmeasured_units(s.weight)
@@ -283,8 +292,7 @@ class LoadBalancer:
             changed = {s for s, u in units.items() if self._units.get(s) != u}
             changed.update(s for s in self._units if s not in units)
         self._units = units
-        if changed:
-            self.host.placement_changes.splits_moved(changed)
+        return changed
 
 
 def _report(decision: BalanceRound, splits: list[BalanceSplit]) -> BalanceReport:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 from spate._core.host import Host
 from spate._core.leader.assignment_writes import AssignmentWrites
-from spate._core.leader.balance_rounds import LoadBalancer
+from spate._core.leader.balance_rounds import LoadBalancer, RoundOutcome
 from spate._core.leader.election import Election, fingerprint_mismatch
 from spate._core.leader.phase import LeaderPhase, LeaderPhases
 from spate._core.leader.placement_inputs import PlacementInputs
@@ -74,7 +74,8 @@ class Leadership:
         self.plans = PlanWriter(host, planner, self.election, demote=self._demote)
         self.policy = RebalancePolicy(host, self.phases)
         self.writes = AssignmentWrites(host, self.election)
-        self.balance = LoadBalancer(host, self.policy.hold_for, ask_split)
+        self.balance = LoadBalancer(host)
+        self._ask_split = ask_split
         self.inputs = PlacementInputs(host, self.election, self.writes, self.balance)
         self.publisher = AssignmentPublisher(
             host, self.election, self.inputs, self.writes, self.policy, requests
@@ -150,8 +151,20 @@ class Leadership:
             self.host.placement_changes.owe()
         if self.inputs.claims.step(now):
             self._members_moved(now)
-        self.balance.step(now)
+        outcome = self.balance.step(now)
+        if outcome is not None:
+            self._apply(outcome, now)
         self.publisher.step(now)
+
+    def _apply(self, outcome: RoundOutcome, now: float) -> None:
+        """Apply what a balance round asks: hold and re-place its moves, ask its hot splits."""
+        changes = self.host.placement_changes
+        for move in outcome.decision.moves:
+            self.policy.hold_for(move.split, outcome.held_until)
+            changes.split_moved(move.split)
+        if outcome.asks:
+            self._ask_split(outcome.asks, now)
+        changes.splits_moved(outcome.reweighed)
 
     def next_deadline(self, now: float) -> float:
         """The next time-based leader decision (grace windows, retries, debounce)."""

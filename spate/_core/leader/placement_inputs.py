@@ -1,18 +1,18 @@
-"""What the leader's placement is fed: the member table, the grace windows, each split's input.
+"""What the leader's placement is fed: the worker table, the grace windows, each split's input.
 
-- **The member table**: the live members as placement sees them (lanes, localities), built
+- **The worker table**: the live workers as placement sees them (lanes, localities), built
   again only when one of them comes, goes or changes.
 - **Grace windows**: the splits of a departed worker are withheld for ``rebalance_delay`` so
   a restarting worker reclaims its own. Every worker tracks departures, not only the leader:
   leadership can move between the departure and the next publish, and a successor must
   still honour the window.
-- **Members set aside** (:mod:`spate._core.leader.claim_deadline`): a live member that never claimed
-  what it was given within the claim deadline is no member for placement until it is tried
+- **Workers set aside** (:mod:`spate._core.leader.claim_deadline`): a live worker that never claimed
+  what it was given within the claim deadline is no worker for placement until it is tried
   again or claims.
 - **Each split's input** (:meth:`PlacementInputs.placement_input`): its weight, the load it
   puts on a worker (:func:`spate._core.placement.split_load.split_load`, or its measured load
   once the job reports loads: :mod:`spate._core.leader.balance_rounds`), its affinity, and the
-  member it is anchored on (its owner, the assignee of a split in transit, or the target a
+  worker it is anchored on (its owner, the assignee of a split in transit, or the target a
   balance round moved it to).
 - **The index** (:class:`~spate._core.placement.index.PlacementIndex`) is fed only the splits
   the view names as changed, so one ownership change costs the splits in flight, not the job.
@@ -51,18 +51,18 @@ class PlacementInputs:
         self.departed: dict[str, float] = {}
         """Instance -> when its presence vanished (its grace window is open)."""
         self.claims = ClaimDeadlines(host)
-        """The members that never claimed what they were given: set aside for placement."""
+        """The workers that never claimed what they were given: set aside for placement."""
         self.index: PlacementIndex | None = None
         """The placement kept split by split while leading (see spate._core.placement.index)."""
         self._index_key: tuple[int, frozenset[str]] | None = None
-        self._index_members: frozenset[str] = frozenset()
-        """The live members the index's inputs were read against."""
-        self._members_at: tuple[tuple[int, int], dict[str, Member], frozenset[str]] | None = None
-        """The view's members_seq and the set-aside version, and the members placement saw
-        then (see members)."""
-        self._index_members_seq: tuple[int, int] | None = None
+        self._index_workers: frozenset[str] = frozenset()
+        """The live workers the index's inputs were read against."""
+        self._workers_at: tuple[tuple[int, int], dict[str, Member], frozenset[str]] | None = None
+        """The view's members_seq and the set-aside version, and the workers placement saw
+        then (see workers)."""
+        self._index_workers_seq: tuple[int, int] | None = None
         """The view's members_seq and the set-aside version when the index was last given the
-        members."""
+        workers."""
 
     # -- grace windows -------------------------------------------------------------------------
 
@@ -111,26 +111,26 @@ class PlacementInputs:
             return min(self.departed.values()) + delay
         return None
 
-    # -- the member table and the index -------------------------------------------------------
+    # -- the worker table and the index -------------------------------------------------------
 
     def members(self) -> dict[str, Member]:
-        """The live members as placement sees them: their lanes and localities.
+        """The live workers as placement sees them: their lanes and localities.
 
         Built again only when one of them comes, goes or changes: a publish follows every
-        ownership change, and a dict of a thousand members rebuilt and compared each time
+        ownership change, and a dict of a thousand workers rebuilt and compared each time
         made its cost O(workers).
         """
         view = self.host.view
         seq = (view.members_seq, self.claims.version)
-        if self._members_at is None or self._members_at[0] != seq:
+        if self._workers_at is None or self._workers_at[0] != seq:
             aside = self.claims.set_aside
-            members = {
+            workers = {
                 i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
                 for i, p in view.presence.items()
                 if i not in aside
             }
-            self._members_at = (seq, members, frozenset(members))
-        return self._members_at[1]
+            self._workers_at = (seq, workers, frozenset(workers))
+        return self._workers_at[1]
 
     def placement_index(self) -> PlacementIndex:
         """The index, fed every placement input that moved since the last publish.
@@ -138,32 +138,32 @@ class PlacementInputs:
         Built from the whole view when leadership starts and when the withheld set changes
         (a departure, a grace window closing) or the generation does: all O(n) and rare.
         Otherwise only the splits the view names as changed are read again, and on a join or
-        a departure the splits that name the member as their assignee (an input anchors a
+        a departure the splits that name the worker as their assignee (an input anchors a
         split in transit only on a live assignee, see :meth:`placement_input`). Given the
-        members anew when they changed.
+        workers anew when they changed.
         """
         index = self._fed_index()
         seq = (self.host.view.members_seq, self.claims.version)
-        if self._index_members_seq != seq:
-            # (Comparing a thousand members with the index's own, each publish, was O(W).)
+        if self._index_workers_seq != seq:
+            # (Comparing a thousand workers with the index's own, each publish, was O(W).)
             index.set_members(self.members())
-            self._index_members_seq = seq
+            self._index_workers_seq = seq
         return index
 
     def _fed_index(self) -> PlacementIndex:
         host, view = self.host, self.host.view
         key = (self._election.generation, frozenset(self.departed))
         self.members()
-        assert self._members_at is not None
-        members = self._members_at[2]
+        assert self._workers_at is not None
+        workers = self._workers_at[2]
         index = self.index
         changes = host.placement_changes.take_placement_changes()
         if index is None or key != self._index_key or changes is None:
             self._index_key = key
-            self._index_members = members
+            self._index_workers = workers
             host.placement_changes.track()
             if index is None:
-                self._index_members_seq = None  # a new index has no members yet
+                self._index_workers_seq = None  # a new index has no workers yet
                 index = self.index = PlacementIndex(
                     default_cap=host.config.max_in_flight,
                     seed=host.tie_seed,
@@ -181,14 +181,14 @@ class PlacementInputs:
             for split in view.splits:
                 index.update(split, self.placement_input(split))
             return index
-        if members != self._index_members:
+        if workers != self._index_workers:
             changes = set(changes)
-            for member in members ^ self._index_members:
-                record = view.assignments.get(member)
+            for worker in workers ^ self._index_workers:
+                record = view.assignments.get(worker)
                 if record is not None:
                     changes.update(record[0].splits)
-                changes.update(self._writes.by_member.get(member, ()))
-            self._index_members = members
+                changes.update(self._writes.by_member.get(worker, ()))
+            self._index_workers = workers
         for split in changes:
             index.update(split, self.placement_input(split))
         return index
@@ -203,12 +203,12 @@ class PlacementInputs:
     def placement_input(self, split: str) -> Placement | None:
         """What placement needs to know of ``split``, or None when it is not to be placed.
 
-        A split in transit (this leader gave it to a live member that has not claimed it yet:
+        A split in transit (this leader gave it to a live worker that has not claimed it yet:
         its owner handed it back, died, or still holds it while a revocation is in flight) is
         anchored on that assignee, as named by the assignment write in flight or else by the
-        member's record of this generation; that keeps the placement a fixpoint while moves
+        worker's record of this generation; that keeps the placement a fixpoint while moves
         land one by one. Anchoring on ownership alone re-placed such splits afresh on every
-        solve, so assignments flip-flopped between members until the moves settled. The
+        solve, so assignments flip-flopped between workers until the moves settled. The
         splits of a departed worker are withheld (None) during its grace window.
         """
         view = self.host.view
@@ -226,11 +226,11 @@ class PlacementInputs:
             # when its lease appears, which may be before the claim's own write landed.)
             return None
         weight = state.spec.weight
-        # Each member's assignment as this leader last decided it: the write in flight when
-        # there is one (the records of one publish land one by one, and a member's stale record
+        # Each worker's assignment as this leader last decided it: the write in flight when
+        # there is one (the records of one publish land one by one, and a worker's stale record
         # would anchor the split where it no longer goes), else its record of this generation.
-        # Only live members anchor: a dead member's record, not yet deleted, does not. When
-        # two members name it (a move being published), the first by name: a rule every
+        # Only live workers anchor: a dead worker's record, not yet deleted, does not. When
+        # two workers name it (a move being published), the first by name: a rule every
         # leader applies alike, whatever order the records arrived in.
         assigned = view.assigned.get(split)
         writing = self._writes.by_split.get(split)
@@ -253,10 +253,10 @@ class PlacementInputs:
         if holders and owner not in holders:
             # In transit: its owner handed it back (no owner), is gone (a dead worker's
             # expired lease leaves the record naming it), or still holds it while this
-            # leader has already given it to another member (a revocation in flight). All
+            # leader has already given it to another worker (a revocation in flight). All
             # three are anchored on the assignee. Anchored on the owner instead, every solve
             # placed such splits afresh: while the moves landed one by one they swapped
-            # between members, a claim racing a swap took a split back to a member it had
+            # between workers, a claim racing a swap took a split back to a worker it had
             # left, and a domain overfilled that way was evened out by moving a split that
             # was never in transit.
             owner = min(holders)

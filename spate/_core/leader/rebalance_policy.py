@@ -18,9 +18,9 @@ trigger (say, measured load drifting out of its band) is one more caller of
 - **Moves with a cause**: the placement's spread and balance steps, which move running splits,
   run only when a *rebalance is owed*: a join or departure since the last one (or leadership
   began: a new leader cannot know what changed while nobody led), or a rebalance the last
-  publish could not finish (a member's write was still in flight). Completions, claims and
+  publish could not finish (a worker's write was still in flight). Completions, claims and
   hand-backs alone never move a running split; the debounce still hands unowned splits out
-  at once. At the end of a bounded job no member comes or goes, so running splits stay put:
+  at once. At the end of a bounded job no worker comes or goes, so running splits stay put:
   an idle lane there is for splitting, and a move would only add a drain.
 - **Moves by load stay put**: a split a balance round moved
   (:mod:`spate._core.leader.balance_rounds`)
@@ -88,7 +88,7 @@ class RebalancePolicy:
         self._wake_at = math.inf
 
     def membership_changed(self, now: float) -> None:
-        """A member came or went: owe a rebalance, after the debounce (and the join window)."""
+        """A worker came or went: owe a rebalance, after the debounce (and the join window)."""
         self.owe()
         debounce = self.host.config.membership_debounce
         if debounce > 0:
@@ -178,7 +178,7 @@ class RebalancePolicy:
         """The splits a rebalance moved and holds still (see the module text).
 
         A hold lasts a drain window, and past it for as long as the move has not landed (the
-        split's owner is not yet the member it was moved to), up to a second window: a drain
+        split's owner is not yet the worker it was moved to), up to a second window: a drain
         forced at its deadline is still in transit, and moving it again then would ask for a
         second drain of a split whose first has only just been forced. A hold that ends owes
         a rebalance: the one it held back.

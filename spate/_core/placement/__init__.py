@@ -19,7 +19,7 @@ Pure: the incrementally kept index the leader solves, over its sticky state and 
 - ``moves.py``: the index's improving moves: the spread across domains, the balance of workers,
   held splits kept out (``ImprovingMoves``)
 - ``report.py``: the blast radius: how the job's weight spreads over failure domains
-- ``state.py``: the index's sticky state: each split on its owner, per member and per domain
+- ``state.py``: the index's sticky state: each split on its owner, per worker and per domain
   (loads, sorted splits, weight bins, the unowned, pinned and loose affinities), O(log n) per
   changed split (``StickyState``)
 """

@@ -22,20 +22,20 @@ class AffinityStep:
         self._state = state
 
     def matching(self, affinity: str, matching: dict[str, list[str]]) -> list[str]:
-        """The members whose locality satisfies ``affinity`` (cached in ``matching``)."""
+        """The workers whose locality satisfies ``affinity`` (cached in ``matching``)."""
         found = matching.get(affinity)
         if found is None:
-            members = self._state.members
+            workers = self._state.workers
             found = matching[affinity] = [
-                m for m in self._state.names if affinity_matches(affinity, members[m].locality)
+                m for m in self._state.names if affinity_matches(affinity, workers[m].locality)
             ]
         return found
 
     def loose(self, matching: dict[str, list[str]]) -> list[tuple[int, str]]:
-        """Splits whose affinity some member matches but not their owner (or with no owner).
+        """Splits whose affinity some worker matches but not their owner (or with no owner).
 
         Sorted by (-weight, id). The sticky step does not keep them on their owner: the
-        affinity step places them. (An affinity no member matches is no affinity at all.)
+        affinity step places them. (An affinity no worker matches is no affinity at all.)
         """
         inputs = self._state.inputs
         loose = []
@@ -107,10 +107,10 @@ class AffinityStep:
     ) -> str | None:
         """A matching worker with a free lane, making one by evicting an unpinned split."""
         state = self._state
-        member_hash = state.member_hash
+        worker_hash = state.worker_hash
         open_ = [m for m in wanted if count[m] < state.cap[m]]
         if open_:
-            return min(open_, key=lambda m: (load[m], member_hash[m], m))
+            return min(open_, key=lambda m: (load[m], worker_hash[m], m))
         # Every match is full: the fullest one holding a split without an honoured affinity
         # gives back the split it would keep last (lightest, then highest id: the end of the
         # sticky order), so the next solve's sticky step makes the same choice. The bins hold
@@ -119,7 +119,7 @@ class AffinityStep:
         donors = [m for m in wanted if bins[m].weights]
         if not donors:
             return None
-        donor = max(donors, key=lambda m: (load[m], member_hash[m], m))
+        donor = max(donors, key=lambda m: (load[m], worker_hash[m], m))
         weight, victim = bins[donor].last_of_lightest()
         origin.setdefault(victim, donor)
         state.bins_remove(donor, weight, victim)

@@ -1,9 +1,9 @@
 """The placement's fill: unowned splits to the least-loaded open domain and worker.
 
 The third step of the placement (see :mod:`spate._core.placement.index`). It keeps its
-candidates in heaps built at each solve from the members with a free lane: one heap of
-members (no domains), or a heap per domain of its members and a heap of the domains by load.
-A split taken costs O(log members), so a solve's fill costs the splits it places.
+candidates in heaps built at each solve from the workers with a free lane: one heap of
+workers (no domains), or a heap per domain of its workers and a heap of the domains by load.
+A split taken costs O(log workers), so a solve's fill costs the splits it places.
 
 Pure and synchronous: no Trio, no clock, no I/O.
 """
@@ -19,7 +19,7 @@ __all__ = ["CandidateHeaps"]
 
 
 class CandidateHeaps:
-    """The fill of one index: its candidate members and domains, as heaps, on each solve."""
+    """The fill of one index: its candidate workers and domains, as heaps, on each solve."""
 
     def __init__(self, state: StickyState) -> None:
         self._state = state
@@ -39,26 +39,26 @@ class CandidateHeaps:
         """
         state = self._state
         cap, placed = state.cap, []
-        member_hash = state.member_hash
+        worker_hash = state.worker_hash
         if not state.domains:
-            spare = [(load[m], member_hash[m], m) for m in state.names if count[m] < cap[m]]
+            spare = [(load[m], worker_hash[m], m) for m in state.names if count[m] < cap[m]]
             heapq.heapify(spare)
             for negative, split in queue:
                 if not spare:
                     break
-                _, h, member = heapq.heappop(spare)
-                final[split] = member
+                _, h, worker = heapq.heappop(spare)
+                final[split] = worker
                 placed.append((negative, split))
-                load[member] -= negative
-                count[member] += 1
-                if count[member] < cap[member]:
-                    heapq.heappush(spare, (load[member], h, member))
+                load[worker] -= negative
+                count[worker] += 1
+                if count[worker] < cap[worker]:
+                    heapq.heappush(spare, (load[worker], h, worker))
             return placed
         domain_of = state.domain
         domains: dict[str, list[tuple[int, int, str]]] = {}
         for m in state.names:
             if count[m] < cap[m]:
-                domains.setdefault(domain_of[m], []).append((load[m], member_hash[m], m))
+                domains.setdefault(domain_of[m], []).append((load[m], worker_hash[m], m))
         for heap in domains.values():
             heapq.heapify(heap)
         domain_load: dict[str, int] = {}
@@ -71,13 +71,13 @@ class CandidateHeaps:
                 break
             dload, dh, d = heapq.heappop(tops)
             heap = domains[d]
-            _, mh, member = heapq.heappop(heap)
-            final[split] = member
+            _, mh, worker = heapq.heappop(heap)
+            final[split] = worker
             placed.append((negative, split))
-            load[member] -= negative
-            count[member] += 1
-            if count[member] < cap[member]:
-                heapq.heappush(heap, (load[member], mh, member))
+            load[worker] -= negative
+            count[worker] += 1
+            if count[worker] < cap[worker]:
+                heapq.heappush(heap, (load[worker], mh, worker))
             if heap:
                 heapq.heappush(tops, (dload - negative, dh, d))
         return placed

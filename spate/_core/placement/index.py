@@ -1,6 +1,6 @@
 """The leader's placement: which live worker should run each split.
 
-Sticky on the current owner, balanced by weight, bounded by each member's lane budget, with
+Sticky on the current owner, balanced by weight, bounded by each worker's lane budget, with
 ties broken by a hash seeded from the job fingerprint so that every leader (and every
 failover) reaches the same answer.
 
@@ -49,7 +49,7 @@ after every change, to the reference model that places the whole job step by ste
   that step keeps each owner's splits in a fixed order up to its lane budget, so its state is
   "each split on its owner" less the overflow of owners over their budget (a worker draining
   while new splits are anchored on it): a function of each split and its owner's splits alone.
-  The index keeps "each split on its owner" (per-member sets, loads, and the weight bins the
+  The index keeps "each split on its owner" (per-worker sets, loads, and the weight bins the
   improve passes search, with every split's hash computed once), updates it in O(log n) per
   changed split, and takes the overflow out on each solve.
 - The later steps (*fill* the unowned splits heaviest first, then *spread* across domains and
@@ -57,19 +57,19 @@ after every change, to the reference model that places the whole job step by ste
   the number of lanes they fill and moves they make: the splits in flight, not the job. A fleet
   at its fixpoint (every split on its assignee) makes none.
 - A changed split whose owner, weight and affinity are unchanged (a renewal, a claim by the
-  assignee of a split it was already anchored to, an owner that is no member either way)
+  assignee of a split it was already anchored to, an owner that is no worker either way)
   changes nothing at all: no solve, nothing to publish.
 - When an affinity is not honoured by its split's owner (or the split has no owner), or an
   honoured one is in an owner's overflow, the solve runs the affinity step too, from the same
   state: the affinity splits are taken off their owners, placed on matching workers (evicting
   a split without an honoured affinity when every match is full), and the rest carries on as
-  above. Such a solve reports every member as changed. A change of members or of their
+  above. Such a solve reports every worker as changed. A change of workers or of their
   budgets or localities rebuilds the state from the stored inputs (O(n), once per membership
   change).
 
 The index is a facade over its parts, each in its own module, each given the sticky state
 through its constructor: :class:`~spate._core.placement.state.StickyState` (each split on its
-owner, per member and per domain), :class:`~spate._core.placement.affinity.AffinityStep`,
+owner, per worker and per domain), :class:`~spate._core.placement.affinity.AffinityStep`,
 :class:`~spate._core.placement.fill.CandidateHeaps` (the fill) and
 :class:`~spate._core.placement.moves.ImprovingMoves` (the spread and the balance). The index
 itself keeps the inputs' entry points, the order of one solve, and the change tracking.
@@ -93,7 +93,7 @@ __all__ = ["PlacementIndex", "solve_placement"]
 
 
 def solve_placement(
-    members: Mapping[str, Member],
+    workers: Mapping[str, Member],
     splits: Mapping[str, Placement],
     *,
     reserved: Collection[str] = (),
@@ -103,9 +103,9 @@ def solve_placement(
     rebalance: bool = True,
     held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
-    """The whole placement from scratch: member -> sorted split ids (the rest is the queue).
+    """The whole placement from scratch: worker -> sorted split ids (the rest is the queue).
 
-    ``members`` maps each live instance to its lane budget and locality; ``splits`` holds the
+    ``workers`` maps each live instance to its lane budget and locality; ``splits`` holds the
     assignable splits (runnable, spec seen; :attr:`Placement.locality` is the affinity);
     ``reserved`` splits are withheld; ``rebalance`` allows the spread and balance steps, which
     leave the ``held`` splits where they are.
@@ -116,7 +116,7 @@ def solve_placement(
     index = PlacementIndex(default_cap=default_cap, seed=seed, isolation_tier=isolation_tier)
     index.set_rebalance(rebalance)
     index.set_held(held)
-    index.set_members(members)
+    index.set_members(workers)
     index.load({s: p for s, p in splits.items() if s not in reserved})
     return index.assignment()
 
@@ -145,7 +145,7 @@ class PlacementIndex:
         self._affine = False  # whether the last solve ran the affinity step
         self._dirty = True
         self._all_changed = True
-        self._before: dict[str, str | None] = {}  # split -> its member in the last answer
+        self._before: dict[str, str | None] = {}  # split -> its worker in the last answer
         self._changed: set[str] = set()
         self._totals: dict[str, tuple[int, int]] = {}
         self._rebalance = True
@@ -154,24 +154,24 @@ class PlacementIndex:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def set_members(self, members: Mapping[str, Member]) -> None:
+    def set_members(self, workers: Mapping[str, Member]) -> None:
         """The live workers with their budgets and localities.
 
         Workers joining are added to the state (with the splits that already name them as
         owner); any other change rebuilds it.
         """
         state = self._state
-        if members == state.members:
+        if workers == state.workers:
             return
-        joining = {m: w for m, w in members.items() if m not in state.members}
-        kept = len(members) - len(joining) == len(state.members) and all(
-            members.get(m) == w for m, w in state.members.items()
+        joining = {m: w for m, w in workers.items() if m not in state.workers}
+        kept = len(workers) - len(joining) == len(state.workers) and all(
+            workers.get(m) == w for m, w in state.workers.items()
         )
-        domains = any(w.locality for w in members.values())
+        domains = any(w.locality for w in workers.values())
         if kept and domains == state.domains:
             state.join(joining)
         else:
-            state.members = dict(members)
+            state.workers = dict(workers)
             state.rebuild()
         self._dirty = self._all_changed = True
 
@@ -189,7 +189,7 @@ class PlacementIndex:
         """The splits the spread and balance steps must not move (see the module text).
 
         The leader holds a split it moved for balance until a drain window has passed, so no
-        split is asked to drain twice in one; the other splits still serve a new member.
+        split is asked to drain twice in one; the other splits still serve a new worker.
         """
         held = frozenset(splits)
         if held != self._held:
@@ -202,7 +202,7 @@ class PlacementIndex:
         return self._held_back
 
     def moves_running(self) -> set[str]:
-        """The splits with a live owner that the answer places on another member."""
+        """The splits with a live owner that the answer places on another worker."""
         self.solve()
         return {
             split
@@ -232,7 +232,7 @@ class PlacementIndex:
                 and state.owner(old) == state.owner(placement)
             )
             if same:
-                # An owner that is no member either way; the split may name another one now.
+                # An owner that is no live worker either way; the split may name another one now.
                 if old.owner != placement.owner:
                     state.renamed_orphan(old.owner, placement.owner, split)
                 state.inputs[split] = placement
@@ -271,7 +271,7 @@ class PlacementIndex:
             return
         self._dirty = False
         old_result, old_affine = self._result, self._affine
-        if not self._state.members:
+        if not self._state.workers:
             self._result, self._affine = {}, False
         else:
             self._result, self._affine = self._improve()
@@ -295,7 +295,7 @@ class PlacementIndex:
         self._before.clear()
 
     def take_changed(self) -> set[str] | None:
-        """Members whose assignment changed since the last call (``None``: maybe all)."""
+        """Workers whose assignment changed since the last call (``None``: maybe all)."""
         self.solve()
         if self._all_changed:
             self._all_changed = False
@@ -304,14 +304,14 @@ class PlacementIndex:
         changed, self._changed = self._changed, set()
         return changed
 
-    def assignment_of(self, member: str) -> tuple[str, ...]:
-        """The sorted splits placed on ``member`` (empty for a non-member)."""
+    def assignment_of(self, worker: str) -> tuple[str, ...]:
+        """The sorted splits placed on ``worker`` (empty for an instance that is no live worker)."""
         self.solve()
-        if member not in self._state.members:
+        if worker not in self._state.workers:
             return ()
-        owned = self._state.sorted[member]
-        out = self._moved_out.get(member)
-        moved_in = self._moved_in.get(member)
+        owned = self._state.sorted[worker]
+        out = self._moved_out.get(worker)
+        moved_in = self._moved_in.get(worker)
         if not out and not moved_in:
             return tuple(owned)
         held = list(owned)
@@ -322,17 +322,17 @@ class PlacementIndex:
         return tuple(held)
 
     def moves(self) -> dict[str, str]:
-        """The splits the answer places on a member other than their owner: split -> member."""
+        """The splits the answer places on a worker other than their owner: split -> worker."""
         self.solve()
         return {s: m for s, m in self._result.items() if m is not None}
 
     def assignment(self) -> dict[str, tuple[str, ...]]:
-        """Every member's sorted splits (the whole placement)."""
+        """Every worker's sorted splits (the whole placement)."""
         self.solve()
-        return {m: self.assignment_of(m) for m in sorted(self._state.members)}
+        return {m: self.assignment_of(m) for m in sorted(self._state.workers)}
 
     def totals(self) -> dict[str, tuple[int, int]]:
-        """Per member, the (split count, weight) placed on it."""
+        """Per worker, the (split count, weight) placed on it."""
         self.solve()
         return dict(self._totals)
 
@@ -345,7 +345,7 @@ class PlacementIndex:
     def _improve(self) -> tuple[dict[str, str | None], bool]:
         """The answer, as the splits placed elsewhere than the sticky state.
 
-        Values are members (``None``: queued). Also whether the affinity step ran.
+        Values are workers (``None``: queued). Also whether the affinity step ran.
         """
         state = self._state
         matching: dict[str, list[str]] = {}
@@ -381,8 +381,8 @@ class PlacementIndex:
         )
         if self._rebalance:  # else no spread, no balance: sticky, affinity and fill alone
             self._moves.run(load, count, final, origin, MAX_IMPROVING_MOVES)
-        for member, weight, split in held:
-            state.bins_add(member, weight, split)
+        for worker, weight, split in held:
+            state.bins_add(worker, weight, split)
         self._held_back = bool(held) and self._moves.improvable(load, count)
         # Undo: the bins go back to the sticky state.
         for split, was in origin.items():

@@ -2,7 +2,7 @@
 
 Steps 4 and 5 of the placement (see :mod:`spate._core.placement.index`), run only when a
 rebalance is allowed. Each move is the one :func:`~spate._core.placement.vocabulary.best_transfer`
-finds on the sticky state's weight bins (per domain for the spread, per member for the
+finds on the sticky state's weight bins (per domain for the spread, per worker for the
 balance), so a solve costs the moves it makes, not the job. Held splits are taken out of the
 bins while the moves run (:meth:`ImprovingMoves.hold`) and put back afterwards.
 
@@ -53,7 +53,7 @@ class ImprovingMoves:
     ) -> list[tuple[str, int, str]]:
         """Take the held splits out of the bins (the improving steps move only what is there).
 
-        Returns (member, weight, split) of each taken out, to put back once the steps ran.
+        Returns (worker, weight, split) of each taken out, to put back once the steps ran.
         """
         state = self._state
         taken = []
@@ -62,16 +62,16 @@ class ImprovingMoves:
             if p is None:
                 continue
             if split in origin:  # taken off its owner by an earlier step: where it went now
-                member = final.get(split)
-                if member is None or split in pinned_now:
+                worker = final.get(split)
+                if worker is None or split in pinned_now:
                     continue
             else:
-                member = state.owner(p)
-                if member is None or split in state.pinned:
+                worker = state.owner(p)
+                if worker is None or split in state.pinned:
                     continue
             weight = p.load
-            state.bins_remove(member, weight, split)
-            taken.append((member, weight, split))
+            state.bins_remove(worker, weight, split)
+            taken.append((worker, weight, split))
         return taken
 
     def improvable(self, load: Mapping[str, int], count: Mapping[str, int]) -> bool:
@@ -98,11 +98,11 @@ class ImprovingMoves:
         )
 
     def _place_of(self, split: str, final: Mapping[str, str]) -> str:
-        member = final.get(split)
-        if member is None:
-            member = self._state.owner(self._state.inputs[split])
-            assert member is not None
-        return member
+        worker = final.get(split)
+        if worker is None:
+            worker = self._state.owner(self._state.inputs[split])
+            assert worker is not None
+        return worker
 
     def _spread(
         self,
@@ -117,13 +117,13 @@ class ImprovingMoves:
         domains = sorted(state.domain_bins)
         if len(domains) < 2:
             return
-        cap, member_hash = state.cap, state.member_hash
-        members_of: dict[str, list[str]] = {d: [] for d in domains}
+        cap, worker_hash = state.cap, state.worker_hash
+        workers_of: dict[str, list[str]] = {d: [] for d in domains}
         for m in state.names:
-            members_of[state.domain[m]].append(m)
-        dload = {d: sum(load[m] for m in members_of[d]) for d in domains}
-        dcount = {d: sum(count[m] for m in members_of[d]) for d in domains}
-        dcap = {d: sum(cap[m] for m in members_of[d]) for d in domains}
+            workers_of[state.domain[m]].append(m)
+        dload = {d: sum(load[m] for m in workers_of[d]) for d in domains}
+        dcount = {d: sum(count[m] for m in workers_of[d]) for d in domains}
+        dcap = {d: sum(cap[m] for m in workers_of[d]) for d in domains}
         bins = state.domain_bins
         for _ in range(limit):
             step = best_transfer(domains, dload, dcount, dcap, bins)
@@ -132,8 +132,8 @@ class ImprovingMoves:
             target, source, (_, _, split, weight) = step
             owner = self._place_of(split, final)
             receiver = min(
-                (m for m in members_of[target] if count[m] < cap[m]),
-                key=lambda m: (load[m], member_hash[m], m),
+                (m for m in workers_of[target] if count[m] < cap[m]),
+                key=lambda m: (load[m], worker_hash[m], m),
             )
             self._move(split, weight, owner, receiver, load, count, final, origin)
             dload[source] -= weight
@@ -150,7 +150,7 @@ class ImprovingMoves:
         origin: dict[str, str | None],
         limit: int,
     ) -> None:
-        """The balance among ``group`` (all members, or one domain's), on the kept bins."""
+        """The balance among ``group`` (all workers, or one domain's), on the kept bins."""
         cap, bins = self._state.cap, self._state.bins
         band = Band.of(group, load, bins)
         for _ in range(limit):

@@ -50,8 +50,8 @@ def placement_report(
     (a split with no weight counts 1).
     """
     totals = {
-        member: (len(held), sum(weights.get(s, 1) for s in held))
-        for member, held in assignment.items()
+        worker: (len(held), sum(weights.get(s, 1) for s in held))
+        for worker, held in assignment.items()
     }
     return report_from_totals(totals, localities, isolation_tier)
 
@@ -68,10 +68,10 @@ def report_from_totals(
     workers: dict[str, int] = {}
     splits: dict[str, int] = {}
     weight: dict[str, int] = {}
-    for member, locality in localities.items():
+    for instance, locality in localities.items():
         d = domain_of(locality, isolation_tier)
         workers[d] = workers.get(d, 0) + 1
-        count, held = totals.get(member, (0, 0))
+        count, held = totals.get(instance, (0, 0))
         splits[d] = splits.get(d, 0) + count
         weight[d] = weight.get(d, 0) + held
     total = sum(weight.values())

@@ -1,12 +1,12 @@
-"""The placement index's sticky state: each split on its owner, per member and per domain.
+"""The placement index's sticky state: each split on its owner, per worker and per domain.
 
 The first step of the placement (*sticky*, see :mod:`spate._core.placement.index`) puts every
 split on its live owner. :class:`StickyState` keeps that state for the index, split by split:
-the members with their budgets, domains and hashes; per member its splits (as a set and
+the workers with their budgets, domains and hashes; per worker its splits (as a set and
 sorted), its load, and the weight bins the improve passes search (and per domain the same
 bins, when localities are honoured); the unowned splits sorted heaviest first; the splits
 pinned by an honoured affinity, and those whose affinity their owner does not honour. A
-change of one split costs O(log n) here; a change of members rebuilds it (O(n), once per
+change of one split costs O(log n) here; a change of workers rebuilds it (O(n), once per
 membership change) unless it only adds workers.
 
 The fill and improve passes (:mod:`spate._core.placement.fill`,
@@ -37,7 +37,7 @@ __all__ = ["StickyState"]
 class StickyState:
     """Each split of the pool on its live owner, kept split by split (see the module text).
 
-    The index writes :attr:`members` and :attr:`inputs` and calls :meth:`rebuild` (or
+    The index writes :attr:`workers` and :attr:`inputs` and calls :meth:`rebuild` (or
     :meth:`join`), :meth:`add` and :meth:`remove`; every other attribute is derived.
     """
 
@@ -45,25 +45,25 @@ class StickyState:
         self.default_cap = default_cap
         self.seed = seed
         self.tier = isolation_tier
-        self.members: dict[str, Member] = {}
+        self.workers: dict[str, Member] = {}
         self.inputs: dict[str, Placement] = {}
         self._hash: dict[str, int] = {}  # split -> its seeded hash, computed once
         self.rebuild()
 
     def rebuild(self) -> None:
-        """Derive the whole state again from :attr:`members` and :attr:`inputs` (O(n))."""
-        members = self.members
-        self.names = sorted(members)
+        """Derive the whole state again from :attr:`workers` and :attr:`inputs` (O(n))."""
+        workers = self.workers
+        self.names = sorted(workers)
         self.cap = {
-            m: max(1, members[m].cap if members[m].cap > 0 else self.default_cap)
+            m: max(1, workers[m].cap if workers[m].cap > 0 else self.default_cap)
             for m in self.names
         }
-        self.domains = any(m.locality for m in members.values())
-        """Whether any member has a locality (else there are no domains and no affinities)."""
+        self.domains = any(m.locality for m in workers.values())
+        """Whether any worker has a locality (else there are no domains and no affinities)."""
         self.domain = {
-            m: domain_of(members[m].locality, self.tier) if self.domains else "" for m in self.names
+            m: domain_of(workers[m].locality, self.tier) if self.domains else "" for m in self.names
         }
-        self.member_hash = {m: stable_hash_str(self.seed, m) for m in self.names}
+        self.worker_hash = {m: stable_hash_str(self.seed, m) for m in self.names}
         self.owned: dict[str, set[str]] = {m: set() for m in self.names}
         self.sorted: dict[str, list[str]] = {m: [] for m in self.names}
         self.domain_hash = {d: stable_hash_str(self.seed, d) for d in set(self.domain.values())}
@@ -76,7 +76,9 @@ class StickyState:
         """Splits on an owner that honours their affinity: out of the bins, never moved."""
         self.affine_loose: set[str] = set()
         """Splits with an honoured affinity their owner does not match (or with no owner)."""
-        self._orphans: dict[str, set[str]] = {}  # a non-member owner -> the splits naming it
+        self._orphans: dict[
+            str, set[str]
+        ] = {}  # an owner that is no live worker -> the splits naming it
         # Bulk load: one sort of the unowned splits, not an insort per split.
         unowned = []
         for split, p in self.inputs.items():
@@ -102,27 +104,27 @@ class StickyState:
         return bool(self._unowned or self._unowned_new)
 
     def join(self, joining: Mapping[str, Member]) -> None:
-        """Add members to the state (a join costs what it changes, not a rebuild).
+        """Add workers to the state (a join costs what it changes, not a rebuild).
 
-        Only when no other member changed and whether localities are honoured stays as it
-        was: then the splits of the other members keep their state, and the splits naming
+        Only when no other worker changed and whether localities are honoured stays as it
+        was: then the splits of the other workers keep their state, and the splits naming
         a joining worker as owner (a worker back under its old id) move from unowned to it.
         """
         adopted = [
             (split, self.inputs[split]) for m in joining for split in self._orphans.pop(m, ())
         ]
         for split, p in adopted:
-            self.remove(split, p)  # still unowned: its owner is no member yet
-        for m, member in joining.items():
-            self.members[m] = member
+            self.remove(split, p)  # still unowned: its owner is no live worker yet
+        for m, worker in joining.items():
+            self.workers[m] = worker
             bisect.insort(self.names, m)
-            self.cap[m] = max(1, member.cap if member.cap > 0 else self.default_cap)
-            domain = domain_of(member.locality, self.tier) if self.domains else ""
+            self.cap[m] = max(1, worker.cap if worker.cap > 0 else self.default_cap)
+            domain = domain_of(worker.locality, self.tier) if self.domains else ""
             self.domain[m] = domain
             if domain not in self.domain_hash:
                 self.domain_hash[domain] = stable_hash_str(self.seed, domain)
                 self.domain_bins[domain] = WeightBins([])
-            self.member_hash[m] = stable_hash_str(self.seed, m)
+            self.worker_hash[m] = stable_hash_str(self.seed, m)
             self.owned[m] = set()
             self.sorted[m] = []
             self.load[m] = 0
@@ -131,7 +133,7 @@ class StickyState:
             self.add(split, p)
 
     def renamed_orphan(self, old: str | None, new: str | None, split: str) -> None:
-        """An unowned split now names another non-member owner (nothing else changed)."""
+        """An unowned split now names another owner that is no live worker (nothing else moved)."""
         self._orphan_drop(old, split)
         self._orphan_add(new, split)
 
@@ -149,11 +151,11 @@ class StickyState:
                 del self._orphans[owner]
 
     def owner(self, p: Placement) -> str | None:
-        """The owner of ``p`` when it is a member (the sticky step's anchor), else None."""
-        return p.owner if p.owner is not None and p.owner in self.members else None
+        """The owner of ``p`` when it is a worker (the sticky step's anchor), else None."""
+        return p.owner if p.owner is not None and p.owner in self.workers else None
 
     def where(self, split: str) -> str | None:
-        """The member the sticky state puts ``split`` on (None: unowned or not in the pool)."""
+        """The worker the sticky state puts ``split`` on (None: unowned or not in the pool)."""
         p = self.inputs.get(split)
         return None if p is None else self.owner(p)
 
@@ -170,7 +172,7 @@ class StickyState:
         owner = self.owner(p)
         honoured = bool(p.locality) and self.domains
         if honoured and (
-            owner is None or not affinity_matches(p.locality, self.members[owner].locality)
+            owner is None or not affinity_matches(p.locality, self.workers[owner].locality)
         ):
             self.affine_loose.add(split)
         if owner is None:
@@ -208,19 +210,19 @@ class StickyState:
         else:
             self.bins_remove(owner, weight, split)
 
-    def bins_add(self, member: str, weight: int, split: str) -> None:
-        """Put ``split`` in ``member``'s bins (and its domain's, when there are domains)."""
+    def bins_add(self, worker: str, weight: int, split: str) -> None:
+        """Put ``split`` in ``worker``'s bins (and its domain's, when there are domains)."""
         key = self.key(split)
-        self.bins[member].add(weight, key)
+        self.bins[worker].add(weight, key)
         if self.domains:  # the domain bins serve only the spread across domains
-            self.domain_bins[self.domain[member]].add(weight, key)
+            self.domain_bins[self.domain[worker]].add(weight, key)
 
-    def bins_remove(self, member: str, weight: int, split: str) -> None:
-        """Take ``split`` out of ``member``'s bins (and its domain's)."""
+    def bins_remove(self, worker: str, weight: int, split: str) -> None:
+        """Take ``split`` out of ``worker``'s bins (and its domain's)."""
         key = self.key(split)
-        self.bins[member].remove(weight, key)
+        self.bins[worker].remove(weight, key)
         if self.domains:
-            self.domain_bins[self.domain[member]].remove(weight, key)
+            self.domain_bins[self.domain[worker]].remove(weight, key)
 
     def take_off(
         self,
@@ -242,7 +244,7 @@ class StickyState:
         count[owner] -= 1
 
     def groups(self) -> dict[str, list[str]]:
-        """The members of each domain (one group of all members when there are no domains)."""
+        """The workers of each domain (one group of all workers when there are no domains)."""
         groups: dict[str, list[str]] = {}
         for m in self.names:
             groups.setdefault(self.domain[m], []).append(m)

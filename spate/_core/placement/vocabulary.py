@@ -5,7 +5,7 @@
 - :func:`validate_locality`, :func:`domain_of`, :func:`affinity_matches` — localities, failure
   domains and affinities.
 - :func:`best_transfer` over :class:`WeightBins` — the single move that lowers imbalance most
-  between members or domains, within a :class:`Band` when one is given (the balance of
+  between workers or domains, within a :class:`Band` when one is given (the balance of
   workers: a running split moves only for a real imbalance, never for exact balance).
 
 The leader's placement itself is :class:`spate._core.placement.index.PlacementIndex`; what it
@@ -168,7 +168,7 @@ class Band:
     total: int
     """The group's summed load."""
     size: int
-    """Members (or domains) in the group."""
+    """Workers (or domains) in the group."""
     slack: int
     """The least excess that counts (the lightest movable split's weight)."""
 
@@ -199,7 +199,7 @@ def best_transfer(
     bins: Mapping[str, MoveSource],
     band: Band | None = None,
 ) -> Transfer | None:
-    """The one move that lowers imbalance most between ``groups`` (members or domains), or None.
+    """The one move that lowers imbalance most between ``groups`` (workers or domains), or None.
 
     The gain of a move falls as the target's load rises, so the least-loaded group with spare
     budget (ties: first by name) is every split's best target; the source is the heavier group
@@ -230,7 +230,7 @@ def best_transfer(
 
 
 class WeightBins:
-    """The movable splits of one bin (a member or a domain), indexed by weight.
+    """The movable splits of one bin (a worker or a domain), indexed by weight.
 
     Every placement's improve passes search it (see :func:`best_transfer`).
     """
@@ -271,7 +271,7 @@ class WeightBins:
     def last_of_lightest(self) -> tuple[int, str]:
         """The (weight, id) of the lightest split, the highest id among equals (non-empty bin).
 
-        The split a sticky pass keeps last: what a full member gives up to an affinity.
+        The split a sticky pass keeps last: what a full worker gives up to an affinity.
         """
         weight = self.weights[0]
         return weight, max(split for _, split in self._sorted(weight))
