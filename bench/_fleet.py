@@ -46,14 +46,14 @@ from spate.store import (
 
 __all__ = [
     "JOB",
-    "Member",
     "RecordingStore",
+    "Worker",
     "WriteCounter",
     "failover_config",
     "idle",
     "planner_of",
     "split_id",
-    "start_member",
+    "start_worker",
 ]
 
 JOB = "bench"
@@ -100,7 +100,7 @@ class WriteCounter(MetricsHooks):
 
 
 @attrs.define(eq=False)
-class Member:
+class Worker:
     """One coordinator running in the background, with what happened to it."""
 
     instance: str
@@ -146,7 +146,7 @@ class Member:
         self.scope.cancel()
 
 
-async def start_member(
+async def start_worker(
     nursery: trio.Nursery,
     store: Store,
     instance: str,
@@ -154,39 +154,39 @@ async def start_member(
     planner: Callable[[PlanContext], Plan],
     config: Config,
     job: str = JOB,
-) -> Member:
+) -> Worker:
     """Open a coordinator in ``nursery``; returns once it is open."""
-    member = Member(instance)
+    worker = Worker(instance)
 
     async def run(task_status: trio.TaskStatus[None]) -> None:
         try:
-            with member.scope:
+            with worker.scope:
                 async with open_coordinator(
                     store,
                     job=job,
                     instance=instance,
                     planner=planner,
                     config=config,
-                    metrics=member.metrics,
+                    metrics=worker.metrics,
                 ) as coord:
-                    member.coord = coord
+                    worker.coord = coord
                     task_status.started()
                     async with trio.open_nursery() as releases:
                         async for event in coord.events():
                             now = trio.current_time()
                             if isinstance(event, Gained):
-                                member.gained[event.split] = now
+                                worker.gained[event.split] = now
                             elif isinstance(event, Lost):
-                                member.lost.append((now, event.split, event.reason))
+                                worker.lost.append((now, event.split, event.reason))
                             elif isinstance(event, RevokeRequested):
                                 releases.start_soon(_hand_back, coord, event.split)
-                            member.poke()
+                            worker.poke()
         finally:
-            member.done.set()
-            member.poke()
+            worker.done.set()
+            worker.poke()
 
     await nursery.start(run)
-    return member
+    return worker
 
 
 async def _hand_back(coord: Coordinator, split: str) -> None:

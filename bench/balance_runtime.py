@@ -153,10 +153,10 @@ def run_one(seed: int, splits: int = 32, workers: int = 4, duration: float = 600
     bound = max(mean, max(loads.values()))
     settled_at: float | None = None
     judge = BalanceConfig(balance_interval=10.0, load_half_life=5.0, load_band=BAND)
-    members = [BalanceWorker(name, splits) for name in fleet.names]
+    balance_workers = [BalanceWorker(name, splits) for name in fleet.names]
     for at, holder in fleet.samples:
         split_list = [BalanceSplit(s, w, loads[s], True) for s, w in holder.items()]
-        per, means = judge_loads(members, split_list, judge)
+        per, means = judge_loads(balance_workers, split_list, judge)
         inside = at >= judge.new_worker_window + judge.balance_interval and all(
             abs(per[n] / means[n] - 1) <= BAND + 1e-9 for n in fleet.names
         )

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from bench._fleet import JOB, RecordingStore, idle, planner_of, split_id, start_member
+from bench._fleet import JOB, RecordingStore, idle, planner_of, split_id, start_worker
 from bench._harness import (
     DURABLE,
     Backend,
@@ -195,18 +195,18 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
     async with backend.open(namespace("tput"), THROUGHPUT_TTL) as inner:
         store = RecordingStore(inner)
         async with trio.open_nursery() as nursery:
-            member = await start_member(
+            worker = await start_worker(
                 nursery,
                 store,
                 "busy",
                 planner=planner_of(SPLITS),
                 config=Config(max_in_flight=SPLITS),
             )
-            await member.until(lambda: len(member.owned) == SPLITS, 120, "hold every split")
+            await worker.until(lambda: len(worker.owned) == SPLITS, 120, "hold every split")
             session_store = inner.capabilities.ephemeral is EphemeralSemantics.SESSION
             if session_store:
                 nursery.start_soon(store.sample_keepalives)
-            coord = member.c
+            coord = worker.c
             value = await _template(store, split_id(0))
             raw_keys = [f"raw.tput.{n}" for n in range(SPLITS)]
             revisions = {k: await _raw_revision(store, k, value) for k in raw_keys}
@@ -265,8 +265,8 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
             await measure("raw", 0.5)
             errors.update(spate=0, raw=0)
 
-            lost_before = len(member.lost)
-            writes_before = member.metrics.writes.copy()
+            lost_before = len(worker.lost)
+            writes_before = worker.metrics.writes.copy()
             started = trio.current_time()
             spate_rates: list[float] = []
             raw_rates: list[float] = []
@@ -280,9 +280,9 @@ async def commit_throughput(backend: Backend, *, seconds: float, rounds: int) ->
                 raw_rates.append(theirs)
                 ratios.append(ours / theirs)
             ended = trio.current_time()
-            still_held = len(member.owned)
-            lost = member.lost[lost_before:]
-            during = member.metrics.writes - writes_before
+            still_held = len(worker.owned)
+            lost = worker.lost[lost_before:]
+            during = worker.metrics.writes - writes_before
             renew: dict[str, int] = {}
             for (op, outcome), n in during.items():
                 if op in ("presence-renew", "leader-renew"):

@@ -37,12 +37,12 @@ import trio.testing
 
 from bench._fleet import (
     JOB,
-    Member,
+    Worker,
     failover_config,
     idle,
     planner_of,
     split_id,
-    start_member,
+    start_worker,
 )
 from bench._harness import (
     Backend,
@@ -114,8 +114,8 @@ async def _memory_failover(case: Case, offset: float) -> float:
     ):
         stores = {"victim": victim_store, "survivor": survivor_store}
 
-        async def join(name: str) -> Member:
-            return await start_member(
+        async def join(name: str) -> Worker:
+            return await start_worker(
                 nursery, stores[name], name, planner=planner_of(2 * PER_WORKER), config=config
             )
 
@@ -225,8 +225,8 @@ async def _real_failover(backend: Backend, case: Case, offset: float) -> float:
     return took
 
 
-async def _join(nursery: trio.Nursery, store: Store, config: Config, splits: int) -> Member:
-    return await start_member(nursery, store, "survivor", planner=planner_of(splits), config=config)
+async def _join(nursery: trio.Nursery, store: Store, config: Config, splits: int) -> Worker:
+    return await start_worker(nursery, store, "survivor", planner=planner_of(splits), config=config)
 
 
 # -- 4. graceful hand-over -------------------------------------------------------------------

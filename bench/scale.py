@@ -4,7 +4,7 @@ For each job size N (memory store, real clock):
 
 * **plan** — one worker plans N splits and claims its first ones (wall time);
 * **a follower's CPU per commit of others** — other writers update progress records of splits
-  this worker does not hold (what a busy fleet's commits look like to every member: since a
+  this worker does not hold (what a busy fleet's commits look like to every worker: since a
   plain commit is delivered to nobody, about nothing);
   ``time.process_time`` of the whole process over K such writes, minus the same K writes to
   keys nobody watches (interleaved rounds), divided by K. Flat across N means no per-event
@@ -27,7 +27,7 @@ split completes: what the leader paid per change before it kept an index).
 
 Then the leader's :class:`spate._core.placement.index.PlacementIndex` over the same job, with and
 without zones: CPU per ownership change as the leader pays it (one split completes, the index
-re-solves, the changed members' assignments are read; then the moves it made land: their
+re-solves, the changed workers' assignments are read; then the moves it made land: their
 owners hand back and the assignees claim), and per claim by the assignee (changes nothing).
 
 Each size is bounded in time; a size that does not finish is reported as such and larger
@@ -47,7 +47,7 @@ import attrs
 import trio
 import trio.testing
 
-from bench._fleet import JOB, planner_of, split_id, start_member
+from bench._fleet import JOB, planner_of, split_id, start_worker
 from bench._harness import (
     DURABLE,
     Options,
@@ -59,7 +59,7 @@ from bench._harness import (
 from spate import Config
 from spate._core.placement.index import PlacementIndex, solve_placement
 from spate._core.placement.report import placement_report
-from spate._core.placement.vocabulary import Member, Placement
+from spate._core.placement.vocabulary import Placement, Worker
 from spate._core.protocol import fingerprint_hash
 from spate._core.records import Keys, ProgressRecord, decode, encode
 from spate.store import Won
@@ -91,7 +91,7 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
 
     async with client() as store, trio.open_nursery() as nursery:
         began = time.perf_counter()
-        leader = await start_member(
+        leader = await start_worker(
             nursery, store, "leader", planner=planner_of(size), config=_config(8)
         )
         await leader.until(lambda: len(leader.owned) == min(8, size), 600, "plan and claim")
@@ -165,7 +165,7 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
         # -- join, then memory per split ------------------------------------------------------
         async with client() as second:
             began = time.perf_counter()
-            joined = await start_member(
+            joined = await start_worker(
                 nursery, second, "joiner", planner=planner_of(size), config=_config(1)
             )
             out["join"] = time.perf_counter() - began
@@ -177,7 +177,7 @@ async def _scale_point(size: int, events: int, rounds: int) -> dict[str, float]:
             try:
                 before = tracemalloc.get_traced_memory()[0]
                 async with client() as third:
-                    observer = await start_member(
+                    observer = await start_worker(
                         nursery, third, "observer", planner=planner_of(size), config=_config(1)
                     )
                     await _quiet()
@@ -205,30 +205,30 @@ def assignment_rows(splits: int = 100_000, workers: int = 100, repeat: int = 3) 
     """The placement from scratch over ``splits`` and ``workers`` without zones: fresh,
     balanced, after a departure (the reference model's time beside it)."""
     rng = random.Random(7)
-    members = {f"w{n:03d}": splits // workers + 1 for n in range(workers)}
+    fleet = {f"w{n:03d}": splits // workers + 1 for n in range(workers)}
     weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
     seed = fingerprint_hash("bench")
     fresh = {s: Placement(w, None) for s, w in weights.items()}
 
     def place(pool: dict[str, Placement], who: dict[str, int]) -> dict[str, tuple[str, ...]]:
-        lanes = {m: Member(cap) for m, cap in who.items()}
+        lanes = {m: Worker(cap) for m, cap in who.items()}
         return solve_placement(lanes, pool, default_cap=8, seed=seed)
 
     def model(pool: dict[str, Placement], who: dict[str, int]) -> dict[str, tuple[str, ...]]:
         return desired_assignment(who, pool, default_cap=8, seed=seed)
 
-    first = place(fresh, members)
-    assert model(fresh, members) == first, "the placement left its reference model"
+    first = place(fresh, fleet)
+    assert model(fresh, fleet) == first, "the placement left its reference model"
     owner = {s: m for m, held in first.items() for s in held}
     balanced = {s: Placement(w, owner[s]) for s, w in weights.items()}
-    assert place(balanced, members) == first, "a balanced assignment is not a fixpoint"
-    fewer = dict(members)
+    assert place(balanced, fleet) == first, "a balanced assignment is not a fixpoint"
+    fewer = dict(fleet)
     del fewer["w000"]
     sort_time = _time_it(lambda: sorted((-w, s) for s, w in weights.items()), repeat)
     rows = []
     for label, pool, who in (
-        ("fresh job", fresh, members),
-        ("balanced (fixpoint)", balanced, members),
+        ("fresh job", fresh, fleet),
+        ("balanced (fixpoint)", balanced, fleet),
         ("one worker left", balanced, fewer),
     ):
         took = _time_it(functools.partial(place, pool, who), repeat)
@@ -261,30 +261,30 @@ def placement_rows(
     rng = random.Random(7)
     # Lanes for twice a fair share, so a lost zone's splits fit on the survivors.
     cap = 2 * splits // workers
-    members = {
-        f"w{n:03d}": Member(cap, f"zone-{n % domains}/rack-{n % 3}/host-{n}")
+    fleet = {
+        f"w{n:03d}": Worker(cap, f"zone-{n % domains}/rack-{n % 3}/host-{n}")
         for n in range(workers)
     }
     weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
     seed = fingerprint_hash("bench")
     fresh = {s: Placement(w, None) for s, w in weights.items()}
 
-    def run(pool: dict[str, Placement], who: dict[str, Member]) -> dict[str, tuple[str, ...]]:
+    def run(pool: dict[str, Placement], who: dict[str, Worker]) -> dict[str, tuple[str, ...]]:
         return solve_placement(who, pool, default_cap=8, seed=seed)
 
-    def model(pool: dict[str, Placement], who: dict[str, Member]) -> dict[str, tuple[str, ...]]:
+    def model(pool: dict[str, Placement], who: dict[str, Worker]) -> dict[str, tuple[str, ...]]:
         return place(who, pool, default_cap=8, seed=seed)
 
-    first = run(fresh, members)
-    assert model(fresh, members) == first, "the placement left its reference model"
+    first = run(fresh, fleet)
+    assert model(fresh, fleet) == first, "the placement left its reference model"
     owner = {s: m for m, held in first.items() for s in held}
     balanced = {s: Placement(w, owner[s]) for s, w in weights.items()}
-    assert run(balanced, members) == first, "a balanced placement is not a fixpoint"
-    survivors = {m: v for m, v in members.items() if not v.locality.startswith("zone-0/")}
+    assert run(balanced, fleet) == first, "a balanced placement is not a fixpoint"
+    survivors = {m: v for m, v in fleet.items() if not v.locality.startswith("zone-0/")}
     after = run(balanced, survivors)
     moved = sum(1 for m, held in after.items() for s in held if owner[s] != m)
-    lost = sum(len(first[m]) for m in members if m not in survivors)
-    localities = {m: v.locality for m, v in members.items()}
+    lost = sum(len(first[m]) for m in fleet if m not in survivors)
+    localities = {m: v.locality for m, v in fleet.items()}
     radius = placement_report(first, localities, weights, 0).blast_radius
     radius_after = placement_report(
         after, {m: v.locality for m, v in survivors.items()}, weights, 0
@@ -294,8 +294,8 @@ def placement_rows(
     sort_time = _time_it(lambda: sorted((-w, s) for s, w in weights.items()), repeat)
     label = f"{splits:,} splits x {workers} workers in {domains} zones"
     cases = (
-        ("fresh job", fresh, members, f"blast radius {radius:.3f}"),
-        ("balanced (fixpoint)", balanced, members, "nothing moves"),
+        ("fresh job", fresh, fleet, f"blast radius {radius:.3f}"),
+        ("balanced (fixpoint)", balanced, fleet, "nothing moves"),
         (
             "a whole zone lost",
             balanced,
@@ -305,7 +305,7 @@ def placement_rows(
         (
             "per ownership change, from scratch (one split done, all re-placed)",
             one_done,
-            members,
+            fleet,
             "what the leader paid per change before the index",
         ),
     )
@@ -335,18 +335,18 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
     for domains in (10, 0):
         rng = random.Random(11)
         cap = 2 * splits // workers
-        members = {
-            f"w{n:03d}": Member(cap, f"zone-{n % domains}/host-{n}" if domains else "")
+        fleet = {
+            f"w{n:03d}": Worker(cap, f"zone-{n % domains}/host-{n}" if domains else "")
             for n in range(workers)
         }
         weights = {split_id(n): rng.randint(1, 4) for n in range(splits)}
         seed = fingerprint_hash("bench")
-        first = solve_placement(members, {s: Placement(w, None) for s, w in weights.items()},
+        first = solve_placement(fleet, {s: Placement(w, None) for s, w in weights.items()},
                                 default_cap=8, seed=seed)  # fmt: skip
         owner = {s: m for m, held in first.items() for s in held}
         started = time.process_time()
         index = PlacementIndex(default_cap=8, seed=seed, isolation_tier=0)
-        index.set_members(members)
+        index.set_workers(fleet)
         for split, weight in weights.items():
             index.update(split, Placement(weight, owner[split]))
         index.take_changed()
@@ -368,9 +368,9 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
             landed = index.moves()  # the workers' part: hand back, and the assignees claim
             moves += len(landed)
             cpu = time.process_time()
-            for split, member in landed.items():
-                owner[split] = member
-                index.update(split, Placement(weights[split], member))
+            for split, worker in landed.items():
+                owner[split] = worker
+                index.update(split, Placement(weights[split], worker))
             assert index.take_changed() == set()  # the claims themselves change nothing
             leader_cpu += time.process_time() - cpu
         per_change = leader_cpu / changes
@@ -380,7 +380,7 @@ def index_rows(splits: int = 100_000, workers: int = 100, changes: int = 2_000) 
             index.update(split, Placement(weights[split], owner[split]))
             assert index.take_changed() == set()
         per_claim = (time.process_time() - cpu) / changes
-        check = place(members, {s: Placement(weights[s], owner[s]) for s in alive[changes:]},
+        check = place(fleet, {s: Placement(weights[s], owner[s]) for s in alive[changes:]},
                       default_cap=8, seed=seed)  # fmt: skip
         assert index.assignment() == check, "the index left its reference model"
         label = (

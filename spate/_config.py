@@ -136,7 +136,7 @@ class Config:
             claim). ``None`` (the default) means twice the lease, or the lease plus
             ``drain_deadline`` when that is longer (a worker whose lanes are full of splits
             still draining claims only once they drain). The worker is given work again
-            later, and is a member like any other once it claims. Positive.
+            later, and is placed like any other worker once it claims. Positive.
         planner_thread: Where a synchronous planner runs. ``None`` (the default) decides by
             the clock: in a worker thread (so a slow plan never stalls renewals), except under
             a ``trio.testing.MockClock``, where it runs inline on the event loop, because the

@@ -6,8 +6,8 @@ must follow, and the property tests hold the index equal to it, answer for answe
 (``tests/core/test_placement_index.py``, ``tests/core/test_placement.py``).
 
 - :func:`desired_assignment` — workers without localities: *sticky* (a split stays with its
-  current owner while that member is under its cap, heaviest first), *fill* (each remaining
-  split, heaviest first, to the member with spare budget and the least load, ties by member
+  current owner while that worker is under its cap, heaviest first), *fill* (each remaining
+  split, heaviest first, to the worker with spare budget and the least load, ties by worker
   hash), *improve* (repeatedly the single move that most lowers the sum of squared loads,
   while some load lies outside the band, until none does).
 - :func:`place` — workers with localities: sticky, affinity, fill, spread across domains,
@@ -32,9 +32,9 @@ import attrs
 from spate._core.placement.vocabulary import (
     MAX_IMPROVING_MOVES,
     Band,
-    Member,
     Placement,
     WeightBins,
+    Worker,
     affinity_matches,
     best_transfer,
     domain_of,
@@ -45,7 +45,7 @@ __all__ = ["desired_assignment", "place"]
 
 
 def desired_assignment(
-    members: Mapping[str, int],
+    workers: Mapping[str, int],
     splits: Mapping[str, Placement],
     *,
     reserved: Collection[str] = (),
@@ -54,27 +54,27 @@ def desired_assignment(
     rebalance: bool = True,
     held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
-    """The reference placement without localities: member -> sorted split ids (the rest queue).
+    """The reference placement without localities: worker -> sorted split ids (the rest queue).
 
-    ``members`` maps each live instance to its advertised lane budget (0 or less means
+    ``workers`` maps each live instance to its advertised lane budget (0 or less means
     "use ``default_cap``"); ``splits`` holds the assignable splits (runnable, spec seen);
     ``reserved`` splits are withheld (their owner's grace window is open). Deterministic in
     its arguments and independent of who computes it; a fixpoint, so a balanced fleet maps to
     itself and publishes nothing.
 
-    Three passes: *sticky* (a split stays with its current owner while that member is under
-    its cap, heaviest first), *fill* (each remaining split, heaviest first, to the member with
-    spare budget and the least load, ties by member hash), *improve* (repeatedly the single
+    Three passes: *sticky* (a split stays with its current owner while that worker is under
+    its cap, heaviest first), *fill* (each remaining split, heaviest first, to the worker with
+    spare budget and the least load, ties by worker hash), *improve* (repeatedly the single
     move that most lowers the sum of squared loads while a load lies outside the
     :class:`~spate._core.placement.vocabulary.Band`, until none does; only when ``rebalance``, and
     never
     moving a ``held`` split).
     """
-    if not members:
+    if not workers:
         return {}
-    names = sorted(members)
-    cap = {m: max(1, members[m] if members[m] > 0 else default_cap) for m in names}
-    member_hash = {m: stable_hash_str(seed, m) for m in names}
+    names = sorted(workers)
+    cap = {m: max(1, workers[m] if workers[m] > 0 else default_cap) for m in names}
+    worker_hash = {m: stable_hash_str(seed, m) for m in names}
     load = dict.fromkeys(names, 0)
     placed: dict[str, list[str]] = {m: [] for m in names}
     weight_of: dict[str, int] = {}
@@ -92,16 +92,16 @@ def desired_assignment(
         else:
             unplaced.append((weight, split))
 
-    spare = [(load[m], member_hash[m], m) for m in names if len(placed[m]) < cap[m]]
+    spare = [(load[m], worker_hash[m], m) for m in names if len(placed[m]) < cap[m]]
     heapq.heapify(spare)
     for weight, split in unplaced:
         if not spare:
-            break  # every member is at its cap: the rest is the queue
-        _, h, member = heapq.heappop(spare)
-        placed[member].append(split)
-        load[member] += weight
-        if len(placed[member]) < cap[member]:
-            heapq.heappush(spare, (load[member], h, member))
+            break  # every worker is at its cap: the rest is the queue
+        _, h, worker = heapq.heappop(spare)
+        placed[worker].append(split)
+        load[worker] += weight
+        if len(placed[worker]) < cap[worker]:
+            heapq.heappush(spare, (load[worker], h, worker))
 
     if rebalance:
         _improve(names, cap, load, placed, weight_of, seed, frozenset(held))
@@ -119,7 +119,7 @@ def _improve(
 ) -> None:
     count = {m: len(placed[m]) for m in names}
     bins = {m: WeightBins() for m in names}
-    members_of: dict[str, set[str]] = {m: set(placed[m]) for m in names}
+    splits_of: dict[str, set[str]] = {m: set(placed[m]) for m in names}
     split_hash: dict[str, int] = {}
     for m in names:
         for split in placed[m]:
@@ -134,14 +134,14 @@ def _improve(
         target, source, (_, h, split, weight) = step
         bins[source].remove(weight, (h, split))
         bins[target].add(weight, (h, split))
-        members_of[source].discard(split)
-        members_of[target].add(split)
+        splits_of[source].discard(split)
+        splits_of[target].add(split)
         load[source] -= weight
         load[target] += weight
         count[source] -= 1
         count[target] += 1
     for m in names:
-        placed[m] = list(members_of[m])
+        placed[m] = list(splits_of[m])
 
 
 @attrs.define
@@ -151,7 +151,7 @@ class _State:
     names: list[str]
     cap: dict[str, int]
     domain: dict[str, str]
-    member_hash: dict[str, int]
+    worker_hash: dict[str, int]
     load: dict[str, int]
     placed: dict[str, list[str]]
     pinned: set[str]
@@ -166,16 +166,16 @@ class _State:
             h = self.split_hash[split] = stable_hash_str(self.seed, split)
         return h
 
-    def put(self, member: str, split: str) -> None:
-        self.placed[member].append(split)
-        self.load[member] += self.weight[split]
+    def put(self, worker: str, split: str) -> None:
+        self.placed[worker].append(split)
+        self.load[worker] += self.weight[split]
 
-    def spare(self, member: str) -> bool:
-        return len(self.placed[member]) < self.cap[member]
+    def spare(self, worker: str) -> bool:
+        return len(self.placed[worker]) < self.cap[worker]
 
 
 def place(
-    members: Mapping[str, Member],
+    workers: Mapping[str, Worker],
     splits: Mapping[str, Placement],
     *,
     reserved: Collection[str] = (),
@@ -185,19 +185,19 @@ def place(
     rebalance: bool = True,
     held: Collection[str] = (),
 ) -> dict[str, tuple[str, ...]]:
-    """The reference placement: member -> sorted split ids (splits in no list are the queue).
+    """The reference placement: worker -> sorted split ids (splits in no list are the queue).
 
-    ``members`` maps each live instance to its lane budget and locality, ``splits`` the
+    ``workers`` maps each live instance to its lane budget and locality, ``splits`` the
     assignable splits (runnable, spec seen; :attr:`Placement.locality` is the affinity),
     ``reserved`` splits are withheld. Deterministic in its arguments. See the module text for
-    the steps; with no locality on any member it is
+    the steps; with no locality on any worker it is
     :func:`desired_assignment`.
     """
-    if not members:
+    if not workers:
         return {}
-    if not any(m.locality for m in members.values()):
+    if not any(m.locality for m in workers.values()):
         return desired_assignment(
-            {name: m.cap for name, m in members.items()},
+            {name: m.cap for name, m in workers.items()},
             splits,
             reserved=reserved,
             default_cap=default_cap,
@@ -205,12 +205,12 @@ def place(
             rebalance=rebalance,
             held=held,
         )
-    names = sorted(members)
+    names = sorted(workers)
     state = _State(
         names=names,
-        cap={m: max(1, members[m].cap if members[m].cap > 0 else default_cap) for m in names},
-        domain={m: domain_of(members[m].locality, isolation_tier) for m in names},
-        member_hash={m: stable_hash_str(seed, m) for m in names},
+        cap={m: max(1, workers[m].cap if workers[m].cap > 0 else default_cap) for m in names},
+        domain={m: domain_of(workers[m].locality, isolation_tier) for m in names},
+        worker_hash={m: stable_hash_str(seed, m) for m in names},
         load=dict.fromkeys(names, 0),
         placed={m: [] for m in names},
         pinned=set(),
@@ -226,7 +226,7 @@ def place(
     for _, _, p in pool:
         if p.locality and p.locality not in matching:
             matching[p.locality] = [
-                m for m in names if affinity_matches(p.locality, members[m].locality)
+                m for m in names if affinity_matches(p.locality, workers[m].locality)
             ]
 
     # 1. sticky: honoured affinities first, so that a split they displace in one run is not
@@ -297,14 +297,14 @@ def _affine_target(state: _State, wanted: list[str], general: list[tuple[int, st
     """A matching worker with a free lane, making one by evicting an unpinned split if need be."""
     open_ = [m for m in wanted if state.spare(m)]
     if open_:
-        return min(open_, key=lambda m: (state.load[m], state.member_hash[m], m))
+        return min(open_, key=lambda m: (state.load[m], state.worker_hash[m], m))
     # Every match is full: the fullest one holding a split without an honoured affinity gives
     # back the split it would keep last (lightest, then highest id: the end of the sticky
     # order), so the next run's sticky pass makes the same choice.
     donors = [m for m in wanted if any(s not in state.pinned for s in state.placed[m])]
     if not donors:
         return None
-    donor = max(donors, key=lambda m: (state.load[m], state.member_hash[m], m))
+    donor = max(donors, key=lambda m: (state.load[m], state.worker_hash[m], m))
     victim = max(
         (s for s in state.placed[donor] if s not in state.pinned),
         key=lambda s: (-state.weight[s], s),
@@ -320,7 +320,7 @@ def _fill(state: _State, general: list[tuple[int, str]]) -> None:
     domains: dict[str, list[tuple[int, int, str]]] = {}
     for m in state.names:
         if state.spare(m):
-            domains.setdefault(state.domain[m], []).append((state.load[m], state.member_hash[m], m))
+            domains.setdefault(state.domain[m], []).append((state.load[m], state.worker_hash[m], m))
     for heap in domains.values():
         heapq.heapify(heap)
     domain_load: dict[str, int] = {}
@@ -333,10 +333,10 @@ def _fill(state: _State, general: list[tuple[int, str]]) -> None:
             break  # every worker is at its cap: the rest is the queue
         load, h, d = heapq.heappop(tops)
         heap = domains[d]
-        _, mh, member = heapq.heappop(heap)
-        state.put(member, split)
-        if state.spare(member):
-            heapq.heappush(heap, (state.load[member], mh, member))
+        _, mh, worker = heapq.heappop(heap)
+        state.put(worker, split)
+        if state.spare(worker):
+            heapq.heappush(heap, (state.load[worker], mh, worker))
         if heap:
             heapq.heappush(tops, (load + weight, h, d))
 
@@ -359,19 +359,19 @@ def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
     domains = sorted({state.domain[m] for m in state.names})
     if len(domains) < 2:
         return
-    members_of: dict[str, list[str]] = {d: [] for d in domains}
+    workers_of: dict[str, list[str]] = {d: [] for d in domains}
     for m in state.names:
-        members_of[state.domain[m]].append(m)
-    load = {d: sum(state.load[m] for m in members_of[d]) for d in domains}
-    count = {d: sum(len(state.placed[m]) for m in members_of[d]) for d in domains}
-    cap = {d: sum(state.cap[m] for m in members_of[d]) for d in domains}
+        workers_of[state.domain[m]].append(m)
+    load = {d: sum(state.load[m] for m in workers_of[d]) for d in domains}
+    count = {d: sum(len(state.placed[m]) for m in workers_of[d]) for d in domains}
+    cap = {d: sum(state.cap[m] for m in workers_of[d]) for d in domains}
     if _settled(load, count, cap, lightest):
         return
     where: dict[str, str] = {}
     bins: dict[str, WeightBins] = {}
     for d in domains:
         entries = []
-        for m in members_of[d]:
+        for m in workers_of[d]:
             for split in state.placed[m]:
                 if split not in state.pinned:
                     where[split] = m
@@ -388,8 +388,8 @@ def _spread(state: _State, lightest: int, *, max_moves: int) -> None:
         state.placed[owner].remove(split)
         state.load[owner] -= weight
         receiver = min(
-            (m for m in members_of[target] if state.spare(m)),
-            key=lambda m: (state.load[m], state.member_hash[m], m),
+            (m for m in workers_of[target] if state.spare(m)),
+            key=lambda m: (state.load[m], state.worker_hash[m], m),
         )
         state.put(receiver, split)
         where[split] = receiver
@@ -418,7 +418,7 @@ def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) 
         )
         for m in group
     }
-    members_of: dict[str, set[str]] = {m: set(state.placed[m]) for m in group}
+    splits_of: dict[str, set[str]] = {m: set(state.placed[m]) for m in group}
     count = {m: len(state.placed[m]) for m in group}
     band = Band.of(group, state.load, bins)
     for _ in range(max_moves):
@@ -428,11 +428,11 @@ def _balance(state: _State, group: list[str], lightest: int, *, max_moves: int) 
         target, source, (_, h, split, weight) = step
         bins[source].remove(weight, (h, split))
         bins[target].add(weight, (h, split))
-        members_of[source].discard(split)
-        members_of[target].add(split)
+        splits_of[source].discard(split)
+        splits_of[target].add(split)
         state.load[source] -= weight
         state.load[target] += weight
         count[source] -= 1
         count[target] += 1
     for m in group:
-        state.placed[m] = list(members_of[m])
+        state.placed[m] = list(splits_of[m])

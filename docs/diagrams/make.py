@@ -381,7 +381,7 @@ def job_keys() -> Svg:
             "J.assign.<instance>",
             ["generation, split ids,", "nudges, split requests"],
             [[("watches", "watches its own, only")]],
-            [[("writes", "writes every member's")]],
+            [[("writes", "writes every worker's")]],
         ),
         (
             "durable",

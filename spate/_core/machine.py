@@ -413,7 +413,7 @@ class Machine:
 
         Answered from the view: each is owned elsewhere or finished, or nobody is going to
         take the rest. A follower's view knows that only once it has read those splits and
-        the members since it left (see :mod:`spate._core.membership.handover`).
+        the workers since it left (see :mod:`spate._core.membership.handover`).
         """
         return self._handover.handed_over(splits)
 

@@ -16,8 +16,10 @@ ephemeral   ``J.split.<split>``    :class:`LeaseRecord`      owner
 both        ``J._probe.<random>``  opaque scratch bytes      the startup probe
 ==========  =====================  ========================  =====================================
 
-The progress record's CAS revision is the only fence; lease keys are liveness. The prefixes
-after ``J.`` never overlap, so a key is classified by its prefix alone.
+The progress record's revision is what guards a commit (a guarded write lands only at the
+revision its tenancy read; a tenancy's fence is for the user's sink, see docs/glossary.md);
+lease keys are liveness. The prefixes after ``J.`` never overlap, so a key is classified by its
+prefix alone.
 
 Encoding: compact JSON objects with a ``schema`` field (:data:`SCHEMA`), structured with one
 cattrs converter from frozen attrs classes. Bytes (descriptor, planner cursor) are standard

@@ -23,7 +23,7 @@ from spate._core.leader.phase import LeaderEvent, LeaderPhase, LeaderPhases
 from spate._core.leader.rebalance_policy import JOIN_WINDOWS, RebalancePolicy
 from spate._core.placement.index import PlacementIndex, solve_placement
 from spate._core.placement.split_load import split_load
-from spate._core.placement.vocabulary import Member, Placement
+from spate._core.placement.vocabulary import Placement, Worker
 from spate_testing._placement_model import place
 
 # -- what load a split puts on a worker ----------------------------------------------------------
@@ -43,16 +43,16 @@ def test_a_placement_carries_the_load_of_its_weight_unless_given_another() -> No
 
 def test_the_index_and_the_reference_model_balance_by_the_load_they_are_given() -> None:
     # Four splits of weight 1; s0 is given a load of 3. Balanced by load, s0 goes alone.
-    members = {"a": Member(4), "b": Member(4)}
+    workers = {"a": Worker(4), "b": Worker(4)}
     splits = {f"s{n}": Placement(1, None, load=3 if n == 0 else 1) for n in range(4)}
-    answer = solve_placement(members, splits, default_cap=4, seed=1)
-    assert answer == place(members, splits, default_cap=4, seed=1)
+    answer = solve_placement(workers, splits, default_cap=4, seed=1)
+    assert answer == place(workers, splits, default_cap=4, seed=1)
     alone = next(m for m, placed in answer.items() if "s0" in placed)
     assert answer[alone] == ("s0",)
-    # By weight alone the two members would take two each.
+    # By weight alone the two workers would take two each.
     by_weight = {s: Placement(1, None) for s in splits}
     assert sorted(
-        len(v) for v in solve_placement(members, by_weight, default_cap=4, seed=1).values()
+        len(v) for v in solve_placement(workers, by_weight, default_cap=4, seed=1).values()
     ) == [2, 2]
 
 
@@ -160,7 +160,7 @@ def test_a_moved_split_is_held_a_drain_window_and_its_end_owes_what_it_held_back
     policy.membership_changed(2.0)  # a second join, inside s1's window
     index = _Index(held_back=True)
     assert _decide(policy, 2.0, index)
-    assert index.held == frozenset({"s1"})  # the other splits still serve the new member
+    assert index.held == frozenset({"s1"})  # the other splits still serve the new worker
     policy.wake_for_holds(2.0)
     assert not policy.wake(3.9)
     assert policy.wake(4.0)  # the window ends: look again

@@ -1,10 +1,10 @@
-"""The claim deadline: a member that never claims what it is given is set aside for placement.
+"""The claim deadline: a worker that never claims what it is given is set aside for placement.
 
 A presence record proves only that something writes it. One rewritten for a worker that does
 not exist (a ghost) used to keep the splits assigned to it unowned for as long as the writes
-went on; the leader now places them elsewhere once the member has claimed nothing for the
+went on; the leader now places them elsewhere once the worker has claimed nothing for the
 claim deadline, gives it work again later (a slow starter is not starved), and treats it like
-any member once it claims.
+any worker once it claims.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def test_the_placement_index_and_the_view_are_facades_over_named_parts() -> None
         "placement/affinity.AffinityStep",
         "placement/fill.CandidateHeaps",
         "placement/moves.ImprovingMoves",
-        "view/member_table.MemberTable",
+        "view/worker_table.WorkerTable",
         "view/split_table.SplitTable",
     ):
         assert sizes[part] <= LIMIT

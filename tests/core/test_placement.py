@@ -14,8 +14,8 @@ from spate._core.placement.index import solve_placement
 from spate._core.placement.report import placement_report
 from spate._core.placement.vocabulary import (
     Band,
-    Member,
     Placement,
+    Worker,
     affinity_matches,
     domain_of,
     validate_locality,
@@ -27,25 +27,25 @@ DEFAULT_CAP = 4
 LOCALITIES = ["", "a", "a/r1", "a/r2", "b", "b/r1", "c/r1/h1", "c/r2"]
 AFFINITIES = ["", "", "", "a", "b", "a/r1", "c", "zz"]
 
-# A drawn fleet: members, splits, the reserved splits, the seed and the isolation tier.
-Fleet = tuple[dict[str, Member], dict[str, Placement], frozenset[str], int, int]
+# A drawn fleet: workers, splits, the reserved splits, the seed and the isolation tier.
+Fleet = tuple[dict[str, Worker], dict[str, Placement], frozenset[str], int, int]
 
 
 @st.composite
 def fleets(
     draw: st.DrawFn, *, unit: bool = False, affinity: bool = True, big_caps: bool = False
 ) -> Fleet:
-    n_members = draw(st.integers(1, 7))
-    names = [f"m{i}" for i in range(n_members)]
-    members = {
-        name: Member(
+    n_workers = draw(st.integers(1, 7))
+    names = [f"m{i}" for i in range(n_workers)]
+    workers = {
+        name: Worker(
             draw(st.integers(40, 60) if big_caps else st.integers(0, 5)),
             draw(st.sampled_from(LOCALITIES[1:] if big_caps else LOCALITIES)),
         )
         for name in names
     }
-    if not any(m.locality for m in members.values()):
-        members[names[0]] = Member(members[names[0]].cap, "a/r1")
+    if not any(m.locality for m in workers.values()):
+        workers[names[0]] = Worker(workers[names[0]].cap, "a/r1")
     n_splits = draw(st.integers(0, 30))
     splits = {
         f"s{i:02d}": Placement(
@@ -56,15 +56,15 @@ def fleets(
         for i in range(n_splits)
     }
     reserved = frozenset(draw(st.sets(st.sampled_from(sorted(splits)))) if splits else ())
-    return members, splits, reserved, draw(st.integers(0, 2**32)), draw(st.integers(0, 2))
+    return workers, splits, reserved, draw(st.integers(0, 2**32)), draw(st.integers(0, 2))
 
 
-def _cap(member: Member) -> int:
-    return max(1, member.cap if member.cap > 0 else DEFAULT_CAP)
+def _cap(worker: Worker) -> int:
+    return max(1, worker.cap if worker.cap > 0 else DEFAULT_CAP)
 
 
 def _run(
-    members: dict[str, Member],
+    workers: dict[str, Worker],
     splits: dict[str, Placement],
     reserved: frozenset[str],
     seed: int,
@@ -74,13 +74,13 @@ def _run(
     held: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[str, ...]]:
     return place(
-        members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed,
+        workers, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed,
         isolation_tier=tier, rebalance=rebalance, held=held,
     )  # fmt: skip
 
 
 def place(
-    members: dict[str, Member],
+    workers: dict[str, Worker],
     splits: dict[str, Placement],
     *,
     reserved: frozenset[str] = frozenset(),
@@ -92,54 +92,54 @@ def place(
 ) -> dict[str, tuple[str, ...]]:
     """The leader's placement from scratch, checked against the reference model on the way."""
     out = solve_placement(
-        members, splits, reserved=reserved, default_cap=default_cap, seed=seed,
+        workers, splits, reserved=reserved, default_cap=default_cap, seed=seed,
         isolation_tier=isolation_tier, rebalance=rebalance, held=held,
     )  # fmt: skip
     assert out == model_place(
-        members, splits, reserved=reserved, default_cap=default_cap, seed=seed,
+        workers, splits, reserved=reserved, default_cap=default_cap, seed=seed,
         isolation_tier=isolation_tier, rebalance=rebalance, held=held,
     )  # fmt: skip
     return out
 
 
 def _domain_loads(
-    out: dict[str, tuple[str, ...]], members: dict[str, Member], splits: dict[str, Placement],
+    out: dict[str, tuple[str, ...]], workers: dict[str, Worker], splits: dict[str, Placement],
     tier: int,
 ) -> tuple[Counter[str], Counter[str], Counter[str]]:  # fmt: skip
     load: Counter[str] = Counter()
     count: Counter[str] = Counter()
     cap: Counter[str] = Counter()
     for m, held in out.items():
-        d = domain_of(members[m].locality, tier)
+        d = domain_of(workers[m].locality, tier)
         load[d] += sum(splits[s].weight for s in held)
         count[d] += len(held)
-        cap[d] += _cap(members[m])
+        cap[d] += _cap(workers[m])
     return load, count, cap
 
 
 @settings(max_examples=300, deadline=None)
 @given(fleets())
 def test_caps_respected_and_every_split_placed_once_or_queued(fleet: Fleet) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier)
-    assert set(out) == set(members)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier)
+    assert set(out) == set(workers)
     placed = [s for held in out.values() for s in held]
     assert len(placed) == len(set(placed))
     assert not set(placed) & reserved
     for m, held in out.items():
-        assert len(held) <= _cap(members[m])
+        assert len(held) <= _cap(workers[m])
         assert list(held) == sorted(held)
     # Never a split queued while a lane is free: an affinity never leaves a split unplaced.
     eligible = len(set(splits) - reserved)
-    assert len(placed) == min(eligible, sum(_cap(m) for m in members.values()))
+    assert len(placed) == min(eligible, sum(_cap(m) for m in workers.values()))
 
 
 @settings(max_examples=300, deadline=None)
 @given(fleets(unit=True, affinity=False))
 def test_largest_domain_share_is_the_minimum_capacities_allow(fleet: Fleet) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier)
-    load, _, cap = _domain_loads(out, members, splits, tier)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier)
+    load, _, cap = _domain_loads(out, workers, splits, tier)
     placed = sum(load.values())
     # Water-filling: the least L such that domains holding at most min(cap, L) fit everything.
     best = next(L for L in range(placed + 1) if sum(min(c, L) for c in cap.values()) >= placed)
@@ -151,12 +151,12 @@ def test_largest_domain_share_is_the_minimum_capacities_allow(fleet: Fleet) -> N
 def test_balanced_within_a_split_across_domains_and_within_the_band_inside_each(
     fleet: Fleet,
 ) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier)
-    load, count, cap = _domain_loads(out, members, splits, tier)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier)
+    load, count, cap = _domain_loads(out, workers, splits, tier)
     weights_in: dict[str, list[int]] = {}
     for m, held in out.items():
-        weights_in.setdefault(domain_of(members[m].locality, tier), []).extend(
+        weights_in.setdefault(domain_of(workers[m].locality, tier), []).extend(
             splits[s].weight for s in held
         )
     open_domains = [d for d in cap if count[d] < cap[d]]
@@ -168,10 +168,10 @@ def test_balanced_within_a_split_across_domains_and_within_the_band_inside_each(
     # any worker, while the least-loaded open one is under it) fits the gap to that worker.
     groups: dict[str, list[str]] = {}
     for m in out:
-        groups.setdefault(domain_of(members[m].locality, tier), []).append(m)
+        groups.setdefault(domain_of(workers[m].locality, tier), []).append(m)
     for group in groups.values():
         loads = {m: sum(splits[s].weight for s in out[m]) for m in group}
-        open_ = [m for m in group if len(out[m]) < _cap(members[m])]
+        open_ = [m for m in group if len(out[m]) < _cap(workers[m])]
         weights = [splits[s].weight for m in group for s in out[m]]
         if not open_ or not weights:
             continue
@@ -186,37 +186,37 @@ def test_balanced_within_a_split_across_domains_and_within_the_band_inside_each(
 @settings(max_examples=300, deadline=None)
 @given(fleets())
 def test_affinity_is_honoured_whenever_a_matching_worker_has_room(fleet: Fleet) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier)
     holder = {s: m for m, held in out.items() for s in held}
 
     def honoured(s: str) -> bool:
-        return s in holder and affinity_matches(splits[s].locality, members[holder[s]].locality)
+        return s in holder and affinity_matches(splits[s].locality, workers[holder[s]].locality)
 
     for s, p in splits.items():
         if s in reserved or not p.locality:
             continue
-        matches = [m for m in members if affinity_matches(p.locality, members[m].locality)]
+        matches = [m for m in workers if affinity_matches(p.locality, workers[m].locality)]
         if not matches or honoured(s):
             continue
         # Ignored only when every matching worker is full of honoured affinities.
         for m in matches:
-            assert len(out[m]) == _cap(members[m])
+            assert len(out[m]) == _cap(workers[m])
             assert all(honoured(other) for other in out[m]), (s, m)
 
 
 @settings(max_examples=300, deadline=None)
 @given(fleets())
 def test_sticky_fixpoint_deterministic_and_identical_on_every_leader(fleet: Fleet) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier)
     # Another leader builds its maps in another order: same answer.
-    shuffled_members = dict(reversed(list(members.items())))
+    shuffled_workers = dict(reversed(list(workers.items())))
     shuffled_splits = dict(reversed(list(splits.items())))
-    assert _run(shuffled_members, shuffled_splits, reserved, seed, tier) == out
+    assert _run(shuffled_workers, shuffled_splits, reserved, seed, tier) == out
     owner = {s: m for m, held in out.items() for s in held}
     settled = {s: Placement(p.weight, owner.get(s, p.owner), p.locality) for s, p in splits.items()}
-    assert _run(members, settled, reserved, seed, tier) == out
+    assert _run(workers, settled, reserved, seed, tier) == out
 
 
 @settings(max_examples=300, deadline=None)
@@ -224,25 +224,25 @@ def test_sticky_fixpoint_deterministic_and_identical_on_every_leader(fleet: Flee
 def test_without_a_rebalance_a_running_split_moves_only_off_an_owner_over_its_budget(
     fleet: Fleet,
 ) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier, rebalance=False)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier, rebalance=False)
     holder = {s: m for m, held in out.items() for s in held}
     owned: dict[str, list[str]] = {}
     for s, p in splits.items():
-        if s not in reserved and p.owner in members:
+        if s not in reserved and p.owner in workers:
             owned.setdefault(p.owner, []).append(s)
     for m, held in owned.items():
-        if len(held) <= _cap(members[m]):
+        if len(held) <= _cap(workers[m]):
             assert all(holder.get(s) == m for s in held), m
     # Still every lane filled that can be, and a fixpoint, deterministic.
     placed = len(holder)
-    assert placed == min(len(set(splits) - reserved), sum(_cap(m) for m in members.values()))
+    assert placed == min(len(set(splits) - reserved), sum(_cap(m) for m in workers.values()))
     settled = {
         s: Placement(p.weight, holder.get(s, p.owner), p.locality) for s, p in splits.items()
     }
-    assert _run(members, settled, reserved, seed, tier, rebalance=False) == out
-    assert _run(members, settled, reserved, seed, tier) == _run(
-        members, settled, reserved, seed, tier
+    assert _run(workers, settled, reserved, seed, tier, rebalance=False) == out
+    assert _run(workers, settled, reserved, seed, tier) == _run(
+        workers, settled, reserved, seed, tier
     )
 
 
@@ -251,31 +251,31 @@ def test_without_a_rebalance_a_running_split_moves_only_off_an_owner_over_its_bu
 def test_a_rebalance_never_moves_a_held_split_off_an_owner_within_its_budget(
     fleet: Fleet, data: st.DataObject
 ) -> None:
-    members, splits, reserved, seed, tier = fleet
+    workers, splits, reserved, seed, tier = fleet
     held = frozenset(data.draw(st.sets(st.sampled_from(sorted(splits) or ["none"]))))
-    out = _run(members, splits, reserved, seed, tier, held=held)
+    out = _run(workers, splits, reserved, seed, tier, held=held)
     holder = {s: m for m, ids in out.items() for s in ids}
     owned: dict[str, list[str]] = {}
     for s, p in splits.items():
-        if s not in reserved and p.owner in members:
+        if s not in reserved and p.owner in workers:
             owned.setdefault(p.owner, []).append(s)
     for m, ids in owned.items():
-        if len(ids) <= _cap(members[m]):
+        if len(ids) <= _cap(workers[m]):
             assert all(holder.get(s) == m for s in ids if s in held), m
     # Still every lane filled that can be.
-    assert len(holder) == min(len(set(splits) - reserved), sum(_cap(m) for m in members.values()))
+    assert len(holder) == min(len(set(splits) - reserved), sum(_cap(m) for m in workers.values()))
 
 
 @settings(max_examples=200, deadline=None)
 @given(fleets(unit=True, affinity=False, big_caps=True))
 def test_a_lost_domain_moves_only_its_own_splits(fleet: Fleet) -> None:
-    members, splits, reserved, seed, tier = fleet
-    out = _run(members, splits, reserved, seed, tier)
+    workers, splits, reserved, seed, tier = fleet
+    out = _run(workers, splits, reserved, seed, tier)
     owner = {s: m for m, held in out.items() for s in held}
     settled = {s: Placement(p.weight, owner.get(s), p.locality) for s, p in splits.items()}
-    domains = sorted({domain_of(m.locality, tier) for m in members.values()})
+    domains = sorted({domain_of(m.locality, tier) for m in workers.values()})
     lost = domains[0]
-    survivors = {m: v for m, v in members.items() if domain_of(v.locality, tier) != lost}
+    survivors = {m: v for m, v in workers.items() if domain_of(v.locality, tier) != lost}
     if not survivors:
         return
     after = _run(survivors, settled, reserved, seed, tier)
@@ -287,10 +287,10 @@ def test_a_lost_domain_moves_only_its_own_splits(fleet: Fleet) -> None:
 @settings(max_examples=200, deadline=None)
 @given(fleets())
 def test_workers_without_a_locality_place_exactly_as_before(fleet: Fleet) -> None:
-    members, splits, reserved, seed, tier = fleet
-    blind = {m: Member(v.cap) for m, v in members.items()}
+    workers, splits, reserved, seed, tier = fleet
+    blind = {m: Worker(v.cap) for m, v in workers.items()}
     expected = desired_assignment(
-        {m: v.cap for m, v in members.items()}, splits, reserved=reserved,
+        {m: v.cap for m, v in workers.items()}, splits, reserved=reserved,
         default_cap=DEFAULT_CAP, seed=seed,
     )  # fmt: skip
     assert _run(blind, splits, reserved, seed, tier) == expected
@@ -298,17 +298,17 @@ def test_workers_without_a_locality_place_exactly_as_before(fleet: Fleet) -> Non
 
 def test_a_zone_heavy_fleet_spreads_the_job_evenly_across_zones() -> None:
     # docs/placement.md's example: 4 workers in zone a, one each in b and c.
-    members = {f"a{i}": Member(100, f"a/h{i}") for i in range(4)}
-    members |= {"b0": Member(100, "b/h0"), "c0": Member(100, "c/h0")}
+    workers = {f"a{i}": Worker(100, f"a/h{i}") for i in range(4)}
+    workers |= {"b0": Worker(100, "b/h0"), "c0": Worker(100, "c/h0")}
     splits = {f"s{i:02d}": Placement(1, None) for i in range(60)}
-    out = place(members, splits, default_cap=8, seed=1)
-    locs = {m: v.locality for m, v in members.items()}
+    out = place(workers, splits, default_cap=8, seed=1)
+    locs = {m: v.locality for m, v in workers.items()}
     report = placement_report(out, locs, dict.fromkeys(splits, 1), 0)
     assert {d.domain: d.splits for d in report.domains} == {"a": 20, "b": 20, "c": 20}
     assert report.blast_radius == pytest.approx(1 / 3)
     assert sorted(len(out[f"a{i}"]) for i in range(4)) == [5, 5, 5, 5]
     # Without localities the same fleet puts two thirds of the job in zone a.
-    blind = place({m: Member(100) for m in members}, splits, default_cap=8, seed=1)
+    blind = place({m: Worker(100) for m in workers}, splits, default_cap=8, seed=1)
     assert placement_report(blind, locs, dict.fromkeys(splits, 1), 0).blast_radius == (
         pytest.approx(2 / 3)
     )
@@ -338,10 +338,10 @@ def test_valid_localities_pass() -> None:
 def test_a_join_moves_only_what_lies_outside_the_band() -> None:
     # Ten workers hold 20 splits each; an eleventh joins. Exact balance would move 18 running
     # splits; the band (10% of the mean) stops once the newcomer is within it: fewer moves.
-    members = {f"w{n:02d}": Member(64) for n in range(10)}
+    workers = {f"w{n:02d}": Worker(64) for n in range(10)}
     splits = {f"s{n:03d}": Placement(1, f"w{n % 10:02d}") for n in range(200)}
-    members["w10"] = Member(64)
-    out = place(members, splits, default_cap=8, seed=1)
+    workers["w10"] = Worker(64)
+    out = place(workers, splits, default_cap=8, seed=1)
     moved = len(out["w10"])
     assert 200 / 11 * 0.9 <= moved < 18
     assert all(len(held) <= 20 for held in out.values())

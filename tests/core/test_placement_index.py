@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spate._core.placement.index import PlacementIndex
-from spate._core.placement.vocabulary import Member, Placement
+from spate._core.placement.vocabulary import Placement, Worker
 from spate_stores.memory import MemoryServer
 from spate_testing._placement_model import place
 from tests.common import config
@@ -33,7 +33,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.members: dict[str, Member] = {}
+        self.workers: dict[str, Worker] = {}
         self.splits: dict[str, Placement] = {}
         self.next_split = 0
         self.departed: list[str] = ["gone-worker"]  # splits may still name them as owner
@@ -51,8 +51,8 @@ class IndexAgainstBatch(RuleBasedStateMachine):
             self.splits[split] = p
         self.index.update(split, p)
 
-    def _members_changed(self) -> None:
-        self.index.set_members(self.members)
+    def _workers_changed(self) -> None:
+        self.index.set_workers(self.workers)
 
     def _placed_on(self) -> dict[str, str]:
         return {s: m for m, held in self.index.assignment().items() for s in held}
@@ -67,35 +67,35 @@ class IndexAgainstBatch(RuleBasedStateMachine):
     )
     def start(self, workers: list[tuple[int, str]], localities: bool) -> None:
         for n, (cap, locality) in enumerate(workers):
-            self.members[f"w{n}"] = Member(cap, locality if localities else "")
-        self._members_changed()
+            self.workers[f"w{n}"] = Worker(cap, locality if localities else "")
+        self._workers_changed()
 
     @rule(cap=st.integers(0, 5), locality=st.sampled_from(LOCALITIES))
     def join(self, cap: int, locality: str) -> None:
-        self.members[f"w{len(self.members) + 10}"] = Member(cap, locality)
-        self._members_changed()
+        self.workers[f"w{len(self.workers) + 10}"] = Worker(cap, locality)
+        self._workers_changed()
 
     @rule(data=st.data())
     def leave(self, data: st.DataObject) -> None:
-        if len(self.members) > 1:
-            name = data.draw(st.sampled_from(sorted(self.members)))
-            del self.members[name]
+        if len(self.workers) > 1:
+            name = data.draw(st.sampled_from(sorted(self.workers)))
+            del self.workers[name]
             self.departed.append(name)
-            self._members_changed()
+            self._workers_changed()
 
     @rule(data=st.data(), cap=st.integers(0, 5), locality=st.sampled_from(LOCALITIES))
     def rejoin(self, data: st.DataObject, cap: int, locality: str) -> None:
         """A worker comes back under its old id, while splits still name it as owner."""
-        returning = [m for m in self.departed if m not in self.members]
+        returning = [m for m in self.departed if m not in self.workers]
         if returning:
-            self.members[data.draw(st.sampled_from(returning))] = Member(cap, locality)
-            self._members_changed()
+            self.workers[data.draw(st.sampled_from(returning))] = Worker(cap, locality)
+            self._workers_changed()
 
     @rule(data=st.data(), cap=st.integers(0, 5), locality=st.sampled_from(LOCALITIES))
     def reconfigure(self, data: st.DataObject, cap: int, locality: str) -> None:
-        name = data.draw(st.sampled_from(sorted(self.members)))
-        self.members[name] = Member(cap, locality)
-        self._members_changed()
+        name = data.draw(st.sampled_from(sorted(self.workers)))
+        self.workers[name] = Worker(cap, locality)
+        self._workers_changed()
 
     @rule(weight=st.integers(1, 4), affinity=st.sampled_from(AFFINITIES), count=st.integers(1, 4))
     def add_splits(self, weight: int, affinity: str, count: int) -> None:
@@ -120,7 +120,7 @@ class IndexAgainstBatch(RuleBasedStateMachine):
     def claim_by_anyone(self, data: st.DataObject) -> None:
         if self.splits:
             split = data.draw(st.sampled_from(sorted(self.splits)))
-            owner = data.draw(st.sampled_from(sorted(self.members)))
+            owner = data.draw(st.sampled_from(sorted(self.workers)))
             p = self.splits[split]
             self._set(split, Placement(p.weight, owner, p.locality))
 
@@ -155,14 +155,14 @@ class IndexAgainstBatch(RuleBasedStateMachine):
 
     @invariant()
     def equals_the_reference_placement(self) -> None:
-        if not self.members:
+        if not self.workers:
             return
         expected = place(
-            self.members, self.splits, default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0,
+            self.workers, self.splits, default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0,
             rebalance=self.rebalance, held=self.held,
         )  # fmt: skip
         assert self.index.assignment() == expected
-        # The leader publishes only the members the index names as changed: every member
+        # The leader publishes only the workers the index names as changed: every worker
         # whose assignment differs from the last answer must be among them.
         changed = self.index.take_changed()
         if changed is not None:
@@ -186,9 +186,9 @@ TestIndexAgainstBatch.settings = settings(
 
 def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -> None:
     """The shortcut is taken (no affinity step), and a claim by the assignee publishes nothing."""
-    members = {f"w{n}": Member(10, f"zone-{n % 3}") for n in range(6)}
+    workers = {f"w{n}": Worker(10, f"zone-{n % 3}") for n in range(6)}
     index = PlacementIndex(default_cap=4, seed=SEED, isolation_tier=0)
-    index.set_members(members)
+    index.set_workers(workers)
     splits = {f"s{n:02d}": Placement(1 + n % 3, None) for n in range(40)}
     for split, p in splits.items():
         index.update(split, p)
@@ -202,7 +202,7 @@ def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -
     assert changed is not None
     assert placed["s07"] in changed
     rest = {s: Placement(p.weight, placed[s]) for s, p in splits.items() if s != "s07"}
-    assert index.assignment() == place(members, rest, default_cap=4, seed=SEED)
+    assert index.assignment() == place(workers, rest, default_cap=4, seed=SEED)
     assert index.affinity_solves == 0
     assert index.solves >= 2
 
@@ -210,13 +210,13 @@ def test_a_settled_fleet_is_solved_incrementally_and_a_no_op_changes_nothing() -
 def test_many_unowned_splits_added_at_once_are_placed_as_the_model_places_them() -> None:
     """A plan's fold adds unowned splits by the thousand, a claim or expiry one at a time:
     both ways of merging them into the sorted unowned list give the model's answer."""
-    members = {f"w{n}": Member(6) for n in range(5)}
+    workers = {f"w{n}": Worker(6) for n in range(5)}
     index = PlacementIndex(default_cap=6, seed=SEED, isolation_tier=0)
-    index.set_members(members)
+    index.set_workers(workers)
     pool: dict[str, Placement] = {}
 
     def agree() -> None:
-        assert index.assignment() == place(members, pool, default_cap=6, seed=SEED)
+        assert index.assignment() == place(workers, pool, default_cap=6, seed=SEED)
 
     for n in range(300):  # one fold: far more than are inserted one by one
         pool[f"s{n:03d}"] = Placement(1 + (n * 7) % 4, None)
@@ -273,9 +273,9 @@ async def test_a_steady_fleet_places_nothing_on_reconcile_and_the_leader_agrees_
         pool = {
             s: p for s in host.view.splits if (p := leader.inputs.placement_input(s)) is not None
         }
-        members = {i: Member(p.max_in_flight if p else 0) for i, p in host.view.presence.items()}
+        lanes = {i: Worker(p.max_in_flight if p else 0) for i, p in host.view.presence.items()}
         assert index.assignment() == place(
-            members, pool, default_cap=host.config.max_in_flight, seed=host.tie_seed
+            lanes, pool, default_cap=host.config.max_in_flight, seed=host.tie_seed
         )
         nursery.cancel_scope.cancel()
 
@@ -291,15 +291,15 @@ def test_owners_over_their_budget_are_placed_as_the_model_places_them_without_th
 ) -> None:
     """Owners holding more than their budget (a worker draining while its new splits are
     anchored on it): the sticky overflow is placed incrementally, equal to the model."""
-    members = {f"w{n}": Member(cap, f"zone-{n % 2}" if zones else "") for n, cap in enumerate(caps)}
-    names = sorted(members)
+    workers = {f"w{n}": Worker(cap, f"zone-{n % 2}" if zones else "") for n, cap in enumerate(caps)}
+    names = sorted(workers)
     splits = {
         f"s{n:02d}": Placement(weight, names[owner] if 0 <= owner < len(names) else None)
         for n, (weight, owner) in enumerate(owners)
     }
     index = PlacementIndex(default_cap=DEFAULT_CAP, seed=SEED, isolation_tier=0)
-    index.set_members(members)
+    index.set_workers(workers)
     for split, p in splits.items():
         index.update(split, p)
-    assert index.assignment() == place(members, splits, default_cap=DEFAULT_CAP, seed=SEED)
+    assert index.assignment() == place(workers, splits, default_cap=DEFAULT_CAP, seed=SEED)
     assert index.affinity_solves == 0

@@ -14,9 +14,9 @@ from spate._core.placement.index import solve_placement
 from spate._core.placement.vocabulary import (
     INSORT_AT_MOST,
     Band,
-    Member,
     Placement,
     WeightBins,
+    Worker,
     merge_sorted,
 )
 from spate._core.protocol import (
@@ -40,7 +40,7 @@ from spate_testing._placement_model import desired_assignment as model_assignmen
 
 
 def desired_assignment(
-    members: Mapping[str, int],
+    workers: Mapping[str, int],
     splits: Mapping[str, Placement],
     *,
     reserved: Collection[str] = (),
@@ -49,34 +49,34 @@ def desired_assignment(
 ) -> dict[str, tuple[str, ...]]:
     """The leader's placement from scratch, checked against the reference model on the way."""
     out = solve_placement(
-        {m: Member(cap) for m, cap in members.items()},
+        {m: Worker(cap) for m, cap in workers.items()},
         splits,
         reserved=reserved,
         default_cap=default_cap,
         seed=seed,
     )
     assert out == model_assignment(
-        members, splits, reserved=reserved, default_cap=default_cap, seed=seed
+        workers, splits, reserved=reserved, default_cap=default_cap, seed=seed
     )
     return out
 
 
-member_names = st.sampled_from([f"w{i}" for i in range(6)])
+worker_names = st.sampled_from([f"w{i}" for i in range(6)])
 
 
 @st.composite
 def fleets(draw: st.DrawFn) -> tuple[dict[str, int], dict[str, Placement], frozenset[str], int]:
-    members = draw(st.dictionaries(member_names, st.integers(0, 5), min_size=1, max_size=6))
+    workers = draw(st.dictionaries(worker_names, st.integers(0, 5), min_size=1, max_size=6))
     n = draw(st.integers(0, 30))
-    owners = st.one_of(st.none(), member_names, st.just("gone"))
+    owners = st.one_of(st.none(), worker_names, st.just("gone"))
     splits = {f"s{i:02d}": Placement(draw(st.integers(1, 50)), draw(owners)) for i in range(n)}
     reserved = draw(st.frozensets(st.sampled_from(sorted(splits)) if splits else st.nothing()))
     seed = draw(st.integers(0, 2**64 - 1))
-    return members, splits, reserved, seed
+    return workers, splits, reserved, seed
 
 
-def caps(members: dict[str, int], default: int) -> dict[str, int]:
-    return {m: max(1, c if c > 0 else default) for m, c in members.items()}
+def caps(workers: dict[str, int], default: int) -> dict[str, int]:
+    return {m: max(1, c if c > 0 else default) for m, c in workers.items()}
 
 
 DEFAULT_CAP = 3
@@ -84,14 +84,14 @@ DEFAULT_CAP = 3
 
 @given(fleets())
 def test_assignment_is_deterministic_and_independent_of_who_computes_it(fleet) -> None:  # type: ignore[no-untyped-def]
-    members, splits, reserved, seed = fleet
+    workers, splits, reserved, seed = fleet
     first = desired_assignment(
-        members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed
+        workers, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed
     )
-    shuffled_members = dict(random.Random(1).sample(sorted(members.items()), len(members)))
+    shuffled_workers = dict(random.Random(1).sample(sorted(workers.items()), len(workers)))
     shuffled_splits = dict(random.Random(2).sample(sorted(splits.items()), len(splits)))
     again = desired_assignment(
-        shuffled_members,
+        shuffled_workers,
         shuffled_splits,
         reserved=set(reserved),
         default_cap=DEFAULT_CAP,
@@ -102,26 +102,26 @@ def test_assignment_is_deterministic_and_independent_of_who_computes_it(fleet) -
 
 @given(fleets())
 def test_assignment_places_each_split_once_within_every_cap(fleet) -> None:  # type: ignore[no-untyped-def]
-    members, splits, reserved, seed = fleet
-    out = desired_assignment(members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
-    assert set(out) == set(members)
+    workers, splits, reserved, seed = fleet
+    out = desired_assignment(workers, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
+    assert set(out) == set(workers)
     placed = [s for ids in out.values() for s in ids]
     assert len(placed) == len(set(placed))
     assert set(placed) <= set(splits) - reserved
-    cap = caps(members, DEFAULT_CAP)
-    for member, ids in out.items():
-        assert len(ids) <= cap[member]
+    cap = caps(workers, DEFAULT_CAP)
+    for worker, ids in out.items():
+        assert len(ids) <= cap[worker]
         assert list(ids) == sorted(ids)
-    # Totality: a split is left in the queue only when every member is full.
+    # Totality: a split is left in the queue only when every worker is full.
     if len(placed) < len(set(splits) - reserved):
-        assert all(len(out[m]) == cap[m] for m in members)
+        assert all(len(out[m]) == cap[m] for m in workers)
 
 
 @given(fleets())
 def test_assignment_is_balanced_within_the_band(fleet) -> None:  # type: ignore[no-untyped-def]
-    members, splits, reserved, seed = fleet
-    out = desired_assignment(members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
-    cap = caps(members, DEFAULT_CAP)
+    workers, splits, reserved, seed = fleet
+    out = desired_assignment(workers, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
+    cap = caps(workers, DEFAULT_CAP)
     load = {m: sum(splits[s].weight for s in ids) for m, ids in out.items()}
     open_ = [m for m in out if len(out[m]) < cap[m]]
     held = [splits[s].weight for ids in out.values() for s in ids]
@@ -132,29 +132,29 @@ def test_assignment_is_balanced_within_the_band(fleet) -> None:  # type: ignore[
     for a, ids in out.items():
         if not ids or not (band.under(load[target]) or band.over(load[a])):
             continue  # inside the band: moving a running split is not worth its drain
-        # No single split could move to the least-loaded member with spare budget and lower
+        # No single split could move to the least-loaded worker with spare budget and lower
         # the imbalance.
         assert load[a] - load[target] <= min(splits[s].weight for s in ids), (a, target)
 
 
 @given(fleets())
 def test_a_balanced_fleet_maps_to_itself(fleet) -> None:  # type: ignore[no-untyped-def]
-    members, splits, reserved, seed = fleet
-    out = desired_assignment(members, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
+    workers, splits, reserved, seed = fleet
+    out = desired_assignment(workers, splits, reserved=reserved, default_cap=DEFAULT_CAP, seed=seed)
     owner_of = {s: m for m, ids in out.items() for s in ids}
     settled = {
         s: Placement(p.weight, owner_of.get(s)) for s, p in splits.items() if s not in reserved
     }
-    assert desired_assignment(members, settled, default_cap=DEFAULT_CAP, seed=seed) == out
+    assert desired_assignment(workers, settled, default_cap=DEFAULT_CAP, seed=seed) == out
 
 
 @given(fleets(), st.sampled_from([f"w{i}" for i in range(6)]))
-def test_sticky_owner_keeps_its_split_when_under_cap(fleet, member) -> None:  # type: ignore[no-untyped-def]
-    members, _splits, _, seed = fleet
-    members = {**members, member: 0}
-    heavy = {"only": Placement(7, member)}
-    out = desired_assignment(members, heavy, default_cap=DEFAULT_CAP, seed=seed)
-    assert out[member] == ("only",)
+def test_sticky_owner_keeps_its_split_when_under_cap(fleet, worker) -> None:  # type: ignore[no-untyped-def]
+    workers, _splits, _, seed = fleet
+    workers = {**workers, worker: 0}
+    heavy = {"only": Placement(7, worker)}
+    out = desired_assignment(workers, heavy, default_cap=DEFAULT_CAP, seed=seed)
+    assert out[worker] == ("only",)
 
 
 def test_a_heavy_split_ends_alone_against_light_ones() -> None:
@@ -163,7 +163,7 @@ def test_a_heavy_split_ends_alone_against_light_ones() -> None:
     assert sorted(out.values(), key=len) == [("big",), ("small0", "small1", "small2", "small3")]
 
 
-def test_a_member_advertising_cap_one_gets_one_split() -> None:
+def test_a_worker_advertising_cap_one_gets_one_split() -> None:
     splits = {f"s{i}": Placement(1, None) for i in range(6)}
     out = desired_assignment({"tiny": 1, "big": 0}, splits, default_cap=8, seed=3)
     assert len(out["tiny"]) == 1
@@ -176,14 +176,14 @@ def test_an_owner_that_left_loses_its_splits_and_reserved_splits_are_withheld() 
     assert out == {"w": ("a",)}
 
 
-def test_no_members_means_no_assignment() -> None:
+def test_no_workers_means_no_assignment() -> None:
     assert desired_assignment({}, {"a": Placement(1, None)}, default_cap=8, seed=0) == {}
 
 
 @settings(max_examples=20)
 @given(st.integers(0, 2**64 - 1))
-def test_ties_break_by_fingerprint_seed_not_by_member_name(seed: int) -> None:
-    # Two empty members and one split: which member gets it depends only on the seed.
+def test_ties_break_by_fingerprint_seed_not_by_worker_name(seed: int) -> None:
+    # Two empty workers and one split: which worker gets it depends only on the seed.
     out = desired_assignment({"a": 0, "b": 0}, {"s": Placement(1, None)}, default_cap=1, seed=seed)
     winner = "a" if out["a"] else "b"
     expected = min(("a", "b"), key=lambda m: stable_hash_str(seed, m))

@@ -10,11 +10,11 @@ from spate import Config
 from spate._core.leader.split_requests import POLL, POLL_BATCH, SplitRequests, _Ask
 from spate._core.records import AssignmentRecord, PresenceRecord, ProgressRecord, Status
 
-MEMBERS, LANES = 80, 4  # more members than POLL_BATCH: a fleet whose counts are throttled
+WORKERS, LANES = 80, 4  # more workers than POLL_BATCH: a fleet whose counts are throttled
 
 
 class _CountingAssignments(dict[str, tuple[AssignmentRecord, int]]):
-    """The view's assignment records, counting each member's lookup."""
+    """The view's assignment records, counting each worker's lookup."""
 
     lookups = 0
 
@@ -49,16 +49,16 @@ class _Host:
 
 
 def _fleet() -> _Host:
-    # Every lane of every member is assigned a runnable split: exactly as many runnable splits
+    # Every lane of every worker is assigned a runnable split: exactly as many runnable splits
     # as lanes, the case in which lanes must be counted (neither side outnumbers the other).
     presence: dict[str, PresenceRecord | None] = {}
     assignments = _CountingAssignments()
     splits: dict[str, _State] = {}
-    for m in range(MEMBERS):
-        member = f"w{m:02d}"
-        presence[member] = PresenceRecord(nonce=f"n{m}", max_in_flight=LANES)
+    for m in range(WORKERS):
+        worker = f"w{m:02d}"
+        presence[worker] = PresenceRecord(nonce=f"n{m}", max_in_flight=LANES)
         held = tuple(f"s{m:02d}-{n}" for n in range(LANES))
-        assignments[member] = (AssignmentRecord(generation=1, splits=held), 1)
+        assignments[worker] = (AssignmentRecord(generation=1, splits=held), 1)
         for split in held:
             splits[split] = _State(ProgressRecord(id=split, status=Status.RUNNABLE))
     view = _View(presence, assignments, splits, _Tallies(runnable=len(splits)))
@@ -70,17 +70,17 @@ def test_idle_lanes_are_counted_at_most_once_per_poll_while_the_view_moves() -> 
     requests = SplitRequests(host, reads=None)  # type: ignore[arg-type]
     _CountingAssignments.lookups = 0
     requests.step(0.0)
-    assert _CountingAssignments.lookups == MEMBERS  # one count: every member's record
+    assert _CountingAssignments.lookups == WORKERS  # one count: every worker's record
     # Every event moves the view; a leader steps on each. Within a poll none counts again...
     for n in range(1, 40):
         host.view.seq += 1
         requests.step(n * POLL / 40)
-    assert _CountingAssignments.lookups == MEMBERS
+    assert _CountingAssignments.lookups == WORKERS
     # ...but the view moved, so the leader is woken to count again when the poll is up.
     assert requests.next_deadline() == POLL
     host.view.seq += 1
     requests.step(POLL)
-    assert _CountingAssignments.lookups == 2 * MEMBERS
+    assert _CountingAssignments.lookups == 2 * WORKERS
 
 
 def test_running_tenancies_are_looked_over_at_most_once_per_poll_when_many_run() -> None:
@@ -88,7 +88,7 @@ def test_running_tenancies_are_looked_over_at_most_once_per_poll_when_many_run()
     # none to ask; looking means going over every running tenancy, so with more than a batch
     # of them it is not done on each of the events a leader steps on, only once a poll.
     host = _fleet()
-    # One member runs one split; every other lane sits idle.
+    # One worker runs one split; every other lane sits idle.
     kept = host.view.assignments["w00"]
     host.view.assignments.clear()
     host.view.assignments["w00"] = (attrs.evolve(kept[0], splits=kept[0].splits[:1]), 1)

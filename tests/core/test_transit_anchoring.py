@@ -1,9 +1,9 @@
 """The leader anchors a split in transit on its assignee, whoever the view still names as owner.
 
-A split is in transit from the moment this leader's records name a new member for it until
-that member claims it. Placed from its owner instead, it is placed afresh on every solve while
-the moves land one by one: it swaps between members, a claim racing a swap takes it back to a
-member it left, and a domain overfilled that way is evened out by moving a split that was never
+A split is in transit from the moment this leader's records name a new worker for it until
+that worker claims it. Placed from its owner instead, it is placed afresh on every solve while
+the moves land one by one: it swaps between workers, a claim racing a swap takes it back to a
+worker it left, and a domain overfilled that way is evened out by moving a split that was never
 in transit (the flakes once seen in the failure-domain tests, now ``test_split_affinity`` and
 ``tests/runtime/test_domain_loss.py``, and in ``test_debounce``).
 """
@@ -37,7 +37,7 @@ def _no_plan(ctx: PlanContext) -> Plan:
 
 
 class _Fleet:
-    """A leader's view built by hand: live members, records, splits."""
+    """A leader's view built by hand: live workers, records, splits."""
 
     def __init__(self, *live: str) -> None:
         self.changes = PlacementChanges()
@@ -84,10 +84,10 @@ def test_a_revocation_in_flight_is_anchored_on_the_new_assignee() -> None:
 def test_an_expired_owners_split_is_anchored_on_a_live_assignee_not_on_a_dead_record() -> None:
     fleet = _Fleet("a2", "c0")
     fleet.split("s03", owner="b0", leased=False)  # b0 died: its lease expired, not its record
-    fleet.assign("b0", "s03")  # the dead member's record, not deleted yet
+    fleet.assign("b0", "s03")  # the dead worker's record, not deleted yet
     assert fleet.anchor("s03") == "b0"  # nobody live named yet: placed as unowned
     fleet.assign("c0", "s03")
-    assert fleet.anchor("s03") == "c0"  # b0 sorts first, but only live members anchor
+    assert fleet.anchor("s03") == "c0"  # b0 sorts first, but only live workers anchor
 
 
 def test_a_handed_back_split_is_anchored_on_the_first_live_assignee_by_name() -> None:
@@ -126,7 +126,7 @@ def test_a_write_in_flight_anchors_before_its_record_lands() -> None:
 
 
 def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
-    """The leader's index re-reads, on a change of members, only the splits naming one of
+    """The leader's index re-reads, on a change of workers, only the splits naming one of
     them as assignee; every input it then holds is what a fresh read of the view gives."""
     from spate._config import Config
     from spate.store import Keyspace

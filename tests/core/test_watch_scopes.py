@@ -477,17 +477,17 @@ def test_a_new_leader_places_nothing_until_it_has_listed_the_job() -> None:
     assert [op for op in b.ops[mark:] if op.operation == "assign"]
 
 
-def test_a_leaving_follower_reads_its_splits_and_the_members_and_never_lists_the_job() -> None:
+def test_a_leaving_follower_reads_its_splits_and_the_workers_and_never_lists_the_job() -> None:
     world, a, b = leader_and_follower(count=4, reconcile_interval=3600.0)
     handed = sorted(b.owned)
     mark = len(b.reads)
     world.wait(b.depart())
     world.run_until(lambda: b.handed_over(handed), within=10.0)
     reads = {(op.method, op.keyspace, op.key) for op in b.reads[mark:]}
-    members = {("list", EPHEMERAL, KEYS.worker("")), ("list", DURABLE, KEYS.assign(""))}
+    workers = {("list", EPHEMERAL, KEYS.worker("")), ("list", DURABLE, KEYS.assign(""))}
     ours = {("get", DURABLE, KEYS.split(s)) for s in handed}
-    assert members <= reads
-    assert reads - members <= ours | {("get", DURABLE, KEYS.assign("b"))}, reads
+    assert workers <= reads
+    assert reads - workers <= ours | {("get", DURABLE, KEYS.assign("b"))}, reads
     assert a.owned >= set(handed)
 
 

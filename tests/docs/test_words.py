@@ -2,8 +2,10 @@
 
 Each retired name once meant a second idea beside its word's own (``echo`` quoted values in
 errors and also dropped a write's own watch echo; ``fence`` named a telemetry module too), or
-was a second word for one idea (``on_arrival`` beside ``PresenceChanged``). The checks look
-at Python names (tokens), not prose, so a comment may still say what a name used to be.
+was a second word for one idea (``on_arrival`` beside ``PresenceChanged``; ``Member``,
+``set_members``, ``members_seq`` and ``by_member`` beside *worker*, the fleet's process). The
+checks look at Python names (tokens), not prose, so a comment may still say what a name used
+to be; they read the packages, the benchmarks and the examples (the tests may quote a name).
 
 Some renames land on other branches. Their checks are in ``RETIRED_ELSEWHERE``, each with the
 test of whether its new name exists yet: until it does the old name is still the only one,
@@ -22,16 +24,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("spate", "spate_stores", "spate_testing")
+PACKAGES = ("spate", "spate_stores", "spate_testing", "bench", "examples")
 
 RETIRED_MODULES = [
     ("spate/_echo.py", "spate/_quote.py: quote() quotes a refused value in an error"),
     ("spate/_fenced.py", "spate/_write_spans.py: the span and metrics of every guarded write"),
+    ("spate/_core/view/member_table.py", "spate/_core/view/worker_table.py: the worker table"),
 ]
 
 RETIRED_NAMES = [
     ("on_arrival", "on_presence_changed: it handles joins and rewrites alike"),
     ("LeaseSession", "EtcdLeaseSession: 'lease' alone is a split's lease"),
+    # A process of the fleet is a worker, never a member (a store cluster's members stay).
+    ("Member", "placement's Worker (vocabulary.py), bench's Worker (bench/_fleet.py)"),
+    ("MemberTable", "WorkerTable: the view's worker table"),
+    ("set_members", "PlacementIndex.set_workers"),
+    ("members_seq", "workers_seq (WorkerTable, View)"),
+    ("by_member", "AssignmentWrites.by_worker"),
+    ("start_member", "bench's start_worker"),
 ]
 
 

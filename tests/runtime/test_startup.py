@@ -409,7 +409,7 @@ async def test_unreadable_assignment_and_presence_are_skipped_with_a_warning(
         await store.create(Keyspace.DURABLE, KEYS.assign("ghost"), b"not json")
         await store.create(Keyspace.EPHEMERAL, KEYS.worker("odd"), b"{}")
         await trio.sleep(1)
-        # The worker with an unreadable presence still counts as a live member: the leader
+        # The worker with an unreadable presence still counts as a live worker: the leader
         # gives it a share, under the default lane budget.
         assert await store.get(Keyspace.DURABLE, KEYS.assign("odd")) is not None
         assert len(coord.owned) == 1

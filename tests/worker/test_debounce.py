@@ -77,7 +77,7 @@ async def test_assignments_do_not_flip_flop_while_moves_are_in_flight(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # Splits handed back but not yet claimed have no owner; the leader must keep them where it
-    # already put them instead of placing them afresh (which bounced them between members).
+    # already put them instead of placing them afresh (which bounced them between workers).
     server = MemoryServer()
     observer = client(server)
     history: dict[str, list[str]] = {}
@@ -89,12 +89,12 @@ async def test_assignments_do_not_flip_flop_while_moves_are_in_flight(
         async with observer.watch(Keyspace.DURABLE, f"{JOB}.assign.") as events:
             async for event in events:
                 if isinstance(event, Put):
-                    member = event.entry.key.rsplit(".", 1)[1]
+                    assignee = event.entry.key.rsplit(".", 1)[1]
                     record = decode(AssignmentRecord, event.entry.key, event.entry.value)
                     for split in record.splits:
                         moves = history.setdefault(split, [])
-                        if not moves or moves[-1] != member:
-                            moves.append(member)
+                        if not moves or moves[-1] != assignee:
+                            moves.append(assignee)
 
     def worker(name: str) -> Awaitable[object]:
         return spate.run_worker(
@@ -113,9 +113,9 @@ async def test_assignments_do_not_flip_flop_while_moves_are_in_flight(
             await trio.sleep(11 if name == "a" else 0.7)
         await trio.sleep(20)
         nursery.cancel_scope.cancel()
-    # A split moves at most once per rebalance and never returns to a member it left.
-    for split, members in history.items():
-        assert len(members) == len(set(members)), (split, members)
+    # A split moves at most once per rebalance and never returns to a worker it left.
+    for split, owners in history.items():
+        assert len(owners) == len(set(owners)), (split, owners)
 
 
 async def test_debounce_never_delays_handing_out_unowned_splits(

@@ -370,7 +370,7 @@ async def test_a_leaving_worker_waits_for_new_owners_from_its_own_keys(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # A leaving worker learns where its splits went by reading their progress records, and
-    # whether anyone can take the rest from the members' presence and assignment records: it
+    # whether anyone can take the rest from the workers' presence and assignment records: it
     # never lists or watches the job (it used to list every key of it, however large).
     server = MemoryServer()
     store = _CountingReads(server)
@@ -383,10 +383,10 @@ async def test_a_leaving_worker_waits_for_new_owners_from_its_own_keys(
         before_leaving=lambda: reads_before.append(len(store.reads)),
     )
     held = {f"get durable job.split.s{n:02d}" for n in range(6)}
-    members = {"list ephemeral job.worker.", "list durable job.assign."}
+    workers = {"list ephemeral job.worker.", "list durable job.assign."}
     exact = {"watch ephemeral job.leader", "watch durable job.plan", "watch durable job.assign.a"}
     after = set(store.reads[reads_before[0] :])
-    assert after <= held | members | exact, after - (held | members | exact)
+    assert after <= held | workers | exact, after - (held | workers | exact)
     assert held & after
     # it returned only once every split it had was owned by the other worker
     assert leave.owners_when_left == {f"s{n:02d}": "b" for n in range(6)}

@@ -18,7 +18,7 @@ move) over :mod:`~spate._core.leader.placement_inputs` (what placement is fed) a
   unfinished rebalances, holds (``RebalancePolicy``; a new trigger calls ``owe()``)
 - ``publisher.py``: publishing the assignment, nudging a follower whose split came free,
   carrying split requests (``AssignmentPublisher``)
-- ``placement_inputs.py``: what placement is fed: the member table, the grace windows of
+- ``placement_inputs.py``: what placement is fed: the worker table, the grace windows of
   departed workers, each split's input (``PlacementInputs``)
 - ``balance_rounds.py``: the balance rounds (``LoadBalancer``): every ``balance_interval``, the
   running splits moved by measured load (a move anchors the split on its target; the policy
@@ -36,7 +36,7 @@ move) over :mod:`~spate._core.leader.placement_inputs` (what placement is fed) a
 - ``residuals.py``: the leader's seeding of the residuals it finds named in progress records
 - ``assignment_writes.py``: the leader's assignment writes in flight, and the splits each
   anchors (``AssignmentWrites``)
-- ``claim_deadline.py``: the members set aside for placement: a live member that claimed none of
+- ``claim_deadline.py``: the workers set aside for placement: a live worker that claimed none of
   the free splits it was given for ``claim_deadline`` (a ghost presence record, a wedged
-  process), tried again later, a member again once it claims (``ClaimDeadlines``)
+  process), tried again later, placed like any other once it claims (``ClaimDeadlines``)
 """

@@ -1,8 +1,8 @@
 """The leader's assignment writes in flight, and the splits each one anchors.
 
-A split in transit is anchored on the member this leader last gave it to: the write in flight
-when there is one (the records of one publish land one by one, and a member's stale record
-would anchor the split where it no longer goes), else the member's record of this generation.
+A split in transit is anchored on the worker this leader last gave it to: the write in flight
+when there is one (the records of one publish land one by one, and a worker's stale record
+would anchor the split where it no longer goes), else the worker's record of this generation.
 The placement inputs read this table; the publisher fills it as writes start and end.
 """
 
@@ -15,34 +15,34 @@ __all__ = ["AssignmentWrites"]
 
 
 class AssignmentWrites:
-    """Member -> the splits its assignment write in flight names, and the reverse map."""
+    """Worker -> the splits its assignment write in flight names, and the reverse map."""
 
     def __init__(self, host: Host, election: Election) -> None:
         self.host = host
         self._election = election
-        self.by_member: dict[str, frozenset[str]] = {}
-        """Member -> the splits its assignment write in flight names (until it lands or fails)."""
+        self.by_worker: dict[str, frozenset[str]] = {}
+        """Worker -> the splits its assignment write in flight names (until it lands or fails)."""
         self.by_split: dict[str, set[str]] = {}
-        """Split -> the members whose assignment write in flight names it."""
+        """Split -> the workers whose assignment write in flight names it."""
 
     def started(self, instance: str, splits: tuple[str, ...]) -> None:
         """Note an assignment write about to start: it anchors the splits it names at once."""
         named = frozenset(splits)
-        self.by_member[instance] = named
+        self.by_worker[instance] = named
         for split in named:
             self.by_split.setdefault(split, set()).add(instance)
         self._anchors_moved(instance, named)
 
     def ended(self, instance: str) -> None:
         """The write landed (its record now anchors), failed or lost: the record anchors again."""
-        named = self.by_member.pop(instance, None)
+        named = self.by_worker.pop(instance, None)
         if named is None:
             return
         for split in named:
-            members = self.by_split.get(split)
-            if members is not None:
-                members.discard(instance)
-                if not members:
+            workers = self.by_split.get(split)
+            if workers is not None:
+                workers.discard(instance)
+                if not workers:
                     del self.by_split[split]
         self._anchors_moved(instance, named)
 

@@ -119,7 +119,7 @@ class LoadBalancer:
         self._carried: dict[str, float] = {}
         """Split -> its last trusted load, kept across a move (see the module text)."""
         self._joined: dict[str, float] = {}
-        """Member -> when this leader first saw it."""
+        """Worker -> when this leader first saw it."""
         self._units: dict[str, int] = {}
         """Split -> its load in placement's units (empty until loads are reported)."""
 

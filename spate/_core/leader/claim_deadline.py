@@ -1,26 +1,26 @@
-"""The claim deadline: a member that never claims what it is given is set aside for placement.
+"""The claim deadline: a worker that never claims what it is given is set aside for placement.
 
-The leader places splits on the members whose presence records it reads, and a presence record
+The leader places splits on the workers whose presence records it reads, and a presence record
 proves only that something keeps writing it: a record rewritten for a worker that does not
 exist (a ghost), or a process wedged before its first claim, keeps the splits assigned to it
-unowned for as long as the writes go on. Claims are what the leader can see of a member at
+unowned for as long as the writes go on. Claims are what the leader can see of a worker at
 work (every claim writes a lease, and the leader reads every lease), so:
 
-- **The clock**: a member's clock starts when it is assigned a split nobody holds (its record
+- **The clock**: a worker's clock starts when it is assigned a split nobody holds (its record
   landed naming one, or the lease of a split its record names went), and stops at its next
   claim (any lease of it appearing). This leader itself has no clock.
-- **The deadline**: a member whose clock ran ``Config.claim_deadline`` (by default twice the
+- **The deadline**: a worker whose clock ran ``Config.claim_deadline`` (by default twice the
   lease, or the lease plus ``drain_deadline`` when longer: a worker whose lanes are full of
   splits still draining claims only once they drain) and that is still assigned a split
-  nobody holds is *set aside*: placement treats it like a departed member (its splits go to
+  nobody holds is *set aside*: placement treats it like a departed worker (its splits go to
   the others at once, its record is rewritten to name nothing) while its presence stands.
-- **Tried again, later each time**: a member set aside is placed again after a while that
+- **Tried again, later each time**: a worker set aside is placed again after a while that
   starts at twice the deadline and doubles each time it is set aside again, up to
   :data:`SET_ASIDE_MAX` (a slow-starting worker is not starved for ever: given work again,
-  it claims, and balancing gives it its share). A claim ends it all at once: the member is
-  like any other again, and its next clock starts from scratch (no flapping: only a member
+  it claims, and balancing gives it its share). A claim ends it all at once: the worker is
+  like any other again, and its next clock starts from scratch (no flapping: only a worker
   that never claimed is ever set aside).
-- **Leader-side, per leader**: a new leader starts with every member's clock stopped (it
+- **Leader-side, per leader**: a new leader starts with every worker's clock stopped (it
   finds a ghost again within one deadline).
 
 Pure and synchronous: no Trio, no clock, no I/O.
@@ -39,22 +39,22 @@ __all__ = ["SET_ASIDE_MAX", "ClaimDeadlines"]
 logger = logging.getLogger("spate.leader")
 
 SET_ASIDE_MAX = 600.0
-"""The longest a member that never claimed is set aside before it is given work again."""
+"""The longest a worker that never claimed is set aside before it is given work again."""
 
 
 class ClaimDeadlines:
-    """Which members never claimed what they were given, and are set aside for placement."""
+    """Which workers never claimed what they were given, and are set aside for placement."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self._since: dict[str, float] = {}
-        """Member -> when it began waiting on a split assigned to it that nobody holds."""
+        """Worker -> when it began waiting on a split assigned to it that nobody holds."""
         self.set_aside: dict[str, float] = {}
-        """Member -> when it may be given work again (it never claimed what it was given)."""
+        """Worker -> when it may be given work again (it never claimed what it was given)."""
         self._next: dict[str, float] = {}
-        """Member -> how long it is set aside the next time (doubling; gone once it claims)."""
+        """Worker -> how long it is set aside the next time (doubling; gone once it claims)."""
         self.version = 0
-        """Moves whenever :attr:`set_aside` does (the member table placement reads moved)."""
+        """Moves whenever :attr:`set_aside` does (the worker table placement reads moved)."""
         self._due = math.inf
         """The earliest clock to run out or set-aside to end."""
 
@@ -80,7 +80,7 @@ class ClaimDeadlines:
             self._start(instance, now)
 
     def freed(self, split: str, now: float) -> None:
-        """``split``'s lease went: the clocks of the members assigned it start."""
+        """``split``'s lease went: the clocks of the workers assigned it start."""
         if not self._free(split):
             return
         for instance in self.host.view.assigned.get(split, ()):
@@ -101,7 +101,7 @@ class ClaimDeadlines:
         return True
 
     def gone(self, instance: str) -> bool:
-        """``instance``'s presence went: it is no member. True when it was set aside."""
+        """``instance``'s presence went: the worker is gone. True when it was set aside."""
         self._since.pop(instance, None)
         self._next.pop(instance, None)
         if self.set_aside.pop(instance, None) is None:
@@ -121,7 +121,7 @@ class ClaimDeadlines:
     # -- deciding ------------------------------------------------------------------------------
 
     def step(self, now: float) -> bool:
-        """Set aside the members whose clock ran out; try again those whose time is up.
+        """Set aside the workers whose clock ran out; try again those whose time is up.
 
         Returns whether :attr:`set_aside` changed (membership, as placement sees it, did).
         """
@@ -156,7 +156,7 @@ class ClaimDeadlines:
         return changed
 
     def next_deadline(self) -> float:
-        """When a clock runs out or a member set aside is to be tried again."""
+        """When a clock runs out or a worker set aside is to be tried again."""
         return self._due
 
     def _start(self, instance: str, now: float) -> None:

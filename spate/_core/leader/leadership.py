@@ -11,9 +11,9 @@ The machine talks to :class:`Leadership` alone; each rule lives in the part that
   window, owed and unfinished rebalances, holds.
 - :mod:`spate._core.leader.publisher` — assignment writes, nudges, split-request asks;
   :mod:`spate._core.leader.assignment_writes` — the writes in flight and the splits they anchor.
-- :mod:`spate._core.leader.placement_inputs` — the member table, the grace windows of departed
+- :mod:`spate._core.leader.placement_inputs` — the worker table, the grace windows of departed
   workers, and each split's input to the placement index;
-  :mod:`spate._core.leader.claim_deadline` — the members set aside for never claiming.
+  :mod:`spate._core.leader.claim_deadline` — the workers set aside for never claiming.
 - :mod:`spate._core.leader.balance_rounds` — the balance rounds: running splits moved by measured
   load.
 
@@ -56,7 +56,7 @@ def _no_asks(splits: Iterable[str], now: float) -> None:
 class Leadership:
     """This worker's part in leading the job (most of the time: watching someone else lead).
 
-    ``requests`` gives the split requests outstanding to a member (the machine's
+    ``requests`` gives the split requests outstanding to a worker (the machine's
     :class:`~spate._core.leader.split_requests.SplitRequests`); ``ask_split`` asks running splits to
     split (its ``ask_hot``: a balance round's hot splits).
     """
@@ -150,7 +150,7 @@ class Leadership:
         if self.policy.wake(now):
             self.host.placement_changes.owe()
         if self.inputs.claims.step(now):
-            self._members_moved(now)
+            self._workers_moved(now)
         outcome = self.balance.step(now)
         if outcome is not None:
             self._apply(outcome, now)
@@ -200,9 +200,9 @@ class Leadership:
             self.policy.membership_changed(now)
 
     def claimed(self, instance: str, now: float) -> None:
-        """A lease of ``instance`` appeared (while leading): it claims, so it is a member."""
+        """A lease of ``instance`` appeared (while leading): it claims: placement counts it."""
         if self.inputs.claims.claimed(instance):
-            self._members_moved(now)
+            self._workers_moved(now)
 
     def freed(self, split: str, now: float) -> None:
         """``split``'s lease went (while leading): its assignees' claim clocks start."""
@@ -212,8 +212,8 @@ class Leadership:
         """``instance``'s record was written (while leading): its claim clock may start."""
         self.inputs.claims.assigned(instance, record, now)
 
-    def _members_moved(self, now: float) -> None:
-        """A member was set aside or taken back: placement's members moved, as on a join."""
+    def _workers_moved(self, now: float) -> None:
+        """A worker was set aside or taken back: placement's workers moved, as on a join."""
         self.policy.membership_changed(now)
         self.host.placement_changes.owe()
 
@@ -226,11 +226,11 @@ class Leadership:
         self.inputs.prune_departed(now)
 
     def nudge_for(self, split: str) -> None:
-        """``split``'s lease is gone: tell the members it is assigned to that it is free."""
+        """``split``'s lease is gone: tell the workers it is assigned to that it is free."""
         self.publisher.nudge_for(split)
 
     def ask(self, instances: set[str]) -> None:
-        """Rewrite these members' assignment records to carry their split requests."""
+        """Rewrite these workers' assignment records to carry their split requests."""
         self.publisher.ask(instances)
 
     def replan_tick(self) -> None:

@@ -27,7 +27,7 @@ from spate._core.leader.claim_deadline import ClaimDeadlines
 from spate._core.leader.election import Election
 from spate._core.placement.index import PlacementIndex
 from spate._core.placement.split_load import split_load
-from spate._core.placement.vocabulary import Member, Placement
+from spate._core.placement.vocabulary import Placement, Worker
 from spate._core.records import Status
 
 __all__ = ["PlacementInputs"]
@@ -57,11 +57,11 @@ class PlacementInputs:
         self._index_key: tuple[int, frozenset[str]] | None = None
         self._index_workers: frozenset[str] = frozenset()
         """The live workers the index's inputs were read against."""
-        self._workers_at: tuple[tuple[int, int], dict[str, Member], frozenset[str]] | None = None
-        """The view's members_seq and the set-aside version, and the workers placement saw
+        self._workers_at: tuple[tuple[int, int], dict[str, Worker], frozenset[str]] | None = None
+        """The view's workers_seq and the set-aside version, and the workers placement saw
         then (see workers)."""
         self._index_workers_seq: tuple[int, int] | None = None
-        """The view's members_seq and the set-aside version when the index was last given the
+        """The view's workers_seq and the set-aside version when the index was last given the
         workers."""
 
     # -- grace windows -------------------------------------------------------------------------
@@ -113,7 +113,7 @@ class PlacementInputs:
 
     # -- the worker table and the index -------------------------------------------------------
 
-    def members(self) -> dict[str, Member]:
+    def workers(self) -> dict[str, Worker]:
         """The live workers as placement sees them: their lanes and localities.
 
         Built again only when one of them comes, goes or changes: a publish follows every
@@ -121,11 +121,11 @@ class PlacementInputs:
         made its cost O(workers).
         """
         view = self.host.view
-        seq = (view.members_seq, self.claims.version)
+        seq = (view.workers_seq, self.claims.version)
         if self._workers_at is None or self._workers_at[0] != seq:
             aside = self.claims.set_aside
             workers = {
-                i: Member(p.max_in_flight, p.locality) if p is not None else Member(0)
+                i: Worker(p.max_in_flight, p.locality) if p is not None else Worker(0)
                 for i, p in view.presence.items()
                 if i not in aside
             }
@@ -143,17 +143,17 @@ class PlacementInputs:
         workers anew when they changed.
         """
         index = self._fed_index()
-        seq = (self.host.view.members_seq, self.claims.version)
+        seq = (self.host.view.workers_seq, self.claims.version)
         if self._index_workers_seq != seq:
             # (Comparing a thousand workers with the index's own, each publish, was O(W).)
-            index.set_members(self.members())
+            index.set_workers(self.workers())
             self._index_workers_seq = seq
         return index
 
     def _fed_index(self) -> PlacementIndex:
         host, view = self.host, self.host.view
         key = (self._election.generation, frozenset(self.departed))
-        self.members()
+        self.workers()
         assert self._workers_at is not None
         workers = self._workers_at[2]
         index = self.index
@@ -187,7 +187,7 @@ class PlacementInputs:
                 record = view.assignments.get(worker)
                 if record is not None:
                     changes.update(record[0].splits)
-                changes.update(self._writes.by_member.get(worker, ()))
+                changes.update(self._writes.by_worker.get(worker, ()))
             self._index_workers = workers
         for split in changes:
             index.update(split, self.placement_input(split))
@@ -243,7 +243,7 @@ class PlacementInputs:
         holders = [
             i
             for i in assigned or ()
-            if i not in self._writes.by_member
+            if i not in self._writes.by_worker
             and i in view.presence
             and i not in aside
             and (record := view.assignments.get(i)) is not None

@@ -1,7 +1,7 @@
-"""Publishing the assignment: the records the leader writes to its members, and nothing more.
+"""Publishing the assignment: the records the leader writes to its workers, and nothing more.
 
 - **Assignment** is what the leader's placement answers (spread across the workers' failure
-  domains, then balanced), published only to the members whose assignment changed (a steady
+  domains, then balanced), published only to the workers whose assignment changed (a steady
   fleet writes nothing, and a claim by the assignee or a reconcile that finds nothing new
   places nothing). Whether running splits may move is the rebalance policy's
   (:mod:`spate._core.leader.rebalance_policy`); while its debounce runs, every live worker keeps its
@@ -10,10 +10,10 @@
 - **Nudges**: a follower reads no lease but its own, so one given a split still leased to its
   previous owner waits for a rewrite of its assignment record (the one key it watches) naming
   the split as ready.
-- **Split requests**: a member's record carries the split requests outstanding to it; a new
+- **Split requests**: a worker's record carries the split requests outstanding to it; a new
   one rewrites the record.
 
-At most one write per member is in flight; what could not be written waits for the next publish.
+At most one write per worker is in flight; what could not be written waits for the next publish.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from spate._core.leader.election import Election
 from spate._core.leader.placement_inputs import PlacementInputs
 from spate._core.leader.rebalance_policy import RebalancePolicy
 from spate._core.placement.report import report_from_totals
-from spate._core.placement.vocabulary import Member, Placement
+from spate._core.placement.vocabulary import Placement, Worker
 from spate._core.records import AssignmentRecord, SplitRequest, Status, encode
 from spate._errors import StoreUnavailable
 from spate._store import Keyspace, Won
@@ -63,19 +63,19 @@ class AssignmentPublisher:
         self._writes = writes
         self._policy = policy
         self._requests = requests
-        """The split requests outstanding to a member."""
+        """The split requests outstanding to a worker."""
         self.not_before = 0.0
         """When a publish that hit a store error (or lost a CAS) may be tried again."""
         self._publishing: set[str] = set()
-        """Members with a write of their record in flight (at most one each)."""
+        """Workers with a write of their record in flight (at most one each)."""
         self._recheck: set[str] = set()
-        """Members whose published assignment must be compared with the placement."""
+        """Workers whose published assignment must be compared with the placement."""
         self._interim = False
         """Whether the last publish was the debounce's interim placement."""
         self._nudges: dict[str, set[str]] = {}
-        """Member -> the splits its record names that came free, to tell it of (nudge_for)."""
+        """Worker -> the splits its record names that came free, to tell it of (nudge_for)."""
         self._asks: set[str] = set()
-        """Members whose record must be rewritten to carry a new split request (see ask)."""
+        """Workers whose record must be rewritten to carry a new split request (see ask)."""
 
     def step(self, now: float) -> None:
         """Publish what changed, then the nudges and the split requests waiting."""
@@ -106,8 +106,8 @@ class AssignmentPublisher:
         changes = host.placement_changes
         if not changes.owed or now < self.not_before or policy.gathering(now):
             return
-        members = self._inputs.members()
-        if not members:
+        workers = self._inputs.workers()
+        if not workers:
             return
         index = self._inputs.placement_index()
         debouncing = policy.debouncing(now)
@@ -124,8 +124,8 @@ class AssignmentPublisher:
             self._recheck |= moved
         if changed is None or debouncing or self._interim:
             # A membership change, or the debounce's interim placement (while it runs, and
-            # once more when it ends): compare every member.
-            self._recheck |= set(members) | set(view.assignments)
+            # once more when it ends): compare every worker.
+            self._recheck |= set(workers) | set(view.assignments)
         else:
             self._recheck |= changed
         self._interim = debouncing
@@ -134,16 +134,16 @@ class AssignmentPublisher:
         host.metrics.placement(
             report_from_totals(
                 index.totals(),
-                {i: m.locality for i, m in members.items()},
+                {i: m.locality for i, m in workers.items()},
                 host.config.isolation_tier,
             )
         )
         interim = (
-            self._hand_outs_only(index.assignment(), index.pool(), members) if debouncing else None
+            self._hand_outs_only(index.assignment(), index.pool(), workers) if debouncing else None
         )
         generation = self._election.generation
         for instance in sorted(self._recheck):
-            if instance not in members:
+            if instance not in workers:
                 self._recheck.discard(instance)
                 continue
             splits = interim[instance] if interim is not None else index.assignment_of(instance)
@@ -190,7 +190,7 @@ class AssignmentPublisher:
         self,
         desired: dict[str, tuple[str, ...]],
         pool: dict[str, Placement],
-        members: dict[str, Member],
+        workers: dict[str, Worker],
     ) -> dict[str, tuple[str, ...]]:
         """The assignment to publish while the membership debounce runs.
 
@@ -209,9 +209,9 @@ class AssignmentPublisher:
                 for split in (current[0].splits if current is not None else ())
                 if split in pool and current is not None and current[0].generation == generation
             ]
-            cap = max(1, members[instance].cap if members[instance].cap > 0 else default_cap)
+            cap = max(1, workers[instance].cap if workers[instance].cap > 0 else default_cap)
             for split in wanted:
-                if split not in kept and pool[split].owner not in members and len(kept) < cap:
+                if split not in kept and pool[split].owner not in workers and len(kept) < cap:
                     kept.append(split)
             interim[instance] = tuple(sorted(kept))
         return interim
@@ -305,7 +305,7 @@ class AssignmentPublisher:
     # -- nudges and split requests -------------------------------------------------------------
 
     def nudge_for(self, split: str) -> None:
-        """``split``'s lease is gone: tell the members it is assigned to that it is free.
+        """``split``'s lease is gone: tell the workers it is assigned to that it is free.
 
         A follower reads no lease but its own, so one that was given a split still leased to
         its previous owner (a revocation draining, a dead owner's lease not yet expired) waits
@@ -328,7 +328,7 @@ class AssignmentPublisher:
                 self._nudges.setdefault(instance, set()).add(split)
 
     def ask(self, instances: set[str]) -> None:
-        """Rewrite these members' assignment records to carry their split requests."""
+        """Rewrite these workers' assignment records to carry their split requests."""
         if self._election.leading:
             self._asks |= instances
 
@@ -369,7 +369,7 @@ class AssignmentPublisher:
             wanted = self._requests(instance)
             if wanted != current[0].split_requested:
                 self._publishing.add(instance)
-                # (``ready`` is not repeated: the member acted on it when it first read it.)
+                # (``ready`` is not repeated: the worker acted on it when it first read it.)
                 asked = attrs.evolve(current[0], ready=(), split_requested=wanted)
                 self.host.start(
                     self._rewrite(

@@ -4,7 +4,7 @@ At the end of a bounded job lanes go idle while a few long splits run on; only t
 split can split it (its handler alone knows its position), so the leader asks. The rules, each
 with the waste it prevents:
 
-- **Only when there is nothing else to run**: lanes sit idle (a live member's lanes exceed
+- **Only when there is nothing else to run**: lanes sit idle (a live worker's lanes exceed
   the runnable splits its assignment names) and every runnable split is assigned. Idleness
   must last ``Config.split_request_delay`` first (a lane freed while the next split is being
   handed out is not idle).
@@ -85,14 +85,14 @@ class SplitRequests:
         self._idle_since: float | None = None
         self._seq = 0
         self._unsent: set[str] = set()
-        """Members whose assignment record must be rewritten to carry a new request."""
+        """Workers whose assignment record must be rewritten to carry a new request."""
         self._wake = math.inf
         self._due = math.inf
         """The earliest poll or time-out of an outstanding request (see _time_asks)."""
         self._looked_at: float | None = None
         """When the leader last looked for running tenancies to ask (at most once a POLL)."""
         self._lanes: int | None = None
-        """Every live member's lanes (None: membership changed since it was summed)."""
+        """Every live worker's lanes (None: membership changed since it was summed)."""
         self._idle_at: tuple[int, int, float] | None = None
         """(the view's sequence number, the idle lanes counted then, when they were counted)."""
         self._ignored = 0
@@ -185,7 +185,7 @@ class SplitRequests:
                 del self._by_owner[ask.owner]
 
     def take_unsent(self) -> set[str]:
-        """The members to rewrite the assignment record of (new requests for them)."""
+        """The workers to rewrite the assignment record of (new requests for them)."""
         unsent, self._unsent = self._unsent, set()
         return unsent
 
@@ -320,12 +320,12 @@ class SplitRequests:
             self._due = max(self._due, now + POLL)
 
     def _idle_lanes(self, now: float) -> int:
-        """Lanes of live members their assignments leave empty; 0 if a runnable split waits.
+        """Lanes of live workers their assignments leave empty; 0 if a runnable split waits.
 
-        Counting them reads every member's assignment: O(assigned splits). The answer is
+        Counting them reads every worker's assignment: O(assigned splits). The answer is
         kept while the view has not moved, and in a fleet of more than :data:`POLL_BATCH`
-        members otherwise for up to :data:`POLL` seconds: a
-        leader of 1,000 members of 100 lanes steps on every event it hears, and counting
+        workers otherwise for up to :data:`POLL` seconds: a
+        leader of 1,000 workers of 100 lanes steps on every event it hears, and counting
         100,000 assigned splits on each made it spend its time here once the job's
         runnable splits no longer outnumbered its lanes. Idle lanes are asked for only after
         ``split_request_delay`` anyway, so seeing them up to :data:`POLL` late costs little.
@@ -392,9 +392,9 @@ class SplitRequests:
 
 
 def _asks_taken(presence: PresenceRecord | None) -> bool:
-    """Whether a split held by this member may be asked.
+    """Whether a split held by this worker may be asked.
 
-    It may when the member is live and did not say its handlers never split
+    It may when the worker is live and did not say its handlers never split
     (``Config.split_requests=False``, carried on its presence record).
     """
     return presence is not None and presence.split_requests

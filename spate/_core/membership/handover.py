@@ -1,7 +1,7 @@
 """A leaving follower's polling for where its handed-back splits went (``wait_handed_over``).
 
 ``wait_handed_over`` is answered from the view, but a follower's view hears nothing of another
-worker's claim: so while it waits it reads those splits' progress records, and the members'
+worker's claim: so while it waits it reads those splits' progress records, and the workers'
 presence and assignment records (``O(workers)``: to know whether anyone can take the rest),
 every :data:`HANDOVER_POLL` seconds. The leader's view sees it all and polls nothing.
 """

@@ -2,7 +2,7 @@
 
 Pure: the incrementally kept index the leader solves, over its sticky state and passes.
 
-- ``vocabulary.py``: placement's vocabulary (``Member``, ``Placement`` with the ``load`` it
+- ``vocabulary.py``: placement's vocabulary (``Worker``, ``Placement`` with the ``load`` it
   balances, localities) and move helpers
 - ``split_load.py``: the load a split puts on a worker, the one rule for it: its planned
   weight (at least 1) until loads are reported, then its load in placement's units

@@ -87,13 +87,13 @@ from spate._core.placement.affinity import AffinityStep
 from spate._core.placement.fill import CandidateHeaps
 from spate._core.placement.moves import ImprovingMoves
 from spate._core.placement.state import StickyState
-from spate._core.placement.vocabulary import MAX_IMPROVING_MOVES, Member, Placement
+from spate._core.placement.vocabulary import MAX_IMPROVING_MOVES, Placement, Worker
 
 __all__ = ["PlacementIndex", "solve_placement"]
 
 
 def solve_placement(
-    workers: Mapping[str, Member],
+    workers: Mapping[str, Worker],
     splits: Mapping[str, Placement],
     *,
     reserved: Collection[str] = (),
@@ -116,7 +116,7 @@ def solve_placement(
     index = PlacementIndex(default_cap=default_cap, seed=seed, isolation_tier=isolation_tier)
     index.set_rebalance(rebalance)
     index.set_held(held)
-    index.set_members(workers)
+    index.set_workers(workers)
     index.load({s: p for s, p in splits.items() if s not in reserved})
     return index.assignment()
 
@@ -124,7 +124,7 @@ def solve_placement(
 class PlacementIndex:
     """The leader's placement of one job, kept up to date split by split (see the module text).
 
-    Feed it :meth:`set_members` and :meth:`update` (``None`` for a split out of the pool:
+    Feed it :meth:`set_workers` and :meth:`update` (``None`` for a split out of the pool:
     completed, quarantined, spec unseen or withheld); read :meth:`solve`,
     :meth:`assignment_of` and :meth:`take_changed`.
     """
@@ -154,7 +154,7 @@ class PlacementIndex:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def set_members(self, workers: Mapping[str, Member]) -> None:
+    def set_workers(self, workers: Mapping[str, Worker]) -> None:
         """The live workers with their budgets and localities.
 
         Workers joining are added to the state (with the splits that already name them as

@@ -22,9 +22,9 @@ import bisect
 from collections.abc import Collection, Mapping
 
 from spate._core.placement.vocabulary import (
-    Member,
     Placement,
     WeightBins,
+    Worker,
     affinity_matches,
     domain_of,
     merge_sorted,
@@ -45,7 +45,7 @@ class StickyState:
         self.default_cap = default_cap
         self.seed = seed
         self.tier = isolation_tier
-        self.workers: dict[str, Member] = {}
+        self.workers: dict[str, Worker] = {}
         self.inputs: dict[str, Placement] = {}
         self._hash: dict[str, int] = {}  # split -> its seeded hash, computed once
         self.rebuild()
@@ -103,7 +103,7 @@ class StickyState:
         """Whether some split in the pool has no live owner."""
         return bool(self._unowned or self._unowned_new)
 
-    def join(self, joining: Mapping[str, Member]) -> None:
+    def join(self, joining: Mapping[str, Worker]) -> None:
         """Add workers to the state (a join costs what it changes, not a rebuild).
 
         Only when no other worker changed and whether localities are honoured stays as it

@@ -1,6 +1,6 @@
 """The vocabulary of placement, and the one move every placement pass takes.
 
-- :class:`Member`, :class:`Placement` — what placement knows of a live worker and of an
+- :class:`Worker`, :class:`Placement` — what placement knows of a live worker and of an
   assignable split.
 - :func:`validate_locality`, :func:`domain_of`, :func:`affinity_matches` — localities, failure
   domains and affinities.
@@ -30,10 +30,10 @@ __all__ = [
     "MAX_IMPROVING_MOVES",
     "MAX_LOCALITY_LENGTH",
     "Band",
-    "Member",
     "Placement",
     "Transfer",
     "WeightBins",
+    "Worker",
     "affinity_matches",
     "best_transfer",
     "domain_of",
@@ -114,7 +114,7 @@ def affinity_matches(prefix: str, locality: str) -> bool:
 
 
 @attrs.frozen
-class Member:
+class Worker:
     """What placement needs to know about one live worker."""
 
     cap: int

@@ -11,8 +11,8 @@ change is answered with the notices the machine routes (``notices``).
 - ``split_table.py``: the view's split table: each split's progress, spec and lease
   (``SplitState``), records seen before their split's, the leases each session's end expires,
   and the splits held aside by an unreadable record (``SplitTable``)
-- ``member_table.py``: the view's member table: each worker's presence record, ``members_seq``,
-  and whose session lives (``MemberTable``)
+- ``worker_table.py``: the view's worker table: each worker's presence record, ``workers_seq``,
+  and whose session lives (``WorkerTable``)
 - ``split_counts.py``: the view's split counts by status and its near-quarantine set
   (``SplitCounts``)
 - ``listing_fold.py``: how the view folds a listing: a watch's snapshot, a new leader's listing,

@@ -1,6 +1,6 @@
 """What a change to the view means: the notices the view returns for the coordinator to act on.
 
-The view (:mod:`spate._core.view.view`) and its tables (:mod:`spate._core.view.member_table`,
+The view (:mod:`spate._core.view.view`) and its tables (:mod:`spate._core.view.worker_table`,
 :mod:`spate._core.view.split_table`) return these; the notice router
 (:mod:`spate._core.notice_router`) sends each where it is acted on.
 """

@@ -19,10 +19,10 @@ import attrs
 
 from spate._core.records import LeaseRecord, ProgressRecord, SpecRecord, Status, bounded_reason
 from spate._core.view.changes import PlacementChanges
-from spate._core.view.member_table import MemberTable
 from spate._core.view.notices import LeaseChanged, LeaseGone, Notice, ProgressChanged
 from spate._core.view.revisions import Revisions
 from spate._core.view.split_counts import SplitCounts
+from spate._core.view.worker_table import WorkerTable
 from spate._store import Keyspace
 
 __all__ = ["SplitState", "SplitTable"]
@@ -63,12 +63,12 @@ class SplitTable:
         revisions: Revisions,
         counts: SplitCounts,
         changes: PlacementChanges,
-        members: MemberTable,
+        workers: WorkerTable,
     ) -> None:
         self._revisions = revisions
         self._counts = counts
         self._changes = changes
-        self._members = members
+        self._workers = workers
         self.splits: dict[str, SplitState] = {}
         self._leased_by: dict[str, set[str]] = {}
         """Owner instance -> the splits whose durable lease key names it (live or stale)."""
@@ -111,7 +111,7 @@ class SplitTable:
         """Put ``lease`` on ``state``: live, or (its session gone) stale."""
         previous = state.lease
         owner_before = state.current_owner
-        if self._members.session_live(lease):
+        if self._workers.session_live(lease):
             state.lease, state.lease_rev = lease, revision
             state.stale_lease, state.stale_lease_rev = None, 0
         else:
@@ -173,13 +173,13 @@ class SplitTable:
             if lease is None:
                 continue
             revision = state.lease_rev if state.lease is not None else state.stale_lease_rev
-            if (state.lease is not None) != self._members.session_live(lease):
+            if (state.lease is not None) != self._workers.session_live(lease):
                 notices.extend(self._set_lease(split, state, lease, revision))
         return notices
 
     def drop_lease(self, split: str, revision: int | None) -> list[Notice]:
         self._pending_leases.pop(split, None)
-        if self._members.session_leases:
+        if self._workers.session_leases:
             self._index_lease(split, None)
         state = self.splits.get(split)
         if state is not None:

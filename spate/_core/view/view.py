@@ -21,7 +21,7 @@ Status tallies (runnable / completed / quarantined) are kept incrementally;
 :meth:`View.recount` recomputes them for checking.
 
 The view folds each keyspace's puts, deletions and listings as a facade over its parts, each
-in its own module: the member table (:mod:`spate._core.view.member_table`: presence, sessions),
+in its own module: the worker table (:mod:`spate._core.view.worker_table`: presence, sessions),
 the split table (:mod:`spate._core.view.split_table`: progress, specs, leases, pending records),
 the revisions (:mod:`spate._core.view.revisions`), the listing fold
 (:mod:`spate._core.view.listing_fold`) and the split counts (:mod:`spate._core.view.split_counts`).
@@ -50,7 +50,6 @@ from spate._core.records import (
 from spate._core.view import unreadable
 from spate._core.view.changes import PlacementChanges
 from spate._core.view.listing_fold import ListingFold
-from spate._core.view.member_table import MemberTable
 from spate._core.view.notices import (
     AssignmentChanged,
     AssignmentGone,
@@ -68,6 +67,7 @@ from spate._core.view.revisions import Revisions
 from spate._core.view.split_counts import SplitCounts, Tallies
 from spate._core.view.split_table import SplitState, SplitTable
 from spate._core.view.vanished import record_vanished
+from spate._core.view.worker_table import WorkerTable
 from spate._store import Entry, Keyspace
 
 __all__ = [
@@ -115,13 +115,13 @@ class View:
         self.near_quarantine = self.counts.near_quarantine
         """Runnable splits whose next charged takeover reaches ``max_attempts`` (a split whose
         last tenancy advanced is charged nothing, so it is not near)."""
-        # Its parts: the member table (presence, sessions) and the split table (records).
-        self._members = MemberTable(session_leases=session_leases, own=own)
-        self._splits = SplitTable(self.revisions, self.counts, self._changes, self._members)
+        # Its parts: the worker table (presence, sessions) and the split table (records).
+        self._workers = WorkerTable(session_leases=session_leases, own=own)
+        self._splits = SplitTable(self.revisions, self.counts, self._changes, self._workers)
         self.splits: dict[str, SplitState] = self._splits.splits
         """Split -> everything known of it (the split table's, never rebound)."""
-        self.presence: dict[str, PresenceRecord | None] = self._members.presence
-        """Instance -> its presence record (the member table's, never rebound)."""
+        self.presence: dict[str, PresenceRecord | None] = self._workers.presence
+        """Instance -> its presence record (the worker table's, never rebound)."""
         self.assignments: dict[str, tuple[AssignmentRecord, int]] = {}
         self.plan: PlanRecord | None = None
         self.plan_rev = 0
@@ -150,9 +150,9 @@ class View:
         return self.revisions.seq
 
     @property
-    def members_seq(self) -> int:
-        """Moves when a member comes, goes, or changes its lanes or locality (see MemberTable)."""
-        return self._members.members_seq
+    def workers_seq(self) -> int:
+        """Moves when a worker comes, goes, or changes its lanes or locality (see WorkerTable)."""
+        return self._workers.workers_seq
 
     @property
     def tallies(self) -> Tallies:
@@ -273,7 +273,7 @@ class View:
             if kind is KeyKind.SPLIT:
                 return self._splits.drop_lease(name, revision)
             if kind is KeyKind.WORKER:
-                self._members.remove(name)
+                self._workers.remove(name)
                 self._touch_assignment()
                 return [PresenceGone(name, revision), *self._splits.recheck_sessions(name)]
             if kind is KeyKind.LEADER:
@@ -368,7 +368,7 @@ class View:
         if self.revisions.stale(Keyspace.EPHEMERAL, key, revision):
             return []
         self.revisions.remember(Keyspace.EPHEMERAL, key, revision)
-        new, moved, session = self._members.put(instance, presence)
+        new, moved, session = self._workers.put(instance, presence)
         if moved:
             self._touch_assignment()
         nonce = None if presence is None else presence.nonce
@@ -458,8 +458,8 @@ class View:
         self._changes.splits_moved(moved)
 
     def session_live(self, lease: LeaseRecord) -> bool:
-        """Whether ``lease``'s session lives, as far as this view knows (see MemberTable)."""
-        return self._members.session_live(lease)
+        """Whether ``lease``'s session lives, as far as this view knows (see WorkerTable)."""
+        return self._workers.session_live(lease)
 
     def take_spec_arrivals(self) -> set[str]:
         """The splits whose spec record arrived after their progress record, since last asked.

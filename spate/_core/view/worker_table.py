@@ -1,8 +1,8 @@
-"""The view's member table: every worker's presence record, and whose session lives.
+"""The view's worker table: every worker's presence record, and whose session lives.
 
 A worker's presence key is its membership (its lane budget and locality, which placement
 reads) and, on a per-key store, its session: a lease lives while its owner's presence stands
-under the lease's nonce. :class:`MemberTable` keeps the records the view folded and answers
+under the lease's nonce. :class:`WorkerTable` keeps the records the view folded and answers
 both; the view (:mod:`spate._core.view.view`) decides what a write or a deletion means.
 
 Pure and synchronous: no Trio, no clock, no I/O.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from spate._core.records import LeaseRecord, PresenceRecord
 
-__all__ = ["MemberTable"]
+__all__ = ["WorkerTable"]
 
 
-class MemberTable:
+class WorkerTable:
     """The presence records of one job's workers, as one worker's view folded them."""
 
     def __init__(self, *, session_leases: bool, own: tuple[str, str] | None) -> None:
@@ -25,14 +25,14 @@ class MemberTable:
         """This worker's (instance, nonce): its own session is alive for as long as it runs."""
         self.presence: dict[str, PresenceRecord | None] = {}
         """Instance -> its presence record (None when its value was unreadable)."""
-        self.members_seq = 0
-        """Moves whenever a member comes, goes, or changes its lanes or locality (not on a
+        self.workers_seq = 0
+        """Moves whenever a worker comes, goes, or changes its lanes or locality (not on a
         renewal that changes neither): what the leader's placement reads of presence."""
 
     def put(self, instance: str, presence: PresenceRecord | None) -> tuple[bool, bool, bool]:
         """Store ``instance``'s record; returns (new, membership moved, session moved).
 
-        Its membership moved (:attr:`members_seq`) when it is new or its lanes or locality
+        Its membership moved (:attr:`workers_seq`) when it is new or its lanes or locality
         changed; its session moved when it is new or its nonce changed (or either record was
         unreadable): its leases may live or expire with it.
         """
@@ -41,15 +41,15 @@ class MemberTable:
         self.presence[instance] = presence
         moved = new or _cap(before) != _cap(presence) or _locality(before) != _locality(presence)
         if moved:
-            self.members_seq += 1
+            self.workers_seq += 1
         nonce = None if presence is None else presence.nonce
         session = new or before is None or presence is None or before.nonce != nonce
         return new, moved, session
 
     def remove(self, instance: str) -> None:
-        """``instance``'s presence key is gone: it is no member."""
+        """``instance``'s presence key is gone: the worker left."""
         self.presence.pop(instance, None)
-        self.members_seq += 1
+        self.workers_seq += 1
 
     def session_live(self, lease: LeaseRecord) -> bool:
         """Whether ``lease``'s session lives, as far as this view knows.
