@@ -184,7 +184,7 @@ class Leadership:
     # -- membership ----------------------------------------------------------------------------
 
     def on_departure(self, instance: str, now: float) -> None:
-        """A peer's presence vanished: open its grace window, and owe a rebalance.
+        """Another worker's presence vanished: open its grace window, and owe a rebalance.
 
         Every worker tracks it, not only the leader: leadership can move between the
         departure and the next publish, and a successor must still honour the window.
@@ -194,7 +194,7 @@ class Leadership:
         self.policy.membership_changed(now)
 
     def on_presence_changed(self, instance: str, new: bool, now: float) -> None:
-        """A peer's presence was written: a returning instance closes its own grace window."""
+        """Another worker's presence was written: a returning worker closes its own grace window."""
         self.inputs.on_presence_changed(instance)
         if new:
             self.policy.membership_changed(now)

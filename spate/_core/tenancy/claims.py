@@ -287,7 +287,7 @@ class Claims:
             return
         if notice.revision is None or notice.revision > held.lease_rev:
             # Our lease expired while we believed we held the split: renewals have been
-            # failing for a whole lease, and a peer may already be claiming it.
+            # failing for a whole lease, and another worker may already be claiming it.
             self.tenancies.drop(notice.split, "starved")
 
     def on_assignment(self, notice: AssignmentChanged | AssignmentGone) -> None:
@@ -430,7 +430,7 @@ class Claims:
                 "create", keyspace, key, encode(lease), operation="claim-lease", split=split,
                 epoch=epoch,
             )  # fmt: skip
-        # Refused: a peer won the lease (the watch brings its write), or our view of our own
+        # Refused: another worker won the lease (the watch brings its write), or our view of our own
         # lease is stale (a lost reply, another process under our id).
         write = self.retries.write_or_retry_later if last_try else self.retries.write_or_refused
         won = yield from write(op, "lease write", maybe_landed=lambda: self.retries.unsure(split))

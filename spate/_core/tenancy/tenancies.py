@@ -9,7 +9,7 @@ each with the race it prevents:
   a lease is a durable key naming its owner's session, the presence record the heartbeat
   renews, and it is expired exactly when that session is gone (a claimant proves it by reading
   the presence record). No confirmed session renewal for a whole lease means self-fence
-  (Lost "starved") before peers must fight our zombie.
+  (Lost "starved") before other workers must fight our zombie.
 - **Commit is one CAS** on the progress record (:mod:`spate._core.tenancy.commits`, with the rules
   of
   its read-back). A completed commit hands the lease back.
@@ -206,7 +206,7 @@ class Tenancies:
     def session_ended(self) -> None:
         """This worker's session (on a per-key store: its presence) lapsed: end every tenancy.
 
-        Its leases expired with it, and a peer that proved the session gone may be taking
+        Its leases expired with it, and another worker that proved the session gone may be taking
         them over; the splits are lost as starved, like leases no renewal kept.
         """
         for split in sorted(self.owned):
@@ -380,7 +380,7 @@ class Tenancies:
             host.fold(host.view.put_progress(split, record, result.revision))
             return None
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
-        # quarantine cannot read as a peer's fence.
+        # quarantine cannot read as another worker's fence.
         self.phases.end(split)
         self._ended(split, "forced")
         host.fold(host.view.put_progress(split, record, result.revision))
