@@ -67,18 +67,18 @@ class PlacementInputs:
     # -- grace windows -------------------------------------------------------------------------
 
     def on_departure(self, instance: str, now: float) -> None:
-        """A peer's presence vanished: open its grace window."""
+        """Another worker's presence vanished: open its grace window."""
         self.departed.setdefault(instance, now)
 
     def on_presence_changed(self, instance: str) -> None:
-        """A peer's presence was written: a returning instance closes its own grace window."""
+        """Another worker's presence was written: a returning worker closes its own grace window."""
         self.departed.pop(instance, None)
 
     def sees_job_now(self, now: float) -> None:
         """This leader's view holds the whole job now: honour the departures it did not see.
 
-        Followers do not watch presence, so a worker that becomes leader has seen no peer
-        leave. An instance with an assignment record but no presence left while someone else
+        Followers do not watch presence, so a worker that becomes leader has seen no other
+        worker leave. A worker with an assignment record but no presence left while someone else
         led (or just now): its grace window opens here, so a successor still withholds a
         restarting pod's splits for ``rebalance_delay`` (counted from now, the conservative
         side of when it really left).
