@@ -132,7 +132,7 @@ def judge_loads(
     move then), or while the job has no load to share.
     """
     fleet = FleetReading(workers, config, BalanceState(), 0, 0.0)
-    load = fleet.judged_loads(*fleet.read(splits))
+    load = fleet.judged_loads(fleet.read(splits)[0])
     total = sum(load.values())
     if total <= 0:
         return {}, {}
@@ -155,11 +155,11 @@ class _Round:
     def plan(self, splits: Iterable[BalanceSplit]) -> BalanceRound:
         """Read ``splits``, and decide."""
         config, fleet = self.config, self.fleet
-        trusted_total, trusted_weight = fleet.read(splits)
+        trusted_total, trusted = fleet.read(splits)
         decay = 0.5 ** (1 / PEAK_HALF_LIFE_ROUNDS)
-        if trusted_weight == 0:
+        if trusted == 0:
             return self._idle("unmeasured", 0.0, self.state.peak_load * decay)
-        load = fleet.judged_loads(trusted_total, trusted_weight)
+        load = fleet.judged_loads(trusted_total)
         total = sum(load.values())
         peak = max(total, self.state.peak_load * decay)
         if total <= 0 or total < config.idle_share * peak:
