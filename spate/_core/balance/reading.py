@@ -57,8 +57,6 @@ class FleetReading:
         """Each worker's trusted splits (set by :meth:`read`)."""
         self.loads: dict[str, list[float]] = {}
         """The loads of each worker's trusted splits, in the same order (set by :meth:`read`)."""
-        self.ids: dict[str, list[str]] = {}
-        """Their ids, in the same order (set by :meth:`read`)."""
         self.affinity: dict[str, bool] = {}
         """Whether any of a worker's trusted splits has an affinity (set by :meth:`read`)."""
         self.lowest: dict[str, float] = {}
@@ -105,9 +103,9 @@ class FleetReading:
 
         The one pass over every split does as little as it can (group by owner); what a round
         reads of each worker's splits is then taken per worker in C loops, at once, while its
-        splits are in the cache (a worker's splits read again later cost several times as
-        much), and a worker's movable splits are listed only when it donates
-        (:meth:`movable`).
+        splits are in the cache (read again later, they cost several times as much); but their
+        ids only for a worker that donates (:meth:`movable`): listing an id touches its
+        string, a miss in the cache each.
         """
         add = {n: group.append for n, group in self.groups.items()}
         for s in splits:
@@ -121,7 +119,6 @@ class FleetReading:
             trusted = self.trusted[n] = (
                 group if len(loads) == len(group) else [s for s in group if s.trusted]
             )
-            self.ids[n] = [s.id for s in trusted]
             self.affinity[n] = any([s.affinity for s in trusted])
             if left:  # only the splits the memory of moves names are looked up again
                 for s in [s for s in group if s.id in left]:
@@ -244,7 +241,8 @@ class FleetReading:
         their cooldown.
         """
         if self.plain(worker):
-            return {"": sorted(zip(self.loads[worker], self.ids[worker], strict=True))}
+            ids = [s.id for s in self.trusted[worker]]
+            return {"": sorted(zip(self.loads[worker], ids, strict=True))}
         cooling = self.cooling()
         trusted = self.trusted[worker]
         # the common case in C loops: no affinity, not cooling; the rest one by one
@@ -279,12 +277,12 @@ class FleetReading:
             return self._lightest[worker]
         few = None
         if self.plain(worker):
-            loads, ids = self.loads[worker], self.ids[worker]
+            loads, trusted = self.loads[worker], self.trusted[worker]
             # the loads alone are sorted (floats, in C) for the lightest few's bound, and only
             # the splits within it are paired with their ids
             ordered = sorted(loads)
             top = ordered[min(EXCHANGE_CHOICES, len(ordered)) - 1] if ordered else 0.0
-            within = sorted([(y, ids[i]) for i, y in enumerate(loads) if y <= top])
+            within = sorted([(y, trusted[i].id) for i, y in enumerate(loads) if y <= top])
             few = [(y, split, "") for y, split in within[:EXCHANGE_CHOICES]]
         self._lightest[worker] = few
         return few
@@ -300,6 +298,6 @@ class FleetReading:
             plain = self._plain[worker] = (
                 not self.affinity[worker]
                 and self.lowest[worker] > 0
-                and (not cooling or cooling.isdisjoint(self.ids[worker]))
+                and (not cooling or cooling.isdisjoint([s.id for s in self.trusted[worker]]))
             )
         return plain
