@@ -60,13 +60,16 @@ it the band would see that worker as over forever.
 
 The greedy: the hottest donor first (by load over mean), each time to the coldest receiver
 that can take one of its splits, the largest split that fits every limit above (largest: the
-fewest drains for the load moved). Cost: one pass over the splits to group them by owner and
-sum each worker's load in C loops, then a sort of each donor's movable splits and O(log n) per
-move; a receiver an exchange is tried on has only its lightest few listed until one of them
-moves, and a pair that cannot net enough to be worth it is rejected before the potential is
-worked out (:func:`.exchange.worthless_net`); never splits x workers; the cooldown set is
-built once a round, and the memory of moves looks up only the splits it names
-(``bench/balance.py`` times 100,000 splits x 100 workers).
+fewest drains for the load moved). Cost: one pass over the splits to group them by owner,
+then what the round reads of each worker's splits (their loads, sum, heaviest, lightest, any
+affinity) in C loops at once, while they are in the cache; a sort of each donor's movable
+splits and O(log n) per move; a receiver the donor's heaviest split cannot net enough for is
+passed over before any split is looked for, a receiver an exchange is tried on has only its
+lightest few listed until one of them moves, and a pair that cannot net enough to be worth it
+is rejected before the potential is worked out (:func:`.exchange.worthless_net`); a rescue
+reads the last few of a donor's sorted list and a receiver's list as it is; never splits x
+workers; the cooldown set is built once a round, and the memory of moves looks up only the
+splits it names (``bench/balance.py`` times 100,000 splits x 100 workers).
 
 The round's parts: :mod:`.reading` (the fleet as the round reads it: loads, means, bands,
 the potential, the movable splits), :mod:`.band_moves` (the greedy of rules 3 and 4),
