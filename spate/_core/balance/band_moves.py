@@ -13,8 +13,8 @@ import bisect
 import heapq
 import math
 
-from spate._core.balance.candidates import Candidates, find, prefixes
-from spate._core.balance.exchange import exchange
+from spate._core.balance.candidates import Candidates, find, heaviest, prefixes
+from spate._core.balance.exchange import exchange, worthless_net
 from spate._core.balance.model import Move
 from spate._core.balance.reading import FleetReading
 from spate._core.balance.rescue import rescue
@@ -121,9 +121,14 @@ class _Greedy:
                 continue
             if donor not in candidates:
                 candidates[donor] = fleet.movable(donor)
+            keys = prefixes(fleet.workers[receiver].locality)
+            if heaviest(candidates[donor], keys) <= worthless_net(fleet, donor, receiver):
+                # whatever it gives nets at most its heaviest split, alone or in exchange:
+                # not worth it, known before any split is looked for (in a skewed fleet most
+                # tries end here once the donors' big splits are gone)
+                continue
             room = self.budget - self.moved_load
             if fleet.count[receiver] < fleet.workers[receiver].lanes:
-                keys = prefixes(fleet.workers[receiver].locality)
                 given = self._give(donor, receiver, keys, allowance, min(limit, room))
                 if given is not None:
                     return receiver, Move(given[1], donor, receiver, given[0]), None

@@ -12,7 +12,7 @@ import heapq
 import math
 from typing import TypeAlias
 
-__all__ = ["Candidates", "bound", "find", "lightest", "prefixes", "take"]
+__all__ = ["Candidates", "bound", "find", "heaviest", "lightest", "prefixes", "take"]
 
 Candidates: TypeAlias = dict[str, list[tuple[float, str]]]
 """Affinity key ("" for none) -> that group's splits as sorted (load, id)."""
@@ -58,6 +58,11 @@ def find(
     if best is None:
         return None
     return (*best, *where)
+
+
+def heaviest(groups: Candidates, keys: tuple[str, ...]) -> float:
+    """The load of the heaviest split among ``groups[keys]`` (-inf when there is none)."""
+    return max((groups[key][-1][0] for key in keys if groups.get(key)), default=-math.inf)
 
 
 def bound(groups: Candidates, keys: tuple[str, ...], load: float) -> float:

@@ -60,13 +60,16 @@ it the band would see that worker as over forever.
 
 The greedy: the hottest donor first (by load over mean), each time to the coldest receiver
 that can take one of its splits, the largest split that fits every limit above (largest: the
-fewest drains for the load moved). Cost: one pass over the splits to group them by owner and
-sum each worker's load in C loops, then a sort of each donor's movable splits and O(log n) per
-move; a receiver an exchange is tried on has only its lightest few listed until one of them
-moves, and a pair that cannot net enough to be worth it is rejected before the potential is
-worked out (:func:`.exchange.worthless_net`); never splits x workers; the cooldown set is
-built once a round, and the memory of moves looks up only the splits it names
-(``bench/balance.py`` times 100,000 splits x 100 workers).
+fewest drains for the load moved). Cost: one pass over the splits to group them by owner,
+then what the round reads of each worker's splits (their loads, sum, heaviest, lightest, any
+affinity) in C loops at once, while they are in the cache; a sort of each donor's movable
+splits and O(log n) per move; a receiver the donor's heaviest split cannot net enough for is
+passed over before any split is looked for, a receiver an exchange is tried on has only its
+lightest few listed until one of them moves, and a pair that cannot net enough to be worth it
+is rejected before the potential is worked out (:func:`.exchange.worthless_net`); a rescue
+reads the last few of a donor's sorted list and a receiver's list as it is; never splits x
+workers; the cooldown set is built once a round, and the memory of moves looks up only the
+splits it names (``bench/balance.py`` times 100,000 splits x 100 workers).
 
 The round's parts: :mod:`.reading` (the fleet as the round reads it: loads, means, bands,
 the potential, the movable splits), :mod:`.band_moves` (the greedy of rules 3 and 4),
@@ -132,7 +135,7 @@ def judge_loads(
     move then), or while the job has no load to share.
     """
     fleet = FleetReading(workers, config, BalanceState(), 0, 0.0)
-    load = fleet.judged_loads(*fleet.read(splits))
+    load = fleet.judged_loads(fleet.read(splits)[0])
     total = sum(load.values())
     if total <= 0:
         return {}, {}
@@ -155,11 +158,11 @@ class _Round:
     def plan(self, splits: Iterable[BalanceSplit]) -> BalanceRound:
         """Read ``splits``, and decide."""
         config, fleet = self.config, self.fleet
-        trusted_total, trusted_weight = fleet.read(splits)
+        trusted_total, trusted = fleet.read(splits)
         decay = 0.5 ** (1 / PEAK_HALF_LIFE_ROUNDS)
-        if trusted_weight == 0:
+        if trusted == 0:
             return self._idle("unmeasured", 0.0, self.state.peak_load * decay)
-        load = fleet.judged_loads(trusted_total, trusted_weight)
+        load = fleet.judged_loads(trusted_total)
         total = sum(load.values())
         peak = max(total, self.state.peak_load * decay)
         if total <= 0 or total < config.idle_share * peak:

@@ -57,6 +57,12 @@ class FleetReading:
         """Each worker's trusted splits (set by :meth:`read`)."""
         self.loads: dict[str, list[float]] = {}
         """The loads of each worker's trusted splits, in the same order (set by :meth:`read`)."""
+        self.affinity: dict[str, bool] = {}
+        """Whether any of a worker's trusted splits has an affinity (set by :meth:`read`)."""
+        self.lowest: dict[str, float] = {}
+        """The lightest of a worker's trusted loads, 1.0 when it has none (set by :meth:`read`)."""
+        self.trusted_count = 0
+        """The trusted splits of the live workers (set by :meth:`read`)."""
         self._lightest: dict[str, list[tuple[float, str, str]] | None] = {}
         """Memo of :meth:`lightest_movable`."""
         self._plain: dict[str, bool] = {}
@@ -93,22 +99,27 @@ class FleetReading:
     # -- reading the splits ------------------------------------------------------------------
 
     def read(self, splits: Iterable[BalanceSplit]) -> tuple[float, int]:
-        """Sum each worker's loads. Returns the trusted splits' summed (load, weight).
+        """Sum each worker's loads. Returns the trusted splits' summed load, and their count.
 
-        The one pass over every split does as little as it can (group by owner); the sums
-        are then taken per worker in C loops, and a worker's movable splits are listed only
-        when it donates (:meth:`movable`).
+        The one pass over every split does as little as it can (group by owner); what a round
+        reads of each worker's splits is then taken per worker in C loops, at once, while its
+        splits are in the cache (read again later, they cost several times as much); but their
+        ids only for a worker that donates (:meth:`movable`): listing an id touches its
+        string, a miss in the cache each.
         """
         add = {n: group.append for n, group in self.groups.items()}
         for s in splits:
             put = add.get(s.owner)
             if put is not None:
                 put(s)
-        weight_sum = 0
         left = self.state.left
         for n, group in self.groups.items():
-            trusted = self.trusted[n] = [s for s in group if s.trusted]
-            loads = self.loads[n] = [s.load for s in trusted]
+            loads = self.loads[n] = [s.load for s in group if s.trusted]
+            # every split trusted (the common case): the group is the trusted list
+            trusted = self.trusted[n] = (
+                group if len(loads) == len(group) else [s for s in group if s.trusted]
+            )
+            self.affinity[n] = any([s.affinity for s in trusted])
             if left:  # only the splits the memory of moves names are looked up again
                 for s in [s for s in group if s.id in left]:
                     self.present.add(s.id)
@@ -117,22 +128,33 @@ class FleetReading:
             self.count[n] = len(group)
             self.trusted_load[n] = sum(loads)
             self.hottest[n] = max(loads, default=0.0)
-            weight_sum += sum([s.weight if s.weight > 1 else 1 for s in trusted])
+            self.lowest[n] = min(loads, default=1.0)
             self.untrusted_weight[n] = (
                 sum([s.weight if s.weight > 1 else 1 for s in group if not s.trusted])
                 if len(trusted) < len(group)
                 else 0
             )
-        return sum(self.trusted_load.values()), weight_sum
+        self.trusted_count = sum(map(len, self.loads.values()))
+        return sum(self.trusted_load.values()), self.trusted_count
 
-    def judged_loads(self, trusted_total: float, trusted_weight: int) -> dict[str, float]:
+    def judged_loads(self, trusted_total: float) -> dict[str, float]:
         """Each worker's load: its trusted splits', its untrusted ones at the mean per weight.
 
-        Empty when no split is trusted (``trusted_weight`` 0): there is no mean to count by.
+        Empty when no split is trusted: there is no mean to count by. The trusted splits'
+        weights are summed only when some split is untrusted (none is counted by the mean
+        per weight otherwise).
         """
-        if trusted_weight == 0:
+        if not self.trusted_count:
             return {}
-        per_weight = trusted_total / trusted_weight
+        per_weight = 0.0
+        if any(self.untrusted_weight.values()):
+            weight = sum(
+                [
+                    sum([s.weight if s.weight > 1 else 1 for s in self.trusted[n]])
+                    for n in self.names
+                ]
+            )
+            per_weight = trusted_total / weight
         return {n: self.trusted_load[n] + per_weight * self.untrusted_weight[n] for n in self.names}
 
     def means(self, total: float) -> dict[str, float]:
@@ -272,11 +294,10 @@ class FleetReading:
         """
         plain = self._plain.get(worker)
         if plain is None:
-            trusted = self.trusted[worker]
             cooling = self.cooling()
             plain = self._plain[worker] = (
-                not any([s.affinity for s in trusted])
-                and min(self.loads[worker], default=1.0) > 0
-                and (not cooling or cooling.isdisjoint([s.id for s in trusted]))
+                not self.affinity[worker]
+                and self.lowest[worker] > 0
+                and (not cooling or cooling.isdisjoint([s.id for s in self.trusted[worker]]))
             )
         return plain

@@ -115,7 +115,6 @@ def _best_step(
     """The best move or exchange of rule 7 costing at most ``room``."""
     load, hi, target, workers = fleet.load, fleet.hi, fleet.target, fleet.workers
     eps = fleet.config.min_gain
-    left = fleet.state.left
     donors = sorted(
         (n for n in fleet.names if load[n] > hi[n] + fleet.slack),
         key=lambda n: (-(load[n] - hi[n]) / target[n], n),
@@ -126,9 +125,13 @@ def _best_step(
     for donor in donors:
         if donor not in candidates:
             candidates[donor] = fleet.movable(donor)
-        heaviest = heapq.nlargest(
+        heaviest = heapq.nlargest(  # each group is sorted: its heaviest are its last
             RESCUE_SPLITS,
-            ((x, split, key) for key, group in candidates[donor].items() for x, split in group),
+            (
+                (x, split, key)
+                for key, group in candidates[donor].items()
+                for x, split in group[-RESCUE_SPLITS:]
+            ),
         )
         for receiver in receivers[: RESCUE_RECEIVERS + 1]:
             if receiver == donor:
@@ -137,12 +140,7 @@ def _best_step(
             if receiver not in candidates:
                 candidates[receiver] = fleet.movable(receiver)
             back_keys = prefixes(workers[donor].locality)
-            offered = sorted(  # ascending: those lighter than a given split are a prefix
-                (y, back)
-                for key in back_keys
-                for y, back in candidates[receiver].get(key, ())
-                if not left or not fleet.moves_back(back, y, donor)
-            )
+            offered = _offered(fleet, candidates[receiver], back_keys, donor)
             free = fleet.count[receiver] < workers[receiver].lanes
             for given_load, split, key in heaviest:
                 if key not in keys or fleet.moves_back(split, given_load, receiver):
@@ -165,6 +163,27 @@ def _best_step(
                         best = (gain, -cost)
                         chosen = _Step(donor, receiver, given_load, split, backs)
     return chosen
+
+
+def _offered(
+    fleet: FleetReading, groups: Candidates, keys: tuple[str, ...], donor: str
+) -> list[tuple[float, str]]:
+    """The receiver's splits ``donor`` may take back, ascending.
+
+    Those lighter than a given split are a prefix. Not to be changed: it may be one of
+    ``groups`` itself.
+    """
+    present = [groups[key] for key in keys if groups.get(key)]
+    if fleet.state.left:
+        return sorted(
+            (y, back)
+            for group in present
+            for y, back in group
+            if not fleet.moves_back(back, y, donor)
+        )
+    if len(present) == 1:
+        return present[0]  # one sorted group: no copy
+    return sorted([entry for group in present for entry in group])
 
 
 def _backs_options(
