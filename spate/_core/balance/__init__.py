@@ -16,23 +16,24 @@
 
 Pure: no Trio, no I/O, no clock of its own.
 
-How the leader is meant to call it (the integration, after the leader's balance seam lands):
+How the leader calls it (:mod:`spate._core.leader.balance_rounds`, which hands the round's
+:class:`~spate._core.leader.balance_rounds.RoundOutcome` back to the leadership to apply):
 
 - every ``balance_interval``, with a round number that only grows. :class:`BalanceState` lives
   in the leader's memory, so after a failover a split the old leader just moved could move
-  again at once: the leader (:mod:`spate._core.leader.balance_rounds`) runs no round until a full
-  cooldown after its leadership began, by when every predecessor's cooldown has run out;
+  again at once: the leader runs no round until a full cooldown after its leadership began, by
+  when every predecessor's cooldown has run out;
 - workers from presence: ``lanes`` = the advertised ``max_in_flight``, ``capacity``, locality,
   ``joined_at`` (the leader's clock when it first saw the worker);
 - splits from the assignment and the load summaries the owners carry on their renewals: a
-  split's new owner measures it afresh (untrusted for a minute), so the leader should keep the
-  last trusted load across a move until the new owner's is trusted, or the receiver reads as
-  colder than it is;
+  split's new owner measures it afresh (untrusted for a minute), so the leader keeps the last
+  trusted load across a move until the new owner's is trusted (:mod:`.loads`), or the receiver
+  would read as colder than it is;
 - the moves become graceful revocations naming the target as the new assignee; the next
-  state's ``moved`` is what the placement must hold (``held``) for the cooldown;
-- placement's own balance steps weigh splits by ``max(1, weight)``: with loads reported they
-  must weigh by the same load this module uses (the seam's one function for a split's load),
-  or the next membership change undoes the moves made by load.
+  state's ``moved`` is what placement holds (``held``) for the cooldown;
+- placement's own steps weigh a split by the same load this module balances by
+  (:mod:`spate._core.placement.split_load`), so the next membership change does not undo the
+  moves made by load.
 """
 
 from spate._core.balance.meter import MIN_TRUST_WINDOW, LoadMeter, check_amount, trust_window
