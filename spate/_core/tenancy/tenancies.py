@@ -41,7 +41,7 @@ from spate._core.records import (
 )
 from spate._core.tenancy.fencing import refusal
 from spate._core.tenancy.load_reports import LoadReports
-from spate._core.tenancy.phase import SplitEvent, SplitPhases
+from spate._core.tenancy.phase import CLAIM_PHASES, SplitEvent, SplitPhases
 from spate._core.view.view import SplitState
 from spate._errors import Fenced, StoreUnavailable
 from spate._events import Lost, Progress
@@ -377,6 +377,12 @@ class Tenancies:
             f"; it stays here and runs again in {seconds(retry_after or 0.0)}" if keep else "",
         )  # fmt: skip
         if keep:
+            host.fold(host.view.put_progress(split, record, result.revision))
+            return None
+        if self.phases.phase_of(split) in CLAIM_PHASES:
+            # The tenancy ended under the write (its session starved, say) and a claim of
+            # ours is on the split already: the split and its lease key are that claim's now.
+            # (Its lease write takes the key over; a key it leaves is a stray, given back.)
             host.fold(host.view.put_progress(split, record, result.revision))
             return None
         # Ended by request: no Lost event. Leave `owned` first so the epoch bump of a
