@@ -695,12 +695,13 @@ def test_a_claim_lease_read_back_through_an_outage_longer_than_its_window_is_giv
 
 def test_a_failure_written_after_its_tenancy_ended_leaves_a_new_claim_alone() -> None:
     """Found by seeds 3838, 3884 and 17385 of the first 20,000 after a split's life on a worker
-    became one phase value: a handler failed, and while the failure's write was in flight the worker's
-    presence renewal starved, ending the tenancy, and a new claim of the same split began. The
-    failure's write still landed (nobody else had written the record), and its flow went on to
-    drop the old tenancy's lease: a second flow on a split whose claim was in flight, which the
-    phase table refuses (before it, the drop's end quietly cleared the claim's busy mark). The
-    failure's flow now leaves the split, and its lease key, to the claim."""
+    became one phase value: a handler failed, and while the failure's write was in flight the
+    worker's presence renewal starved, ending the tenancy, and a new claim of the same split
+    began. The failure's write still landed (nobody else had written the record), and its flow
+    went on to drop the old tenancy's lease: a second flow on a split whose claim was in
+    flight, which the phase table refuses (before it, the drop's end quietly cleared the
+    claim's busy mark). The failure's flow now leaves the split, and its lease key, to the
+    claim."""
     for seed in (3838, 3884, 17385):
         result = run_checked(Scenario.from_seed(seed), engine="machines")
         assert result.ok, (seed, result.violations)
