@@ -24,7 +24,6 @@ from spate._core.records import (
     PresenceRecord,
     ProgressRecord,
     SpecRecord,
-    Status,
 )
 from spate._core.view.changes import PlacementChanges
 from spate._core.view.view import View
@@ -166,39 +165,3 @@ def test_a_join_or_departure_rereads_exactly_the_inputs_it_moves() -> None:
     fleet.view.put_presence("b", PresenceRecord(nonce="b2", max_in_flight=4), fleet._next())
     assert leader.inputs.placement_index().pool() == fresh()
     assert fresh()["s03"].owner == "b"
-
-
-def test_a_new_index_is_fed_what_each_splits_own_input_reads() -> None:
-    """A new leader's index reads every split in one pass (queued ones inline): the pool it
-    loads is what :meth:`placement_input` gives split by split, for queued, owned, leased,
-    in-transit, finished and spec-less splits, and a departed owner's (withheld)."""
-    from spate._config import Config
-
-    fleet = _Fleet("a", "b")
-    host = SimpleNamespace(
-        view=fleet.view, placement_changes=fleet.changes, config=Config(), tie_seed=7
-    )
-    fleet.leader = Leadership(cast(Host, host), _no_plan)
-    fleet.leader.election.generation = GENERATION
-    for n in range(8):
-        fleet.split(f"q{n}", owner=None, leased=False)  # queued: named by nobody
-    fleet.split("owned", owner="a", leased=False)
-    fleet.split("leased", owner="b", leased=True)
-    fleet.split("gone", owner="x", leased=False)  # its owner departed: withheld
-    fleet.split("moving", owner="a", leased=True)
-    fleet.assign("b", "moving")  # in transit to b
-    done = ProgressRecord(id="done", epoch=1, status=Status.COMPLETED, completed=True)
-    fleet.view.put_progress("done", done, fleet._next())
-    fleet.view.put_spec("done", SpecRecord(id="done", weight=2), fleet._next())
-    fleet.view.put_progress("nospec", ProgressRecord(id="nospec"), fleet._next())
-    leader = fleet.leader
-    leader.inputs.departed["x"] = 0.0
-    fresh: dict[str, Placement] = {}
-    for split in fleet.view.splits:
-        placement = leader.inputs.placement_input(split)
-        if placement is not None:
-            fresh[split] = placement
-    assert leader.inputs.placement_index().pool() == fresh
-    assert fresh["moving"].owner == "b"
-    assert fresh["q0"].owner is None
-    assert not {"gone", "done", "nospec"} & fresh.keys()

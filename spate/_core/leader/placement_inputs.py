@@ -171,7 +171,12 @@ class PlacementInputs:
                 )
                 # A new leader's index takes the whole pool at once: what an update of each
                 # split would leave, at the cost of one sort (a takeover feeds 100,000).
-                index.load(self._every_input())
+                inputs: dict[str, Placement] = {}
+                for split in view.splits:
+                    placement = self.placement_input(split)
+                    if placement is not None:
+                        inputs[split] = placement
+                index.load(inputs)
                 return index
             for split in view.splits:
                 index.update(split, self.placement_input(split))
@@ -256,35 +261,6 @@ class PlacementInputs:
             # was never in transit.
             owner = min(holders)
         return self._placement(split, weight, owner, state.spec.locality)
-
-    def _every_input(self) -> dict[str, Placement]:
-        """:meth:`placement_input` of every split of the view, for a new index (in view order).
-
-        A takeover asks it of 100,000 splits, nearly all queued (named by no assignment and no
-        write in flight): their tests, :meth:`placement_input`'s up to its first return, run
-        here inline in one pass over the view. A split some assignee names takes
-        :meth:`placement_input` itself.
-        """
-        view = self.host.view
-        assigned, writing = view.assigned, self._writes.by_split
-        departed, placement_of = self.departed, self._placement
-        runnable = Status.RUNNABLE
-        inputs: dict[str, Placement] = {}
-        for split, state in view.splits.items():
-            spec, progress = state.spec, state.progress
-            if spec is None or progress.status is not runnable or progress.completed:
-                continue
-            lease = state.lease
-            owner = lease.owner if lease is not None else progress.owner
-            if departed and owner in departed:
-                continue
-            if assigned.get(split) or writing.get(split):
-                placement = self.placement_input(split)
-                if placement is not None:
-                    inputs[split] = placement
-                continue
-            inputs[split] = placement_of(split, spec.weight, owner, spec.locality)
-        return inputs
 
     def _placement(self, split: str, weight: int, owner: str | None, locality: str) -> Placement:
         """The placement input, with a balance round's move and the measured load applied.

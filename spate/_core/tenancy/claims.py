@@ -254,8 +254,14 @@ class Claims:
         """Fence held splits that someone else moved."""
         host = self.host
         self._dirty.add(notice.split)
-        if type(notice) is ProgressChanged:
-            # (Tested first: one a split when a leader takes over.)
+        if isinstance(notice, LeaseChanged):
+            if notice.lease.nonce == host.nonce and notice.split not in self.owned:
+                self.tenancies._stray.setdefault(notice.split, host.now())
+            else:
+                self.tenancies._stray.pop(notice.split, None)
+        elif isinstance(notice, LeaseGone):
+            self.tenancies._stray.pop(notice.split, None)
+        if isinstance(notice, ProgressChanged):
             record = notice.record
             previous = notice.previous
             if record.status is Status.QUARANTINED and (
@@ -268,13 +274,6 @@ class Claims:
                 # A claimant CASed the record past our tenancy.
                 self.tenancies.drop(notice.split, "fenced")
             return
-        if isinstance(notice, LeaseChanged):
-            if notice.lease.nonce == host.nonce and notice.split not in self.owned:
-                self.tenancies._stray.setdefault(notice.split, host.now())
-            else:
-                self.tenancies._stray.pop(notice.split, None)
-        elif isinstance(notice, LeaseGone):
-            self.tenancies._stray.pop(notice.split, None)
         held = self.owned.get(notice.split)
         if held is None:
             return
