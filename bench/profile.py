@@ -104,8 +104,10 @@ _BUCKETS: Sequence[tuple[str, Callable[[str, str], bool]]] = (
     ("group commit", lambda f, n: f.endswith("_runtime/group_commit.py")),
     (
         "commit flow, tenancy",
-        lambda f, n: f.endswith(("_core/commits.py", "_core/tenancy.py", "_core/machine.py")),
+        lambda f, n: "/spate/_core/tenancy/" in f or f.endswith("_core/machine.py"),
     ),
+    ("notice routing", lambda f, n: f.endswith("_core/notice_router.py")),
+    ("fold into the view", lambda f, n: "/spate/_core/view/" in f),
     (
         "API: SplitHandle, Coordinator",
         lambda f, n: f.endswith(
@@ -113,7 +115,7 @@ _BUCKETS: Sequence[tuple[str, Callable[[str, str], bool]]] = (
         ),
     ),
     ("coordinator loop (inputs, steps)", lambda f, n: "/spate/_runtime/" in f),
-    ("fold into the view, watch echo", lambda f, n: "/spate/_core/" in f),
+    ("watch echo, other core", lambda f, n: "/spate/_core/" in f),
     ("spate_stores (wrappers)", lambda f, n: "/spate_stores/" in f or "/spate_testing/" in f),
 )
 """Buckets, first match wins; a function in none of them counts as "other"."""

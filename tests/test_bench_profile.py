@@ -33,6 +33,18 @@ def test_each_part_of_a_commit_has_its_bucket() -> None:
         "store call (memory store)"
     )
     assert profile.bucket_of(("/x/spate/_core/records.py", 1, "encode")) == ("encoding, decoding")
+    # The core's folders (spate/_core/tenancy/, spate/_core/view/): each its own part, not a
+    # catch-all that a module moved into a folder would fall into unseen.
+    assert profile.bucket_of(("/x/spate/_core/tenancy/commits.py", 1, "commit_flow")) == (
+        "commit flow, tenancy"
+    )
+    assert profile.bucket_of(("/x/spate/_core/tenancy/tenancies.py", 1, "hold_owned")) == (
+        "commit flow, tenancy"
+    )
+    assert profile.bucket_of(("/x/spate/_core/view/split_table.py", 1, "_fold")) == (
+        "fold into the view"
+    )
+    assert profile.bucket_of(("/x/spate/_core/notice_router.py", 1, "fold")) == "notice routing"
     # A builtin's time, and an attrs constructor's, goes to whoever called it.
     assert profile.bucket_of(("~", 0, "<built-in method builtins.isinstance>")) is None
     assert (
