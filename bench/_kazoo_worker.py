@@ -19,12 +19,19 @@ CPU seconds (``time.process_time``, every thread's) and its commits that landed 
 (the kazoo side writes SIZE-byte values the MODE way), ``stop`` closes it, ``quit`` (or the end
 of stdin) leaves: spate hands its splits back, kazoo finishes its partitioner. Outside a window
 nothing commits, so start-up CPU and the other fleet's windows are kept out of the figure.
+
+With ``$BENCH_KAZOO_PROFILE`` naming a directory, a spate process runs its windows under
+``cProfile`` (its Trio thread, where the work is) and writes ``INSTANCE.prof`` there when it
+leaves: where a commit's CPU goes (``python -m pstats``). The figures of such a run are cProfile's,
+not to quote.
 """
 
 from __future__ import annotations
 
+import cProfile
 import functools
 import logging
+import os
 import sys
 import threading
 import time
@@ -60,6 +67,8 @@ class _Window:
 async def spate_main(url: str, instance: str, splits: int, lanes: int) -> None:
     window = _Window()
     held = 0
+    profile_to = os.environ.get("BENCH_KAZOO_PROFILE")
+    profiler = cProfile.Profile() if profile_to else None
 
     async def handler(split: SplitHandle) -> None:
         nonlocal held
@@ -103,7 +112,11 @@ async def spate_main(url: str, instance: str, splits: int, lanes: int) -> None:
                 window.commits_at_start = window.commits
                 window.going = True
                 window.opened.set()
+                if profiler is not None:
+                    profiler.enable()
             elif word == "stop":
+                if profiler is not None:
+                    profiler.disable()
                 cpu = time.process_time() - window.cpu_at_start
                 commits = window.commits - window.commits_at_start
                 window.going = False
@@ -112,6 +125,8 @@ async def spate_main(url: str, instance: str, splits: int, lanes: int) -> None:
             elif word == "quit":
                 break
         nursery.cancel_scope.cancel()  # run_worker leaves gracefully: splits handed back
+    if profiler is not None and profile_to:
+        profiler.dump_stats(os.path.join(profile_to, f"{instance}.prof"))
 
 
 # -- kazoo ------------------------------------------------------------------------------------
@@ -133,8 +148,8 @@ class KazooItems:
         self.versions: list[int] = []
         self.counts: list[int] = []
         self.threads: list[threading.Thread] = []
-        self.chains: list[bool] = []
-        """Per item: whether its ``set_async`` chain has a write in flight."""
+        self.writing: list[bool] = []
+        """Per item: whether a write of it is in flight (either way)."""
 
     def take(self, items: list[str]) -> None:
         """Start on the items the partitioner gave this process."""
@@ -146,7 +161,7 @@ class KazooItems:
             _, stat = self.client.get(path)
             self.versions.append(stat.version)
         self.counts = [0] * len(self.paths)
-        self.chains = [False] * len(self.paths)
+        self.writing = [False] * len(self.paths)
         self.threads = [
             threading.Thread(target=self._write_back_to_back, args=(n,), daemon=True)
             for n in range(len(self.paths))
@@ -160,8 +175,6 @@ class KazooItems:
         self.close()
         for thread in self.threads:
             thread.join()
-        while any(self.chains):
-            time.sleep(0.01)
         self.threads = []
         self.paths = []
 
@@ -183,9 +196,13 @@ class KazooItems:
             raise ValueError(f"unknown mode {mode!r}: threads or async")
 
     def close(self) -> None:
-        """Stop writing (writes in flight land, uncounted by the window that closed)."""
+        """Stop writing, and return once the writes in flight have landed (uncounted by the
+        window that closed): the next window's first write of an item carries the version
+        its last one returned, whichever way either writes."""
         self.go.clear()
         self.chaining = False
+        while any(self.writing):
+            time.sleep(0.001)
 
     def _write_back_to_back(self, n: int) -> None:
         # One thread per item, as the synchronous API is used: each waits for its reply.
@@ -194,18 +211,21 @@ class KazooItems:
         path = self.paths[n]
         while not self.halt.is_set():
             if not self.go.is_set():
-                self.go.wait(0.05)
+                self.go.wait(0.5)
                 continue
+            self.writing[n] = True
             try:
                 stat = self.client.set(path, self.value, version=self.versions[n])
             except BadVersionError:  # nobody else writes it: only after a lost session
                 self.versions[n] = self.client.get(path)[1].version
                 continue
+            finally:
+                self.writing[n] = False
             self.versions[n] = stat.version
             self.counts[n] += 1
 
     def _write_async(self, n: int) -> None:
-        self.chains[n] = True
+        self.writing[n] = True
         result = self.client.set_async(self.paths[n], self.value, version=self.versions[n])
         result.rawlink(functools.partial(self._landed, n))
 
@@ -213,15 +233,16 @@ class KazooItems:
         # On kazoo's callback thread: count the write and send the item's next one.
         try:
             stat = result.get()
-        except Exception:  # a lost session: the chain ends, and the window's count says so
-            self.chains[n] = False
+        except Exception as exc:  # a lost session: the chain ends, and says so
+            self.writing[n] = False
+            print(f"{self.paths[n]}: set_async failed ({exc!r})", file=sys.stderr, flush=True)
             return
         self.versions[n] = stat.version
         self.counts[n] += 1
         if self.chaining and not self.halt.is_set():
             self._write_async(n)
         else:
-            self.chains[n] = False
+            self.writing[n] = False
 
 
 def kazoo_main(hosts: str, root: str, instance: str, count: int) -> None:
@@ -249,7 +270,7 @@ def kazoo_main(hosts: str, root: str, instance: str, count: int) -> None:
             elif words[0] == "stop":
                 cpu = time.process_time() - cpu_at_start
                 commits = items.commits - commits_at_start
-                items.close()
+                items.close()  # the last writes land before the next window opens
                 say(f"window {cpu:.6f} {commits}")
             elif words[0] == "quit":
                 break

@@ -419,6 +419,10 @@ async def _measure(options: Options, java: str, classpath: str) -> list[Row]:
                 for side in SIDES[turn:] + SIDES[:turn]:
                     start = f"start {side.mode} {size}" if side.mode else "start"
                     reports, wall = await fleets[side.fleet].window(window, start)
+                    if any(report.commits == 0 for report in reports):
+                        # Every process holds 8 splits: one that commits nothing is broken,
+                        # and the figure would be the others' alone.
+                        raise RuntimeError(f"{side.label}: a process committed nothing")
                     cost = cpu_per_commit(reports)
                     commits = sum(report.commits for report in reports)
                     per_commit[side.label].append(cost)

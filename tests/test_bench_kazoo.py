@@ -145,6 +145,7 @@ class _Client:
         return b"", _Stat(self.versions[path])
 
     def set(self, path: str, value: bytes, version: int) -> _Stat:
+        time.sleep(0.001)  # a round trip: writes are in flight when a window closes
         with self.lock:
             assert self.versions[path] == version, "a write without the current version"
             self.versions[path] += 1
@@ -173,3 +174,20 @@ def test_a_kazoo_process_writes_each_item_only_while_a_window_is_open(mode: str)
     assert sum(client.versions.values()) == landed
     time.sleep(0.05)
     assert items.commits == landed
+
+
+def test_a_window_closes_once_its_writes_have_landed_so_the_next_way_has_the_versions() -> None:
+    client = _Client()
+    items = KazooItems(client, "/ns")
+    items.take([f"s{n:06d}" for n in range(8)])
+    for mode in ("threads", "async", "threads", "async"):
+        before = items.commits
+        items.open(mode, 212)
+        deadline = time.monotonic() + 30
+        while items.commits < before + 16 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        items.close()
+        assert not any(items.writing)
+        # No write went out with a stale version (the stand-in would have refused it).
+        assert sum(client.versions.values()) == items.commits
+    items.drop()
