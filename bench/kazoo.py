@@ -32,7 +32,8 @@ directory, and stopped after. Without kazoo (``pip install kazoo``; ``nox -s ben
 it), ZooKeeper or java, or when ``--stores`` leaves out etcd, the suite prints what is missing
 and returns no rows, so it is part of the default run.
 
-Run alone with ``python -m bench --only kazoo`` (issue 42's figure).
+Run alone with ``python -m bench --only kazoo``; with ``$BENCH_KAZOO_PROFILE`` naming a directory
+the spate processes profile their windows there (:mod:`bench._kazoo_worker`).
 """
 
 from __future__ import annotations
@@ -485,7 +486,7 @@ def _rows(
 
 
 def run(options: Options) -> list[Row]:
-    """Issue 42's figure, or a skip line naming what to install."""
+    """The figures beside kazoo, or a skip line naming what to install."""
     reason = missing(options)
     if reason is not None:
         print(f"  skipped: {reason}", flush=True)
