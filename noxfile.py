@@ -226,7 +226,10 @@ def bench(session: nox.Session) -> None:
     Arguments go to `python -m bench` (e.g. `nox -s bench -- --quick --only commit`;
     `-- --only commit --profile` prints where a commit's CPU goes instead)."""
     install_project(session)
-    session.install("nats-py>=2.6")  # bench/bench_nats.py's reference client, nothing else
+    # The reference clients spate is measured against, nothing else: bench/bench_nats.py's
+    # nats-py, and bench/kazoo.py's kazoo (that suite also needs a ZooKeeper server from the
+    # system, `apt-get install zookeeper` or $BENCH_ZOOKEEPER_HOME, and skips without one).
+    session.install("nats-py>=2.6", "kazoo>=2.9")
     session.run("python", "-m", "bench", *session.posargs)
     partial = ("--quick", "--only", "--stores", "--profile")
     if any(arg.startswith(partial) for arg in session.posargs):

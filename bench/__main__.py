@@ -6,11 +6,12 @@ stops them; every figure is a ratio against a baseline measured side by side in 
 ``bench/bench_nats.py``).
 
 Options: ``--only commit,failover,handover,scale,steady,cluster,fleet,makespan,balance,``
-``balance-move,balance-runtime`` picks benchmarks; ``--stores memory,etcd,nats`` picks
-stores; ``--quick`` shrinks every count (a smoke run, not figures to quote); ``--markdown
-FILE`` also writes the table there. ``--profile`` prints where the CPU goes instead
-(``commit``: one commit on the memory store; ``balance-move``: one coordinator step of a
-move; see :mod:`bench.profile`).
+``balance-move,balance-runtime,kazoo`` picks benchmarks (``kazoo``: a fleet's client CPU per
+commit beside kazoo's on ZooKeeper; it prints what to install and adds no row without kazoo
+or ZooKeeper); ``--stores memory,etcd,nats`` picks stores; ``--quick`` shrinks every count (a
+smoke run, not figures to quote); ``--markdown FILE`` also writes the table there.
+``--profile`` prints where the CPU goes instead (``commit``: one commit on the memory store;
+``balance-move``: one coordinator step of a move; see :mod:`bench.profile`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bench import (
     commit,
     failover,
     fleet,
+    kazoo,
     makespan,
     scale,
     steady,
@@ -51,6 +53,7 @@ SUITES: dict[str, Callable[[Options], list[Row]]] = {
     "balance": balance.run,
     "balance-move": balance_move.run,
     "balance-runtime": balance_runtime.run,
+    "kazoo": kazoo.run,
 }
 
 

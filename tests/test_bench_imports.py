@@ -19,6 +19,8 @@ SUITES = [
     "balance_move",
     "balance_runtime",
     "bench_etcd",
+    "kazoo",
+    "_kazoo_worker",
 ]
 
 
@@ -41,4 +43,5 @@ def test_every_suite_is_registered() -> None:
         "balance",
         "balance-move",
         "balance-runtime",
+        "kazoo",
     }
