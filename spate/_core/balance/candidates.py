@@ -62,6 +62,11 @@ def find(
 
 def heaviest(groups: Candidates, keys: tuple[str, ...]) -> float:
     """The load of the heaviest split among ``groups[keys]`` (-inf when there is none)."""
+    if len(keys) == 1:
+        # a receiver without a locality (most of them): one group, without a generator (asked
+        # for every receiver a donor tries)
+        group = groups.get(keys[0])
+        return group[-1][0] if group else -math.inf
     return max((groups[key][-1][0] for key in keys if groups.get(key)), default=-math.inf)
 
 

@@ -9,6 +9,7 @@ made. Pure: no Trio, no I/O, no clock.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 
@@ -204,9 +205,14 @@ class FleetReading:
         potential is never below 0, so with loads that hold still a fleet makes finitely many
         moves, and none once every worker is within its band (the potential is 0 there).
         """
-        load, eps, slack, excess = self.load, self.config.min_gain, self.slack, self.excess
-        d0, r0 = excess(donor, load[donor]), excess(receiver, load[receiver])
-        d1, r1 = excess(donor, load[donor] - net), excess(receiver, load[receiver] + net)
+        eps, slack = self.config.min_gain, self.slack
+        # excess() four times, written out (asked for every move a round weighs)
+        given, taken = self.load[donor], self.load[receiver]
+        hi, lo = self.hi, self.lo
+        hi_d, lo_d, hi_r, lo_r = hi[donor], lo[donor], hi[receiver], lo[receiver]
+        d0, r0 = max(0.0, given - hi_d, lo_d - given), max(0.0, taken - hi_r, lo_r - taken)
+        given, taken = given - net, taken + net
+        d1, r1 = max(0.0, given - hi_d, lo_d - given), max(0.0, taken - hi_r, lo_r - taken)
         count = (d0 > slack) + (r0 > slack) - (d1 > slack) - (r1 > slack)
         return (d0 + r0 - (d1 + r1)) / self.mean + eps * count
 
@@ -278,10 +284,10 @@ class FleetReading:
         few = None
         if self.plain(worker):
             loads, trusted = self.loads[worker], self.trusted[worker]
-            # the loads alone are sorted (floats, in C) for the lightest few's bound, and only
-            # the splits within it are paired with their ids
-            ordered = sorted(loads)
-            top = ordered[min(EXCHANGE_CHOICES, len(ordered)) - 1] if ordered else 0.0
+            # the lightest few's bound is selected from the loads alone (sorting them all, even
+            # as floats in C, cost four times as much), and only the splits within it are
+            # paired with their ids
+            top = heapq.nsmallest(EXCHANGE_CHOICES, loads)[-1] if loads else 0.0
             within = sorted([(y, trusted[i].id) for i, y in enumerate(loads) if y <= top])
             few = [(y, split, "") for y, split in within[:EXCHANGE_CHOICES]]
         self._lightest[worker] = few
