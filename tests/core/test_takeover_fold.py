@@ -1,8 +1,9 @@
 """A new leader's listing, folded by its direct path, leaves what apply_put would have left.
 
 The listing fold reads the canonical spec and progress records of splits never folded by
-their prefix, builds them slot by slot, and folds each progress record as its split's first
-(:meth:`~spate._core.view.split_table.SplitTable.fold_first_progress`). These pin that to the
+their prefix, builds them slot by slot, and folds each run of progress records of splits never
+folded in one call, each as its split's first
+(:meth:`~spate._core.view.split_table.SplitTable.fold_first_run`). These pin that to the
 general path: the same records, the same notices, the same view (revisions and their order
 included), for canonical records, records of other writers, unreadable ones (held aside with
 the same reason) and splits already known.
@@ -26,6 +27,7 @@ from spate._core.records import (
     decode,
     encode,
 )
+from spate._core.view.changes import PlacementChanges
 from spate._core.view.view import View
 from spate._store import Entry, Keyspace
 
@@ -147,3 +149,47 @@ def test_a_listing_while_a_record_is_held_aside_folds_as_puts_would() -> None:
     notices = listed.apply_listing(DURABLE, entries, since=listed.seq)
     assert notices == [n for e in entries for n in by_put.apply_put(DURABLE, e)]
     assert _state(listed) == _state(by_put)
+
+
+def _new_leaders_view() -> tuple[View, PlacementChanges]:
+    """A view with a split known and nothing waiting: runs of new splits fold in one call."""
+    changes = PlacementChanges()
+    changes.track()
+    view = View(KEYS, max_attempts=3, changes=changes)
+    view.apply_put(DURABLE, Entry(KEYS.split("known"), encode(ProgressRecord(id="known")), 2))
+    return view, changes
+
+
+def _runs() -> list[Entry]:
+    """Specs first, then progress records in runs, broken by the entries that end a run."""
+    near = ProgressRecord(id="n", attempts=2, epoch=2, owner="w1")  # one charged takeover left
+    records = [*PROGRESS[:4], near, ProgressRecord(id="m", attempts=2, advanced=True)]
+    entries = [Entry(KEYS.spec(s.id), encode(s), 10 + n) for n, s in enumerate(SPECS)]
+    entries += [Entry(KEYS.split(r.id), encode(r), 20 + n) for n, r in enumerate(records)]
+    entries += [
+        Entry(KEYS.split("g"), OLD_PROGRESS, 30),  # not canonical: ends a run
+        Entry(KEYS.split("p"), encode(ProgressRecord(id="p")), 31),
+        Entry(KEYS.spec("p"), encode(SpecRecord(id="p", weight=2)), 32),  # after its record
+        Entry(KEYS.split("q"), encode(ProgressRecord(id="q")), 33),
+        Entry(KEYS.split("known"), encode(ProgressRecord(id="known", epoch=4)), 34),
+        Entry(KEYS.split("r"), encode(ProgressRecord(id="r", status=Status.QUARANTINED)), 35),
+    ]
+    return entries  # in this order, not sorted: a spec after its record, a known split between
+
+
+@pytest.mark.parametrize("order", ["listed", "sorted"])
+def test_runs_of_new_splits_fold_as_their_puts_one_by_one_would(order: str) -> None:
+    """The run fold (every part of it once a run) leaves the view a put each would leave."""
+    (listed, listed_changes), (by_put, put_changes) = _new_leaders_view(), _new_leaders_view()
+    entries = _runs() if order == "listed" else sorted(_runs(), key=lambda e: e.key)
+    notices = listed.apply_listing(DURABLE, entries, since=listed.seq)
+    assert notices == [n for e in entries for n in by_put.apply_put(DURABLE, e)]
+    assert _state(listed) == _state(by_put)
+    assert list(listed.revisions.known[DURABLE].items()) == list(
+        by_put.revisions.known[DURABLE].items()
+    )  # the fold order too (each key's sequence number)
+    assert listed_changes.owed
+    assert listed_changes.take_placement_changes() == put_changes.take_placement_changes()
+    assert "n" in listed.near_quarantine
+    assert "m" not in listed.near_quarantine
+    assert listed.splits["p"].spec == SpecRecord(id="p", weight=2)

@@ -43,6 +43,13 @@ class PlacementChanges:
         if split is not None and self._splits is not None:
             self._splits.add(split)
 
+    def splits_first_seen(self, splits: list[str]) -> None:
+        """:meth:`split_moved` of each of ``splits`` (a run of a listing's new splits)."""
+        if splits:
+            self._owed = True
+            if self._splits is not None:
+                self._splits.update(splits)
+
     def splits_moved(self, splits: Set[str]) -> None:
         """The assignee anchoring each of ``splits`` changed (a record, or a write in flight)."""
         if splits and self._splits is not None:

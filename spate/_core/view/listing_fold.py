@@ -5,7 +5,8 @@ and absent from it was deleted meanwhile (in the durable keyspace only assignmen
 leases are pruned this way: the protocol deletes nothing else). A paged listing folds its puts
 page by page and decides what no page brought only once its last page is in. A new leader's
 listing brings two records a split, so those are folded by their prefix without the general
-classification, when nothing can make them stale.
+classification, when nothing can make them stale, and each run of progress records of splits
+never folded is folded in one call.
 """
 
 from __future__ import annotations
@@ -41,14 +42,14 @@ class ListingFold:
         *,
         apply_put: Callable[[Keyspace, Entry], Notices],
         apply_delete: Callable[[Keyspace, str, int | None], Notices],
-        fold_first_progress: Callable[[str, str, ProgressRecord, int], Any],
+        fold_first_run: Callable[[list[str], list[str], list[ProgressRecord], list[int]], Notices],
         fold_spec: Callable[[str, str, SpecRecord, int], Notices],
     ) -> None:
         self._keys = keys
         self._revisions = revisions
         self._apply_put = apply_put
         self._apply_delete = apply_delete
-        self._fold_first_progress = fold_first_progress
+        self._fold_first_run = fold_first_run
         self._fold_spec = fold_spec
 
     def apply_listing(
@@ -132,14 +133,20 @@ class ListingFold:
 
     def _puts(self, keyspace: Keyspace, listed: list[Entry]) -> Notices:
         notices: Notices = []
-        append, extend = notices.append, notices.extend
+        extend = notices.extend
         apply_put = self._apply_put
         known_get = self._revisions.known[keyspace].get
         durable = keyspace is Keyspace.DURABLE
         tombs_durable = self._revisions.tombs_durable
         split_prefix, spec_prefix = self._keys.split_prefix, self._keys.spec_prefix
         split_at, spec_at = len(split_prefix), len(spec_prefix)
-        fold_first_progress, fold_spec = self._fold_first_progress, self._fold_spec
+        fold_first_run, fold_spec = self._fold_first_run, self._fold_spec
+        # A run of progress records of splits never folded, folded together when it ends (at
+        # any other entry, or the listing's end), so every entry is still folded in order.
+        names: list[str] = []
+        keys: list[str] = []
+        records: list[ProgressRecord] = []
+        revisions: list[int] = []
         for entry in listed:
             key = entry.key
             folded = known_get(key)
@@ -151,21 +158,32 @@ class ListingFold:
                 # leader's listing is two of these a split, spec and progress record, so those
                 # two are read here by their prefix, not through apply_put's classification
                 # by parts and stale checks (what apply_put would do with them, at less cost),
-                # and a progress record is folded as a split's first (its one notice).
+                # and a progress record is folded as a split's first, with the rest of its run.
                 # (decode() tries the canonical form first too; asked here directly.)
                 if key.startswith(split_prefix) and len(key) > split_at:
                     name = key[split_at:]
                     record = canonical_progress(entry.value, name)
                     if record is not None:
-                        append(fold_first_progress(name, key, record, entry.revision))
+                        names.append(name)
+                        keys.append(key)
+                        records.append(record)
+                        revisions.append(entry.revision)
                         continue
                 elif key.startswith(spec_prefix) and len(key) > spec_at:
                     name = key[spec_at:]
                     spec = canonical_spec(entry.value, name)
                     if spec is not None:
+                        if names:
+                            extend(fold_first_run(names, keys, records, revisions))
+                            names, keys, records, revisions = [], [], [], []
                         extend(fold_spec(name, key, spec, entry.revision))
                         continue
                 # Not in the canonical form: apply_put decodes it in full (and holds its
                 # split aside if it cannot be read).
+            if names:
+                extend(fold_first_run(names, keys, records, revisions))
+                names, keys, records, revisions = [], [], [], []
             extend(apply_put(keyspace, entry))
+        if names:
+            extend(fold_first_run(names, keys, records, revisions))
         return notices

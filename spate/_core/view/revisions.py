@@ -67,6 +67,17 @@ class Revisions:
         if self.tombs_durable:
             self.tombs_durable.pop(key, None)
 
+    def remember_durable_run(self, keys: list[str], revisions: list[int]) -> None:
+        """:meth:`remember_durable` of each of ``keys`` at its revision, in order.
+
+        For a run of keys never folded and never deleted (a new leader's listing): one call
+        for the run, each key's sequence number what one call each would have given it.
+        """
+        seq, count = self.seq, len(keys)
+        numbers = range(seq + 1, seq + 1 + count)
+        self.known_durable.update(zip(keys, zip(revisions, numbers, strict=True), strict=True))
+        self.seq = seq + count
+
     def forget(self, keyspace: Keyspace, key: str, revision: int) -> None:
         """``key`` was deleted at ``revision`` (or proven absent): a tombstone replaces it."""
         self.known[keyspace].pop(key, None)

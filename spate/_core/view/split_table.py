@@ -235,6 +235,46 @@ class SplitTable:
         self._counts.check_near_quarantine(split, record)
         return ProgressChanged(split, None, record, revision)
 
+    def fold_first_run(
+        self,
+        splits: list[str],
+        keys: list[str],
+        records: list[ProgressRecord],
+        revisions: list[int],
+    ) -> list[Notice]:
+        """:meth:`fold_first_progress` of each of a run of a listing's records, in order.
+
+        A new leader's listing is, after its specs, one run of 100,000 progress records of
+        splits never folded: folded here in one call, each part of the fold (the revisions,
+        the counts, the placement changes) once for the run. Anything :meth:`fold_first_progress`
+        would not take at once (a split already known, an unreadable record waiting) takes it
+        record by record.
+        """
+        table = self.splits
+        if self.unreadable or not table.keys().isdisjoint(splits):
+            return [
+                self.fold_first_progress(split, key, record, revision)
+                for split, key, record, revision in zip(
+                    splits, keys, records, revisions, strict=True
+                )
+            ]
+        self._revisions.remember_durable_run(keys, revisions)
+        pending = self._pending_specs
+        specs = [pending.pop(split, None) for split in splits] if pending else None
+        if specs is None:
+            table.update(zip(splits, map(SplitState, records, revisions), strict=True))
+        else:
+            table.update(zip(splits, map(SplitState, records, revisions, specs), strict=True))
+        self._counts.add_first(splits, records)
+        self._changes.splits_first_seen(splits)
+        leases = self._pending_leases
+        # A lease seen before its split's record (another worker's, from a watch): put on its
+        # split now. Only this run's splits are new to the table, so those are the ones here.
+        for split in [s for s in leases if s in table]:
+            lease, lease_rev = leases.pop(split)
+            self._set_lease(split, table[split], lease, lease_rev)
+        return list(map(_first_seen, splits, records, revisions))
+
     def hold_aside(
         self, split: str, key: str, problem: str, revision: int, *, spec: bool
     ) -> list[Notice]:
@@ -326,6 +366,11 @@ class SplitTable:
         """
         arrivals, self._spec_arrivals = self._spec_arrivals, set()
         return arrivals
+
+
+def _first_seen(split: str, record: ProgressRecord, revision: int) -> Notice:
+    """The notice of a split's first progress record."""
+    return ProgressChanged(split, None, record, revision)
 
 
 def _held_aside(

@@ -136,7 +136,7 @@ class View:
             self.revisions,
             apply_put=self.apply_put,
             apply_delete=self.apply_delete,
-            fold_first_progress=self._splits.fold_first_progress,
+            fold_first_run=self._splits.fold_first_run,
             fold_spec=self._splits.fold_spec,
         )
         self.assigned: dict[str, set[str]] = {}
