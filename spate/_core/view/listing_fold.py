@@ -147,6 +147,12 @@ class ListingFold:
         keys: list[str] = []
         records: list[ProgressRecord] = []
         revisions: list[int] = []
+
+        def flush() -> None:
+            nonlocal names, keys, records, revisions
+            extend(fold_first_run(names, keys, records, revisions))
+            names, keys, records, revisions = [], [], [], []
+
         for entry in listed:
             key = entry.key
             folded = known_get(key)
@@ -174,16 +180,14 @@ class ListingFold:
                     spec = canonical_spec(entry.value, name)
                     if spec is not None:
                         if names:
-                            extend(fold_first_run(names, keys, records, revisions))
-                            names, keys, records, revisions = [], [], [], []
+                            flush()
                         extend(fold_spec(name, key, spec, entry.revision))
                         continue
                 # Not in the canonical form: apply_put decodes it in full (and holds its
                 # split aside if it cannot be read).
             if names:
-                extend(fold_first_run(names, keys, records, revisions))
-                names, keys, records, revisions = [], [], [], []
+                flush()
             extend(apply_put(keyspace, entry))
         if names:
-            extend(fold_first_run(names, keys, records, revisions))
+            flush()
         return notices

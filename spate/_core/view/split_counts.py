@@ -56,17 +56,13 @@ class SplitCounts:
         :meth:`count` and :meth:`check_near_quarantine` of each, in one call (a new leader's
         listing brings 100,000).
         """
-        near, memo, near_set = self._near, self._near_memo, self.near_quarantine
+        near, near_set = self._near, self.near_quarantine
         runnable = Status.RUNNABLE
-        limit = self.max_attempts
         running = 0
         for split, record in zip(splits, records, strict=True):
             if record.status is runnable:
                 running += 1
-                answer = memo.get((record.attempts, record.advanced, limit))
-                if answer is None:
-                    answer = near(record.attempts, record.advanced)
-                if answer:
+                if near(record.attempts, record.advanced):
                     near_set.add(split)
                     continue
             else:
